@@ -1,0 +1,87 @@
+// Logistic loss phi(z) = log(1 + exp(-y z)), y in {-1, +1}.
+//
+// With b = y * a in (0, 1) the conjugate is phi*(-a) = b log b +
+// (1 - b) log(1 - b), and the coordinate step solves
+//   g(b) = log(b / (1 - b)) + y wx + q (b - b0) = 0,   b0 = y * alpha.
+// g is increasing but log(b / (1 - b)) makes plain Newton in b leave (0, 1).
+// The change of variable b = (1 + tanh x) / 2 turns it into
+//   h(x) = 2x + y wx + q ((1 + tanh x) / 2 - b0),
+//   h'(x) = 2 + q/2 (1 - tanh^2 x) >= 2,
+// which is solved by safeguarded Newton on the bracket that b in (0, 1)
+// implies: 2x in (-y wx - q (1 - b0), -y wx + q b0).
+#ifndef TF_SDCA_KERNELS_CORE_LOGISTIC_LOSS_H_
+#define TF_SDCA_KERNELS_CORE_LOGISTIC_LOSS_H_
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/core/binary_label.h"
+#include "kernels/core/loss.h"
+#include "kernels/core/newton.h"
+
+namespace tf_sdca {
+
+class LogisticLossUpdater final : public DualLossUpdater {
+ public:
+  const char* Name() const final { return "logistic_loss"; }
+
+  bool ConvertLabel(double raw, double* label, std::string* error) const final {
+    return ConvertBinaryLabel(raw, label, error);
+  }
+
+  bool DualInDomain(double dual, double label) const final {
+    const double b = dual * label;
+    return b >= -kDualDomainSlack && b <= 1.0 + kDualDomainSlack;
+  }
+
+  double ComputeUpdatedDual(double label, double dual, double wx,
+                            double q) const final {
+    const double b0 = std::clamp(dual * label, 0.0, 1.0);
+    const double ywx = label * wx;
+    const double lo = 0.5 * (-ywx - q * (1.0 - b0));
+    const double hi = 0.5 * (-ywx + q * b0);
+    double x;
+    if (hi - lo <= 0.0) {
+      x = lo;  // q == 0: the root is -y wx / 2 exactly.
+    } else {
+      const double start =
+          (b0 > 0.0 && b0 < 1.0) ? std::atanh(2.0 * b0 - 1.0) : 0.5 * (lo + hi);
+      x = SafeguardedNewton(
+          [&](double t, double* h, double* dh) {
+            const double th = std::tanh(t);
+            *h = 2.0 * t + ywx + q * (0.5 * (1.0 + th) - b0);
+            *dh = 2.0 + 0.5 * q * (1.0 - th * th);
+          },
+          lo, hi, start);
+    }
+    // b = (1 + tanh x) / 2 = sigmoid(2x), kept strictly inside (0, 1).
+    double b = 1.0 / (1.0 + std::exp(-2.0 * x));
+    b = std::clamp(b, std::numeric_limits<double>::min(),
+                   1.0 - std::numeric_limits<double>::epsilon() / 2);
+    return b * label;
+  }
+
+  double PrimalLoss(double wx, double label) const final {
+    const double m = -label * wx;  // log(1 + exp(m)), computed stably
+    return m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m));
+  }
+
+  double DualLoss(double dual, double label) const final {
+    const double b = std::clamp(dual * label, 0.0, 1.0);
+    const double one_minus_b = 1.0 - b;
+    return (b > 0 ? b * std::log(b) : 0.0) +
+           (one_minus_b > 0 ? one_minus_b * std::log(one_minus_b) : 0.0);
+  }
+
+  double PrimalLossDerivative(double wx, double label) const final {
+    // -y * sigmoid(-y wx)
+    return -label / (1.0 + std::exp(label * wx));
+  }
+
+  double DualStrongConvexity() const final { return 4.0; }
+};
+
+}  // namespace tf_sdca
+
+#endif  // TF_SDCA_KERNELS_CORE_LOGISTIC_LOSS_H_

@@ -1,0 +1,88 @@
+// The SDCA inner loop over one mini-batch, independent of TensorFlow.
+//
+// The batch is split into `num_shards` contiguous shards solved concurrently.
+// Each shard owns a private copy of the weights and adds its own updates to
+// it, so no two threads ever write the same memory (no Hogwild races; clean
+// under ThreadSanitizer). The shards' updates are summed at the end, which is
+// CoCoA+ "adding" with sigma' = num_loss_partitions * num_shards: every
+// local subproblem is solved against w + sigma' * (local delta), which keeps
+// the summed step safe and the method convergent to the same optimum. The
+// result depends only on the inputs, the seed and the number of shards.
+#ifndef TF_SDCA_KERNELS_CORE_SOLVER_H_
+#define TF_SDCA_KERNELS_CORE_SOLVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernels/core/loss.h"
+
+namespace tf_sdca {
+
+// A dense feature group: row-major [num_examples, dim], weights at
+// slots [slot_offset, slot_offset + dim).
+struct DenseBlock {
+  const float* data = nullptr;
+  int64_t dim = 0;
+  int64_t slot_offset = 0;
+};
+
+// Non-owning view of a batch. Sparse features of all groups are in one CSR
+// structure whose columns are "slots": positions in the concatenated weight
+// vector of the batch (sparse groups first, then dense groups).
+struct ExamplesView {
+  int64_t num_examples = 0;
+  const int64_t* row_ptr = nullptr;  // [num_examples + 1]
+  const uint32_t* slots = nullptr;   // [row_ptr[num_examples]]
+  const float* values = nullptr;     // same length; nullptr means all 1.0
+  std::vector<DenseBlock> dense;
+  const double* labels = nullptr;         // converted by the loss
+  const float* weights = nullptr;         // example weights >= 0
+  const double* squared_norms = nullptr;  // |x_i|^2
+};
+
+enum class VisitOrder { kPermutation, kUniform, kCyclic, kAdaptive };
+
+bool ParseVisitOrder(const char* name, VisitOrder* order);
+
+struct SolverOptions {
+  const DualLossUpdater* loss = nullptr;
+  double l1 = 0.0;
+  double l2 = 1.0;
+  int num_loss_partitions = 1;
+  int num_inner_iterations = 1;
+  VisitOrder order = VisitOrder::kPermutation;
+  uint64_t seed = 0;
+  int num_shards = 1;
+};
+
+// Runs fn(k) for every k in [0, n), possibly concurrently.
+using ParallelFor =
+    std::function<void(int64_t n, const std::function<void(int64_t)>& fn)>;
+
+// A ParallelFor on std::thread, for use outside TensorFlow.
+ParallelFor StdThreadParallelFor(int num_threads);
+
+struct SolverState {
+  double* duals = nullptr;          // [num_examples], read and updated
+  double* primal_losses = nullptr;  // [num_examples] out: s_i phi_i(x_i.w0)
+  double* dual_losses = nullptr;    // [num_examples] out: s_i phi_i*(-a_i)
+  double* delta = nullptr;          // [num_slots] out: change of the
+                                    // unshrunk weights
+};
+
+// `w0` are the unshrunk weights of the batch's slots (length num_slots).
+void Solve(const SolverOptions& options, const ExamplesView& examples,
+           const double* w0, int64_t num_slots, SolverState* state,
+           const ParallelFor& parallel_for);
+
+// Soft thresholding used for L1: sign(w) max(|w| - l1 / l2, 0).
+inline double ShrinkL1(double w, double shrinkage) {
+  if (w > shrinkage) return w - shrinkage;
+  if (w < -shrinkage) return w + shrinkage;
+  return 0.0;
+}
+
+}  // namespace tf_sdca
+
+#endif  // TF_SDCA_KERNELS_CORE_SOLVER_H_

@@ -1,0 +1,565 @@
+// CPU kernels of TfSdca>Optimizer, TfSdca>ShrinkL1 and TfSdca>Fprint.
+//
+// The optimizer kernel validates every input (reporting the argument, the
+// position and the bad value), turns the batch into one compact CSR layout
+// over "slots" (positions in the batch's concatenated weights), and hands it
+// to the TensorFlow-independent solver in kernels/core/.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kernels/core/fingerprint.h"
+#include "kernels/core/loss.h"
+#include "kernels/core/random.h"
+#include "kernels/core/solver.h"
+#include "kernels/kernels/feature_index_map.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/lib/core/errors.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+namespace tf_sdca {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpInputList;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::OpOutputList;
+using ::tensorflow::Status;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::errors::InvalidArgument;
+
+namespace {
+
+// Below this many examples per shard, splitting a batch costs more in
+// convergence (sigma grows with the shard count) than it gains in time.
+constexpr int64_t kMinExamplesPerShard = 1024;
+
+Status CheckRank(const Tensor& t, int rank, const std::string& name) {
+  if (t.dims() != rank) {
+    return InvalidArgument(name, " must have rank ", rank, ", got shape ",
+                           t.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+Status CheckFinite(const float* v, int64_t n, const std::string& name) {
+  for (int64_t k = 0; k < n; ++k) {
+    if (!std::isfinite(v[k])) {
+      return InvalidArgument(name, "[", k, "] = ", v[k], " must be finite");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The batch in the solver's layout, owning its arrays.
+struct Batch {
+  int64_t num_examples = 0;
+  int64_t num_sparse_slots = 0;
+  int64_t num_slots = 0;
+  std::vector<int64_t> row_ptr;
+  std::vector<uint32_t> slots;
+  std::vector<float> values;  // empty when every value is 1.0
+  std::vector<DenseBlock> dense;
+  std::vector<double> labels;
+  std::vector<double> squared_norms;
+  std::vector<double> w0;
+  std::vector<int64_t> sparse_offsets;  // first slot of each sparse group
+};
+
+class OptimizerOp : public OpKernel {
+ public:
+  explicit OptimizerOp(OpKernelConstruction* context) : OpKernel(context) {
+    std::string loss_type, order;
+    OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type));
+    OP_REQUIRES(context, ParseLossType(loss_type, &loss_type_),
+                InvalidArgument("unknown loss_type ", loss_type));
+    bool adaptive;
+    OP_REQUIRES_OK(context, context->GetAttr("adaptive", &adaptive));
+    OP_REQUIRES_OK(context, context->GetAttr("visit_order", &order));
+    OP_REQUIRES(context, ParseVisitOrder(order.c_str(), &options_.order),
+                InvalidArgument("unknown visit_order ", order));
+    if (adaptive) options_.order = VisitOrder::kAdaptive;
+    OP_REQUIRES_OK(context,
+                   context->GetAttr("num_sparse_features", &num_sparse_));
+    OP_REQUIRES_OK(context, context->GetAttr("num_sparse_features_with_values",
+                                             &num_with_values_));
+    OP_REQUIRES_OK(context, context->GetAttr("num_dense_features", &num_dense_));
+    OP_REQUIRES(context, num_with_values_ <= num_sparse_,
+                InvalidArgument("num_sparse_features_with_values (",
+                                num_with_values_,
+                                ") must be <= num_sparse_features (",
+                                num_sparse_, ")"));
+    float l1, l2, gamma;
+    OP_REQUIRES_OK(context, context->GetAttr("l1", &l1));
+    OP_REQUIRES_OK(context, context->GetAttr("l2", &l2));
+    OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma));
+    OP_REQUIRES(context, std::isfinite(l1) && l1 >= 0,
+                InvalidArgument("l1 = ", l1, " must be >= 0"));
+    OP_REQUIRES(context, std::isfinite(l2) && l2 > 0,
+                InvalidArgument("l2 = ", l2, " must be > 0"));
+    OP_REQUIRES(context, std::isfinite(gamma) && gamma > 0,
+                InvalidArgument("gamma = ", gamma, " must be > 0"));
+    options_.l1 = l1;
+    options_.l2 = l2;
+    OP_REQUIRES_OK(context, context->GetAttr("num_loss_partitions",
+                                             &options_.num_loss_partitions));
+    OP_REQUIRES_OK(context, context->GetAttr("num_inner_iterations",
+                                             &options_.num_inner_iterations));
+    int64_t seed;
+    OP_REQUIRES_OK(context, context->GetAttr("seed", &seed));
+    seed_ = static_cast<uint64_t>(seed);
+    OP_REQUIRES_OK(context, context->GetAttr("num_threads", &num_threads_));
+    loss_ = MakeLossUpdater(loss_type_, gamma);
+    options_.loss = loss_.get();
+  }
+
+  void Compute(OpKernelContext* context) override {
+    Batch batch;
+    std::vector<double> duals;
+    OP_REQUIRES_OK(context, ReadExamples(context, &batch, &duals));
+    OP_REQUIRES_OK(context, ReadSparse(context, &batch));
+    OP_REQUIRES_OK(context, ReadDense(context, &batch));
+    ComputeSquaredNorms(&batch);
+
+    const int64_t n = batch.num_examples;
+    ExamplesView view;
+    view.num_examples = n;
+    view.row_ptr = batch.row_ptr.data();
+    view.slots = batch.slots.data();
+    view.values = batch.values.empty() ? nullptr : batch.values.data();
+    view.dense = batch.dense;
+    view.labels = batch.labels.data();
+    view.weights = context->input(WeightsIndex()).flat<float>().data();
+    view.squared_norms = batch.squared_norms.data();
+
+    auto* workers = context->device()->tensorflow_cpu_worker_threads();
+    SolverOptions options = options_;
+    const int64_t threads =
+        num_threads_ > 0 ? num_threads_ : workers->num_threads;
+    options.num_shards = static_cast<int>(std::max<int64_t>(
+        1, std::min<int64_t>(threads, n / kMinExamplesPerShard)));
+    // The order is a function of the attr seed and of the incoming duals, so
+    // that successive calls on the same batch visit it differently while the
+    // op stays a deterministic function of its inputs.
+    uint64_t digest = static_cast<uint64_t>(n);
+    for (const double d : duals) {
+      uint64_t bits;
+      std::memcpy(&bits, &d, sizeof(bits));
+      digest = MixSeed(digest, bits);
+    }
+    options.seed = MixSeed(seed_, digest);
+
+    std::vector<double> primal(n), dual_loss(n), delta(batch.num_slots);
+    SolverState state;
+    state.duals = duals.data();
+    state.primal_losses = primal.data();
+    state.dual_losses = dual_loss.data();
+    state.delta = delta.data();
+    ParallelFor parallel_for =
+        [workers](int64_t count, const std::function<void(int64_t)>& fn) {
+          if (count == 1) {
+            fn(0);
+            return;
+          }
+          workers->workers->ParallelFor(
+              count, /*cost_per_unit=*/1 << 30,
+              [&fn](int64_t begin, int64_t end) {
+                for (int64_t k = begin; k < end; ++k) fn(k);
+              });
+        };
+    Solve(options, view, batch.w0.data(), batch.num_slots, &state,
+          parallel_for);
+
+    // Outputs.
+    Tensor* state_out;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                0, TensorShape({n, 4}), &state_out));
+    auto out = state_out->matrix<float>();
+    const float* weights = view.weights;
+    for (int64_t i = 0; i < n; ++i) {
+      out(i, 0) = static_cast<float>(duals[i]);
+      out(i, 1) = static_cast<float>(primal[i]);
+      out(i, 2) = static_cast<float>(dual_loss[i]);
+      out(i, 3) = weights[i];
+    }
+    OpOutputList sparse_out;
+    OP_REQUIRES_OK(context,
+                   context->output_list("out_delta_sparse_weights", &sparse_out));
+    for (int g = 0; g < num_sparse_; ++g) {
+      const Tensor& w = context->input(SparseWeightsIndex() + g);
+      Tensor* d;
+      OP_REQUIRES_OK(context, sparse_out.allocate(g, w.shape(), &d));
+      float* dst = d->flat<float>().data();
+      const double* src = delta.data() + batch.sparse_offsets[g];
+      for (int64_t k = 0; k < w.NumElements(); ++k) dst[k] = src[k];
+    }
+    OpOutputList dense_out;
+    OP_REQUIRES_OK(context,
+                   context->output_list("out_delta_dense_weights", &dense_out));
+    for (int g = 0; g < num_dense_; ++g) {
+      const Tensor& w = context->input(DenseWeightsIndex() + g);
+      Tensor* d;
+      OP_REQUIRES_OK(context, dense_out.allocate(g, w.shape(), &d));
+      float* dst = d->flat<float>().data();
+      const double* src = delta.data() + batch.dense[g].slot_offset;
+      for (int64_t k = 0; k < w.NumElements(); ++k) dst[k] = src[k];
+    }
+  }
+
+ private:
+  // Input positions, in registration order.
+  int ExampleIndicesIndex() const { return 0; }
+  int FeatureIndicesIndex() const { return num_sparse_; }
+  int FeatureValuesIndex() const { return 2 * num_sparse_; }
+  int DenseFeaturesIndex() const { return 2 * num_sparse_ + num_with_values_; }
+  int WeightsIndex() const { return DenseFeaturesIndex() + num_dense_; }
+  int LabelsIndex() const { return WeightsIndex() + 1; }
+  int SparseIndicesIndex() const { return LabelsIndex() + 1; }
+  int SparseWeightsIndex() const { return SparseIndicesIndex() + num_sparse_; }
+  int DenseWeightsIndex() const { return SparseWeightsIndex() + num_sparse_; }
+  int StateIndex() const { return DenseWeightsIndex() + num_dense_; }
+
+  // Example weights, labels and the incoming duals.
+  Status ReadExamples(OpKernelContext* context, Batch* batch,
+                      std::vector<double>* duals) const {
+    const Tensor& weights = context->input(WeightsIndex());
+    const Tensor& labels = context->input(LabelsIndex());
+    const Tensor& state = context->input(StateIndex());
+    TF_RETURN_IF_ERROR(CheckRank(weights, 1, "example_weights"));
+    TF_RETURN_IF_ERROR(CheckRank(labels, 1, "example_labels"));
+    const int64_t n = weights.dim_size(0);
+    if (labels.dim_size(0) != n) {
+      return InvalidArgument("example_labels has ", labels.dim_size(0),
+                             " entries but example_weights has ", n);
+    }
+    if (state.dims() != 2 || state.dim_size(0) != n || state.dim_size(1) != 4) {
+      return InvalidArgument("example_state_data must have shape [", n,
+                             ", 4], got ", state.shape().DebugString());
+    }
+    batch->num_examples = n;
+    const float* w = weights.flat<float>().data();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!(std::isfinite(w[i]) && w[i] >= 0)) {
+        return InvalidArgument("example_weights[", i, "] = ", w[i],
+                               " must be finite and >= 0");
+      }
+    }
+    const float* y = labels.flat<float>().data();
+    batch->labels.resize(n);
+    std::string why;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!loss_->ConvertLabel(y[i], &batch->labels[i], &why)) {
+        return InvalidArgument("example_labels[", i, "] = ", y[i], " ", why,
+                               " for ", loss_->Name());
+      }
+    }
+    auto s = state.matrix<float>();
+    duals->resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = s(i, 0);
+      if (!std::isfinite(d) || !loss_->DualInDomain(d, batch->labels[i])) {
+        return InvalidArgument("example_state_data[", i, ", 0] = ", d,
+                               " is not a valid dual of ", loss_->Name(),
+                               " for example_labels[", i, "] = ", y[i]);
+      }
+      (*duals)[i] = d;
+    }
+    return absl::OkStatus();
+  }
+
+  // Sparse groups -> CSR over slots, duplicates inside an example merged.
+  Status ReadSparse(OpKernelContext* context, Batch* batch) const {
+    const int64_t n = batch->num_examples;
+    std::vector<std::vector<int64_t>> positions(num_sparse_);
+    batch->sparse_offsets.assign(num_sparse_ + 1, 0);
+    bool any_values = false;
+    int64_t total = 0;
+    for (int g = 0; g < num_sparse_; ++g) {
+      const std::string tag = "[" + std::to_string(g) + "]";
+      const Tensor& ex = context->input(ExampleIndicesIndex() + g);
+      const Tensor& ids = context->input(FeatureIndicesIndex() + g);
+      const Tensor& sp_idx = context->input(SparseIndicesIndex() + g);
+      const Tensor& sp_w = context->input(SparseWeightsIndex() + g);
+      TF_RETURN_IF_ERROR(CheckRank(ex, 1, "sparse_example_indices" + tag));
+      TF_RETURN_IF_ERROR(CheckRank(ids, 1, "sparse_feature_indices" + tag));
+      TF_RETURN_IF_ERROR(CheckRank(sp_idx, 1, "sparse_indices" + tag));
+      TF_RETURN_IF_ERROR(CheckRank(sp_w, 1, "sparse_weights" + tag));
+      const int64_t nnz = ex.dim_size(0);
+      if (ids.dim_size(0) != nnz) {
+        return InvalidArgument("sparse_feature_indices", tag, " has ",
+                               ids.dim_size(0),
+                               " entries but sparse_example_indices", tag,
+                               " has ", nnz);
+      }
+      if (g < num_with_values_) {
+        const Tensor& v = context->input(FeatureValuesIndex() + g);
+        TF_RETURN_IF_ERROR(CheckRank(v, 1, "sparse_feature_values" + tag));
+        if (v.dim_size(0) != nnz) {
+          return InvalidArgument("sparse_feature_values", tag, " has ",
+                                 v.dim_size(0),
+                                 " entries but sparse_example_indices", tag,
+                                 " has ", nnz);
+        }
+        TF_RETURN_IF_ERROR(CheckFinite(v.flat<float>().data(), nnz,
+                                       "sparse_feature_values" + tag));
+        any_values = true;
+      }
+      const int64_t u = sp_idx.dim_size(0);
+      if (sp_w.dim_size(0) != u) {
+        return InvalidArgument("sparse_weights", tag, " has ",
+                               sp_w.dim_size(0), " entries but sparse_indices",
+                               tag, " has ", u);
+      }
+      TF_RETURN_IF_ERROR(
+          CheckFinite(sp_w.flat<float>().data(), u, "sparse_weights" + tag));
+      FeatureIndexMap map;
+      std::string why;
+      if (!map.Build(sp_idx.flat<int64_t>().data(), u, &why)) {
+        return InvalidArgument("sparse_indices", tag, why);
+      }
+      const int64_t* e = ex.flat<int64_t>().data();
+      const int64_t* f = ids.flat<int64_t>().data();
+      positions[g].resize(nnz);
+      for (int64_t k = 0; k < nnz; ++k) {
+        if (e[k] < 0 || e[k] >= n) {
+          return InvalidArgument("sparse_example_indices", tag, "[", k,
+                                 "] = ", e[k], " is outside [0, ", n, ")");
+        }
+        const int64_t pos = map.Find(f[k]);
+        if (pos < 0) {
+          return InvalidArgument("sparse_feature_indices", tag, "[", k,
+                                 "] = ", f[k],
+                                 f[k] < 0 ? " must be >= 0"
+                                          : " is not in sparse_indices" + tag);
+        }
+        positions[g][k] = pos;
+      }
+      batch->sparse_offsets[g + 1] = batch->sparse_offsets[g] + u;
+      total += nnz;
+    }
+    batch->num_sparse_slots = batch->sparse_offsets[num_sparse_];
+    if (batch->num_sparse_slots >= (int64_t{1} << 32)) {
+      return tensorflow::errors::Unimplemented(
+          "more than 2^32 distinct sparse features in one batch");
+    }
+
+    // Counting sort by example: rows need not arrive sorted.
+    batch->row_ptr.assign(n + 1, 0);
+    for (int g = 0; g < num_sparse_; ++g) {
+      const int64_t* e =
+          context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
+      for (size_t k = 0; k < positions[g].size(); ++k) ++batch->row_ptr[e[k] + 1];
+    }
+    for (int64_t i = 0; i < n; ++i) batch->row_ptr[i + 1] += batch->row_ptr[i];
+    batch->slots.resize(total);
+    if (any_values) batch->values.resize(total);
+    std::vector<int64_t> fill(batch->row_ptr.begin(), batch->row_ptr.end() - 1);
+    for (int g = 0; g < num_sparse_; ++g) {
+      const int64_t* e =
+          context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
+      const float* v =
+          g < num_with_values_
+              ? context->input(FeatureValuesIndex() + g).flat<float>().data()
+              : nullptr;
+      const uint32_t offset = static_cast<uint32_t>(batch->sparse_offsets[g]);
+      for (size_t k = 0; k < positions[g].size(); ++k) {
+        const int64_t at = fill[e[k]]++;
+        batch->slots[at] = offset + static_cast<uint32_t>(positions[g][k]);
+        if (any_values) batch->values[at] = v ? v[k] : 1.0f;
+      }
+    }
+    MergeDuplicates(batch);
+
+    batch->w0.resize(batch->num_sparse_slots);
+    for (int g = 0; g < num_sparse_; ++g) {
+      const float* w =
+          context->input(SparseWeightsIndex() + g).flat<float>().data();
+      std::copy(w, w + (batch->sparse_offsets[g + 1] - batch->sparse_offsets[g]),
+                batch->w0.begin() + batch->sparse_offsets[g]);
+    }
+    return absl::OkStatus();
+  }
+
+  // A feature id repeated inside one example means the sum of its values:
+  // |x|^2 and the updates must see one entry. Detection is one stamp per
+  // entry; only rows with a repeat are sorted and merged.
+  static void MergeDuplicates(Batch* batch) {
+    const int64_t n = batch->num_examples;
+    std::vector<int64_t> stamp(batch->num_sparse_slots, -1);
+    std::vector<int64_t> repeated;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t k = batch->row_ptr[i]; k < batch->row_ptr[i + 1]; ++k) {
+        const uint32_t s = batch->slots[k];
+        if (stamp[s] == i) {
+          repeated.push_back(i);
+          break;
+        }
+        stamp[s] = i;
+      }
+    }
+    if (repeated.empty()) return;
+    if (batch->values.empty()) batch->values.assign(batch->slots.size(), 1.0f);
+    std::vector<std::pair<uint32_t, float>> row;
+    int64_t write = 0;
+    size_t next = 0;
+    int64_t start = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t begin = start, end = batch->row_ptr[i + 1];
+      start = end;
+      batch->row_ptr[i] = write;
+      if (next < repeated.size() && repeated[next] == i) {
+        ++next;
+        row.clear();
+        for (int64_t k = begin; k < end; ++k) {
+          row.emplace_back(batch->slots[k], batch->values[k]);
+        }
+        std::sort(row.begin(), row.end(),
+                  [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (size_t k = 0; k < row.size(); ++k) {
+          if (k > 0 && row[k].first == row[k - 1].first) {
+            batch->values[write - 1] += row[k].second;
+          } else {
+            batch->slots[write] = row[k].first;
+            batch->values[write] = row[k].second;
+            ++write;
+          }
+        }
+      } else {
+        for (int64_t k = begin; k < end; ++k, ++write) {
+          batch->slots[write] = batch->slots[k];
+          batch->values[write] = batch->values[k];
+        }
+      }
+    }
+    batch->row_ptr[n] = write;
+    batch->slots.resize(write);
+    batch->values.resize(write);
+  }
+
+  Status ReadDense(OpKernelContext* context, Batch* batch) const {
+    const int64_t n = batch->num_examples;
+    int64_t offset = batch->num_sparse_slots;
+    for (int g = 0; g < num_dense_; ++g) {
+      const std::string tag = "[" + std::to_string(g) + "]";
+      const Tensor& x = context->input(DenseFeaturesIndex() + g);
+      const Tensor& w = context->input(DenseWeightsIndex() + g);
+      TF_RETURN_IF_ERROR(CheckRank(x, 2, "dense_features" + tag));
+      if (x.dim_size(0) != n) {
+        return InvalidArgument("dense_features", tag, " has ", x.dim_size(0),
+                               " rows but example_weights has ", n);
+      }
+      const int64_t d = x.dim_size(1);
+      if (w.NumElements() != d) {
+        return InvalidArgument("dense_weights", tag, " has ", w.NumElements(),
+                               " elements but dense_features", tag, " has ", d,
+                               " columns");
+      }
+      TF_RETURN_IF_ERROR(
+          CheckFinite(x.flat<float>().data(), n * d, "dense_features" + tag));
+      TF_RETURN_IF_ERROR(
+          CheckFinite(w.flat<float>().data(), d, "dense_weights" + tag));
+      batch->dense.push_back(DenseBlock{x.flat<float>().data(), d, offset});
+      const float* wd = w.flat<float>().data();
+      batch->w0.insert(batch->w0.end(), wd, wd + d);
+      offset += d;
+    }
+    batch->num_slots = offset;
+    return absl::OkStatus();
+  }
+
+  static void ComputeSquaredNorms(Batch* batch) {
+    const int64_t n = batch->num_examples;
+    batch->squared_norms.assign(n, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      double sq = 0.0;
+      if (batch->values.empty()) {
+        sq = static_cast<double>(batch->row_ptr[i + 1] - batch->row_ptr[i]);
+      } else {
+        for (int64_t k = batch->row_ptr[i]; k < batch->row_ptr[i + 1]; ++k) {
+          sq += static_cast<double>(batch->values[k]) * batch->values[k];
+        }
+      }
+      for (const DenseBlock& block : batch->dense) {
+        const float* row = block.data + i * block.dim;
+        for (int64_t d = 0; d < block.dim; ++d) {
+          sq += static_cast<double>(row[d]) * row[d];
+        }
+      }
+      batch->squared_norms[i] = sq;
+    }
+  }
+
+  LossType loss_type_;
+  std::unique_ptr<DualLossUpdater> loss_;
+  SolverOptions options_;
+  uint64_t seed_ = 0;
+  int num_sparse_ = 0;
+  int num_with_values_ = 0;
+  int num_dense_ = 0;
+  int num_threads_ = 0;
+};
+
+class ShrinkL1Op : public OpKernel {
+ public:
+  explicit ShrinkL1Op(OpKernelConstruction* context) : OpKernel(context) {
+    float l1, l2;
+    OP_REQUIRES_OK(context, context->GetAttr("l1", &l1));
+    OP_REQUIRES_OK(context, context->GetAttr("l2", &l2));
+    OP_REQUIRES(context, std::isfinite(l1) && l1 >= 0,
+                InvalidArgument("l1 = ", l1, " must be >= 0"));
+    OP_REQUIRES(context, std::isfinite(l2) && l2 > 0,
+                InvalidArgument("l2 = ", l2, " must be > 0"));
+    shrinkage_ = static_cast<double>(l1) / l2;
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& in = context->input(0);
+    Tensor* out;
+    OP_REQUIRES_OK(context, context->allocate_output(0, in.shape(), &out));
+    const float* src = in.flat<float>().data();
+    float* dst = out->flat<float>().data();
+    for (int64_t k = 0; k < in.NumElements(); ++k) {
+      dst[k] = static_cast<float>(ShrinkL1(src[k], shrinkage_));
+    }
+  }
+
+ private:
+  double shrinkage_;
+};
+
+class FprintOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& in = context->input(0);
+    OP_REQUIRES_OK(context, CheckRank(in, 1, "input"));
+    const int64_t n = in.dim_size(0);
+    Tensor* out;
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(0, TensorShape({n, 2}), &out));
+    auto src = in.flat<tensorflow::tstring>();
+    auto dst = out->matrix<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const Fingerprint128 fp = Fingerprint(src(i).data(), src(i).size());
+      dst(i, 0) = static_cast<int64_t>(fp.low);
+      dst(i, 1) = static_cast<int64_t>(fp.high);
+    }
+  }
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("TfSdca>Optimizer").Device(DEVICE_CPU),
+                        OptimizerOp);
+REGISTER_KERNEL_BUILDER(Name("TfSdca>ShrinkL1").Device(DEVICE_CPU), ShrinkL1Op);
+REGISTER_KERNEL_BUILDER(Name("TfSdca>Fprint").Device(DEVICE_CPU), FprintOp);
+
+}  // namespace tf_sdca

@@ -1,0 +1,191 @@
+// Registration and shape functions of tf_sdca's ops. Kernels live in
+// kernels/kernels/; the solver they call is in kernels/core/.
+//
+// Names carry the "TfSdca>" prefix: TensorFlow itself registers
+// SdcaOptimizer, SdcaOptimizerV2, SdcaShrinkL1 and SdcaFprint.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tf_sdca {
+
+using ::tensorflow::Status;
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+// Checks ranks, merges the batch dimension of every per-example input and the
+// lengths that must agree, and sets the outputs' shapes.
+Status OptimizerShapeFn(InferenceContext* c) {
+  int64_t num_sparse, num_with_values, num_dense;
+  TF_RETURN_IF_ERROR(c->GetAttr("num_sparse_features", &num_sparse));
+  TF_RETURN_IF_ERROR(
+      c->GetAttr("num_sparse_features_with_values", &num_with_values));
+  TF_RETURN_IF_ERROR(c->GetAttr("num_dense_features", &num_dense));
+  if (num_with_values > num_sparse) {
+    return tensorflow::errors::InvalidArgument(
+        "num_sparse_features_with_values (", num_with_values,
+        ") must be <= num_sparse_features (", num_sparse, ")");
+  }
+  // Input positions, in registration order.
+  const int ex_idx = 0;
+  const int feat_idx = ex_idx + num_sparse;
+  const int feat_val = feat_idx + num_sparse;
+  const int dense_feat = feat_val + num_with_values;
+  const int weights = dense_feat + num_dense;
+  const int labels = weights + 1;
+  const int sp_idx = labels + 1;
+  const int sp_w = sp_idx + num_sparse;
+  const int dense_w = sp_w + num_sparse;
+  const int state = dense_w + num_dense;
+
+  ShapeHandle unused;
+  ShapeHandle vec;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(weights), 1, &vec));
+  DimensionHandle batch = c->Dim(vec, 0);
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(labels), 1, &vec));
+  TF_RETURN_IF_ERROR(c->Merge(batch, c->Dim(vec, 0), &batch));
+  ShapeHandle state_shape;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(state), 2, &state_shape));
+  TF_RETURN_IF_ERROR(c->Merge(batch, c->Dim(state_shape, 0), &batch));
+  DimensionHandle four;
+  TF_RETURN_IF_ERROR(c->WithValue(c->Dim(state_shape, 1), 4, &four));
+
+  for (int g = 0; g < num_sparse; ++g) {
+    ShapeHandle a, b;
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(ex_idx + g), 1, &a));
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(feat_idx + g), 1, &b));
+    TF_RETURN_IF_ERROR(c->Merge(a, b, &a));
+    if (g < num_with_values) {
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(feat_val + g), 1, &b));
+      TF_RETURN_IF_ERROR(c->Merge(a, b, &a));
+    }
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(sp_idx + g), 1, &a));
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(sp_w + g), 1, &b));
+    TF_RETURN_IF_ERROR(c->Merge(a, b, &a));
+    c->set_output(1 + g, c->input(sp_w + g));
+  }
+  for (int g = 0; g < num_dense; ++g) {
+    ShapeHandle features;
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(dense_feat + g), 2, &features));
+    TF_RETURN_IF_ERROR(c->Merge(batch, c->Dim(features, 0), &batch));
+    ShapeHandle w = c->input(dense_w + g);
+    if (c->RankKnown(w) && c->Rank(w) == 1) {
+      DimensionHandle d;
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(features, 1), c->Dim(w, 0), &d));
+    }
+    c->set_output(1 + num_sparse + g, w);
+  }
+  c->set_output(0, c->Matrix(batch, 4));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("TfSdca>Optimizer")
+    .Input("sparse_example_indices: num_sparse_features * int64")
+    .Input("sparse_feature_indices: num_sparse_features * int64")
+    .Input("sparse_feature_values: num_sparse_features_with_values * float")
+    .Input("dense_features: num_dense_features * float")
+    .Input("example_weights: float")
+    .Input("example_labels: float")
+    .Input("sparse_indices: num_sparse_features * int64")
+    .Input("sparse_weights: num_sparse_features * float")
+    .Input("dense_weights: num_dense_features * float")
+    .Input("example_state_data: float")
+    .Output("out_example_state_data: float")
+    .Output("out_delta_sparse_weights: num_sparse_features * float")
+    .Output("out_delta_dense_weights: num_dense_features * float")
+    .Attr(
+        "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
+        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+    .Attr("adaptive: bool = false")
+    .Attr("num_sparse_features: int >= 0")
+    .Attr("num_sparse_features_with_values: int >= 0")
+    .Attr("num_dense_features: int >= 0")
+    .Attr("l1: float")
+    .Attr("l2: float")
+    .Attr("num_loss_partitions: int >= 1 = 1")
+    .Attr("num_inner_iterations: int >= 1 = 1")
+    .Attr("visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} = "
+          "'permutation'")
+    .Attr("seed: int = 0")
+    .Attr("gamma: float = 1.0")
+    .Attr("num_threads: int >= 0 = 0")
+    .SetShapeFn(OptimizerShapeFn)
+    .Doc(R"doc(
+Runs SDCA (stochastic dual coordinate ascent) on one mini-batch.
+
+Minimises sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1 over the batch's
+features, starting from the given weights and per-example duals, and returns
+the new duals and the change of the (unshrunk) weights. The examples are split
+into contiguous shards solved concurrently without shared writes; the shards'
+updates are added (CoCoA+ with sigma = num_loss_partitions * shards).
+
+sparse_example_indices: per sparse group, the example (row) of each entry.
+sparse_feature_indices: per sparse group, the int64 feature id of each entry.
+  Ids repeated inside one example are summed.
+sparse_feature_values: values of the first num_sparse_features_with_values
+  groups; the other groups' values are 1.0.
+dense_features: per dense group, a [batch, d] matrix.
+example_weights: [batch] weights s_i >= 0; weight 0 ignores the example.
+example_labels: [batch] labels; {0, 1} for logistic, hinge and smooth hinge,
+  >= 0 for Poisson, any finite value for squared and absolute loss.
+sparse_indices: per sparse group, the distinct ids whose weights are given.
+sparse_weights: per sparse group, the unshrunk weights of sparse_indices.
+dense_weights: per dense group, the d unshrunk weights.
+example_state_data: [batch, 4]: dual, primal loss, dual loss, example weight.
+out_example_state_data: [batch, 4]: the new dual; the weighted primal loss at
+  the input weights; the weighted dual loss phi*(-dual) at the new dual; the
+  example weight.
+out_delta_sparse_weights: change of each sparse group's weights.
+out_delta_dense_weights: change of each dense group's weights.
+loss_type: the loss.
+adaptive: TensorFlow's flag; true means visit_order = 'adaptive'.
+l1: L1 regularisation (>= 0).
+l2: L2 regularisation (> 0).
+num_loss_partitions: number of solvers whose deltas are added (CoCoA+ sigma).
+num_inner_iterations: passes over the batch in this call.
+visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
+  with replacement), 'cyclic' (row order) or 'adaptive' (importance sampling
+  by the dual residual).
+seed: seed of the visiting order; it is mixed with the input duals so that
+  successive calls differ, and the result is a function of the inputs.
+gamma: smoothing of smooth_hinge_loss (> 0).
+num_threads: shards to solve concurrently; 0 = the CPU device's threads.
+)doc");
+
+REGISTER_OP("TfSdca>ShrinkL1")
+    .Input("weights: float")
+    .Output("shrunk_weights: float")
+    .Attr("l1: float")
+    .Attr("l2: float")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+Soft-thresholds unshrunk SDCA weights: sign(w) * max(|w| - l1 / l2, 0).
+
+weights: unshrunk weights, any shape.
+shrunk_weights: the weights used for prediction.
+l1: L1 regularisation (>= 0).
+l2: L2 regularisation (> 0).
+)doc");
+
+REGISTER_OP("TfSdca>Fprint")
+    .Input("input: string")
+    .Output("output: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle handle;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &handle));
+      c->set_output(0, c->Matrix(c->Dim(handle, 0), 2));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+128-bit fingerprints of example ids, the keys of the per-example dual state.
+
+input: [n] strings.
+output: [n, 2] int64, the two halves of each fingerprint.
+)doc");
+
+}  // namespace tf_sdca

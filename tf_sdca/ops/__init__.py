@@ -1,0 +1,6 @@
+"""tf_sdca's TensorFlow ops."""
+from tf_sdca.ops.sdca_ops import LOSSES
+from tf_sdca.ops.sdca_ops import VISIT_ORDERS
+from tf_sdca.ops.sdca_ops import sdca_fprint
+from tf_sdca.ops.sdca_ops import sdca_optimizer
+from tf_sdca.ops.sdca_ops import sdca_shrink_l1

@@ -1,0 +1,30 @@
+"""Loads the op library once, with a clear message when it is missing."""
+import os
+
+import tensorflow as tf
+
+_LIBRARY = "_sdca_ops.so"
+_BUILT_WITH_TF = "2.21.0"
+_ops = None
+
+
+def load_ops():
+    """Returns the module of generated op wrappers of `_sdca_ops.so`."""
+    global _ops
+    if _ops is None:
+        path = os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), _LIBRARY)
+        if not os.path.exists(path):
+            raise ImportError(
+                f"{path} is missing: build it with `pip install "
+                "--no-build-isolation -e .` (or `python setup.py build_ext "
+                "--inplace`) after installing TensorFlow")
+        try:
+            _ops = tf.load_op_library(path)
+        except tf.errors.NotFoundError as e:
+            raise ImportError(
+                f"{_LIBRARY} does not load into TensorFlow {tf.__version__}; "
+                f"it must be built against the installed TensorFlow (it was "
+                f"written for {_BUILT_WITH_TF}): rebuild with `pip install "
+                f"--no-build-isolation -e .`. Loader said: {e}") from e
+    return _ops

@@ -1,0 +1,205 @@
+"""Python wrappers of tf_sdca's ops.
+
+`sdca_optimizer` takes the inputs of `tf.raw_ops.SdcaOptimizerV2` (so that a
+TensorFlow user recognises them) plus tf_sdca's extras: the visiting order,
+its seed, the smooth-hinge gamma and the thread count.
+"""
+import tensorflow as tf
+
+from tf_sdca.ops._loader import load_ops
+
+LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
+          "poisson_loss", "absolute_loss")
+VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive")
+
+
+def _check_options(loss_type, l1, l2, num_loss_partitions,
+                   num_inner_iterations, visit_order, gamma, num_threads):
+  if loss_type not in LOSSES:
+    raise ValueError(f"loss_type must be one of {LOSSES}, got {loss_type!r}")
+  if visit_order not in VISIT_ORDERS:
+    raise ValueError(
+        f"visit_order must be one of {VISIT_ORDERS}, got {visit_order!r}")
+  if not l1 >= 0:
+    raise ValueError(f"l1 must be >= 0, got {l1}")
+  if not l2 > 0:
+    raise ValueError(f"l2 must be > 0, got {l2}")
+  if not gamma > 0:
+    raise ValueError(f"gamma must be > 0, got {gamma}")
+  if int(num_loss_partitions) < 1:
+    raise ValueError(
+        f"num_loss_partitions must be >= 1, got {num_loss_partitions}")
+  if int(num_inner_iterations) < 1:
+    raise ValueError(
+        f"num_inner_iterations must be >= 1, got {num_inner_iterations}")
+  if int(num_threads) < 0:
+    raise ValueError(f"num_threads must be >= 0, got {num_threads}")
+
+
+def sdca_optimizer(sparse_example_indices,
+                   sparse_feature_indices,
+                   sparse_feature_values,
+                   dense_features,
+                   example_weights,
+                   example_labels,
+                   sparse_indices,
+                   sparse_weights,
+                   dense_weights,
+                   example_state_data,
+                   loss_type,
+                   l1,
+                   l2,
+                   num_loss_partitions=1,
+                   num_inner_iterations=1,
+                   adaptive=False,
+                   visit_order="permutation",
+                   seed=0,
+                   gamma=1.0,
+                   num_threads=0,
+                   name=None):
+  """Runs SDCA on one mini-batch; the inputs of `tf.raw_ops.SdcaOptimizerV2`.
+
+  Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1` over the batch,
+  starting from the given (unshrunk) weights and duals.
+
+  Args:
+    sparse_example_indices: list (one per sparse feature group) of int64
+      vectors: the example of each entry.
+    sparse_feature_indices: list of int64 vectors: the feature id of each
+      entry (ids repeated inside one example are summed).
+    sparse_feature_values: list of float vectors for the first
+      `len(sparse_feature_values)` groups; the other groups' values are 1.
+    dense_features: list of float matrices `[batch, d]`.
+    example_weights: float `[batch]`, >= 0.
+    example_labels: float `[batch]`.
+    sparse_indices: list of int64 vectors: the distinct ids of each group
+      whose weights are passed in `sparse_weights`.
+    sparse_weights: list of float vectors, the unshrunk weights of
+      `sparse_indices`.
+    dense_weights: list of float tensors with `d` elements each.
+    example_state_data: float `[batch, 4]`: dual, primal loss, dual loss,
+      example weight (zeros for unseen examples).
+    loss_type: one of `LOSSES`.
+    l1: L1 regularisation, >= 0.
+    l2: L2 regularisation, > 0.
+    num_loss_partitions: CoCoA+ sigma: how many solvers' deltas are added.
+    num_inner_iterations: passes over the batch.
+    adaptive: TensorFlow's flag; True means `visit_order='adaptive'`.
+    visit_order: one of `VISIT_ORDERS`.
+    seed: seed of the visiting order.
+    gamma: smoothing of `smooth_hinge_loss`.
+    num_threads: shards solved concurrently (0: the CPU device's threads).
+    name: op name.
+
+  Returns:
+    `(out_example_state_data, out_delta_sparse_weights,
+    out_delta_dense_weights)`.
+
+  Raises:
+    ValueError: for a bad option.
+    tf.errors.InvalidArgumentError: for bad data (the message names the
+      argument, the position and the value).
+
+  Example:
+    >>> state, dsw, ddw = sdca_optimizer(
+    ...     [], [], [], [tf.constant([[1.0], [2.0]])], tf.ones([2]),
+    ...     tf.constant([0.0, 1.0]), [], [], [tf.zeros([1])],
+    ...     tf.zeros([2, 4]), loss_type="logistic_loss", l1=0.0, l2=1.0)
+  """
+  _check_options(loss_type, l1, l2, num_loss_partitions, num_inner_iterations,
+                 visit_order, gamma, num_threads)
+  sparse_example_indices = list(sparse_example_indices)
+  sparse_feature_values = list(sparse_feature_values)
+  dense_features = list(dense_features)
+  if len(sparse_feature_values) > len(sparse_example_indices):
+    raise ValueError(
+        f"{len(sparse_feature_values)} sparse_feature_values for "
+        f"{len(sparse_example_indices)} sparse feature groups")
+  for arg, n in (("sparse_feature_indices", sparse_feature_indices),
+                 ("sparse_indices", sparse_indices),
+                 ("sparse_weights", sparse_weights)):
+    if len(n) != len(sparse_example_indices):
+      raise ValueError(f"{arg} has {len(n)} groups but sparse_example_indices "
+                       f"has {len(sparse_example_indices)}")
+  if len(dense_weights) != len(dense_features):
+    raise ValueError(f"dense_weights has {len(dense_weights)} groups but "
+                     f"dense_features has {len(dense_features)}")
+  with tf.name_scope(name or "sdca_optimizer"):
+    return load_ops().tf_sdca_optimizer(
+        sparse_example_indices=[
+            tf.convert_to_tensor(t, tf.int64, name="sparse_example_indices")
+            for t in sparse_example_indices],
+        sparse_feature_indices=[
+            tf.convert_to_tensor(t, tf.int64, name="sparse_feature_indices")
+            for t in sparse_feature_indices],
+        sparse_feature_values=[
+            tf.convert_to_tensor(t, tf.float32, name="sparse_feature_values")
+            for t in sparse_feature_values],
+        dense_features=[
+            tf.convert_to_tensor(t, tf.float32, name="dense_features")
+            for t in dense_features],
+        example_weights=tf.convert_to_tensor(
+            example_weights, tf.float32, name="example_weights"),
+        example_labels=tf.convert_to_tensor(
+            example_labels, tf.float32, name="example_labels"),
+        sparse_indices=[
+            tf.convert_to_tensor(t, tf.int64, name="sparse_indices")
+            for t in sparse_indices],
+        sparse_weights=[
+            tf.convert_to_tensor(t, tf.float32, name="sparse_weights")
+            for t in sparse_weights],
+        dense_weights=[
+            tf.convert_to_tensor(t, tf.float32, name="dense_weights")
+            for t in dense_weights],
+        example_state_data=tf.convert_to_tensor(
+            example_state_data, tf.float32, name="example_state_data"),
+        loss_type=loss_type,
+        adaptive=bool(adaptive),
+        l1=float(l1),
+        l2=float(l2),
+        num_loss_partitions=int(num_loss_partitions),
+        num_inner_iterations=int(num_inner_iterations),
+        visit_order=visit_order,
+        seed=int(seed),
+        gamma=float(gamma),
+        num_threads=int(num_threads))
+
+
+def sdca_shrink_l1(weights, l1, l2, name=None):
+  """Soft-thresholds unshrunk weights: `sign(w) * max(|w| - l1/l2, 0)`.
+
+  Args:
+    weights: float tensor of unshrunk weights.
+    l1: L1 regularisation, >= 0.
+    l2: L2 regularisation, > 0.
+    name: op name.
+
+  Returns:
+    The weights used for prediction, same shape.
+
+  Raises:
+    ValueError: if l1 < 0 or l2 <= 0.
+  """
+  if not l1 >= 0:
+    raise ValueError(f"l1 must be >= 0, got {l1}")
+  if not l2 > 0:
+    raise ValueError(f"l2 must be > 0, got {l2}")
+  with tf.name_scope(name or "sdca_shrink_l1"):
+    return load_ops().tf_sdca_shrink_l1(
+        tf.convert_to_tensor(weights, tf.float32, name="weights"),
+        l1=float(l1), l2=float(l2))
+
+
+def sdca_fprint(example_ids, name=None):
+  """128-bit fingerprints of string example ids, as `[n, 2]` int64.
+
+  Args:
+    example_ids: string vector.
+    name: op name.
+
+  Returns:
+    int64 tensor `[n, 2]`; equal ids give equal rows, in every process.
+  """
+  with tf.name_scope(name or "sdca_fprint"):
+    return load_ops().tf_sdca_fprint(
+        tf.convert_to_tensor(example_ids, tf.string, name="example_ids"))
