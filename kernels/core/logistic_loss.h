@@ -4,9 +4,9 @@
 // (1 - b) log(1 - b), and the coordinate step solves
 //   g(b) = log(b / (1 - b)) + y wx + q (b - b0) = 0,   b0 = y * alpha.
 // g is increasing but log(b / (1 - b)) makes plain Newton in b leave (0, 1).
-// The change of variable b = (1 + tanh x) / 2 turns it into
-//   h(x) = 2x + y wx + q ((1 + tanh x) / 2 - b0),
-//   h'(x) = 2 + q/2 (1 - tanh^2 x) >= 2,
+// The change of variable b = (1 + tanh x) / 2 = sigmoid(2x) turns it into
+//   h(x) = 2x + y wx + q (sigmoid(2x) - b0),
+//   h'(x) = 2 + 2q sigmoid(2x) (1 - sigmoid(2x)) >= 2,
 // which is solved by safeguarded Newton on the bracket that b in (0, 1)
 // implies: 2x in (-y wx - q (1 - b0), -y wx + q b0).
 #ifndef TF_SDCA_KERNELS_CORE_LOGISTIC_LOSS_H_
@@ -41,22 +41,30 @@ class LogisticLossUpdater final : public DualLossUpdater {
     const double ywx = label * wx;
     const double lo = 0.5 * (-ywx - q * (1.0 - b0));
     const double hi = 0.5 * (-ywx + q * b0);
-    double x;
+    double b;
     if (hi - lo <= 0.0) {
-      x = lo;  // q == 0: the root is -y wx / 2 exactly.
+      b = Sigmoid(2.0 * lo);  // q == 0: the root is -y wx / 2 exactly.
     } else {
-      const double start =
-          (b0 > 0.0 && b0 < 1.0) ? std::atanh(2.0 * b0 - 1.0) : 0.5 * (lo + hi);
-      x = SafeguardedNewton(
+      // Start from the root of the linearised condition: logit(b) has slope
+      // >= 4, so b0 - (y wx + logit(b0)) / (q + 4) is a step towards the
+      // root in b that stays well inside (0, 1) after clamping.
+      const double logit0 =
+          (b0 > 0.0 && b0 < 1.0) ? std::log(b0 / (1.0 - b0)) : 0.0;
+      const double guess =
+          std::clamp(b0 - (ywx + logit0) / (q + 4.0), 0.01, 0.99);
+      // h(x) = 2x + y wx + q (sigmoid(2x) - b0): sigmoid(2x) equals
+      // (1 + tanh x) / 2 and costs one exp instead of a tanh.
+      double sig = guess;
+      const double x = SafeguardedNewton(
           [&](double t, double* h, double* dh) {
-            const double th = std::tanh(t);
-            *h = 2.0 * t + ywx + q * (0.5 * (1.0 + th) - b0);
-            *dh = 2.0 + 0.5 * q * (1.0 - th * th);
+            sig = Sigmoid(2.0 * t);
+            *h = 2.0 * t + ywx + q * (sig - b0);
+            *dh = 2.0 + 2.0 * q * sig * (1.0 - sig);
           },
-          lo, hi, start);
+          lo, hi, 0.5 * std::log(guess / (1.0 - guess)));
+      b = Sigmoid(2.0 * x);
     }
-    // b = (1 + tanh x) / 2 = sigmoid(2x), kept strictly inside (0, 1).
-    double b = 1.0 / (1.0 + std::exp(-2.0 * x));
+    // Keep b strictly inside (0, 1), as the dual domain requires.
     b = std::clamp(b, std::numeric_limits<double>::min(),
                    1.0 - std::numeric_limits<double>::epsilon() / 2);
     return b * label;
@@ -80,6 +88,9 @@ class LogisticLossUpdater final : public DualLossUpdater {
   }
 
   double DualStrongConvexity() const final { return 4.0; }
+
+ private:
+  static double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 };
 
 }  // namespace tf_sdca

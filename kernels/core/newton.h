@@ -25,19 +25,18 @@ double SafeguardedNewton(const Fn& fn, double lo, double hi, double x) {
     double h, dh;
     fn(x, &h, &dh);
     if (h == 0.0) return x;
+    const double newton = x - h / dh;
+    // Converged: accept before safeguarding (at convergence the Newton point
+    // may round onto the bracket's edge, which must not trigger bisection).
+    const double tol = kRelTol * (1.0 + std::fabs(x));
+    if (std::fabs(newton - x) <= tol) return newton;
     if (h > 0.0) {
       hi = x;
     } else {
       lo = x;
     }
-    double next = x - h / dh;
-    if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);  // bisection
-    const double step = std::fabs(next - x);
-    x = next;
-    if (step <= kRelTol * (1.0 + std::fabs(x)) ||
-        (hi - lo) <= kRelTol * (1.0 + std::fabs(x))) {
-      break;
-    }
+    x = (newton > lo && newton < hi) ? newton : 0.5 * (lo + hi);
+    if (hi - lo <= tol) break;
   }
   return x;
 }

@@ -65,7 +65,8 @@ ParallelFor StdThreadParallelFor(int num_threads);
 
 struct SolverState {
   double* duals = nullptr;          // [num_examples], read and updated
-  double* primal_losses = nullptr;  // [num_examples] out: s_i phi_i(x_i.w0)
+  double* primal_losses = nullptr;  // [num_examples] out: s_i phi_i(x_i.w)
+                                    // at the example's last visit
   double* dual_losses = nullptr;    // [num_examples] out: s_i phi_i*(-a_i)
   double* delta = nullptr;          // [num_slots] out: change of the
                                     // unshrunk weights

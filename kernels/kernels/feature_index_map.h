@@ -16,7 +16,8 @@ namespace tf_sdca {
 class FeatureIndexMap {
  public:
   // Builds the map; returns false with *error naming the first negative or
-  // repeated id (as "[k] = id ...").
+  // repeated id (as "[k] = id ..."). Positions must fit in int32 (the
+  // caller limits a batch to 2^32 slots in all; one group to 2^31).
   bool Build(const int64_t* ids, int64_t n, std::string* error);
 
   // Position of `id`, or -1.
@@ -46,12 +47,16 @@ class FeatureIndexMap {
 
   bool direct_ = false;
   uint64_t mask_ = 0;
-  std::vector<int64_t> table_;  // position, -1 = empty
+  std::vector<int32_t> table_;  // position, -1 = empty
   std::vector<int64_t> keys_;
 };
 
 inline bool FeatureIndexMap::Build(const int64_t* ids, int64_t n,
                                    std::string* error) {
+  if (n >= (int64_t{1} << 31)) {
+    *error = " has " + std::to_string(n) + " ids; at most 2^31 - 1 supported";
+    return false;
+  }
   int64_t max_id = -1;
   for (int64_t k = 0; k < n; ++k) {
     if (ids[k] < 0) {
@@ -73,7 +78,7 @@ inline bool FeatureIndexMap::Build(const int64_t* ids, int64_t n,
     table_.assign(max_id + 1, -1);
     for (int64_t k = 0; k < n; ++k) {
       if (table_[ids[k]] >= 0) return duplicate(k, table_[ids[k]]);
-      table_[ids[k]] = k;
+      table_[ids[k]] = static_cast<int32_t>(k);
     }
     return true;
   }
@@ -88,7 +93,7 @@ inline bool FeatureIndexMap::Build(const int64_t* ids, int64_t n,
       if (keys_[h] == ids[k]) return duplicate(k, table_[h]);
       h = (h + 1) & mask_;
     }
-    table_[h] = k;
+    table_[h] = static_cast<int32_t>(k);
     keys_[h] = ids[k];
   }
   return true;

@@ -5,6 +5,7 @@
 // over "slots" (positions in the batch's concatenated weights), and hands it
 // to the TensorFlow-independent solver in kernels/core/.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/errors.h"
+#include "tensorflow/core/platform/logging.h"
 #include "tensorflow/core/platform/threadpool.h"
 
 namespace tf_sdca {
@@ -121,10 +123,33 @@ class OptimizerOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* context) override {
+    // Phase timings for `TF_CPP_MAX_VLOG_LEVEL=1` (where the time goes).
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    auto* workers = context->device()->tensorflow_cpu_worker_threads();
+    ParallelFor parallel_for =
+        [workers](int64_t count, const std::function<void(int64_t)>& fn) {
+          if (count == 1) {
+            fn(0);
+            return;
+          }
+          workers->workers->ParallelFor(
+              count, /*cost_per_unit=*/1 << 30,
+              [&fn](int64_t begin, int64_t end) {
+                for (int64_t k = begin; k < end; ++k) fn(k);
+              });
+        };
+    const int64_t threads =
+        num_threads_ > 0 ? num_threads_ : workers->num_threads;
     Batch batch;
     std::vector<double> duals;
     OP_REQUIRES_OK(context, ReadExamples(context, &batch, &duals));
-    OP_REQUIRES_OK(context, ReadSparse(context, &batch));
+    const auto t1 = Clock::now();
+    OP_REQUIRES_OK(context, ReadSparse(context, threads, parallel_for, &batch));
+    const auto t2 = Clock::now();
     OP_REQUIRES_OK(context, ReadDense(context, &batch));
     ComputeSquaredNorms(&batch);
 
@@ -139,10 +164,7 @@ class OptimizerOp : public OpKernel {
     view.weights = context->input(WeightsIndex()).flat<float>().data();
     view.squared_norms = batch.squared_norms.data();
 
-    auto* workers = context->device()->tensorflow_cpu_worker_threads();
     SolverOptions options = options_;
-    const int64_t threads =
-        num_threads_ > 0 ? num_threads_ : workers->num_threads;
     options.num_shards = static_cast<int>(std::max<int64_t>(
         1, std::min<int64_t>(threads, n / kMinExamplesPerShard)));
     // The order is a function of the attr seed and of the incoming duals, so
@@ -162,20 +184,10 @@ class OptimizerOp : public OpKernel {
     state.primal_losses = primal.data();
     state.dual_losses = dual_loss.data();
     state.delta = delta.data();
-    ParallelFor parallel_for =
-        [workers](int64_t count, const std::function<void(int64_t)>& fn) {
-          if (count == 1) {
-            fn(0);
-            return;
-          }
-          workers->workers->ParallelFor(
-              count, /*cost_per_unit=*/1 << 30,
-              [&fn](int64_t begin, int64_t end) {
-                for (int64_t k = begin; k < end; ++k) fn(k);
-              });
-        };
+    const auto t3 = Clock::now();
     Solve(options, view, batch.w0.data(), batch.num_slots, &state,
           parallel_for);
+    const auto t4 = Clock::now();
 
     // Outputs.
     Tensor* state_out;
@@ -211,6 +223,12 @@ class OptimizerOp : public OpKernel {
       const double* src = delta.data() + batch.dense[g].slot_offset;
       for (int64_t k = 0; k < w.NumElements(); ++k) dst[k] = src[k];
     }
+    VLOG(1) << "TfSdca>Optimizer " << n << " examples, "
+            << batch.slots.size() << " sparse entries, " << batch.num_slots
+            << " slots, " << options.num_shards << " shards; ms: examples "
+            << ms(t0, t1) << ", sparse " << ms(t1, t2) << ", dense+norms "
+            << ms(t2, t3) << ", solve " << ms(t3, t4) << ", outputs "
+            << ms(t4, Clock::now());
   }
 
  private:
@@ -275,11 +293,16 @@ class OptimizerOp : public OpKernel {
   }
 
   // Sparse groups -> CSR over slots, duplicates inside an example merged.
-  Status ReadSparse(OpKernelContext* context, Batch* batch) const {
+  // Mapping ids to slots (one table read per entry) is split into chunks run
+  // in parallel; each chunk keeps its first error so that the reported one
+  // is the first in input order.
+  Status ReadSparse(OpKernelContext* context, int64_t threads,
+                    const ParallelFor& parallel_for, Batch* batch) const {
     const int64_t n = batch->num_examples;
-    std::vector<std::vector<int64_t>> positions(num_sparse_);
+    std::vector<std::vector<uint32_t>> slots_of(num_sparse_);
     batch->sparse_offsets.assign(num_sparse_ + 1, 0);
     bool any_values = false;
+    bool all_sorted = true;
     int64_t total = 0;
     for (int g = 0; g < num_sparse_; ++g) {
       const std::string tag = "[" + std::to_string(g) + "]";
@@ -319,6 +342,11 @@ class OptimizerOp : public OpKernel {
       }
       TF_RETURN_IF_ERROR(
           CheckFinite(sp_w.flat<float>().data(), u, "sparse_weights" + tag));
+      batch->sparse_offsets[g + 1] = batch->sparse_offsets[g] + u;
+      if (batch->sparse_offsets[g + 1] >= (int64_t{1} << 32)) {
+        return tensorflow::errors::Unimplemented(
+            "more than 2^32 distinct sparse features in one batch");
+      }
       FeatureIndexMap map;
       std::string why;
       if (!map.Build(sp_idx.flat<int64_t>().data(), u, &why)) {
@@ -326,56 +354,73 @@ class OptimizerOp : public OpKernel {
       }
       const int64_t* e = ex.flat<int64_t>().data();
       const int64_t* f = ids.flat<int64_t>().data();
-      positions[g].resize(nnz);
-      for (int64_t k = 0; k < nnz; ++k) {
-        if (e[k] < 0 || e[k] >= n) {
-          return InvalidArgument("sparse_example_indices", tag, "[", k,
-                                 "] = ", e[k], " is outside [0, ", n, ")");
+      const uint32_t offset = static_cast<uint32_t>(batch->sparse_offsets[g]);
+      std::vector<uint32_t>& out = slots_of[g];
+      out.resize(nnz);
+      const int64_t chunks =
+          std::max<int64_t>(1, std::min<int64_t>(threads, nnz / 65536));
+      std::vector<Status> errors(chunks);
+      std::vector<char> sorted(chunks, 1);
+      parallel_for(chunks, [&](int64_t c) {
+        const int64_t lo = nnz * c / chunks, hi = nnz * (c + 1) / chunks;
+        int64_t prev = lo > 0 ? e[lo - 1] : 0;
+        for (int64_t k = lo; k < hi; ++k) {
+          if (e[k] < 0 || e[k] >= n) {
+            errors[c] = InvalidArgument("sparse_example_indices", tag, "[", k,
+                                        "] = ", e[k], " is outside [0, ", n,
+                                        ")");
+            return;
+          }
+          if (e[k] < prev) sorted[c] = 0;
+          prev = e[k];
+          const int64_t pos = map.Find(f[k]);
+          if (pos < 0) {
+            errors[c] = InvalidArgument(
+                "sparse_feature_indices", tag, "[", k, "] = ", f[k],
+                f[k] < 0 ? " must be >= 0" : " is not in sparse_indices" + tag);
+            return;
+          }
+          out[k] = offset + static_cast<uint32_t>(pos);
         }
-        const int64_t pos = map.Find(f[k]);
-        if (pos < 0) {
-          return InvalidArgument("sparse_feature_indices", tag, "[", k,
-                                 "] = ", f[k],
-                                 f[k] < 0 ? " must be >= 0"
-                                          : " is not in sparse_indices" + tag);
-        }
-        positions[g][k] = pos;
-      }
-      batch->sparse_offsets[g + 1] = batch->sparse_offsets[g] + u;
+      });
+      for (const Status& status : errors) TF_RETURN_IF_ERROR(status);
+      for (const char ok : sorted) all_sorted = all_sorted && ok;
       total += nnz;
     }
     batch->num_sparse_slots = batch->sparse_offsets[num_sparse_];
-    if (batch->num_sparse_slots >= (int64_t{1} << 32)) {
-      return tensorflow::errors::Unimplemented(
-          "more than 2^32 distinct sparse features in one batch");
-    }
 
-    // Counting sort by example: rows need not arrive sorted.
+    // Rows: entries of one example must be contiguous. One sorted group is
+    // already a CSR; otherwise a counting sort by example.
     batch->row_ptr.assign(n + 1, 0);
     for (int g = 0; g < num_sparse_; ++g) {
       const int64_t* e =
           context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
-      for (size_t k = 0; k < positions[g].size(); ++k) ++batch->row_ptr[e[k] + 1];
+      for (size_t k = 0; k < slots_of[g].size(); ++k) ++batch->row_ptr[e[k] + 1];
     }
     for (int64_t i = 0; i < n; ++i) batch->row_ptr[i + 1] += batch->row_ptr[i];
-    batch->slots.resize(total);
-    if (any_values) batch->values.resize(total);
-    std::vector<int64_t> fill(batch->row_ptr.begin(), batch->row_ptr.end() - 1);
-    for (int g = 0; g < num_sparse_; ++g) {
-      const int64_t* e =
-          context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
-      const float* v =
-          g < num_with_values_
-              ? context->input(FeatureValuesIndex() + g).flat<float>().data()
-              : nullptr;
-      const uint32_t offset = static_cast<uint32_t>(batch->sparse_offsets[g]);
-      for (size_t k = 0; k < positions[g].size(); ++k) {
-        const int64_t at = fill[e[k]]++;
-        batch->slots[at] = offset + static_cast<uint32_t>(positions[g][k]);
-        if (any_values) batch->values[at] = v ? v[k] : 1.0f;
+    if (num_sparse_ == 1 && all_sorted && !any_values) {
+      batch->slots = std::move(slots_of[0]);
+    } else {
+      batch->slots.resize(total);
+      if (any_values) batch->values.resize(total);
+      std::vector<int64_t> fill(batch->row_ptr.begin(),
+                                batch->row_ptr.end() - 1);
+      for (int g = 0; g < num_sparse_; ++g) {
+        const int64_t* e =
+            context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
+        const float* v =
+            g < num_with_values_
+                ? context->input(FeatureValuesIndex() + g).flat<float>().data()
+                : nullptr;
+        for (size_t k = 0; k < slots_of[g].size(); ++k) {
+          const int64_t at = fill[e[k]]++;
+          batch->slots[at] = slots_of[g][k];
+          if (any_values) batch->values[at] = v ? v[k] : 1.0f;
+        }
+        std::vector<uint32_t>().swap(slots_of[g]);
       }
     }
-    MergeDuplicates(batch);
+    MergeDuplicates(threads, parallel_for, batch);
 
     batch->w0.resize(batch->num_sparse_slots);
     for (int g = 0; g < num_sparse_; ++g) {
@@ -390,20 +435,29 @@ class OptimizerOp : public OpKernel {
   // A feature id repeated inside one example means the sum of its values:
   // |x|^2 and the updates must see one entry. Detection is one stamp per
   // entry; only rows with a repeat are sorted and merged.
-  static void MergeDuplicates(Batch* batch) {
+  static void MergeDuplicates(int64_t threads, const ParallelFor& parallel_for,
+                              Batch* batch) {
     const int64_t n = batch->num_examples;
-    std::vector<int64_t> stamp(batch->num_sparse_slots, -1);
-    std::vector<int64_t> repeated;
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t k = batch->row_ptr[i]; k < batch->row_ptr[i + 1]; ++k) {
-        const uint32_t s = batch->slots[k];
-        if (stamp[s] == i) {
-          repeated.push_back(i);
-          break;
+    const int64_t chunks =
+        std::max<int64_t>(1, std::min<int64_t>(threads, n / 16384));
+    std::vector<std::vector<int64_t>> repeated_in(chunks);
+    parallel_for(chunks, [&](int64_t c) {
+      // stamp[slot] = 1 + the last example (of this chunk) that used it.
+      std::vector<uint32_t> stamp(batch->num_sparse_slots, 0);
+      for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
+        const uint32_t mark = static_cast<uint32_t>(i + 1);
+        for (int64_t k = batch->row_ptr[i]; k < batch->row_ptr[i + 1]; ++k) {
+          const uint32_t s = batch->slots[k];
+          if (stamp[s] == mark) {
+            repeated_in[c].push_back(i);
+            break;
+          }
+          stamp[s] = mark;
         }
-        stamp[s] = i;
       }
-    }
+    });
+    std::vector<int64_t> repeated;
+    for (const auto& r : repeated_in) repeated.insert(repeated.end(), r.begin(), r.end());
     if (repeated.empty()) return;
     if (batch->values.empty()) batch->values.assign(batch->slots.size(), 1.0f);
     std::vector<std::pair<uint32_t, float>> row;

@@ -138,8 +138,9 @@ sparse_weights: per sparse group, the unshrunk weights of sparse_indices.
 dense_weights: per dense group, the d unshrunk weights.
 example_state_data: [batch, 4]: dual, primal loss, dual loss, example weight.
 out_example_state_data: [batch, 4]: the new dual; the weighted primal loss at
-  the input weights; the weighted dual loss phi*(-dual) at the new dual; the
-  example weight.
+  the weights the example's last visit saw (the input weights for a single
+  pass over a one-example batch, as in TensorFlow); the weighted dual loss
+  phi*(-dual) at the new dual; the example weight.
 out_delta_sparse_weights: change of each sparse group's weights.
 out_delta_dense_weights: change of each dense group's weights.
 loss_type: the loss.
