@@ -88,5 +88,6 @@ setup(
     # The .so is tied to the C++ ABI of the TensorFlow it was built with.
     install_requires=[f"tensorflow=={TF_VERSION}", "numpy"],
     extras_require={"test": ["pytest", "scipy", "scikit-learn"]},
+    entry_points={"console_scripts": ["tf-sdca = tf_sdca.cli:main"]},
     zip_safe=False,
 )
