@@ -88,7 +88,23 @@ class PackedRows {
     squared_norms_.resize(n);
     duals_.resize(n);
     primal_losses_.resize(n);
+    constexpr int64_t kAhead = 8;  // rows in flight
     for (int64_t k = 0; k < n; ++k) {
+      if (k + kAhead < n) {
+        const int64_t j = order[k + kAhead];
+        __builtin_prefetch(ex.slots + ex.row_ptr[j]);
+        __builtin_prefetch(ex.slots + ex.row_ptr[j + 1] - 1);
+        if (ex.values != nullptr) __builtin_prefetch(ex.values + ex.row_ptr[j]);
+        for (const DenseBlock& block : ex.dense) {
+          __builtin_prefetch(block.data + j * block.dim);
+          __builtin_prefetch(block.data + (j + 1) * block.dim - 1);
+        }
+        __builtin_prefetch(ex.labels + j);
+        __builtin_prefetch(ex.weights + j);
+        __builtin_prefetch(ex.squared_norms + j);
+        __builtin_prefetch(state.duals + j);
+      }
+      if (k + 2 * kAhead < n) __builtin_prefetch(ex.row_ptr + order[k + 2 * kAhead]);
       const int64_t i = order[k];
       const int64_t from = ex.row_ptr[i], to = row_ptr_[k];
       const int64_t len = ex.row_ptr[i + 1] - from;
@@ -105,7 +121,7 @@ class PackedRows {
       weights_[k] = ex.weights[i];
       squared_norms_[k] = ex.squared_norms[i];
       duals_[k] = state.duals[i];
-      primal_losses_[k] = state.primal_losses[i];
+      primal_losses_[k] = std::numeric_limits<double>::quiet_NaN();
     }
     rows_.row_ptr = row_ptr_.data();
     rows_.slots = slots_.data();
