@@ -64,9 +64,12 @@ class LogisticLossUpdater final : public DualLossUpdater {
           lo, hi, 0.5 * std::log(guess / (1.0 - guess)));
       b = Sigmoid(2.0 * x);
     }
-    // Keep b strictly inside (0, 1), as the dual domain requires.
-    b = std::clamp(b, std::numeric_limits<double>::min(),
-                   1.0 - std::numeric_limits<double>::epsilon() / 2);
+    // Keep b strictly inside (0, 1), as the dual domain requires, also
+    // after the caller rounds the dual to float32 for the state tensor: the
+    // bounds are the float32 values next to 0 and 1.
+    b = std::clamp(b, static_cast<double>(std::numeric_limits<float>::min()),
+                   1.0 - static_cast<double>(
+                             std::numeric_limits<float>::epsilon()) / 2);
     return b * label;
   }
 

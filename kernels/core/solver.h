@@ -2,12 +2,13 @@
 //
 // The batch is split into `num_shards` contiguous shards solved concurrently.
 // Each shard owns a private copy of the weights and adds its own updates to
-// it, so no two threads ever write the same memory (no Hogwild races; clean
-// under ThreadSanitizer). The shards' updates are summed at the end, which is
-// CoCoA+ "adding" with sigma' = num_loss_partitions * num_shards: every
-// local subproblem is solved against w + sigma' * (local delta), which keeps
-// the summed step safe and the method convergent to the same optimum. The
-// result depends only on the inputs, the seed and the number of shards.
+// it, so no two threads ever write the same memory at the same time (no
+// Hogwild races; clean under ThreadSanitizer). Every few examples the shards
+// meet at a barrier where their changes are added (CoCoA+ "adding" with
+// sigma' = num_loss_partitions * num_shards: between merges each shard solves
+// against w + sigma' * (its change), which keeps the summed step safe) and
+// every shard continues from the merged weights. The result depends only on
+// the inputs, the seed and the number of shards.
 #ifndef TF_SDCA_KERNELS_CORE_SOLVER_H_
 #define TF_SDCA_KERNELS_CORE_SOLVER_H_
 
@@ -56,7 +57,9 @@ struct SolverOptions {
   int num_shards = 1;
 };
 
-// Runs fn(k) for every k in [0, n), possibly concurrently.
+// Runs fn(k) for every k in [0, n). When Solve uses more than one shard the
+// n calls must run concurrently (the shards meet at a barrier every round):
+// StdThreadParallelFor(n) guarantees that.
 using ParallelFor =
     std::function<void(int64_t n, const std::function<void(int64_t)>& fn)>;
 

@@ -185,8 +185,12 @@ class OptimizerOp : public OpKernel {
     state.dual_losses = dual_loss.data();
     state.delta = delta.data();
     const auto t3 = Clock::now();
+    // The shards synchronise every few examples, so they need threads that
+    // are guaranteed to run at the same time: TensorFlow's pool may queue
+    // tasks behind others (or run them inline), which a barrier cannot
+    // tolerate. One short-lived thread per extra shard costs ~20 us a call.
     Solve(options, view, batch.w0.data(), batch.num_slots, &state,
-          parallel_for);
+          StdThreadParallelFor(options.num_shards));
     const auto t4 = Clock::now();
 
     // Outputs.
