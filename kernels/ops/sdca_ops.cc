@@ -7,6 +7,8 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
+#include <string>
+
 namespace tf_sdca {
 
 using ::tensorflow::Status;
@@ -15,6 +17,34 @@ using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
 namespace {
+
+std::string Tag(const char* name, int g) {
+  return std::string(name) + "[" + std::to_string(g) + "]";
+}
+
+// Merge and WithRank whose errors name the arguments involved.
+Status MergeNamed(InferenceContext* c, DimensionHandle a, DimensionHandle b,
+                  const std::string& name_a, const std::string& name_b,
+                  DimensionHandle* out) {
+  Status s = c->Merge(a, b, out);
+  if (!s.ok()) {
+    return tensorflow::errors::InvalidArgument(
+        name_a, " has ", c->DebugString(a), " entries but ", name_b, " has ",
+        c->DebugString(b));
+  }
+  return s;
+}
+
+Status RankNamed(InferenceContext* c, int input, int rank,
+                 const std::string& name, ShapeHandle* out) {
+  Status s = c->WithRank(c->input(input), rank, out);
+  if (!s.ok()) {
+    return tensorflow::errors::InvalidArgument(
+        name, " must have rank ", rank, ", got shape ",
+        c->DebugString(c->input(input)));
+  }
+  return s;
+}
 
 // Checks ranks, merges the batch dimension of every per-example input and the
 // lengths that must agree, and sets the outputs' shapes.
@@ -41,40 +71,64 @@ Status OptimizerShapeFn(InferenceContext* c) {
   const int dense_w = sp_w + num_sparse;
   const int state = dense_w + num_dense;
 
-  ShapeHandle unused;
   ShapeHandle vec;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(weights), 1, &vec));
+  TF_RETURN_IF_ERROR(RankNamed(c, weights, 1, "example_weights", &vec));
   DimensionHandle batch = c->Dim(vec, 0);
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(labels), 1, &vec));
-  TF_RETURN_IF_ERROR(c->Merge(batch, c->Dim(vec, 0), &batch));
+  TF_RETURN_IF_ERROR(RankNamed(c, labels, 1, "example_labels", &vec));
+  TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(vec, 0), batch, "example_labels",
+                                "example_weights", &batch));
   ShapeHandle state_shape;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(state), 2, &state_shape));
-  TF_RETURN_IF_ERROR(c->Merge(batch, c->Dim(state_shape, 0), &batch));
+  TF_RETURN_IF_ERROR(
+      RankNamed(c, state, 2, "example_state_data", &state_shape));
+  TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(state_shape, 0), batch,
+                                "example_state_data (rows)",
+                                "example_weights", &batch));
   DimensionHandle four;
-  TF_RETURN_IF_ERROR(c->WithValue(c->Dim(state_shape, 1), 4, &four));
+  if (!c->WithValue(c->Dim(state_shape, 1), 4, &four).ok()) {
+    return tensorflow::errors::InvalidArgument(
+        "example_state_data must have 4 columns, got shape ",
+        c->DebugString(state_shape));
+  }
 
   for (int g = 0; g < num_sparse; ++g) {
     ShapeHandle a, b;
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(ex_idx + g), 1, &a));
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(feat_idx + g), 1, &b));
-    TF_RETURN_IF_ERROR(c->Merge(a, b, &a));
+    DimensionHandle nnz, u;
+    TF_RETURN_IF_ERROR(
+        RankNamed(c, ex_idx + g, 1, Tag("sparse_example_indices", g), &a));
+    TF_RETURN_IF_ERROR(
+        RankNamed(c, feat_idx + g, 1, Tag("sparse_feature_indices", g), &b));
+    TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(b, 0), c->Dim(a, 0),
+                                  Tag("sparse_feature_indices", g),
+                                  Tag("sparse_example_indices", g), &nnz));
     if (g < num_with_values) {
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(feat_val + g), 1, &b));
-      TF_RETURN_IF_ERROR(c->Merge(a, b, &a));
+      TF_RETURN_IF_ERROR(
+          RankNamed(c, feat_val + g, 1, Tag("sparse_feature_values", g), &b));
+      TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(b, 0), nnz,
+                                    Tag("sparse_feature_values", g),
+                                    Tag("sparse_example_indices", g), &nnz));
     }
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(sp_idx + g), 1, &a));
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(sp_w + g), 1, &b));
-    TF_RETURN_IF_ERROR(c->Merge(a, b, &a));
+    TF_RETURN_IF_ERROR(
+        RankNamed(c, sp_idx + g, 1, Tag("sparse_indices", g), &a));
+    TF_RETURN_IF_ERROR(RankNamed(c, sp_w + g, 1, Tag("sparse_weights", g), &b));
+    TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(b, 0), c->Dim(a, 0),
+                                  Tag("sparse_weights", g),
+                                  Tag("sparse_indices", g), &u));
     c->set_output(1 + g, c->input(sp_w + g));
   }
   for (int g = 0; g < num_dense; ++g) {
     ShapeHandle features;
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(dense_feat + g), 2, &features));
-    TF_RETURN_IF_ERROR(c->Merge(batch, c->Dim(features, 0), &batch));
+    TF_RETURN_IF_ERROR(
+        RankNamed(c, dense_feat + g, 2, Tag("dense_features", g), &features));
+    TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(features, 0), batch,
+                                  Tag("dense_features", g) + " (rows)",
+                                  "example_weights", &batch));
     ShapeHandle w = c->input(dense_w + g);
     if (c->RankKnown(w) && c->Rank(w) == 1) {
       DimensionHandle d;
-      TF_RETURN_IF_ERROR(c->Merge(c->Dim(features, 1), c->Dim(w, 0), &d));
+      TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(w, 0), c->Dim(features, 1),
+                                    Tag("dense_weights", g),
+                                    Tag("dense_features", g) + " (columns)",
+                                    &d));
     }
     c->set_output(1 + num_sparse + g, w);
   }

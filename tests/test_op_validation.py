@@ -1,0 +1,191 @@
+"""Every bad input gives an error that names the argument and the value, in
+eager mode and inside tf.function; the process survives and a good call
+still works afterwards."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_sdca
+from tf_sdca.ops._loader import load_ops
+
+ERRORS = (tf.errors.InvalidArgumentError, ValueError)
+
+
+def _good(**override):
+  """A valid 3-example batch: one sparse group with values, one dense."""
+  args = dict(
+      sparse_example_indices=[np.array([0, 1, 1, 2], np.int64)],
+      sparse_feature_indices=[np.array([4, 7, 4, 9], np.int64)],
+      sparse_feature_values=[np.array([1.0, 0.5, 2.0, 1.0], np.float32)],
+      dense_features=[np.ones((3, 2), np.float32)],
+      example_weights=np.ones(3, np.float32),
+      example_labels=np.array([0.0, 1.0, 1.0], np.float32),
+      sparse_indices=[np.array([4, 7, 9], np.int64)],
+      sparse_weights=[np.zeros(3, np.float32)],
+      dense_weights=[np.zeros(2, np.float32)],
+      example_state_data=np.zeros((3, 4), np.float32),
+      loss_type="logistic_loss", l1=0.0, l2=1.0)
+  args.update(override)
+  return args
+
+
+def _run(mode, args):
+  if mode == "eager":
+    return tf_sdca.sdca_optimizer(**args)
+  return tf.function(lambda: tf_sdca.sdca_optimizer(**args))()
+
+
+BAD_INPUTS = [
+    # (name, override, regex the message must match)
+    ("feature ids shorter than example indices",
+     dict(sparse_feature_indices=[np.array([4, 7, 4], np.int64)]),
+     r"sparse_feature_indices\[0\] has 3 entries but sparse_example_indices"
+     r"\[0\] has 4"),
+    ("values length",
+     dict(sparse_feature_values=[np.ones(2, np.float32)]),
+     r"sparse_feature_values\[0\] has 2 entries but sparse_example_indices"),
+    ("sparse weights vs indices",
+     dict(sparse_weights=[np.zeros(2, np.float32)]),
+     r"sparse_weights\[0\] has 2 entries but sparse_indices\[0\] has 3"),
+    ("labels vs weights",
+     dict(example_labels=np.zeros(2, np.float32)),
+     r"example_labels has 2 entries but example_weights has 3"),
+    ("dense rows vs batch",
+     dict(dense_features=[np.ones((4, 2), np.float32)]),
+     r"dense_features\[0\] (\(rows\) )?has 4 (rows|entries) but "
+     r"example_weights has 3"),
+    ("dense weights vs columns",
+     dict(dense_weights=[np.zeros(3, np.float32)]),
+     r"dense_weights\[0\] has 3 (elements|entries) but dense_features\[0\]"
+     r"( \(columns\))? has 2"),
+    ("example index out of range",
+     dict(sparse_example_indices=[np.array([0, 1, 1, 3], np.int64)]),
+     r"sparse_example_indices\[0\]\[3\] = 3 is outside \[0, 3\)"),
+    ("negative example index",
+     dict(sparse_example_indices=[np.array([0, -1, 1, 2], np.int64)]),
+     r"sparse_example_indices\[0\]\[1\] = -1 is outside"),
+    ("feature id missing from sparse_indices",
+     dict(sparse_feature_indices=[np.array([4, 7, 5, 9], np.int64)]),
+     r"sparse_feature_indices\[0\]\[2\] = 5 is not in sparse_indices\[0\]"),
+    ("negative feature id",
+     dict(sparse_feature_indices=[np.array([4, -7, 4, 9], np.int64)]),
+     r"sparse_feature_indices\[0\]\[1\] = -7 must be >= 0"),
+    ("negative id in sparse_indices",
+     dict(sparse_indices=[np.array([4, -7, 9], np.int64)]),
+     r"sparse_indices\[0\]\[1\] = -7 must be >= 0"),
+    ("repeated id in sparse_indices",
+     dict(sparse_indices=[np.array([4, 7, 4], np.int64)]),
+     r"sparse_indices\[0\]\[2\] = 4 repeats \[0\]"),
+    ("negative example weight",
+     dict(example_weights=np.array([1.0, -2.0, 1.0], np.float32)),
+     r"example_weights\[1\] = -2 must be finite and >= 0"),
+    ("NaN example weight",
+     dict(example_weights=np.array([1.0, 1.0, np.nan], np.float32)),
+     r"example_weights\[2\] = nan must be finite"),
+    ("inf example weight",
+     dict(example_weights=np.array([np.inf, 1.0, 1.0], np.float32)),
+     r"example_weights\[0\] = inf must be finite"),
+    ("NaN dense feature",
+     dict(dense_features=[np.array([[1, 1], [1, np.nan], [1, 1]],
+                                   np.float32)]),
+     r"dense_features\[0\]\[3\] = nan must be finite"),
+    ("inf sparse value",
+     dict(sparse_feature_values=[np.array([1, 1, np.inf, 1], np.float32)]),
+     r"sparse_feature_values\[0\]\[2\] = inf must be finite"),
+    ("NaN sparse weight",
+     dict(sparse_weights=[np.array([0, np.nan, 0], np.float32)]),
+     r"sparse_weights\[0\]\[1\] = nan must be finite"),
+    ("inf dense weight",
+     dict(dense_weights=[np.array([0, -np.inf], np.float32)]),
+     r"dense_weights\[0\]\[1\] = -inf must be finite"),
+    ("logistic label 2",
+     dict(example_labels=np.array([0, 2, 1], np.float32)),
+     r"example_labels\[1\] = 2 must be 0 or 1 for logistic_loss"),
+    ("logistic label -1",
+     dict(example_labels=np.array([0, 1, -1], np.float32)),
+     r"example_labels\[2\] = -1 must be 0 or 1 for logistic_loss"),
+    ("hinge label 0.5",
+     dict(example_labels=np.array([0.5, 1, 1], np.float32),
+          loss_type="hinge_loss"),
+     r"example_labels\[0\] = 0.5 must be 0 or 1 for hinge_loss"),
+    ("smooth hinge label NaN",
+     dict(example_labels=np.array([0, np.nan, 1], np.float32),
+          loss_type="smooth_hinge_loss"),
+     r"example_labels\[1\] = nan must be 0 or 1 for smooth_hinge_loss"),
+    ("poisson label -1",
+     dict(example_labels=np.array([0, -1, 1], np.float32),
+          loss_type="poisson_loss"),
+     r"example_labels\[1\] = -1 must be finite and >= 0 for poisson_loss"),
+    ("squared label NaN",
+     dict(example_labels=np.array([0, 1, np.nan], np.float32),
+          loss_type="squared_loss"),
+     r"example_labels\[2\] = nan must be finite for squared_loss"),
+    ("state with 3 columns",
+     dict(example_state_data=np.zeros((3, 3), np.float32)),
+     r"example_state_data must have (shape \[3, 4\]|4 columns), got "
+     r"(shape )?\[3,3\]"),
+    ("state of rank 1",
+     dict(example_state_data=np.zeros(12, np.float32)),
+     r"example_state_data must have (shape \[3, 4\]|rank 2), got "
+     r"(shape )?\[12\]"),
+    ("logistic dual outside (0, 1)",
+     dict(example_state_data=np.array([[0, 0, 0, 0], [2, 0, 0, 0],
+                                       [0, 0, 0, 0]], np.float32)),
+     r"example_state_data\[1, 0\] = 2 is not a valid dual of logistic_loss "
+     r"for example_labels\[1\] = 1"),
+    ("NaN dual",
+     dict(example_state_data=np.array([[np.nan, 0, 0, 0], [0, 0, 0, 0],
+                                       [0, 0, 0, 0]], np.float32)),
+     r"example_state_data\[0, 0\] = nan is not a valid dual"),
+]
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf.function"])
+@pytest.mark.parametrize("name,override,pattern", BAD_INPUTS,
+                         ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_names_the_argument_and_value(mode, name, override,
+                                                pattern):
+  del name
+  with pytest.raises(ERRORS, match=pattern):
+    _run(mode, _good(**override))
+  # Nothing is broken: the same process still trains.
+  state, _, _ = _run(mode, _good())
+  assert np.all(np.isfinite(state.numpy()))
+
+
+@pytest.mark.parametrize("option,value,pattern", [
+    ("l2", 0.0, r"l2 must be > 0, got 0"),
+    ("l2", -1.0, r"l2 must be > 0"),
+    ("l1", -0.5, r"l1 must be >= 0, got -0.5"),
+    ("gamma", 0.0, r"gamma must be > 0"),
+    ("loss_type", "cubic_loss", r"loss_type must be one of .* 'cubic_loss'"),
+    ("visit_order", "random", r"visit_order must be one of .* 'random'"),
+    ("num_inner_iterations", 0, r"num_inner_iterations must be >= 1"),
+    ("num_loss_partitions", 0, r"num_loss_partitions must be >= 1"),
+])
+def test_bad_options_raise_value_error_naming_them(option, value, pattern):
+  with pytest.raises(ValueError, match=pattern):
+    tf_sdca.sdca_optimizer(**_good(**{option: value}))
+
+
+@pytest.mark.parametrize("attr,value,pattern", [
+    ("l2", 0.0, r"l2 = 0 must be > 0"),
+    ("l1", -1.0, r"l1 = -1 must be >= 0"),
+    ("gamma", -1.0, r"gamma = -1 must be > 0"),
+])
+def test_the_raw_op_rejects_bad_attributes_itself(attr, value, pattern):
+  args = _good()
+  del args["loss_type"], args["l1"], args["l2"]
+  attrs = dict(loss_type="logistic_loss", l1=0.0, l2=1.0, gamma=1.0)
+  attrs[attr] = value
+  with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
+    load_ops().tf_sdca_optimizer(**args, **attrs)
+
+
+def test_helper_ops_validate_their_inputs():
+  with pytest.raises(ValueError, match=r"l2 must be > 0"):
+    tf_sdca.sdca_shrink_l1(np.ones(3, np.float32), l1=0.1, l2=0.0)
+  with pytest.raises(tf.errors.InvalidArgumentError, match=r"l2 = 0 must be"):
+    load_ops().tf_sdca_shrink_l1(np.ones(3, np.float32), l1=0.1, l2=0.0)
+  with pytest.raises(ERRORS, match=r"rank 1|must be rank 1"):
+    tf_sdca.sdca_fprint([["a", "b"]])
