@@ -20,6 +20,14 @@ class FeatureIndexMap {
   // caller limits a batch to 2^32 slots in all; one group to 2^31).
   bool Build(const int64_t* ids, int64_t n, std::string* error);
 
+  // Hints the cache about a coming Find(id) (direct tables only: hashed
+  // lookups probe a data-dependent chain).
+  void Prefetch(int64_t id) const {
+    if (direct_ && id >= 0 && id < static_cast<int64_t>(table_.size())) {
+      __builtin_prefetch(table_.data() + id);
+    }
+  }
+
   // Position of `id`, or -1.
   int64_t Find(int64_t id) const {
     if (direct_) {

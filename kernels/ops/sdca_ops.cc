@@ -209,7 +209,8 @@ visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
 seed: seed of the visiting order; it is mixed with the input duals so that
   successive calls differ, and the result is a function of the inputs.
 gamma: smoothing of smooth_hinge_loss (> 0).
-num_threads: shards to solve concurrently; 0 = the CPU device's threads.
+num_threads: shards to solve concurrently (at least 1024 examples each);
+  0 = one shard, with the CPU device's threads reading the batch.
 )doc");
 
 REGISTER_OP("TfSdca>ShrinkL1")

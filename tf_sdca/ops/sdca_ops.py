@@ -88,7 +88,10 @@ def sdca_optimizer(sparse_example_indices,
     visit_order: one of `VISIT_ORDERS`.
     seed: seed of the visiting order.
     gamma: smoothing of `smooth_hinge_loss`.
-    num_threads: shards solved concurrently (0: the CPU device's threads).
+    num_threads: shards solved concurrently, each of at least 1024 examples
+      (0: one shard; TensorFlow's threads still parallelise reading the
+      batch). Sharded solving is deterministic for a given count but was
+      slower than one shard on 2-core machines; see g3doc/op.md.
     name: op name.
 
   Returns:
