@@ -146,26 +146,27 @@ class Trainer:
             0.5 * self.l2 * (ws @ ws + wd @ wd) +
             self.l1 * (np.abs(ws).sum() + np.abs(wd).sum()))
 
-  def dual(self):
-    """D(alpha) = -sum s phi*(-alpha) - g*(v), from the duals alone."""
+  def _v(self):
+    """v = sum_i s_i alpha_i x_i, split into (sparse, dense) parts."""
     a = self.state[:, 0].astype(np.float64)
     s = self.example_weights.astype(np.float64)
     v_dense = (s * a) @ self.p["dense"].astype(np.float64)
     v_sparse = np.zeros(self.p["vocab"])
     np.add.at(v_sparse, self.p["ids"],
               (s * a)[:, None] * self.p["values"].astype(np.float64))
-    v = np.concatenate([v_sparse, v_dense])
+    return v_sparse, v_dense
+
+  def dual(self):
+    """D(alpha) = -sum s phi*(-alpha) - g*(v), from the duals alone."""
+    v = np.concatenate(self._v())
     # g*(v) = sum (|v| - l1)_+^2 / (2 l2)
     g_star = np.sum(np.maximum(np.abs(v) - self.l1, 0.0) ** 2) / (2 * self.l2)
-    return -np.sum(s * dual_loss(self.loss, a, self.p["labels"],
-                                 self.op_kwargs.get("gamma", 1.0))) - g_star
+    a = self.state[:, 0].astype(np.float64)
+    return -np.sum(self.example_weights * dual_loss(
+        self.loss, a, self.p["labels"], self.op_kwargs.get("gamma", 1.0))
+                   ) - g_star
 
   def weights_from_duals(self):
     """w(alpha) = v / l2 (unshrunk), to compare with the accumulated weights."""
-    a = self.state[:, 0].astype(np.float64)
-    s = self.example_weights.astype(np.float64)
-    v_dense = (s * a) @ self.p["dense"].astype(np.float64)
-    v_sparse = np.zeros(self.p["vocab"])
-    np.add.at(v_sparse, self.p["ids"],
-              (s * a)[:, None] * self.p["values"].astype(np.float64))
+    v_sparse, v_dense = self._v()
     return v_sparse / self.l2, v_dense / self.l2

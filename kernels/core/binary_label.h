@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "kernels/core/loss.h"
+
 namespace tf_sdca {
 
 // {0, 1} -> {-1, +1}; anything else is an error (like TensorFlow's SDCA).
@@ -18,6 +20,21 @@ inline bool ConvertBinaryLabel(double raw, double* label, std::string* error) {
 
 // Slack for duals read back from float32 state.
 constexpr double kDualDomainSlack = 1e-6;
+
+// Losses of binary classification: labels {0, 1} -> y in {-1, +1}, duals
+// with b = y * dual in [0, 1].
+class BinaryDualLossUpdater : public DualLossUpdater {
+ public:
+  bool ConvertLabel(double raw, double* label,
+                    std::string* error) const final {
+    return ConvertBinaryLabel(raw, label, error);
+  }
+
+  bool DualInDomain(double dual, double label) const final {
+    const double b = dual * label;
+    return b >= -kDualDomainSlack && b <= 1.0 + kDualDomainSlack;
+  }
+};
 
 }  // namespace tf_sdca
 

@@ -13,18 +13,10 @@
 
 namespace tf_sdca {
 
-class HingeLossUpdater final : public DualLossUpdater {
+class HingeLossUpdater final : public BinaryDualLossUpdater {
  public:
   const char* Name() const final { return "hinge_loss"; }
 
-  bool ConvertLabel(double raw, double* label, std::string* error) const final {
-    return ConvertBinaryLabel(raw, label, error);
-  }
-
-  bool DualInDomain(double dual, double label) const final {
-    const double b = dual * label;
-    return b >= -kDualDomainSlack && b <= 1.0 + kDualDomainSlack;
-  }
 
   double ComputeUpdatedDual(double label, double dual, double wx,
                             double q) const final {

@@ -15,20 +15,12 @@
 
 namespace tf_sdca {
 
-class SmoothHingeLossUpdater final : public DualLossUpdater {
+class SmoothHingeLossUpdater final : public BinaryDualLossUpdater {
  public:
   explicit SmoothHingeLossUpdater(double gamma) : gamma_(gamma) {}
 
   const char* Name() const final { return "smooth_hinge_loss"; }
 
-  bool ConvertLabel(double raw, double* label, std::string* error) const final {
-    return ConvertBinaryLabel(raw, label, error);
-  }
-
-  bool DualInDomain(double dual, double label) const final {
-    const double b = dual * label;
-    return b >= -kDualDomainSlack && b <= 1.0 + kDualDomainSlack;
-  }
 
   double ComputeUpdatedDual(double label, double dual, double wx,
                             double q) const final {

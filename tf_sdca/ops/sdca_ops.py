@@ -128,32 +128,24 @@ def sdca_optimizer(sparse_example_indices,
     raise ValueError(f"dense_weights has {len(dense_weights)} groups but "
                      f"dense_features has {len(dense_features)}")
   with tf.name_scope(name or "sdca_optimizer"):
+    def tensors(values, dtype, name):
+      return [tf.convert_to_tensor(t, dtype, name=name) for t in values]
+
     return load_ops().tf_sdca_optimizer(
-        sparse_example_indices=[
-            tf.convert_to_tensor(t, tf.int64, name="sparse_example_indices")
-            for t in sparse_example_indices],
-        sparse_feature_indices=[
-            tf.convert_to_tensor(t, tf.int64, name="sparse_feature_indices")
-            for t in sparse_feature_indices],
-        sparse_feature_values=[
-            tf.convert_to_tensor(t, tf.float32, name="sparse_feature_values")
-            for t in sparse_feature_values],
-        dense_features=[
-            tf.convert_to_tensor(t, tf.float32, name="dense_features")
-            for t in dense_features],
+        sparse_example_indices=tensors(sparse_example_indices, tf.int64,
+                                       "sparse_example_indices"),
+        sparse_feature_indices=tensors(sparse_feature_indices, tf.int64,
+                                       "sparse_feature_indices"),
+        sparse_feature_values=tensors(sparse_feature_values, tf.float32,
+                                      "sparse_feature_values"),
+        dense_features=tensors(dense_features, tf.float32, "dense_features"),
         example_weights=tf.convert_to_tensor(
             example_weights, tf.float32, name="example_weights"),
         example_labels=tf.convert_to_tensor(
             example_labels, tf.float32, name="example_labels"),
-        sparse_indices=[
-            tf.convert_to_tensor(t, tf.int64, name="sparse_indices")
-            for t in sparse_indices],
-        sparse_weights=[
-            tf.convert_to_tensor(t, tf.float32, name="sparse_weights")
-            for t in sparse_weights],
-        dense_weights=[
-            tf.convert_to_tensor(t, tf.float32, name="dense_weights")
-            for t in dense_weights],
+        sparse_indices=tensors(sparse_indices, tf.int64, "sparse_indices"),
+        sparse_weights=tensors(sparse_weights, tf.float32, "sparse_weights"),
+        dense_weights=tensors(dense_weights, tf.float32, "dense_weights"),
         example_state_data=tf.convert_to_tensor(
             example_state_data, tf.float32, name="example_state_data"),
         loss_type=loss_type,
