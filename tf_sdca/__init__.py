@@ -2,5 +2,7 @@
 from tf_sdca.ops import sdca_fprint
 from tf_sdca.ops import sdca_optimizer
 from tf_sdca.ops import sdca_shrink_l1
+from tf_sdca.sdca_model import SdcaModel
+from tf_sdca.sdca_model import SparseFeatureColumn
 
 __version__ = "0.1.0"

@@ -1,0 +1,440 @@
+"""`SdcaModel`: TensorFlow's SDCA linear-model API for TF 2, on our op.
+
+Code written for the old `tensorflow.python.ops.sdca_ops.SdcaModel` runs by
+changing the import; it works eagerly and inside `tf.function`.
+
+Objective (weighted mean of the losses, regularisation divided by the total
+example weight, as in TensorFlow):
+
+    sum_i s_i loss_i(w.x_i) / sum_i s_i + (l1 |w|_1 + l2/2 |w|^2) / sum_i s_i
+
+State:
+- per weight variable, a float64 "unshrunk" slot (`v / l2` in the notation of
+  g3doc/losses.md; the float64 accumulation keeps it equal to w(alpha));
+  `update_weights` writes `shrink(slot)` into the user's variable;
+- per example, the 4 state columns of the op (dual, primal loss, dual loss,
+  weight) in `num_table_shards` `tf.lookup.experimental.MutableHashTable`s
+  keyed by the 64-bit fingerprint of the example id, so an example seen again
+  in a later batch resumes from its dual.
+Both are tracked: `tf.train.Checkpoint(model=model)` saves and restores them.
+
+Example:
+  >>> w = tf.Variable(tf.zeros([2]))
+  >>> examples = dict(sparse_features=[], dense_features=[x],
+  ...                 example_weights=tf.ones([n]), example_labels=y,
+  ...                 example_ids=tf.strings.as_string(tf.range(n)))
+  >>> model = SdcaModel(examples, dict(sparse_features_weights=[],
+  ...                                  dense_features_weights=[w]),
+  ...                   dict(loss_type="logistic_loss",
+  ...                        symmetric_l2_regularization=1.0,
+  ...                        symmetric_l1_regularization=0.0))
+  >>> for _ in range(20):
+  ...   model.update_weights(model.minimize())
+"""
+import collections
+
+import tensorflow as tf
+
+from tf_sdca.ops import sdca_ops
+
+_OPTION_DEFAULTS = dict(
+    symmetric_l1_regularization=0.0,
+    num_loss_partitions=1,
+    num_table_shards=1,
+    adaptive=False,
+    visit_order="permutation",
+    seed=0,
+    gamma=1.0,
+    num_inner_iterations=1,
+    num_threads=0,
+)
+_REQUIRED_OPTIONS = ("loss_type", "symmetric_l2_regularization")
+
+
+class SparseFeatureColumn(
+    collections.namedtuple("SparseFeatureColumn",
+                           ["example_indices", "feature_indices",
+                            "feature_values"])):
+  """One sparse feature group of a batch, in coordinate form.
+
+  Args:
+    example_indices: int64 `[nnz]`, the row of each entry.
+    feature_indices: int64 `[nnz]`, the feature id (row of the weight
+      variable) of each entry.
+    feature_values: optional float `[nnz]`; None means all 1.0.
+  """
+
+  def __new__(cls, example_indices, feature_indices, feature_values=None):
+    with tf.name_scope("SparseFeatureColumn"):
+      return super().__new__(
+          cls,
+          tf.cast(tf.convert_to_tensor(example_indices,
+                                       name="example_indices"), tf.int64),
+          tf.cast(tf.convert_to_tensor(feature_indices,
+                                       name="feature_indices"), tf.int64),
+          None if feature_values is None else tf.cast(
+              tf.convert_to_tensor(feature_values, name="feature_values"),
+              tf.float32))
+
+
+def _as_list(v):
+  return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+class _Weights(tf.Module):
+  """A (possibly partitioned along axis 0) weight and its float64 slot."""
+
+  def __init__(self, variables, name):
+    super().__init__(name=name)
+    self.variables_ = _as_list(variables)
+    for v in self.variables_:
+      if not isinstance(v, tf.Variable):
+        raise ValueError(f"{name}: expected tf.Variable(s), got {type(v)}")
+    self.slots = [tf.Variable(tf.cast(tf.reshape(v, [-1]), tf.float64),
+                              trainable=False, name="unshrunk")
+                  for v in self.variables_]
+    sizes = [int(tf.size(v)) for v in self.variables_]
+    self.offsets = tf.constant([0] + list(_cumsum(sizes)), tf.int64)
+    self.size = sum(sizes)
+
+  def _partition(self, ids):
+    part = tf.searchsorted(self.offsets[1:], ids, side="right")
+    return tf.cast(part, tf.int32), ids - tf.gather(self.offsets,
+                                                     tf.cast(part, tf.int64))
+
+  def gather(self, ids):
+    """Rows `ids` (int64, global) of the unshrunk weights, float64."""
+    if len(self.slots) == 1:
+      return tf.gather(self.slots[0], ids)
+    part, local = self._partition(ids)
+    n = len(self.slots)
+    pieces = tf.dynamic_partition(local, part, n)
+    positions = tf.dynamic_partition(tf.range(tf.size(ids)), part, n)
+    return tf.dynamic_stitch(
+        positions, [tf.gather(s, p) for s, p in zip(self.slots, pieces)])
+
+  def scatter_add(self, ids, deltas):
+    if len(self.slots) == 1:
+      return [self.slots[0].scatter_add(tf.IndexedSlices(deltas, ids))]
+    part, local = self._partition(ids)
+    n = len(self.slots)
+    idx = tf.dynamic_partition(local, part, n)
+    vals = tf.dynamic_partition(deltas, part, n)
+    return [s.scatter_add(tf.IndexedSlices(d, i))
+            for s, i, d in zip(self.slots, idx, vals)]
+
+  def all_rows(self):
+    return tf.concat(self.slots, axis=0) if len(self.slots) > 1 else \
+        self.slots[0]
+
+
+def _cumsum(values):
+  total = 0
+  for v in values:
+    total += v
+    yield total
+
+
+class SdcaModel(tf.Module):
+  """Linear model trained by SDCA with TensorFlow's `SdcaModel` interface.
+
+  Args:
+    examples: dict with `sparse_features` (list of `SparseFeatureColumn`),
+      `dense_features` (list of float `[B, d]` or `[B]` tensors),
+      `example_weights` (`[B]`), `example_labels` (`[B]`), `example_ids`
+      (string `[B]`, unique per example across batches).
+    variables: dict with `sparse_features_weights` and
+      `dense_features_weights`: lists (one per feature group) of `tf.Variable`
+      or of lists of Variables partitioned along axis 0 (contiguous: the
+      first holds rows [0, n0), the next [n0, n0 + n1), ...).
+    options: dict with `loss_type` (one of `tf_sdca.ops.LOSSES`),
+      `symmetric_l2_regularization` (> 0) and optionally
+      `symmetric_l1_regularization` (0), `num_loss_partitions` (1),
+      `num_table_shards` (1), `adaptive` (False), and tf_sdca's extras
+      `visit_order` ('permutation'), `seed` (0), `gamma` (1.0, smooth hinge),
+      `num_inner_iterations` (1), `num_threads` (0).
+
+  Raises:
+    ValueError: for unknown option keys, missing or bad values, or
+      malformed `examples` / `variables`.
+  """
+
+  def __init__(self, examples, variables, options, name="sdca_model"):
+    super().__init__(name=name)
+    self._options = self._check_options(options)
+    for key in ("sparse_features_weights", "dense_features_weights"):
+      if key not in variables:
+        raise ValueError(f"variables must have key {key!r}")
+    unknown = set(variables) - {"sparse_features_weights",
+                                "dense_features_weights"}
+    if unknown:
+      raise ValueError(f"unknown variables keys: {sorted(unknown)}")
+    self._sparse = [_Weights(v, f"sparse_{i}") for i, v in
+                    enumerate(variables["sparse_features_weights"])]
+    self._dense = [_Weights(v, f"dense_{i}") for i, v in
+                   enumerate(variables["dense_features_weights"])]
+    self._examples = examples
+    if examples is not None:
+      self._check_examples(examples)
+    self._tables = [
+        tf.lookup.experimental.MutableHashTable(
+            key_dtype=tf.int64, value_dtype=tf.float32,
+            default_value=tf.zeros([4], tf.float32),
+            name=f"sdca_example_state_{i}")
+        for i in range(self._options["num_table_shards"])]
+
+  # ------------------------------------------------------------ checking
+  @staticmethod
+  def _check_options(options):
+    unknown = set(options) - set(_OPTION_DEFAULTS) - set(_REQUIRED_OPTIONS)
+    if unknown:
+      raise ValueError(f"unknown options: {sorted(unknown)}; known: "
+                       f"{sorted(set(_OPTION_DEFAULTS) | set(_REQUIRED_OPTIONS))}")
+    for key in _REQUIRED_OPTIONS:
+      if key not in options:
+        raise ValueError(f"options must have key {key!r}")
+    opts = dict(_OPTION_DEFAULTS, **options)
+    if opts["loss_type"] not in sdca_ops.LOSSES:
+      raise ValueError(f"options['loss_type'] must be one of "
+                       f"{sdca_ops.LOSSES}, got {opts['loss_type']!r}")
+    if not opts["symmetric_l2_regularization"] > 0:
+      raise ValueError("options['symmetric_l2_regularization'] must be > 0, "
+                       f"got {opts['symmetric_l2_regularization']}")
+    if not opts["symmetric_l1_regularization"] >= 0:
+      raise ValueError("options['symmetric_l1_regularization'] must be >= 0, "
+                       f"got {opts['symmetric_l1_regularization']}")
+    for key in ("num_loss_partitions", "num_table_shards",
+                "num_inner_iterations"):
+      if int(opts[key]) < 1:
+        raise ValueError(f"options[{key!r}] must be >= 1, got {opts[key]}")
+    if opts["visit_order"] not in sdca_ops.VISIT_ORDERS:
+      raise ValueError(f"options['visit_order'] must be one of "
+                       f"{sdca_ops.VISIT_ORDERS}, got {opts['visit_order']!r}")
+    if not opts["gamma"] > 0:
+      raise ValueError(f"options['gamma'] must be > 0, got {opts['gamma']}")
+    return opts
+
+  def _check_examples(self, examples):
+    required = ("sparse_features", "dense_features", "example_weights",
+                "example_labels", "example_ids")
+    for key in required:
+      if key not in examples:
+        raise ValueError(f"examples must have key {key!r}")
+    if len(examples["sparse_features"]) != len(self._sparse):
+      raise ValueError(
+          f"examples has {len(examples['sparse_features'])} sparse feature "
+          f"groups but variables has {len(self._sparse)}")
+    if len(examples["dense_features"]) != len(self._dense):
+      raise ValueError(
+          f"examples has {len(examples['dense_features'])} dense feature "
+          f"groups but variables has {len(self._dense)}")
+
+  # ---------------------------------------------------------------- state
+  def _keys(self, examples):
+    ids = tf.convert_to_tensor(examples["example_ids"], tf.string)
+    return sdca_ops.sdca_fprint(ids)[:, 0]
+
+  def _shards(self, keys):
+    return tf.cast(tf.math.floormod(keys, len(self._tables)), tf.int32)
+
+  def _lookup_state(self, keys):
+    if len(self._tables) == 1:
+      return self._tables[0].lookup(keys)
+    shard = self._shards(keys)
+    n = len(self._tables)
+    parts = tf.dynamic_partition(keys, shard, n)
+    positions = tf.dynamic_partition(tf.range(tf.size(keys)), shard, n)
+    return tf.dynamic_stitch(
+        positions, [t.lookup(k) for t, k in zip(self._tables, parts)])
+
+  def _insert_state(self, keys, values):
+    if len(self._tables) == 1:
+      return [self._tables[0].insert(keys, values)]
+    shard = self._shards(keys)
+    n = len(self._tables)
+    return [t.insert(k, v) for t, k, v in zip(
+        self._tables, tf.dynamic_partition(keys, shard, n),
+        tf.dynamic_partition(values, shard, n))]
+
+  # --------------------------------------------------------------- train
+  def minimize(self, global_step=None, examples=None, name=None):
+    """Runs one SDCA call (num_inner_iterations passes) on a batch.
+
+    Args:
+      global_step: optional variable incremented by one.
+      examples: the batch (same structure as the constructor's); None uses
+        the constructor's. One model object trains a stream of batches:
+        weights and per-example duals are shared.
+      name: name scope.
+
+    Returns:
+      An op/tensor that depends on every update (in eager mode the update has
+      run when this returns). Pass it to `update_weights`.
+    """
+    examples = self._examples if examples is None else examples
+    if examples is None:
+      raise ValueError("no examples: pass examples= or give them to the "
+                       "constructor")
+    self._check_examples(examples)
+    with tf.name_scope(name or "sdca_minimize"):
+      keys = self._keys(examples)
+      state = self._lookup_state(keys)
+      ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
+      groups_with_values = []
+      for col in examples["sparse_features"]:
+        groups_with_values.append(col.feature_values is not None)
+      # The op takes values for the first groups only; groups without
+      # values get explicit ones when a later group has values.
+      last_with_values = max([i + 1 for i, v in enumerate(groups_with_values)
+                              if v] or [0])
+      for g, (col, weights) in enumerate(zip(examples["sparse_features"],
+                                             self._sparse)):
+        uniq, _ = tf.unique(col.feature_indices)
+        ex_idx.append(col.example_indices)
+        feat_idx.append(col.feature_indices)
+        if g < last_with_values:
+          feat_val.append(col.feature_values if col.feature_values is not None
+                          else tf.ones_like(col.feature_indices, tf.float32))
+        uniq_ids.append(uniq)
+        sp_weights.append(tf.cast(weights.gather(uniq), tf.float32))
+      dense = [self._dense_matrix(x) for x in examples["dense_features"]]
+      dense_w = [tf.cast(w.all_rows(), tf.float32) for w in self._dense]
+      o = self._options
+      new_state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
+          ex_idx, feat_idx, feat_val, dense,
+          examples["example_weights"], examples["example_labels"], uniq_ids,
+          sp_weights, dense_w, state, loss_type=o["loss_type"],
+          l1=o["symmetric_l1_regularization"],
+          l2=o["symmetric_l2_regularization"],
+          num_loss_partitions=o["num_loss_partitions"],
+          num_inner_iterations=o["num_inner_iterations"],
+          adaptive=o["adaptive"], visit_order=o["visit_order"],
+          seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"])
+      updates = self._insert_state(keys, new_state)
+      for weights, uniq, delta in zip(self._sparse, uniq_ids, d_sparse):
+        updates += weights.scatter_add(uniq, tf.cast(delta, tf.float64))
+      for weights, delta in zip(self._dense, d_dense):
+        updates += self._dense_assign_add(weights, tf.cast(delta, tf.float64))
+      if global_step is not None:
+        with tf.control_dependencies(updates):
+          updates.append(global_step.assign_add(1))
+      with tf.control_dependencies(updates):
+        return tf.identity(new_state, name="train_op")
+
+  @staticmethod
+  def _dense_matrix(x):
+    x = tf.convert_to_tensor(x, tf.float32)
+    return tf.reshape(x, [-1, 1]) if x.shape.rank == 1 else x
+
+  @staticmethod
+  def _dense_assign_add(weights, delta):
+    if len(weights.slots) == 1:
+      return [weights.slots[0].assign_add(delta)]
+    out, start = [], 0
+    for s in weights.slots:
+      size = s.shape[0]
+      out.append(s.assign_add(delta[start:start + size]))
+      start += size
+    return out
+
+  def update_weights(self, train_op):
+    """Writes the shrunk solution into the user's variables.
+
+    Args:
+      train_op: what `minimize` returned (a control dependency in graphs).
+
+    Returns:
+      A grouped op (eagerly, the assignments have run).
+    """
+    with tf.control_dependencies([train_op]):
+      shrink = (self._options["symmetric_l1_regularization"] /
+                self._options["symmetric_l2_regularization"])
+      assigns = []
+      for weights in self._sparse + self._dense:
+        for var, slot in zip(weights.variables_, weights.slots):
+          shrunk = tf.sign(slot) * tf.maximum(tf.abs(slot) - shrink, 0.0)
+          assigns.append(var.assign(tf.reshape(tf.cast(shrunk, var.dtype),
+                                               var.shape)))
+      return tf.group(*assigns)
+
+  # ----------------------------------------------------------- evaluate
+  def _shrunk(self, weights):
+    shrink = (self._options["symmetric_l1_regularization"] /
+              self._options["symmetric_l2_regularization"])
+    w = weights.all_rows()
+    return tf.sign(w) * tf.maximum(tf.abs(w) - shrink, 0.0)
+
+  def _linear_predictions(self, examples):
+    n = tf.shape(tf.convert_to_tensor(examples["example_labels"]))[0]
+    z = tf.zeros([n], tf.float64)
+    for col, weights in zip(examples["sparse_features"], self._sparse):
+      w = tf.gather(self._shrunk(weights), col.feature_indices)
+      if col.feature_values is not None:
+        w *= tf.cast(col.feature_values, tf.float64)
+      z += tf.math.unsorted_segment_sum(w, col.example_indices, n)
+    for x, weights in zip(examples["dense_features"], self._dense):
+      x = tf.cast(self._dense_matrix(x), tf.float64)
+      z += tf.linalg.matvec(x, self._shrunk(weights))
+    return z
+
+  def predictions(self, examples):
+    """Sigmoid for logistic, exp for Poisson, w.x otherwise (float32)."""
+    z = self._linear_predictions(examples)
+    loss = self._options["loss_type"]
+    if loss == "logistic_loss":
+      z = tf.sigmoid(z)
+    elif loss == "poisson_loss":
+      z = tf.exp(z)
+    return tf.cast(z, tf.float32)
+
+  def unregularized_loss(self, examples):
+    """Weighted mean loss on `examples` at the current weights."""
+    z = self._linear_predictions(examples)
+    y = tf.cast(examples["example_labels"], tf.float64)
+    s = tf.cast(examples["example_weights"], tf.float64)
+    loss = self._options["loss_type"]
+    if loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
+      m = (2.0 * y - 1.0) * z
+    if loss == "logistic_loss":
+      per = tf.nn.softplus(-m)
+    elif loss == "squared_loss":
+      per = 0.5 * tf.square(z - y)
+    elif loss == "hinge_loss":
+      per = tf.nn.relu(1.0 - m)
+    elif loss == "smooth_hinge_loss":
+      g = tf.constant(self._options["gamma"], tf.float64)
+      per = tf.where(m >= 1.0, tf.zeros_like(m),
+                     tf.where(m <= 1.0 - g, 1.0 - m - g / 2.0,
+                              tf.square(1.0 - m) / (2.0 * g)))
+    elif loss == "absolute_loss":
+      per = tf.abs(z - y)
+    else:  # poisson_loss
+      per = tf.exp(z) - y * z
+    return tf.reduce_sum(s * per) / tf.reduce_sum(s)
+
+  def _regularization(self):
+    l1 = self._options["symmetric_l1_regularization"]
+    l2 = self._options["symmetric_l2_regularization"]
+    total_l1 = tf.constant(0.0, tf.float64)
+    total_l2 = tf.constant(0.0, tf.float64)
+    for weights in self._sparse + self._dense:
+      w = self._shrunk(weights)
+      total_l1 += tf.reduce_sum(tf.abs(w))
+      total_l2 += tf.reduce_sum(tf.square(w))
+    return l1 * total_l1, l2 * total_l2
+
+  def regularized_loss(self, examples):
+    """unregularized_loss + (l1 |w|_1 + l2/2 |w|^2) / sum of the weights."""
+    r1, r2 = self._regularization()
+    s = tf.reduce_sum(tf.cast(examples["example_weights"], tf.float64))
+    return self.unregularized_loss(examples) + (r1 + 0.5 * r2) / s
+
+  def approximate_duality_gap(self):
+    """(sum primal + sum dual losses + l1|w|_1 + l2|w|^2) / sum of weights
+    over every example in the state tables (NaN before any training)."""
+    total = tf.zeros([4], tf.float64)
+    for table in self._tables:
+      _, values = table.export()
+      total += tf.reduce_sum(tf.cast(values, tf.float64), axis=0)
+    r1, r2 = self._regularization()
+    return (total[1] + total[2] + r1 + r2) / total[3]
