@@ -8,6 +8,7 @@ _BUILT_WITH_TF = "2.21.0"
 _ops = None
 
 
+@tf.autograph.experimental.do_not_convert
 def load_ops():
     """Returns the module of generated op wrappers of `_sdca_ops.so`."""
     global _ops

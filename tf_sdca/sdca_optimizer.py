@@ -1,0 +1,121 @@
+"""`SDCAOptimizer`: builds SDCA training steps from feature dicts.
+
+The TF 2 counterpart of `tf.contrib.linear_optimizer.SDCAOptimizer`: given a
+batch of named features (dense tensors, or `tf.SparseTensor`s of int64 ids),
+labels and the model's variables per feature, it runs `SdcaModel.minimize`
+and `update_weights`. It creates one `SdcaModel` on the first call and reuses
+it, so the per-example duals persist across batches.
+
+Example:
+  >>> opt = SDCAOptimizer("example_id", symmetric_l2_regularization=1.0)
+  >>> variables = {"age": tf.Variable(tf.zeros([1])),
+  ...              "city": tf.Variable(tf.zeros([1000]))}
+  >>> features = {"example_id": ids, "age": age,            # [B] floats
+  ...             "city": city_ids}                          # SparseTensor
+  >>> for _ in range(10):
+  ...   opt.get_train_step(features, labels, variables)
+"""
+import tensorflow as tf
+
+from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
+
+
+class SDCAOptimizer:
+  """Trains a linear model by SDCA from feature dicts.
+
+  Args:
+    example_id_column: name of the feature holding unique example ids
+      (strings or integers).
+    num_loss_partitions: CoCoA+ sigma (number of workers whose updates are
+      added; 1 on one machine).
+    num_table_shards: hash-table shards of the dual state (default 1).
+    symmetric_l1_regularization: l1 >= 0.
+    symmetric_l2_regularization: l2 > 0.
+    adaptive: adaptive importance sampling of examples.
+    loss_type: one of `tf_sdca.ops.LOSSES`.
+    **options: tf_sdca's extra `SdcaModel` options (`visit_order`, `seed`,
+      `gamma`, `num_inner_iterations`, `num_threads`).
+  """
+
+  def __init__(self, example_id_column, num_loss_partitions=1,
+               num_table_shards=None, symmetric_l1_regularization=0.0,
+               symmetric_l2_regularization=1.0, adaptive=False,
+               loss_type="logistic_loss", **options):
+    self.example_id_column = example_id_column
+    self.options = dict(
+        loss_type=loss_type,
+        symmetric_l1_regularization=symmetric_l1_regularization,
+        symmetric_l2_regularization=symmetric_l2_regularization,
+        num_loss_partitions=num_loss_partitions,
+        num_table_shards=num_table_shards or 1, adaptive=adaptive, **options)
+    SdcaModel._check_options(self.options)  # fail early on bad options
+    self.model = None
+    self._names = None
+
+  def examples(self, features, labels, weight_column_name=None):
+    """Converts a feature dict to `SdcaModel` examples (sorted by name)."""
+    if self.example_id_column not in features:
+      raise ValueError(f"features has no example id column "
+                       f"{self.example_id_column!r}; add one with a unique "
+                       "id per example")
+    ids = features[self.example_id_column]
+    if ids.dtype != tf.string:
+      ids = tf.strings.as_string(ids)
+    ids = tf.reshape(ids, [-1])
+    labels = tf.reshape(tf.cast(labels, tf.float32), [-1])
+    if weight_column_name is None:
+      weights = tf.ones_like(labels)
+    else:
+      weights = tf.reshape(tf.cast(features[weight_column_name], tf.float32),
+                           [-1])
+    sparse, dense = [], []
+    for name in self._names:
+      value = features[name]
+      if isinstance(value, tf.SparseTensor):
+        sparse.append(SparseFeatureColumn(value.indices[:, 0],
+                                          tf.cast(value.values, tf.int64)))
+      elif isinstance(value, tuple):  # (ids SparseTensor, values SparseTensor)
+        sparse.append(SparseFeatureColumn(value[0].indices[:, 0],
+                                          tf.cast(value[0].values, tf.int64),
+                                          value[1].values))
+      else:
+        dense.append(tf.cast(value, tf.float32))
+    return dict(sparse_features=sparse, dense_features=dense,
+                example_weights=weights, example_labels=labels,
+                example_ids=ids)
+
+  def get_train_step(self, features, labels, variables,
+                     weight_column_name=None, global_step=None):
+    """Runs (or, in a graph, builds) one SDCA step and the weight update.
+
+    Args:
+      features: dict of name -> dense `[B]` / `[B, d]` tensor, int64 id
+        `tf.SparseTensor` `[B, k]`, or a pair (ids, values) of SparseTensors;
+        must contain the example id column.
+      labels: `[B]` labels.
+      variables: dict of feature name -> `tf.Variable` (or list of Variables
+        partitioned along axis 0): rows = ids for sparse features, `d` for
+        dense ones.
+      weight_column_name: optional feature with example weights.
+      global_step: optional step variable, incremented.
+
+    Returns:
+      The update op.
+    """
+    if self._names is None:
+      self._names = sorted(variables)
+      missing = [n for n in self._names if n not in features]
+      if missing:
+        raise ValueError(f"features lacks {missing} that have variables")
+    examples = self.examples(features, labels, weight_column_name)
+    if self.model is None:
+      sparse_vars, dense_vars = [], []
+      for name in self._names:
+        is_sparse = isinstance(features[name], (tf.SparseTensor, tuple))
+        (sparse_vars if is_sparse else dense_vars).append(variables[name])
+      self.model = SdcaModel(
+          None, dict(sparse_features_weights=sparse_vars,
+                     dense_features_weights=dense_vars), self.options)
+    train_op = self.model.minimize(global_step=global_step,
+                                   examples=examples)
+    return self.model.update_weights(train_op)
