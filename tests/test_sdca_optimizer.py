@@ -53,3 +53,11 @@ def test_missing_example_id_column_is_a_clear_error():
 def test_bad_options_fail_at_construction():
   with pytest.raises(ValueError, match="symmetric_l2_regularization"):
     tf_sdca.SDCAOptimizer("id", symmetric_l2_regularization=-1.0)
+
+
+def test_package_exports_the_op_wrapper_and_the_classes():
+  # A submodule named like the op wrapper once shadowed it on import.
+  assert callable(tf_sdca.sdca_optimizer)
+  assert tf_sdca.sdca_optimizer.__module__ == "tf_sdca.ops.sdca_ops"
+  assert isinstance(tf_sdca.SDCAOptimizer, type)
+  assert isinstance(tf_sdca.SdcaModel, type)

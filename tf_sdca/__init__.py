@@ -4,6 +4,6 @@ from tf_sdca.ops import sdca_optimizer
 from tf_sdca.ops import sdca_shrink_l1
 from tf_sdca.sdca_model import SdcaModel
 from tf_sdca.sdca_model import SparseFeatureColumn
-from tf_sdca.sdca_optimizer import SDCAOptimizer
+from tf_sdca.optimizer import SDCAOptimizer
 
 __version__ = "0.1.0"
