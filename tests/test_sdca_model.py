@@ -305,3 +305,45 @@ def test_bad_options_raise_value_error_naming_the_key(options, pattern):
   with pytest.raises(ValueError, match=pattern):
     SdcaModel(None, dict(sparse_features_weights=[],
                          dense_features_weights=[]), options)
+
+
+def test_update_weights_writes_only_the_rows_a_batch_touched():
+  x, ids, y, s = _data("logistic_loss", seed=12)
+  ex = _examples(x, ids, y, s, rows=np.arange(5))
+  model, variables = _model(ex, "logistic_loss", partitioned=True)
+  sentinel = -7.0  # rows no batch touches must keep what the user had
+  for var in variables["sparse_features_weights"][0]:
+    var.assign(tf.fill(var.shape, sentinel))
+  # The slots start from the user's values: reset them to a clean start.
+  for slot in model._sparse[0].slots:
+    slot.assign(tf.zeros_like(slot))
+  model.update_weights(model.minimize())
+  w = _flat(variables)[:VOCAB]
+  touched = np.unique(ids[:5])
+  untouched = np.setdiff1d(np.arange(VOCAB), touched)
+  assert np.all(w[untouched] == sentinel)
+  assert np.all(w[touched] != sentinel)
+  # The next update starts from an empty set of touched rows.
+  assert model._sparse[0].touched.numpy().size == 0
+
+
+def test_column_shaped_partitioned_variables_work():
+  # TensorFlow's linear models used [rows, 1] variables.
+  x, ids, y, s = _data("squared_loss", seed=13)
+  ex = _examples(x, ids, y, s)
+  parts = [tf.Variable(tf.zeros([10, 1])), tf.Variable(tf.zeros([6, 1]))]
+  dense = tf.Variable(tf.zeros([DENSE, 1]))
+  model = SdcaModel(ex, dict(sparse_features_weights=[parts],
+                             dense_features_weights=[dense]),
+                    dict(loss_type="squared_loss",
+                         symmetric_l2_regularization=1.0,
+                         num_inner_iterations=5))
+  flat, _ = _model(ex, "squared_loss", num_inner_iterations=5)
+  for _ in range(10):
+    model.update_weights(model.minimize())
+    flat.update_weights(flat.minimize())
+  got = np.concatenate([parts[0].numpy().ravel(), parts[1].numpy().ravel(),
+                        dense.numpy().ravel()])
+  want = np.concatenate([flat._sparse[0].slots[0].numpy(),
+                         flat._dense[0].slots[0].numpy()])
+  np.testing.assert_allclose(got, want, atol=1e-6)

@@ -96,6 +96,10 @@ class _Weights(tf.Module):
     sizes = [int(tf.size(v)) for v in self.variables_]
     self.offsets = tf.constant([0] + list(_cumsum(sizes)), tf.int64)
     self.size = sum(sizes)
+    # Rows changed since the last update_weights (sparse groups), so that
+    # updating a 2^24-row variable writes only those rows.
+    self.touched = tf.Variable(tf.zeros([0], tf.int64), shape=[None],
+                               trainable=False, name="touched_rows")
 
   def _partition(self, ids):
     part = tf.searchsorted(self.offsets[1:], ids, side="right")
@@ -122,6 +126,23 @@ class _Weights(tf.Module):
     vals = tf.dynamic_partition(deltas, part, n)
     return [s.scatter_add(tf.IndexedSlices(d, i))
             for s, i, d in zip(self.slots, idx, vals)]
+
+  def update_variables(self, rows, shrink):
+    """Writes shrink(slot) of global `rows` into the user's variables
+    (which may have shape [n] or [n, 1, ...])."""
+    if len(self.slots) == 1:
+      parts = [rows]
+    else:
+      part, local = self._partition(rows)
+      parts = tf.dynamic_partition(local, part, len(self.slots))
+    out = []
+    for var, slot, idx in zip(self.variables_, self.slots, parts):
+      values = tf.gather(slot, idx)
+      values = tf.sign(values) * tf.maximum(tf.abs(values) - shrink, 0.0)
+      values = tf.reshape(tf.cast(values, var.dtype),
+                          [-1] + var.shape[1:].as_list())
+      out.append(var.scatter_update(tf.IndexedSlices(values, idx)))
+    return out
 
   def all_rows(self):
     return tf.concat(self.slots, axis=0) if len(self.slots) > 1 else \
@@ -313,6 +334,8 @@ class SdcaModel(tf.Module):
       updates = self._insert_state(keys, new_state)
       for weights, uniq, delta in zip(self._sparse, uniq_ids, d_sparse):
         updates += weights.scatter_add(uniq, tf.cast(delta, tf.float64))
+        updates.append(weights.touched.assign(
+            tf.unique(tf.concat([weights.touched, uniq], 0))[0]))
       for weights, delta in zip(self._dense, d_dense):
         updates += self._dense_assign_add(weights, tf.cast(delta, tf.float64))
       if global_step is not None:
@@ -340,6 +363,9 @@ class SdcaModel(tf.Module):
   def update_weights(self, train_op):
     """Writes the shrunk solution into the user's variables.
 
+    Sparse variables are written only at the rows changed since the last
+    call (a 2^24-row table is not copied per step); dense ones whole.
+
     Args:
       train_op: what `minimize` returned (a control dependency in graphs).
 
@@ -350,7 +376,12 @@ class SdcaModel(tf.Module):
       shrink = (self._options["symmetric_l1_regularization"] /
                 self._options["symmetric_l2_regularization"])
       assigns = []
-      for weights in self._sparse + self._dense:
+      for weights in self._sparse:
+        rows = weights.touched.read_value()
+        written = weights.update_variables(rows, shrink)
+        with tf.control_dependencies(written):
+          assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
+      for weights in self._dense:
         for var, slot in zip(weights.variables_, weights.slots):
           shrunk = tf.sign(slot) * tf.maximum(tf.abs(slot) - shrink, 0.0)
           assigns.append(var.assign(tf.reshape(tf.cast(shrunk, var.dtype),
