@@ -3,11 +3,14 @@
 Both train logistic regression (l2 = 1, l1 = 0) on the same generated
 Criteo-shaped rows (13 dense + 26 hashed categorical features, 2^20 buckets)
 in batches, with exactly the same glue around the op call: the batch's
-feature ids and their distinct ids are prepared once (outside the timing,
-cached across epochs), and each timed step gathers the distinct ids' weights,
-calls the op, scatter-adds the deltas back and stores the new state rows.
-Prints examples/s of the op alone and of op + glue, their ratio, and each
-model's final training objective.
+feature ids, their distinct ids and its dense block are prepared once as
+tensors (outside the timing, cached across epochs), and each timed step
+gathers the distinct ids' weights, calls the op, scatter-adds the deltas back
+and stores the new state rows.
+The two peers alternate batch by batch, so that both see the same machine
+conditions (on shared machines the speed drifts by tens of percent within a
+run). Prints examples/s of the op alone and of op + glue, their ratio, and
+each model's final training objective.
 
   python bench/bench_op.py [--rows 1000000] [--batch-size 100000] [--epochs 1]
 """
@@ -17,6 +20,9 @@ import platform
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# numpy's OpenBLAS threads spin after a BLAS call and steal a core from
+# whichever op runs next; neither peer should pay for that.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -30,6 +36,7 @@ def prepare(rows, batch_size, bucket_bits):
   TF's op requires: a rare in-row hash collision moves to a spare bucket)."""
   buckets = 1 << bucket_bits
   data = generate_criteo_arrays(rows, num_buckets=buckets, seed=0)
+  labels = data["labels"]
   ids = data["cat_ids"].copy()
   order = np.sort(ids, axis=1)
   dup_rows = np.flatnonzero((np.diff(order, axis=1) == 0).any(axis=1))
@@ -44,51 +51,72 @@ def prepare(rows, batch_size, bucket_bits):
   for start in range(0, rows, batch_size):
     stop = min(rows, start + batch_size)
     b_ids = ids[start:stop].ravel()
+    ex = np.repeat(np.arange(stop - start, dtype=np.int64), ids.shape[1])
+    uniq = np.unique(b_ids)
+    dense_rows = np.ascontiguousarray(dense[start:stop])
     batches.append(dict(
-        rows=slice(start, stop),
-        ex=np.repeat(np.arange(stop - start, dtype=np.int64), ids.shape[1]),
-        ids=b_ids, uniq=np.unique(b_ids),
-        dense=np.ascontiguousarray(dense[start:stop])))
-  return data["labels"], batches, buckets + ids.shape[1], len(dup_rows)
+        rows=slice(start, stop), ids=b_ids, uniq=uniq, dense=dense_rows,
+        # What does not change between epochs is handed to both ops as
+        # tensors built once (re-converting 2.6M ids per step cost ~20 ms).
+        tensors=dict(ex=tf.constant(ex), ids=tf.constant(b_ids),
+                     uniq=tf.constant(uniq), dense=tf.constant(dense_rows),
+                     ones=tf.ones([stop - start]),
+                     labels=tf.constant(labels[start:stop]))))
+  return labels, batches, buckets + ids.shape[1], len(dup_rows)
 
 
-def run(op_name, labels, batches, table_size, epochs, threads):
-  """Trains with one op; returns (op seconds, total seconds, weights, state)."""
-  w_sparse = np.zeros(table_size, np.float64)
-  w_dense = np.zeros(13, np.float64)
-  state = np.zeros((labels.shape[0], 4), np.float32)
-  ones = np.ones(labels.shape[0], np.float32)
-  op_time = 0.0
-  start = time.perf_counter()
+class Peer:
+  """One solver's weights, state and accumulated times."""
+
+  def __init__(self, name, n, table_size, threads):
+    self.name = name
+    self.threads = threads
+    self.w_sparse = np.zeros(table_size, np.float64)
+    self.w_dense = np.zeros(13, np.float64)
+    self.state = np.zeros((n, 4), np.float32)
+    self.op_time = 0.0
+    self.total_time = 0.0
+
+  def step(self, b):
+    """One timed training step on batch `b` (glue + op)."""
+    start = time.perf_counter()
+    rows = b["rows"]
+    t = b["tensors"]
+    args = dict(
+        sparse_example_indices=[t["ex"]], sparse_feature_indices=[t["ids"]],
+        sparse_feature_values=[], dense_features=[t["dense"]],
+        example_weights=t["ones"], example_labels=t["labels"],
+        sparse_indices=[t["uniq"]],
+        sparse_weights=[tf.constant(
+            self.w_sparse[b["uniq"]].astype(np.float32))],
+        dense_weights=[tf.constant(self.w_dense.astype(np.float32))],
+        example_state_data=tf.constant(self.state[rows]))
+    t0 = time.perf_counter()
+    if self.name == "tf_sdca":
+      out = tf_sdca.sdca_optimizer(**args, loss_type="logistic_loss", l1=0.0,
+                                   l2=1.0, num_threads=self.threads)
+    else:
+      out = tf.raw_ops.SdcaOptimizerV2(
+          **args, loss_type="logistic_loss", l1=0.0, l2=1.0,
+          num_loss_partitions=1, num_inner_iterations=1, adaptive=False)
+    new_state = out[0].numpy()
+    d_sparse = out[1][0].numpy()
+    d_dense = out[2][0].numpy()
+    self.op_time += time.perf_counter() - t0
+    self.state[rows] = new_state
+    self.w_sparse[b["uniq"]] += d_sparse
+    self.w_dense += d_dense
+    self.total_time += time.perf_counter() - start
+
+
+def run(peers, batches, epochs):
+  """Trains all peers, alternating them batch by batch so that they see the
+  same machine conditions (its speed drifts by tens of percent over a run on
+  shared machines)."""
   for _ in range(epochs):
     for b in batches:
-      rows = b["rows"]
-      args = dict(
-          sparse_example_indices=[b["ex"]], sparse_feature_indices=[b["ids"]],
-          sparse_feature_values=[], dense_features=[b["dense"]],
-          example_weights=ones[rows], example_labels=labels[rows],
-          sparse_indices=[b["uniq"]],
-          sparse_weights=[w_sparse[b["uniq"]].astype(np.float32)],
-          dense_weights=[w_dense.astype(np.float32)],
-          example_state_data=state[rows])
-      t0 = time.perf_counter()
-      if op_name == "tf_sdca":
-        out = tf_sdca.sdca_optimizer(**args, loss_type="logistic_loss",
-                                     l1=0.0, l2=1.0, num_threads=threads)
-      else:
-        out = tf.raw_ops.SdcaOptimizerV2(
-            **{k: ([tf.constant(x) for x in v] if isinstance(v, list) else
-                   tf.constant(v)) for k, v in args.items()},
-            loss_type="logistic_loss", l1=0.0, l2=1.0, num_loss_partitions=1,
-            num_inner_iterations=1, adaptive=False)
-      new_state = out[0].numpy()
-      d_sparse = out[1][0].numpy()
-      d_dense = out[2][0].numpy()
-      op_time += time.perf_counter() - t0
-      state[rows] = new_state
-      w_sparse[b["uniq"]] += d_sparse
-      w_dense += d_dense
-  return op_time, time.perf_counter() - start, (w_sparse, w_dense), state
+      for peer in peers:
+        peer.step(b)
 
 
 def objective(labels, batches, weights):
@@ -123,16 +151,17 @@ def main():
         f"categorical), 2^{args.bucket_bits} buckets, batches of "
         f"{args.batch_size:,}, {args.epochs} epoch(s); {dups} rows had an "
         "in-row hash collision (moved to spare buckets)")
-  results = {}
+  n = labels.shape[0]
   # Warm up both (op loading, first-call overheads) on one batch.
-  for name in ("tf_sdca", "SdcaOptimizerV2"):
-    run(name, labels, batches[:1], table, 1, args.threads)
-  for name in ("SdcaOptimizerV2", "tf_sdca"):
-    op_s, total_s, weights, _ = run(name, labels, batches, table, args.epochs,
-                                    args.threads)
-    rows = args.rows * args.epochs
-    results[name] = (rows / op_s, rows / total_s,
-                     objective(labels, batches, weights))
+  run([Peer(name, n, table, args.threads)
+       for name in ("tf_sdca", "SdcaOptimizerV2")], batches[:1], 1)
+  peers = [Peer(name, n, table, args.threads)
+           for name in ("SdcaOptimizerV2", "tf_sdca")]
+  run(peers, batches, args.epochs)
+  rows = args.rows * args.epochs
+  results = {p.name: (rows / p.op_time, rows / p.total_time,
+                      objective(labels, batches, (p.w_sparse, p.w_dense)))
+             for p in peers}
   print(f"{'solver':18s}{'op rows/s':>14s}{'op+glue rows/s':>16s}"
         f"{'objective':>12s}")
   for name, (op_rate, total_rate, obj) in results.items():
