@@ -23,6 +23,15 @@ from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
 class SDCAOptimizer:
   """Trains a linear model by SDCA from feature dicts.
 
+  TensorFlow's `get_train_step(columns_to_variables, weight_column_name,
+  loss_type, features, targets, global_step)` becomes
+  `get_train_step(features, labels, variables, weight_column_name,
+  global_step)`: `variables` maps feature names (not feature columns) to
+  their variables, and `loss_type` is given here. The first call creates the
+  `SdcaModel` (`self.model`, e.g. for `tf.train.Checkpoint(model=opt.model)`
+  or `opt.model.regularized_loss(opt.examples(features, labels))`); later
+  calls reuse it. It works eagerly and inside `tf.function`.
+
   Args:
     example_id_column: name of the feature holding unique example ids
       (strings or integers).
@@ -52,8 +61,16 @@ class SDCAOptimizer:
     self.model = None
     self._names = None
 
+  @tf.autograph.experimental.do_not_convert
   def examples(self, features, labels, weight_column_name=None):
-    """Converts a feature dict to `SdcaModel` examples (sorted by name)."""
+    """Converts a feature dict to `SdcaModel` examples (sorted by name).
+
+    Useful to evaluate `self.model` (e.g. `regularized_loss`) on a batch
+    after the first `get_train_step`, which fixes the feature names.
+    """
+    if self._names is None:
+      raise ValueError("examples() needs the feature names that the first "
+                       "get_train_step call fixes")
     if self.example_id_column not in features:
       raise ValueError(f"features has no example id column "
                        f"{self.example_id_column!r}; add one with a unique "
@@ -84,6 +101,7 @@ class SDCAOptimizer:
                 example_weights=weights, example_labels=labels,
                 example_ids=ids)
 
+  @tf.autograph.experimental.do_not_convert
   def get_train_step(self, features, labels, variables,
                      weight_column_name=None, global_step=None):
     """Runs (or, in a graph, builds) one SDCA step and the weight update.
@@ -100,7 +118,12 @@ class SDCAOptimizer:
       global_step: optional step variable, incremented.
 
     Returns:
-      The update op.
+      `SdcaModel.update_weights`' grouped op (None eagerly; inside a
+      `tf.function`, do not return it).
+
+    Raises:
+      ValueError: if `features` lacks the example id column or a feature
+        that has variables.
     """
     if self._names is None:
       self._names = sorted(variables)
