@@ -35,6 +35,7 @@ import collections
 import math
 import numbers
 
+import numpy as np
 import tensorflow as tf
 
 from tf_sdca.ops import sdca_ops
@@ -539,6 +540,64 @@ class SdcaModel(tf.Module):
     r1, r2 = self._regularization()
     s = tf.reduce_sum(tf.cast(examples["example_weights"], tf.float64))
     return self.unregularized_loss(examples) + (r1 + 0.5 * r2) / s
+
+  @_plain_python
+  def linear_predictions(self, examples):
+    """float64 `w.x` per example at the current shrunk float64 weights."""
+    return self._linear_predictions(examples)
+
+  @_plain_python
+  def example_state(self, examples):
+    """The stored `[B, 4]` state rows (dual, primal loss, dual loss, weight)
+    of the batch's example ids; zeros for ids never trained."""
+    return self._lookup_state(self._keys(examples))
+
+  @_plain_python
+  def regularization(self):
+    """`(l1 |w|_1, l2 |w|^2)` at the shrunk weights, float64 scalars."""
+    return self._regularization()
+
+  def get_state(self):
+    """The training state as numpy arrays: every example's state row keyed
+    by its id fingerprint, and the unshrunk float64 weights.
+
+    Returns:
+      dict with `keys` (int64 `[m]`), `values` (float32 `[m, 4]`) and
+      `slots` (list of float64 arrays, one per weight variable, in the
+      order sparse groups then dense groups).
+    """
+    keys, values = [], []
+    for table in self._tables:
+      k, v = table.export()
+      keys.append(k.numpy())
+      values.append(v.numpy())
+    return dict(keys=np.concatenate(keys),
+                values=np.concatenate(values).reshape(-1, 4),
+                slots=[slot.numpy() for w in self._sparse + self._dense
+                       for slot in w.slots])
+
+  def set_state(self, state):
+    """Restores what `get_state` returned (and writes the shrunk weights
+    into the variables). Example state already stored is replaced."""
+    slots = [slot for w in self._sparse + self._dense for slot in w.slots]
+    if len(state["slots"]) != len(slots):
+      raise ValueError(f"state has {len(state['slots'])} weight slots, the "
+                       f"model {len(slots)}")
+    for slot, value in zip(slots, state["slots"]):
+      slot.assign(np.reshape(value, slot.shape))
+    for table in self._tables:
+      k, _ = table.export()
+      table.remove(k)
+    keys = tf.constant(state["keys"], tf.int64)
+    values = tf.constant(np.reshape(state["values"], [-1, 4]), tf.float32)
+    for op in self._insert_state(keys, values):
+      del op
+    shrink = (self._options["symmetric_l1_regularization"] /
+              self._options["symmetric_l2_regularization"])
+    for weights in self._sparse + self._dense:
+      for var, slot in zip(weights.variables_, weights.slots):
+        shrunk = tf.sign(slot) * tf.maximum(tf.abs(slot) - shrink, 0.0)
+        var.assign(tf.reshape(tf.cast(shrunk, var.dtype), var.shape))
 
   @_plain_python
   def approximate_duality_gap(self):

@@ -1,0 +1,447 @@
+"""tf_sdca.keras.LinearModel: optimum against scikit-learn and closed forms,
+the duality-gap stop, every input kind, callbacks, save/load/export, and
+errors on bad data."""
+import csv
+import os
+import pathlib
+import re
+import runpy
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import scipy.sparse
+import tensorflow as tf
+import tf_sdca
+from scipy.optimize import minimize
+from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.preprocessing import StandardScaler
+
+from sdca_testutil import dual_loss, primal_loss
+from tf_sdca.keras import InvalidInputError, LinearModel
+
+
+def _objective(loss, w, b, x, y, l2, s=None):
+  """sum_i s_i loss(w.x_i + b) + l2/2 (|w|^2 + b^2), float64."""
+  z = np.asarray(x @ w, np.float64).ravel() + b
+  s = np.ones(len(y)) if s is None else s
+  return float(s @ primal_loss(loss, z, y)) + 0.5 * l2 * (w @ w + b * b)
+
+
+def _weights(model):
+  kernel, bias = model.get_weights()
+  return kernel.ravel().astype(np.float64), float(bias[0])
+
+
+def _liblinear(x, y, l2):
+  """scikit-learn's liblinear on the same objective: C = 1 / l2, and an
+  intercept column of 1 regularised like the other weights."""
+  clf = LogisticRegression(solver="liblinear", C=1.0 / l2, tol=1e-12,
+                           intercept_scaling=1.0, max_iter=100_000)
+  clf.fit(x, y)
+  return clf.coef_.ravel(), float(clf.intercept_[0]), clf
+
+
+@pytest.fixture(scope="module")
+def cancer():
+  data = load_breast_cancer()
+  rng = np.random.default_rng(0)
+  order = rng.permutation(len(data.target))
+  x, y = data.data[order], data.target[order].astype(np.float32)
+  cut = int(0.75 * len(y))
+  scaler = StandardScaler().fit(x[:cut])
+  x = scaler.transform(x).astype(np.float32)
+  return x[:cut], y[:cut], x[cut:], y[cut:]
+
+
+def test_breast_cancer_reaches_liblinears_objective_and_auc(cancer):
+  x, y, xt, yt = cancer
+  l2 = 1.0
+  model = LinearModel(loss="logistic", l2=l2)
+  model.compile(metrics=[keras.metrics.AUC(name="auc")])
+  history = model.fit(x, y, epochs=300, tol=1e-9, verbose=0)
+  w, b = _weights(model)
+  w_ref, b_ref, clf = _liblinear(x, y, l2)
+  ours = _objective("logistic_loss", w, b, x, y, l2)
+  ref = _objective("logistic_loss", w_ref, b_ref, x, y, l2)
+  assert abs(ours - ref) <= 1e-4 * ref
+  # The logged loss is that objective per example.
+  assert history.history["loss"][-1] == pytest.approx(ours / len(y), rel=1e-5)
+  auc = roc_auc_score(yt, model.predict(xt, verbose=0).ravel())
+  auc_ref = roc_auc_score(yt, clf.decision_function(xt))
+  assert abs(auc - auc_ref) <= 0.005
+  assert auc > 0.98
+
+
+def test_sparse_csr_reaches_liblinears_objective_and_auc():
+  rng = np.random.default_rng(1)
+  n, d = 3000, 400
+  x = scipy.sparse.random(n, d, density=0.02, random_state=2, format="csr",
+                          data_rvs=lambda k: rng.uniform(0.5, 1.5, k))
+  x = x.astype(np.float32)
+  truth = rng.normal(size=d) * 2.0
+  p = 1.0 / (1.0 + np.exp(-(x @ truth - 0.3)))
+  y = (rng.uniform(size=n) < p).astype(np.float32)
+  train, test = slice(0, 2400), slice(2400, n)
+  l2 = 2.0
+  model = LinearModel(loss="logistic", l2=l2)
+  model.fit(x[train], y[train], epochs=300, tol=1e-9, verbose=0)
+  w, b = _weights(model)
+  w_ref, b_ref, clf = _liblinear(x[train], y[train], l2)
+  ours = _objective("logistic_loss", w, b, x[train], y[train], l2)
+  ref = _objective("logistic_loss", w_ref, b_ref, x[train], y[train], l2)
+  assert abs(ours - ref) <= 1e-4 * ref
+  auc = roc_auc_score(y[test], model.predict(x[test], verbose=0).ravel())
+  auc_ref = roc_auc_score(y[test], clf.decision_function(x[test]))
+  assert abs(auc - auc_ref) <= 0.005
+  # The same data as a tf.SparseTensor and as a dense array give the same
+  # model (the op sees the same rows in the same order).
+  coo = x[train].tocoo()
+  sparse = tf.SparseTensor(np.stack([coo.row, coo.col], 1).astype(np.int64),
+                           coo.data, coo.shape)
+  for features in (sparse, x[train].toarray()):
+    other = LinearModel(loss="logistic", l2=l2)
+    other.fit(features, y[train], epochs=3, verbose=0)
+    first = LinearModel(loss="logistic", l2=l2)
+    first.fit(x[train], y[train], epochs=3, verbose=0)
+    for a, c in zip(other.get_weights(), first.get_weights()):
+      np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
+def test_diabetes_regression_matches_the_ridge_closed_form():
+  data = load_diabetes()
+  x = StandardScaler().fit_transform(data.data).astype(np.float32)
+  y = data.target.astype(np.float32)
+  l2 = 5.0
+  model = LinearModel(loss="squared", l2=l2)
+  model.compile(metrics=[keras.metrics.MeanSquaredError(name="mse")])
+  # (The gap bottoms out near 2e-10: the op stores duals in float32.)
+  model.fit(x, y, epochs=500, tol=1e-9, verbose=0)
+  w, b = _weights(model)
+  a = np.hstack([x.astype(np.float64), np.ones((len(y), 1))])
+  exact = np.linalg.solve(a.T @ a + l2 * np.eye(a.shape[1]),
+                          a.T @ y.astype(np.float64))
+  ours = _objective("squared_loss", w, b, x, y, l2)
+  ref = _objective("squared_loss", exact[:-1], exact[-1], x, y, l2)
+  assert abs(ours - ref) <= 1e-4 * ref
+  np.testing.assert_allclose(np.append(w, b), exact, rtol=1e-3, atol=1e-3)
+  # evaluate on the training data reports the same objective per example.
+  result = model.evaluate(x, y, verbose=0, return_dict=True)
+  assert result["loss"] == pytest.approx(ours / len(y), rel=1e-4)
+  assert result["mse"] == pytest.approx(
+      np.mean((a @ np.append(w, b) - y) ** 2), rel=1e-4)
+
+
+def test_gap_tolerance_stops_early_with_a_certified_gap(cancer):
+  x, y, _, _ = cancer
+  model = LinearModel(loss="logistic", l2=0.5)
+  history = model.fit(x, y, epochs=200, tol=1e-4, verbose=0)
+  gaps = history.history["duality_gap"]
+  assert len(gaps) < 200
+  assert gaps[-1] < 1e-4 and all(g >= 1e-4 for g in gaps[:-1])
+  # Recompute the gap independently: P(w) - D(alpha) with alpha from the
+  # model's stored duals and w from its weights.
+  w, b = _weights(model)
+  primal = _objective("logistic_loss", w, b, x, y, 0.5)
+  state = model._sdca.get_state()  # pylint: disable=protected-access
+  assert state["keys"].shape == (len(y),)
+  by_key = dict(zip(state["keys"].tolist(), state["values"][:, 0]))
+  ids = tf.strings.as_string(tf.range(len(y), dtype=tf.int64))
+  keys = tf_sdca.sdca_fprint(ids).numpy()[:, 0]
+  alpha = np.array([by_key[k] for k in keys.tolist()], np.float64)
+  yy = 2.0 * y - 1.0
+  v = np.hstack([x, np.ones((len(y), 1))]).T @ alpha
+  dual = -float(dual_loss("logistic_loss", alpha, y).sum()) - \
+      v @ v / (2 * 0.5)
+  assert dual <= primal + 1e-6
+  assert (primal - dual) / primal < 1e-4
+  assert np.all(alpha * yy >= 0)
+
+
+def test_all_losses_train_with_a_shrinking_gap():
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(300, 5)).astype(np.float32)
+  z = x @ np.array([1.0, -0.5, 0.2, 0.0, 0.3])
+  labels = {
+      "logistic": (z > 0).astype(np.float32),
+      "hinge": (z > 0).astype(np.float32),
+      "smooth_hinge": (z > 0).astype(np.float32),
+      "squared": z.astype(np.float32),
+      "absolute": z.astype(np.float32),
+      "poisson": rng.poisson(np.exp(0.3 * z)).astype(np.float32),
+  }
+  for loss, y in labels.items():
+    model = LinearModel(loss=loss, l2=1.0)
+    history = model.fit(x, y, epochs=40, tol=1e-5, verbose=0)
+    gaps = history.history["duality_gap"]
+    if loss in ("hinge", "absolute", "poisson"):
+      # Not smooth (hinge, absolute) or with an unbounded curvature
+      # (Poisson's exp): the gap shrinks slowly, not geometrically.
+      assert gaps[-1] < 1e-2, (loss, gaps)
+    else:
+      assert gaps[-1] < 1e-4, (loss, gaps[-5:])
+    out = model.predict(x[:4], verbose=0).ravel()
+    w, b = _weights(model)
+    score = x[:4] @ w + b
+    expected = {"logistic": 1 / (1 + np.exp(-score)),
+                "poisson": np.exp(score)}.get(loss, score)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_sample_weight_two_equals_a_duplicated_row_and_class_weight(cancer):
+  x, y, _, _ = cancer
+  x, y = x[:200], y[:200]
+  weights = np.where(y == 1, 2.0, 1.0).astype(np.float32)
+  weighted = LinearModel(loss="logistic", l2=1.0)
+  weighted.fit(x, y, sample_weight=weights, epochs=300, tol=1e-10,
+               verbose=0)
+  by_class = LinearModel(loss="logistic", l2=1.0)
+  by_class.fit(x, y, class_weight={0: 1.0, 1: 2.0}, epochs=300, tol=1e-10,
+               verbose=0)
+  twice = np.concatenate([np.arange(200), np.flatnonzero(y == 1)])
+  duplicated = LinearModel(loss="logistic", l2=1.0)
+  duplicated.fit(x[twice], y[twice], epochs=300, tol=1e-10, verbose=0)
+  for other in (by_class, duplicated):
+    for a, b in zip(weighted.get_weights(), other.get_weights()):
+      np.testing.assert_allclose(a, b, atol=2e-4)
+
+
+def _categorical_data(n=2000, seed=4):
+  rng = np.random.default_rng(seed)
+  cities = np.array([f"city{i}" for i in range(30)])
+  city = cities[rng.integers(0, 30, n)]
+  user = rng.integers(0, 10_000, n).astype(np.int64)
+  age = rng.normal(size=(n, 1)).astype(np.float32)
+  effect = {c: e for c, e in zip(cities, rng.normal(size=30))}
+  z = np.array([effect[c] for c in city]) + 0.8 * age[:, 0]
+  y = (rng.uniform(size=n) < 1 / (1 + np.exp(-z))).astype(np.float32)
+  return {"city": city, "user": user, "age": age}, y, cities
+
+
+def test_dict_features_with_preprocessing_layers_and_a_dataset():
+  features, y, cities = _categorical_data()
+  categorical = {
+      "city": keras.layers.StringLookup(vocabulary=list(cities[:25])),
+      "user": keras.layers.Hashing(num_bins=64),
+  }
+  # (l2 = 10: with l2 = 1 on 2000 rows SDCA over batches of 512 needs
+  # hundreds of epochs to certify a small gap.)
+  model = LinearModel(loss="logistic", l2=10.0,
+                      categorical_features=categorical)
+  model.compile(metrics=["auc"])
+  history = model.fit(features, y, epochs=100, tol=1e-7, batch_size=512,
+                      verbose=0)
+  assert history.history["duality_gap"][-1] < 1e-7
+  assert history.history["auc"][-1] > 0.7
+  names = [w.path for w in model.weights]
+  assert len(names) == 4  # age, city (26 ids: 25 + OOV), user (64), bias
+  assert [w.shape for w in model.weights] == [(1, 1), (26, 1), (64, 1), (1,)]
+  # The same data streamed as a tf.data.Dataset with example ids (unshuffled
+  # batches of the same rows) trains to the same optimum.
+  ids = np.arange(len(y))
+  stream = tf.data.Dataset.from_tensor_slices(
+      (dict(features, example_id=ids), y)).batch(512)
+  streamed = LinearModel(loss="logistic", l2=10.0,
+                         categorical_features={
+                             "city": keras.layers.StringLookup(
+                                 vocabulary=list(cities[:25])),
+                             "user": keras.layers.Hashing(num_bins=64)})
+  streamed.fit(stream, epochs=100, tol=1e-7, verbose=0)
+  for a, b in zip(model.get_weights(), streamed.get_weights()):
+    np.testing.assert_allclose(a, b, atol=1e-3)
+  # Without ids a streamed dataset is refused, saying what to add.
+  no_ids = tf.data.Dataset.from_tensor_slices((features, y)).batch(512)
+  with pytest.raises(InvalidInputError, match="example_id"):
+    LinearModel(categorical_features={"city": len(cities),
+                                      "user": 10_000}).fit(no_ids)
+
+
+def test_callbacks_see_the_gap_and_save_checkpoints(cancer, tmp_path):
+  x, y, xt, yt = cancer
+  log = tmp_path / "log.csv"
+  ckpt = tmp_path / "best.keras"
+  board = tmp_path / "tb"
+  model = LinearModel(loss="logistic", l2=1.0)
+  model.compile(metrics=["accuracy"])
+  history = model.fit(
+      x, y, epochs=50, validation_data=(xt, yt), verbose=0,
+      callbacks=[keras.callbacks.CSVLogger(str(log)),
+                 keras.callbacks.ModelCheckpoint(str(ckpt),
+                                                 monitor="duality_gap",
+                                                 mode="min"),
+                 keras.callbacks.TensorBoard(str(board)),
+                 keras.callbacks.EarlyStopping(monitor="duality_gap",
+                                               mode="min", min_delta=1e-3,
+                                               patience=0)])
+  gaps = history.history["duality_gap"]
+  # EarlyStopping on the gap: it stops at the first epoch that improves the
+  # gap by less than 1e-3.
+  assert len(gaps) < 50 and gaps[-2] - gaps[-1] < 1e-3
+  with open(log) as f:
+    rows = list(csv.DictReader(f))
+  assert len(rows) == len(gaps)
+  np.testing.assert_allclose([float(r["duality_gap"]) for r in rows], gaps,
+                             rtol=1e-6)
+  assert "val_loss" in rows[0] and "val_accuracy" in rows[0]
+  assert any(name.startswith("events") for _, _, files in os.walk(board)
+             for name in files)
+  restored = keras.models.load_model(str(ckpt))
+  np.testing.assert_array_equal(restored.predict(xt, verbose=0),
+                                model.predict(xt, verbose=0))
+
+
+def test_save_load_predicts_identically_and_resumes_training(tmp_path):
+  features, y, cities = _categorical_data(seed=6)
+  def make():
+    return LinearModel(loss="logistic", l1=0.05, l2=1.0,
+                       categorical_features={
+                           "city": keras.layers.StringLookup(
+                               vocabulary=list(cities)),
+                           "user": keras.layers.Hashing(num_bins=32)})
+  model = make()
+  model.compile(metrics=["auc"])
+  model.fit(features, y, epochs=3, batch_size=700, shuffle=False, verbose=0)
+  path = str(tmp_path / "model.keras")
+  model.save(path)
+  loaded = keras.models.load_model(path)
+  np.testing.assert_array_equal(loaded.predict(features, verbose=0),
+                                model.predict(features, verbose=0))
+  assert loaded.get_config()["l1"] == 0.05
+  # The duals and the unshrunk weights were saved too: 3 more epochs after
+  # loading equal 6 uninterrupted epochs.
+  loaded.fit(features, y, epochs=3, batch_size=700, shuffle=False, verbose=0)
+  uninterrupted = make()
+  uninterrupted.fit(features, y, epochs=6, batch_size=700, shuffle=False,
+                    verbose=0)
+  for a, b in zip(loaded.get_weights(), uninterrupted.get_weights()):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_exported_savedmodel_serves_raw_features_in_a_fresh_process(
+    tmp_path):
+  features, y, cities = _categorical_data(seed=7)
+  model = LinearModel(loss="logistic", l2=1.0, categorical_features={
+      "city": keras.layers.StringLookup(vocabulary=list(cities)),
+      "user": keras.layers.Hashing(num_bins=32)})
+  model.fit(features, y, epochs=5, verbose=0)
+  export = str(tmp_path / "export")
+  model.export(export, verbose=False)
+  rows = slice(0, 5)
+  np.save(tmp_path / "age.npy", features["age"][rows])
+  np.save(tmp_path / "user.npy", features["user"][rows])
+  np.save(tmp_path / "city.npy", features["city"][rows].astype(str))
+  code = f"""
+import os
+os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
+import numpy as np, tensorflow as tf
+d = {str(tmp_path)!r}
+served = tf.saved_model.load(os.path.join(d, 'export'))
+fn = served.signatures['serving_default']
+out = fn(age=tf.constant(np.load(os.path.join(d, 'age.npy'))),
+         user=tf.constant(np.load(os.path.join(d, 'user.npy'))),
+         city=tf.constant(np.load(os.path.join(d, 'city.npy'))))
+import sys
+print('tf_sdca' in sys.modules)
+print(repr(list(next(iter(out.values())).numpy().ravel().astype(float))))
+"""
+  run = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, check=True)
+  lines = run.stdout.strip().splitlines()
+  assert lines[-2] == "False"  # served by TensorFlow alone
+  served = np.array(eval(lines[-1]))  # pylint: disable=eval-used
+  expected = model.predict({k: v[rows] for k, v in features.items()},
+                           verbose=0).ravel()
+  np.testing.assert_allclose(served, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["string labels", "label 2", "lengths",
+                                  "nan feature", "negative weight",
+                                  "repeated ids"])
+def test_bad_input_fails_before_training(case, cancer):
+  x, y, _, _ = cancer
+  x, y = x[:50].copy(), y[:50].copy()
+  kwargs = {}
+  if case == "string labels":
+    y = np.where(y > 0, "yes", "no")
+    match = "labels must be numeric"
+  elif case == "label 2":
+    y[7] = 2.0
+    match = r"labels\[7\] = 2.0 must be 0 or 1"
+  elif case == "lengths":
+    y = y[:49]
+    match = "labels have 49 rows but the features have 50"
+  elif case == "nan feature":
+    x[3, 4] = np.nan
+    match = r"feature 'features'\[3, 4\] = nan is not finite"
+  elif case == "negative weight":
+    kwargs["sample_weight"] = np.ones(50)
+    kwargs["sample_weight"][9] = -1.0
+    match = r"sample_weight\[9\] = -1.0 must be finite and >= 0"
+  else:
+    x = {"features": x, "example_id": np.arange(50) % 49}
+    match = "repeats an example id"
+  model = LinearModel(loss="logistic")
+  with pytest.raises(InvalidInputError, match=match):
+    model.fit(x, y, epochs=2, verbose=0, **kwargs)
+  # Both kinds of except clause catch it, and nothing was trained.
+  assert issubclass(InvalidInputError, ValueError)
+  assert issubclass(InvalidInputError, tf.errors.InvalidArgumentError)
+  assert model._sdca is None  # pylint: disable=protected-access
+
+
+def test_options_are_checked():
+  with pytest.raises(ValueError, match="loss must be one of"):
+    LinearModel(loss="cross_entropy")
+  with pytest.raises(ValueError, match="l2"):
+    LinearModel(l2=0.0)
+  with pytest.raises(ValueError, match="output_mode"):
+    LinearModel(categorical_features={
+        "c": keras.layers.Hashing(num_bins=4, output_mode="one_hot")})
+  model = LinearModel()
+  with pytest.raises(ValueError, match="do not pass optimizer"):
+    model.compile(optimizer="adam")
+
+
+def test_the_g3doc_examples_run(tmp_path, capsys):
+  doc = pathlib.Path(__file__).parent.parent / "g3doc" / "keras.md"
+  keras_example, loop_example = re.findall(r"```python\n(.*?)```",
+                                           doc.read_text(), re.S)
+  # Run from files: AutoGraph needs the source of the tf.function.
+  results = []
+  for i, code in enumerate((keras_example, loop_example)):
+    script = tmp_path / f"example{i}.py"
+    script.write_text(code.replace("/tmp/", str(tmp_path) + "/"))
+    results.append(runpy.run_path(str(script)))
+  printed = {}
+  for line in capsys.readouterr().out.splitlines():
+    parts = line.split()
+    if len(parts) == 2 and parts[0] in ("epochs", "gap", "val_auc", "same",
+                                        "objective"):
+      printed.setdefault(parts[0], []).append(parts[1])
+  assert int(printed["epochs"][0]) < 100
+  assert float(printed["gap"][0]) < 1e-6
+  assert float(printed["val_auc"][0]) > 0.7
+  assert printed["same"] == ["True"]
+  assert (tmp_path / "keras_linear_export" / "saved_model.pb").exists()
+  # The custom loop's objective is that of its variables, and close to the
+  # optimum scipy finds for the same problem.
+  g = results[1]
+  n, vocab = g["n"], g["vocab"]
+  design = np.hstack([g["dense"], np.eye(vocab)[g["ids"]]]).astype(
+      np.float64)
+
+  def objective(w):
+    return (primal_loss("logistic_loss", design @ w, g["y"]).sum() +
+            2.5 * w @ w) / n
+
+  w_loop = np.concatenate([g["variables"]["dense"].numpy(),
+                           g["variables"]["cat"].numpy()])
+  best = minimize(objective, np.zeros(design.shape[1]), method="L-BFGS-B",
+                  options=dict(ftol=1e-14, gtol=1e-10)).fun
+  assert float(printed["objective"][0]) == pytest.approx(objective(w_loop),
+                                                         rel=1e-5)
+  assert best <= objective(w_loop) <= best * (1 + 1e-3)

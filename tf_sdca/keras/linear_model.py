@@ -1,0 +1,939 @@
+"""A linear Keras model trained by SDCA: `tf_sdca.keras.LinearModel`.
+
+Keras habits (`compile`, `fit`, `evaluate`, `predict`, callbacks, `save` /
+`keras.models.load_model`, `export`) on a linear model whose training is not
+gradient descent but SDCA through `tf_sdca.SdcaModel`: each `fit` step hands
+a batch to the `TfSdca>Optimizer` op, which maximises the dual exactly,
+coordinate by coordinate, and the weights follow the duals. There is no
+learning rate; the duality gap, logged after every epoch, certifies how far
+the weights are from the optimum and can stop training (`fit(tol=...)`).
+
+Example:
+  >>> import numpy as np
+  >>> from tf_sdca.keras import LinearModel
+  >>> x = np.random.default_rng(0).normal(size=(500, 4)).astype("float32")
+  >>> y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype("float32")
+  >>> model = LinearModel(loss="logistic", l2=1.0)
+  >>> model.compile(metrics=["auc"])
+  >>> history = model.fit(x, y, epochs=20, tol=1e-6, verbose=0)
+  >>> probabilities = model.predict(x, verbose=0)
+"""
+import math
+import numbers
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_sdca.ops import sdca_ops
+from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
+from tf_sdca.trainer import _dual_loss, _primal_loss
+
+# Short loss names (the issue's and Keras users') and the op's names.
+LOSSES = {
+    "logistic": "logistic_loss",
+    "hinge": "hinge_loss",
+    "smooth_hinge": "smooth_hinge_loss",
+    "squared": "squared_loss",
+    "absolute": "absolute_loss",
+    "poisson": "poisson_loss",
+}
+_BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
+# The name a non-dict input gets.
+DEFAULT_FEATURE = "features"
+# Rows per SDCA call when `fit` gets in-memory data and no batch_size: the op
+# is exact sequential SDCA inside a batch, so large batches lose nothing in
+# convergence and save per-step overhead.
+DEFAULT_BATCH_SIZE = 8192
+
+
+class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
+  """Bad training or scoring data, found before any training step.
+
+  Both a `tf.errors.InvalidArgumentError` (like the op's own errors) and a
+  `ValueError` (like Keras' input errors), so either `except` catches it.
+  """
+
+  def __init__(self, message):
+    super().__init__(None, None, message)
+
+
+def _loss_type(loss):
+  if loss in LOSSES:
+    return LOSSES[loss]
+  if loss in LOSSES.values():
+    return loss
+  raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
+
+
+def _vocabulary_size(name, spec):
+  """Rows of a categorical feature's weights: an int, or the size a Keras
+  preprocessing layer (Hashing, IntegerLookup, StringLookup) maps into."""
+  if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
+    size = int(spec)
+  elif hasattr(spec, "num_bins") and spec.num_bins:
+    size = int(spec.num_bins)
+  elif callable(getattr(spec, "vocabulary_size", None)):
+    size = int(spec.vocabulary_size())
+  else:
+    raise ValueError(
+        f"categorical_features[{name!r}] must be a vocabulary size or a Keras "
+        f"layer with num_bins or vocabulary_size() (Hashing, IntegerLookup, "
+        f"StringLookup), got {spec!r}")
+  if getattr(spec, "output_mode", "int") != "int":
+    raise ValueError(f"categorical_features[{name!r}] must output integer "
+                     f"ids (output_mode='int'), got output_mode="
+                     f"{spec.output_mode!r}")
+  if size < 1:
+    raise ValueError(f"categorical_features[{name!r}] has {size} ids")
+  return size
+
+
+@keras.saving.register_keras_serializable(package="tf_sdca")
+class LinearModel(keras.Model):
+  """Linear model for classification, regression or counts, trained by SDCA.
+
+  The objective is `SdcaModel`'s: `sum_i s_i loss(w.x_i + b, y_i) +
+  l2/2 (|w|^2 + b^2) + l1 (|w|_1 + |b|)` with example weights `s_i`
+  (`sample_weight` times `class_weight`). The bias `b` is the weight of a
+  constant-1 feature and is regularised like the other weights, as in
+  TensorFlow's `LinearSDCA` (scikit-learn's `liblinear` with
+  `intercept_scaling=1` does the same).
+
+  Inputs: a numpy array `[n, d]`, a scipy sparse matrix or `tf.SparseTensor`
+  `[n, d]` (one feature named `"features"`), or a dict of named features:
+  dense numeric `[n]` / `[n, k]`, sparse numeric `tf.SparseTensor`, or
+  categorical features listed in `categorical_features` (raw values mapped by
+  a Keras preprocessing layer, or integer ids). A `tf.data.Dataset` of
+  `(features, labels[, sample_weight])` batches works too; SDCA keeps one
+  dual variable per example, so streamed features must be a dict with an
+  `example_id` feature (unique per example, string or integer); in-memory
+  data uses the row position when it has none.
+
+  Labels: `{0, 1}` for the classification losses, any real number for
+  `squared` / `absolute`, counts `>= 0` for `poisson`. Outputs `[n, 1]`:
+  probabilities for `logistic`, expected counts for `poisson`, `w.x + b`
+  otherwise.
+
+  Args:
+    loss: 'logistic', 'hinge', 'smooth_hinge', 'squared', 'absolute' or
+      'poisson' (or the op's names, 'logistic_loss', ...).
+    l1: L1 regularisation strength, >= 0.
+    l2: L2 regularisation strength, > 0.
+    use_bias: add a bias (a constant-1 feature, regularised).
+    categorical_features: dict `{name: layer or vocabulary size}`: features
+      holding categories. A layer (e.g. `keras.layers.Hashing(num_bins=...)`,
+      `StringLookup(vocabulary=...)`) maps the raw values to ids in the
+      model, so saved and exported models take raw values; an int says the
+      feature already holds ids in `[0, size)`.
+    example_id: name of the feature with example ids.
+    num_loss_partitions: CoCoA+ partitions. `fit` trains one replica, so it
+      must be 1 there; larger values are for several replicas each training
+      1/num_loss_partitions of the data whose updates are summed (see
+      `tf_sdca.SdcaModel`).
+    visit_order: order of the op's coordinate steps ('permutation',
+      'uniform', 'cyclic', 'adaptive').
+    seed: seed of the visiting order and of the batch shuffling.
+    gamma: smoothing of the smooth hinge loss.
+    num_threads: op threads (0: one solver shard; see g3doc/op.md).
+    num_table_shards: shards of the dual-state hash table.
+    **kwargs: `keras.Model` arguments (`name`, ...).
+  """
+
+  def __init__(self, loss="logistic", l1=0.0, l2=1.0, use_bias=True,
+               categorical_features=None, example_id="example_id",
+               num_loss_partitions=1, visit_order="permutation", seed=0,
+               gamma=1.0, num_threads=0, num_table_shards=1, **kwargs):
+    super().__init__(**kwargs)
+    self.loss_type = _loss_type(loss)
+    self.loss_name = loss
+    sdca_ops._check_options(self.loss_type, l1, l2, num_loss_partitions, 1,
+                            visit_order, gamma, num_threads)
+    self.l1 = float(l1)
+    self.l2 = float(l2)
+    self.use_bias = bool(use_bias)
+    self.example_id = str(example_id)
+    self.num_loss_partitions = int(num_loss_partitions)
+    self.visit_order = visit_order
+    self.seed = int(seed)
+    self.gamma = float(gamma)
+    self.num_threads = int(num_threads)
+    self.num_table_shards = int(num_table_shards)
+    categorical_features = dict(categorical_features or {})
+    for name, spec in categorical_features.items():
+      _vocabulary_size(name, spec)
+    self.categorical_features = categorical_features
+    self._spec = None  # [(name, kind, size, raw dtype, raw inner shape)]
+    self._kernels = {}
+    self.bias = None
+    self._sdca = None
+    self._pending_state = None
+    self._train_weight = 0.0
+    self._gap_data = None
+
+  # ------------------------------------------------------------ structure
+  def _build_spec(self, spec):
+    """Creates the weights for `spec` (one entry per feature, sorted)."""
+    if self._spec is not None:
+      if [tuple(s[:3]) for s in spec] != [tuple(s[:3]) for s in self._spec]:
+        raise InvalidInputError(
+            f"the features {[s[:3] for s in spec]} (name, kind, size) differ "
+            f"from those the model was built for "
+            f"{[s[:3] for s in self._spec]}")
+      return
+    self._spec = [list(s) for s in spec]
+    for name, _, size, _, _ in self._spec:
+      self._kernels[name] = self.add_weight(
+          shape=(size, 1), initializer="zeros", name=f"kernel_{name}")
+    if self.use_bias:
+      self.bias = self.add_weight(shape=(1,), initializer="zeros",
+                                  name="bias")
+    self.built = True
+
+  def get_build_config(self):
+    return {"spec": self._spec}
+
+  def build_from_config(self, config):
+    if config.get("spec"):
+      self._build_spec(config["spec"])
+
+  def build(self, input_shape=None):
+    # Weights need the features' sizes, which come from data (fit, predict,
+    # evaluate) or from a saved model's build config.
+    del input_shape
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(
+        loss=self.loss_name, l1=self.l1, l2=self.l2, use_bias=self.use_bias,
+        categorical_features={
+            name: (spec if isinstance(spec, numbers.Integral) else
+                   keras.saving.serialize_keras_object(spec))
+            for name, spec in self.categorical_features.items()},
+        example_id=self.example_id,
+        num_loss_partitions=self.num_loss_partitions,
+        visit_order=self.visit_order, seed=self.seed, gamma=self.gamma,
+        num_threads=self.num_threads, num_table_shards=self.num_table_shards)
+    return config
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    config = dict(config)
+    config["categorical_features"] = {
+        name: (spec if isinstance(spec, numbers.Integral) else
+               keras.saving.deserialize_keras_object(
+                   spec, custom_objects=custom_objects))
+        for name, spec in config.get("categorical_features", {}).items()}
+    return cls(**config)
+
+  # ------------------------------------------------------------- features
+  def _as_dict(self, x):
+    if isinstance(x, dict):
+      return x
+    return {DEFAULT_FEATURE: x}
+
+  def _transform(self, x):
+    """Model-side features: {name: dense float [B, d] | SparseTensor float
+    | categorical ids (dense int [B, k], SparseTensor or RaggedTensor)}."""
+    x = self._as_dict(x)
+    out = {}
+    for name, kind, _, _, _ in self._spec:
+      if name not in x:
+        raise InvalidInputError(f"the input has no feature {name!r}; the "
+                                f"model takes {[s[0] for s in self._spec]}")
+      value = x[name]
+      if kind == "categorical":
+        layer = self.categorical_features[name]
+        if not isinstance(layer, numbers.Integral):
+          value = layer(value)
+        if isinstance(value, tf.SparseTensor):
+          value = tf.SparseTensor(value.indices,
+                                  tf.cast(value.values, tf.int64),
+                                  value.dense_shape)
+        elif isinstance(value, tf.RaggedTensor):
+          value = tf.cast(value, tf.int64)
+        else:
+          value = tf.cast(value, tf.int64)
+          value = tf.reshape(value, [tf.shape(value)[0], -1])
+      elif isinstance(value, tf.SparseTensor):
+        value = tf.SparseTensor(value.indices,
+                                tf.cast(value.values, tf.float32),
+                                value.dense_shape)
+      else:
+        value = tf.cast(value, tf.float32)
+        value = tf.reshape(value, [tf.shape(value)[0], -1])
+      out[name] = value
+    return out
+
+  def _logits(self, features):
+    """float32 `w.x + b` per example from the Keras weights."""
+    z = None
+    for name, kind, _, _, _ in self._spec:
+      value, kernel = features[name], self._kernels[name]
+      if kind == "categorical":
+        if isinstance(value, tf.SparseTensor):
+          value = tf.RaggedTensor.from_sparse(value)
+        # Dense [B, k] or ragged ids: the sum of their weights per row.
+        part = tf.reduce_sum(tf.gather(kernel[:, 0], value), axis=1)
+      elif isinstance(value, tf.SparseTensor):
+        part = tf.sparse.sparse_dense_matmul(value, kernel)[:, 0]
+      else:
+        part = tf.linalg.matvec(value, kernel[:, 0])
+      z = part if z is None else z + part
+    if self.bias is not None:
+      z = z + self.bias[0]
+    return z
+
+  def _activation(self, z):
+    if self.loss_type == "logistic_loss":
+      return tf.sigmoid(z)
+    if self.loss_type == "poisson_loss":
+      return tf.exp(z)
+    return z
+
+  def call(self, inputs, training=False):
+    """Probabilities (logistic), rates (Poisson) or scores, `[B, 1]`."""
+    del training
+    if self._spec is None:
+      x = self._as_dict(inputs)
+      self._build_spec(self._spec_of(
+          {k: v for k, v in x.items() if k != self.example_id}, True))
+    return self._activation(self._logits(self._transform(inputs)))[:, None]
+
+  # ----------------------------------------------------------------- SDCA
+  def _ensure_sdca(self):
+    """Creates the `SdcaModel` (eagerly) over the Keras weights."""
+    if self._sdca is not None:
+      return
+    sparse, dense = [], []
+    for name, kind, _, _, _ in self._spec:
+      (dense if kind == "dense" else sparse).append(
+          self._kernels[name].value)
+    if self.bias is not None:
+      dense.append(self.bias.value)
+    self._sdca = SdcaModel(
+        None, {"sparse_features_weights": sparse,
+               "dense_features_weights": dense},
+        {"loss_type": self.loss_type,
+         "symmetric_l1_regularization": self.l1,
+         "symmetric_l2_regularization": self.l2,
+         "num_loss_partitions": self.num_loss_partitions,
+         "num_table_shards": self.num_table_shards,
+         "visit_order": self.visit_order, "seed": self.seed,
+         "gamma": self.gamma, "num_threads": self.num_threads})
+    if self._pending_state is not None:
+      self._sdca.set_state(self._pending_state)
+      self._pending_state = None
+
+  def _examples(self, features, labels, weights, ids):
+    """An `SdcaModel` batch from transformed features."""
+    sparse, dense = [], []
+    batch = tf.shape(labels)[0]
+    for name, kind, _, _, _ in self._spec:
+      value = features[name]
+      if kind == "dense":
+        dense.append(value)
+        continue
+      if isinstance(value, tf.SparseTensor):
+        rows, cols, vals = value.indices[:, 0], value.indices[:, 1], \
+            value.values
+      elif isinstance(value, tf.RaggedTensor):
+        rows, cols, vals = value.value_rowids(), value.flat_values, None
+      else:  # dense ids [B, k]
+        width = tf.shape(value)[1]
+        rows = tf.repeat(tf.range(tf.cast(batch, tf.int64)), width)
+        cols, vals = tf.reshape(value, [-1]), None
+      if kind == "categorical":
+        sparse.append(SparseFeatureColumn(rows, tf.cast(cols, tf.int64),
+                                          None))
+      else:
+        sparse.append(SparseFeatureColumn(rows, cols, vals))
+    if self.bias is not None:
+      dense.append(tf.ones([batch, 1], tf.float32))
+    if ids is None:
+      ids = tf.fill([batch], "")
+    elif ids.dtype != tf.string:
+      ids = tf.strings.as_string(ids)
+    return {"sparse_features": sparse, "dense_features": dense,
+            "example_weights": weights, "example_labels": labels,
+            "example_ids": tf.reshape(ids, [-1])}
+
+  def _unpack(self, data):
+    x, y, sw = keras.utils.unpack_x_y_sample_weight(data)
+    x = self._as_dict(x)
+    y = tf.reshape(tf.cast(y, tf.float32), [-1])
+    sw = (tf.ones_like(y) if sw is None else
+          tf.reshape(tf.cast(sw, tf.float32), [-1]))
+    return x, y, sw
+
+  def _update_metrics(self, y, y_pred, sw, loss):
+    self._loss_tracker.update_state(loss, sample_weight=tf.reduce_sum(sw))
+    if self._compile_metrics is not None:
+      self._compile_metrics.update_state(y[:, None], y_pred, sw)
+    return self.get_metrics_result()
+
+  def train_step(self, data):
+    x, y, sw = self._unpack(data)
+    if self.example_id not in x:
+      raise InvalidInputError(_MISSING_IDS.format(name=self.example_id))
+    features = self._transform(x)
+    y_pred = self._activation(self._logits(features))[:, None]
+    examples = self._examples(features, y, sw, x[self.example_id])
+    state = self._sdca.minimize(examples=examples)
+    self._sdca.update_weights(state)
+    # Column 1 of the state is each example's weighted loss at the weights
+    # its step started from: the batch's loss, for the progress bar.
+    loss = tf.reduce_sum(state[:, 1]) / tf.maximum(tf.reduce_sum(sw), 1e-30)
+    return self._update_metrics(y, y_pred, sw, loss)
+
+  def test_step(self, data):
+    x, y, sw = self._unpack(data)
+    features = self._transform(x)
+    y_pred = self._activation(self._logits(features))[:, None]
+    examples = self._examples(features, y, sw, None)
+    loss = self._sdca.unregularized_loss(examples)
+    if self._train_weight > 0:
+      r1, r2 = self._sdca.regularization()
+      loss += (r1 + 0.5 * r2) / self._train_weight
+    return self._update_metrics(y, y_pred, sw, tf.cast(loss, tf.float32))
+
+  def predict_step(self, data):
+    x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+    return self(x)
+
+  # -------------------------------------------------------------- compile
+  def compile(self, metrics=None, weighted_metrics=None, run_eagerly=False,
+              steps_per_execution=1, **kwargs):
+    """Configures the metrics; there is no optimizer or loss to choose.
+
+    Args:
+      metrics: Keras metrics on `(labels, outputs)` ("auc", "accuracy",
+        `keras.metrics.BinaryCrossentropy()`, "mse", ...). The outputs are
+        probabilities for the logistic loss.
+      weighted_metrics: metrics weighted by the example weights.
+      run_eagerly: run steps eagerly (debugging).
+      steps_per_execution: steps per compiled call.
+      **kwargs: `optimizer` and `loss` are accepted only as None (the model
+        trains by SDCA with its own loss); `jit_compile` only as False (the
+        op has no XLA kernel).
+    """
+    for key in ("optimizer", "loss"):
+      if kwargs.pop(key, None) is not None:
+        raise ValueError(f"LinearModel trains by SDCA on its own loss "
+                         f"({self.loss_type}): do not pass {key}= to "
+                         f"compile()")
+    if kwargs.pop("jit_compile", False) not in (False, "auto"):
+      raise ValueError("LinearModel cannot be XLA-compiled (jit_compile)")
+    super().compile(optimizer=None, loss=None, metrics=metrics,
+                    weighted_metrics=weighted_metrics,
+                    run_eagerly=run_eagerly,
+                    steps_per_execution=steps_per_execution,
+                    jit_compile=False, **kwargs)
+
+  def compile_from_config(self, config):
+    config = dict(keras.saving.deserialize_keras_object(config))
+    config.pop("optimizer", None)
+    config.pop("loss", None)
+    config.pop("loss_weights", None)
+    config.pop("auto_scale_loss", None)
+    self.compile(**config)
+
+  # ----------------------------------------------------------------- data
+  def _in_memory(self, x, y=None, sample_weight=None, class_weight=None,
+                 batch_size=None, for_training=False):
+    """Checks in-memory data and returns (batched dataset, rows, weight sum).
+
+    Raises:
+      InvalidInputError: for mismatched lengths, non-numeric or out-of-
+        domain labels, non-finite features, bad weights or repeated ids.
+    """
+    x = {name: _to_host(value) for name, value in self._as_dict(x).items()}
+    n = None
+    for name, value in x.items():
+      rows = value.shape[0] if value.shape.rank else None
+      if rows is None:
+        raise InvalidInputError(f"feature {name!r} must have a first "
+                                f"(example) dimension, got shape "
+                                f"{value.shape}")
+      if n is None:
+        n = int(rows)
+      elif rows != n:
+        raise InvalidInputError(f"feature {name!r} has {rows} rows but "
+                                f"{next(iter(x))!r} has {n}")
+    if y is not None:
+      y = _labels(y, n, self.loss_type)
+    if for_training or sample_weight is not None or class_weight:
+      sample_weight = _weights(sample_weight, n, y, class_weight)
+    spec = self._spec_of({k: v for k, v in x.items()
+                          if k != self.example_id}, rows_known=True)
+    self._build_spec(spec)
+    self._check_values(x)
+    if for_training:
+      if self.example_id in x:
+        ids = x[self.example_id]
+        if tf.size(tf.unique(tf.reshape(ids, [-1]))[0]) != n:
+          raise InvalidInputError(f"feature {self.example_id!r} repeats an "
+                                  "example id: each example needs its own")
+      else:
+        x[self.example_id] = tf.range(n, dtype=tf.int64)
+    parts = (x,) if y is None else (
+        (x, y) if sample_weight is None else (x, y, sample_weight))
+    ds = tf.data.Dataset.from_tensor_slices(parts)
+    ds = ds.batch(batch_size or min(max(n, 1), DEFAULT_BATCH_SIZE))
+    total = None if sample_weight is None else float(
+        tf.reduce_sum(tf.cast(sample_weight, tf.float64)))
+    return ds, n, total
+
+  def _spec_of(self, x, rows_known):
+    """(name, kind, size, raw dtype, raw inner shape) per feature."""
+    del rows_known
+    spec = []
+    for name in sorted(x):
+      value = x[name]
+      dtype = value.dtype
+      inner = list(value.shape[1:])
+      if name in self.categorical_features:
+        kind = "categorical"
+        size = _vocabulary_size(name, self.categorical_features[name])
+      elif isinstance(value, (tf.SparseTensor, tf.SparseTensorSpec)):
+        kind = "sparse"
+        size = inner[0] if inner else None
+      elif isinstance(value, (tf.RaggedTensor, tf.RaggedTensorSpec)):
+        raise InvalidInputError(
+            f"feature {name!r} is ragged: list it in categorical_features "
+            f"(ids) or pass a tf.SparseTensor (numeric)")
+      else:
+        if dtype == tf.string:
+          raise InvalidInputError(
+              f"feature {name!r} holds strings: list it in "
+              f"categorical_features with a lookup or hashing layer")
+        kind = "dense"
+        size = int(np.prod(inner)) if inner else 1
+      if size is None:
+        raise InvalidInputError(f"feature {name!r} needs a known width, got "
+                                f"shape {value.shape}")
+      spec.append([name, kind, int(size), dtype.name,
+                   [None if d is None else int(d) for d in inner]])
+    return spec
+
+  def _check_values(self, x):
+    for name, kind, size, _, _ in self._spec:
+      value = x[name]
+      if kind == "categorical":
+        if isinstance(self.categorical_features[name], numbers.Integral):
+          ids = value.values if isinstance(value, tf.SparseTensor) else value
+          ids = tf.reshape(ids, [-1]).numpy()
+          bad = np.flatnonzero((ids < 0) | (ids >= size))
+          if bad.size:
+            raise InvalidInputError(
+                f"feature {name!r} has id {ids[bad[0]]} outside [0, {size})")
+        continue
+      values = value.values if isinstance(value, tf.SparseTensor) else value
+      if not values.dtype.is_floating and not values.dtype.is_integer and \
+          values.dtype != tf.bool:
+        raise InvalidInputError(f"feature {name!r} must be numeric, got "
+                                f"{values.dtype.name}")
+      values = tf.reshape(values, [-1]).numpy()
+      bad = np.flatnonzero(~np.isfinite(values.astype(np.float64)))
+      if bad.size:
+        where = (value.indices[bad[0]].numpy().tolist()
+                 if isinstance(value, tf.SparseTensor) else
+                 [int(i) for i in np.unravel_index(bad[0], value.shape)])
+        raise InvalidInputError(f"feature {name!r}{where} = {values[bad[0]]}"
+                                " is not finite")
+      if kind == "sparse":
+        cols = value.indices[:, 1].numpy()
+        if cols.size and (cols.min() < 0 or cols.max() >= size):
+          raise InvalidInputError(f"feature {name!r} has a column outside "
+                                  f"[0, {size})")
+
+  def _dataset(self, data, class_weight=None, for_training=False):
+    """A user `tf.data.Dataset`: builds the model from its element spec,
+    applies class weights, checks for example ids when training."""
+    spec = data.element_spec
+    x_spec = spec[0] if isinstance(spec, tuple) else spec
+    x_spec = self._as_dict(x_spec)
+    if for_training and self.example_id not in x_spec:
+      raise InvalidInputError(_MISSING_IDS.format(name=self.example_id))
+    self._build_spec(self._spec_of(
+        {k: v for k, v in x_spec.items() if k != self.example_id},
+        rows_known=False))
+    if class_weight:
+      table = _class_weight_table(class_weight)
+
+      def weigh(*parts):
+        x, y, sw = keras.utils.unpack_x_y_sample_weight(parts)
+        cw = tf.gather(table, tf.cast(tf.reshape(y, [-1]), tf.int32))
+        sw = cw if sw is None else tf.reshape(tf.cast(sw, tf.float32),
+                                              [-1]) * cw
+        return x, y, sw
+      data = data.map(weigh)
+    return data
+
+  # ------------------------------------------------------------------ fit
+  def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto",
+          callbacks=None, validation_split=0.0, validation_data=None,
+          shuffle=True, class_weight=None, sample_weight=None,
+          initial_epoch=0, steps_per_epoch=None, validation_steps=None,
+          validation_batch_size=None, validation_freq=1, tol=None):
+    """Trains by SDCA; Keras' `fit` with a duality-gap stop.
+
+    After every epoch the exact duality gap is computed over the training
+    data (one extra pass without updates) and logged as `duality_gap`
+    (relative: gap / primal objective), and `loss` becomes the regularised
+    objective per unit of example weight at the epoch's end weights
+    (`sum s_i loss_i + l1 |w|_1 + l2/2 |w|^2) / sum s_i`). Training stops
+    after the first epoch whose gap is below `tol`: the objective is then
+    within `tol` (relative) of the optimum.
+
+    Args:
+      x: features (see the class docstring) or a `tf.data.Dataset` of
+        `(features, labels[, sample_weight])` batches.
+      y: labels (not with a dataset).
+      batch_size: rows per SDCA step for in-memory data (default
+        `DEFAULT_BATCH_SIZE`; SDCA is exact within a batch, so larger
+        batches only save overhead).
+      epochs: maximum number of passes.
+      verbose: Keras' progress output ("auto", 0, 1, 2).
+      callbacks: Keras callbacks (EarlyStopping, ModelCheckpoint, ...).
+      validation_split: fraction of in-memory rows (the last ones) held out.
+      validation_data: `(x, y[, sample_weight])` or a dataset.
+      shuffle: shuffle the order of the batches every epoch (in-memory
+        data; the rows of a batch stay together and the op visits them in a
+        random order).
+      class_weight: `{class: weight}` multiplying the example weights.
+      sample_weight: `[n]` example weights (>= 0).
+      initial_epoch, steps_per_epoch, validation_steps,
+      validation_batch_size, validation_freq: as in Keras.
+      tol: stop when the relative duality gap is below this.
+
+    Returns:
+      A `keras.callbacks.History`.
+
+    Raises:
+      InvalidInputError: for bad data (before any step).
+      ValueError: for a streamed dataset without example ids.
+    """
+    if self.num_loss_partitions != 1:
+      raise ValueError(
+          f"num_loss_partitions={self.num_loss_partitions}: fit trains one "
+          "replica on all the data, which needs num_loss_partitions=1 (use "
+          "tf_sdca.SdcaModel to sum the updates of several replicas)")
+    if not self.compiled:
+      self.compile()
+    if isinstance(x, tf.data.Dataset):
+      if y is not None or sample_weight is not None:
+        raise ValueError("with a dataset, labels and weights come from it")
+      train = self._dataset(x, class_weight, for_training=True)
+      gap_data, total = train, None
+    else:
+      if y is None:
+        raise ValueError("fit needs labels y")
+      if validation_split and validation_data is None:
+        x, y, sample_weight, validation_data = _split(
+            x, y, sample_weight, validation_split)
+      base, _, total = self._in_memory(
+          x, y, sample_weight, class_weight, batch_size, for_training=True)
+      base = base.cache()
+      gap_data = base
+      train = base
+      if shuffle:
+        train = base.shuffle(10_000, seed=self.seed,
+                             reshuffle_each_iteration=True)
+      train = train.prefetch(tf.data.AUTOTUNE)
+    if validation_data is not None and not isinstance(
+        validation_data, tf.data.Dataset):
+      vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(
+          tuple(validation_data))
+      validation_data, _, _ = self._in_memory(
+          vx, vy, vsw, None, validation_batch_size or batch_size)
+    self._ensure_sdca()
+    callbacks = list(callbacks or [])
+    callbacks.insert(0, _DualityGapLogger(self, gap_data, total, tol))
+    return super().fit(
+        train, epochs=epochs, verbose=verbose, callbacks=callbacks,
+        validation_data=validation_data, initial_epoch=initial_epoch,
+        shuffle=False,  # done above, batch by batch
+        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+        validation_freq=validation_freq)
+
+  def evaluate(self, x=None, y=None, batch_size=None, verbose="auto",
+               sample_weight=None, steps=None, callbacks=None,
+               return_dict=False, **kwargs):
+    """Keras' `evaluate`: the `loss` is the weighted mean loss plus the
+    regularisation divided by the training data's total weight (so on the
+    training data it equals the training objective), then the compiled
+    metrics."""
+    if not self.compiled:
+      self.compile()
+    if not isinstance(x, tf.data.Dataset):
+      x, _, _ = self._in_memory(x, y, sample_weight, None, batch_size)
+    else:
+      x = self._dataset(x)
+    self._ensure_sdca()
+    return super().evaluate(x, verbose=verbose, steps=steps,
+                            callbacks=callbacks, return_dict=return_dict,
+                            **kwargs)
+
+  def predict(self, x, batch_size=None, verbose="auto", steps=None,
+              callbacks=None):
+    """Keras' `predict`: `[n, 1]` probabilities (logistic), rates (Poisson)
+    or scores."""
+    if not isinstance(x, tf.data.Dataset):
+      x, _, _ = self._in_memory(x, batch_size=batch_size)
+    else:
+      x = self._dataset(x)
+    return super().predict(x, verbose=verbose, steps=steps,
+                           callbacks=callbacks)
+
+  # ---------------------------------------------------------- duality gap
+  def duality_gap(self, data=None):
+    """Exact objective and relative duality gap over training data.
+
+    Args:
+      data: the training data as a batched dataset of `(x, y[, s])` with
+        example ids; None uses the last `fit`'s.
+
+    Returns:
+      `(objective, relative_gap)`: the regularised objective per unit of
+      example weight and `(P(w) - D(alpha)) / P(w)`.
+    """
+    data = self._gap_data if data is None else data
+    if data is None or self._sdca is None:
+      raise ValueError("duality_gap needs training data: call fit first")
+    primal = dual = weight = 0.0
+    for batch in data:
+      z, alpha, y, s = self._gap_batch(batch)
+      y, s = y.numpy(), s.numpy().astype(np.float64)
+      primal += float(s @ _primal_loss(self.loss_type, z.numpy(), y,
+                                       self.gamma))
+      dual += float(s @ _dual_loss(self.loss_type, alpha.numpy(), y,
+                                   self.gamma))
+      weight += float(s.sum())
+    r1, r2 = (float(r) for r in self._sdca.regularization())
+    objective = primal + r1 + 0.5 * r2
+    gap = primal + dual + r1 + r2
+    self._train_weight = weight
+    return objective / max(weight, 1e-300), gap / max(abs(objective), 1e-300)
+
+  @tf.function(reduce_retracing=True)
+  def _gap_batch(self, data):
+    x, y, sw = self._unpack(data)
+    examples = self._examples(self._transform(x), y, sw, x[self.example_id])
+    return (self._sdca.linear_predictions(examples),
+            self._sdca.example_state(examples)[:, 0], y, sw)
+
+  # -------------------------------------------------------- save / export
+  def save_own_variables(self, store):
+    """Keras weights, then the SDCA state (duals and float64 weights), so
+    that training resumes where it stopped after `load_model`."""
+    super().save_own_variables(store)
+    state = (self._sdca.get_state() if self._sdca is not None else
+             self._pending_state)
+    if state is None:
+      return
+    store["sdca_keys"] = state["keys"]
+    store["sdca_values"] = state["values"]
+    for i, slot in enumerate(state["slots"]):
+      store[f"sdca_slot_{i}"] = slot
+    store["sdca_train_weight"] = np.array([self._train_weight])
+
+  def load_own_variables(self, store):
+    keys = list(store.keys())
+    weights = [k for k in keys if not k.startswith("sdca_")]
+    variables = self._trainable_variables + self._non_trainable_variables
+    if len(weights) != len(variables):
+      raise ValueError(f"{self.name}: the file has {len(weights)} weights, "
+                       f"the model {len(variables)}")
+    for i, v in enumerate(variables):
+      v.assign(store[f"{i}"])
+    if "sdca_keys" in keys:
+      slots = sorted((k for k in keys if k.startswith("sdca_slot_")),
+                     key=lambda k: int(k.rsplit("_", 1)[1]))
+      state = dict(keys=np.asarray(store["sdca_keys"]),
+                   values=np.asarray(store["sdca_values"]),
+                   slots=[np.asarray(store[k]) for k in slots])
+      self._train_weight = float(np.asarray(store["sdca_train_weight"])[0])
+      if self._sdca is not None:
+        self._sdca.set_state(state)
+      else:
+        self._pending_state = state
+
+  def serving_signature(self):
+    """The input signature of raw features (a dict of specs)."""
+    if self._spec is None:
+      raise ValueError("the model is not built: fit or load it first")
+    signature = {}
+    for name, kind, _, dtype, inner in self._spec:
+      shape = [None] + list(inner)
+      if kind == "sparse":
+        signature[name] = tf.SparseTensorSpec(shape, tf.float32)
+      else:
+        signature[name] = tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
+    return signature
+
+  def export(self, filepath, format="tf_saved_model", verbose=True,
+             input_signature=None, **kwargs):
+    """Writes a SavedModel for serving that scores raw features.
+
+    The endpoint `serve` (also the `serving_default` signature when every
+    feature is dense) takes a dict of the raw features (categorical ones
+    before their preprocessing layers; no example id) and returns the
+    model's `[n, 1]` outputs. Loading needs TensorFlow only, not tf_sdca.
+
+    Args:
+      filepath: directory to write.
+      format: "tf_saved_model" (the only one supported).
+      verbose: print a summary of the endpoint.
+      input_signature: override of `serving_signature()`.
+      **kwargs: unused (Keras compatibility).
+    """
+    del kwargs
+    if format != "tf_saved_model":
+      raise ValueError(f"LinearModel exports tf_saved_model only, got "
+                       f"{format!r}")
+    signature = input_signature or self.serving_signature()
+    archive = keras.export.ExportArchive()
+    archive.track(self)
+    archive.add_endpoint("serve", lambda inputs: self(inputs),
+                         input_signature=[signature])
+    archive.write_out(filepath, verbose=verbose)
+
+
+_MISSING_IDS = (
+    "SDCA keeps one dual variable per example, so a streamed dataset needs "
+    "an example id: make its features a dict with a {name!r} feature "
+    "(unique per example, string or int), e.g. add row numbers before "
+    "batching with dataset.enumerate().map(lambda i, xy: "
+    "(dict(xy[0], {name}=i), xy[1])), or pass in-memory arrays (row "
+    "positions are used)")
+
+
+class _DualityGapLogger(keras.callbacks.Callback):
+  """Runs first at each epoch's end: replaces `loss` by the exact
+  regularised objective, adds `duality_gap`, stops below `tol`."""
+
+  def __init__(self, model, data, total_weight, tol):
+    super().__init__()
+    self._linear = model
+    self._data = data
+    self._tol = tol
+    if total_weight is not None:
+      model._train_weight = total_weight
+
+  def on_epoch_end(self, epoch, logs=None):
+    model = self._linear
+    model._gap_data = self._data
+    objective, gap = model.duality_gap(self._data)
+    if logs is not None:
+      logs["loss"] = objective
+      logs["duality_gap"] = gap
+    if self._tol is not None and gap < self._tol:
+      model.stop_training = True
+
+
+# ------------------------------------------------------------------ helpers
+def _to_host(value):
+  """In-memory feature -> tf.Tensor or tf.SparseTensor."""
+  if isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
+    return value
+  try:
+    import scipy.sparse  # pylint: disable=import-outside-toplevel
+    if scipy.sparse.issparse(value):
+      coo = scipy.sparse.coo_matrix(value)
+      order = np.lexsort((coo.col, coo.row))
+      return tf.SparseTensor(
+          np.stack([coo.row[order], coo.col[order]], 1).astype(np.int64),
+          coo.data[order].astype(np.float32), coo.shape)
+  except ImportError:
+    pass
+  array = np.asarray(value)
+  if array.dtype.kind in "OUS":
+    return tf.constant(array.astype(str))
+  return tf.constant(array)
+
+
+def _labels(y, n, loss_type):
+  y = np.asarray(y.numpy() if isinstance(y, tf.Tensor) else y)
+  if y.dtype.kind not in "biuf":
+    raise InvalidInputError(
+        f"labels must be numeric, got dtype {y.dtype}"
+        + (" (encode classes as 0/1)" if loss_type in _BINARY else ""))
+  y = y.reshape(len(y), -1) if y.ndim > 1 else y
+  if y.ndim > 1 and y.shape[1] != 1:
+    raise InvalidInputError(f"labels must have shape [n] or [n, 1], got "
+                            f"{y.shape}")
+  y = y.reshape(-1).astype(np.float64)
+  if y.shape[0] != n:
+    raise InvalidInputError(f"labels have {y.shape[0]} rows but the "
+                            f"features have {n}")
+  bad = np.flatnonzero(~np.isfinite(y))
+  if bad.size:
+    raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} is not finite")
+  if loss_type in _BINARY:
+    bad = np.flatnonzero((y != 0) & (y != 1))
+    if bad.size:
+      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be 0 or "
+                              f"1 for {loss_type}")
+  elif loss_type == "poisson_loss":
+    bad = np.flatnonzero(y < 0)
+    if bad.size:
+      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be >= 0 "
+                              f"for poisson_loss")
+  return y.astype(np.float32)
+
+
+def _class_weight_table(class_weight):
+  classes = [int(c) for c in class_weight]
+  if min(classes) < 0:
+    raise InvalidInputError(f"class_weight has a negative class {min(classes)}")
+  table = np.ones(max(classes) + 1, np.float32)
+  for c, w in class_weight.items():
+    if not (math.isfinite(w) and w >= 0):
+      raise InvalidInputError(f"class_weight[{c}] = {w} must be finite and "
+                              ">= 0")
+    table[int(c)] = w
+  return tf.constant(table)
+
+
+def _weights(sample_weight, n, y, class_weight):
+  s = (np.ones(n, np.float32) if sample_weight is None else
+       np.asarray(sample_weight, np.float32).reshape(-1))
+  if s.shape[0] != n:
+    raise InvalidInputError(f"sample_weight has {s.shape[0]} rows but the "
+                            f"features have {n}")
+  bad = np.flatnonzero(~np.isfinite(s) | (s < 0))
+  if bad.size:
+    raise InvalidInputError(f"sample_weight[{bad[0]}] = {s[bad[0]]} must be "
+                            "finite and >= 0")
+  if class_weight:
+    if y is None:
+      raise InvalidInputError("class_weight needs labels")
+    table = _class_weight_table(class_weight).numpy()
+    classes = y.astype(np.int64)
+    if classes.min() < 0 or classes.max() >= table.size or np.any(
+        classes != y):
+      raise InvalidInputError("class_weight needs integer labels in "
+                              f"[0, {table.size})")
+    s = s * table[classes]
+  return s
+
+
+def _split(x, y, sample_weight, fraction):
+  """Keras' validation_split: the last `fraction` of the rows."""
+  x = {k: _to_host(v) for k, v in (x.items() if isinstance(x, dict) else
+                                   [(DEFAULT_FEATURE, x)])}
+  n = int(next(iter(x.values())).shape[0])
+  cut = int(n * (1.0 - fraction))
+
+  def rows(value, lo, hi):
+    if isinstance(value, tf.SparseTensor):
+      return tf.sparse.slice(value, [lo, 0], [hi - lo, value.dense_shape[1]])
+    return value[lo:hi]
+
+  y = np.asarray(y)
+  sw = None if sample_weight is None else np.asarray(sample_weight)
+  train = {k: rows(v, 0, cut) for k, v in x.items()}
+  held = {k: rows(v, cut, n) for k, v in x.items()}
+  validation = (held, y[cut:]) if sw is None else (held, y[cut:], sw[cut:])
+  return train, y[:cut], None if sw is None else sw[:cut], validation
