@@ -45,6 +45,8 @@ DEFAULT_FEATURE = "features"
 # is exact sequential SDCA inside a batch, so large batches lose nothing in
 # convergence and save per-step overhead.
 DEFAULT_BATCH_SIZE = 8192
+# Rows that stay together when in-memory data is reshuffled between epochs.
+_SHUFFLE_CHUNK = 64
 
 
 class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
@@ -441,7 +443,8 @@ class LinearModel(keras.Model):
   # ----------------------------------------------------------------- data
   def _in_memory(self, x, y=None, sample_weight=None, class_weight=None,
                  batch_size=None, for_training=False):
-    """Checks in-memory data and returns (batched dataset, rows, weight sum).
+    """Checks in-memory data; returns (dataset of rows, batch size, total
+    example weight or None).
 
     Raises:
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
@@ -478,11 +481,10 @@ class LinearModel(keras.Model):
         x[self.example_id] = tf.range(n, dtype=tf.int64)
     parts = (x,) if y is None else (
         (x, y) if sample_weight is None else (x, y, sample_weight))
-    ds = tf.data.Dataset.from_tensor_slices(parts)
-    ds = ds.batch(batch_size or min(max(n, 1), DEFAULT_BATCH_SIZE))
+    rows = tf.data.Dataset.from_tensor_slices(parts)
     total = None if sample_weight is None else float(
         tf.reduce_sum(tf.cast(sample_weight, tf.float64)))
-    return ds, n, total
+    return rows, batch_size or min(max(n, 1), DEFAULT_BATCH_SIZE), total
 
   def _spec_of(self, x, rows_known):
     """(name, kind, size, raw dtype, raw inner shape) per feature."""
@@ -598,9 +600,10 @@ class LinearModel(keras.Model):
       callbacks: Keras callbacks (EarlyStopping, ModelCheckpoint, ...).
       validation_split: fraction of in-memory rows (the last ones) held out.
       validation_data: `(x, y[, sample_weight])` or a dataset.
-      shuffle: shuffle the order of the batches every epoch (in-memory
-        data; the rows of a batch stay together and the op visits them in a
-        random order).
+      shuffle: deal the rows of in-memory data, in chunks of 64, into new
+        random batches every epoch (SDCA converges much faster than over
+        fixed batches; the op visits a batch's rows in a random order).
+        False keeps fixed batches in the data's order.
       class_weight: `{class: weight}` multiplying the example weights.
       sample_weight: `[n]` example weights (>= 0).
       initial_epoch, steps_per_epoch, validation_steps,
@@ -632,21 +635,32 @@ class LinearModel(keras.Model):
       if validation_split and validation_data is None:
         x, y, sample_weight, validation_data = _split(
             x, y, sample_weight, validation_split)
-      base, _, total = self._in_memory(
+      rows, batch, total = self._in_memory(
           x, y, sample_weight, class_weight, batch_size, for_training=True)
-      base = base.cache()
-      gap_data = base
-      train = base
+      gap_data = rows.batch(batch).cache()
+      train = gap_data
       if shuffle:
-        train = base.shuffle(10_000, seed=self.seed,
-                             reshuffle_each_iteration=True)
+        # Chunks of rows are dealt into new batches every epoch. Fixed
+        # batches in a shuffled order are a poor SDCA order: on 2000 rows
+        # with l2 = 1 and batches of 512 the gap was 1e-4 after 40 epochs,
+        # 1e-11 with chunks of 64 (or single rows) reshuffled; pure numpy
+        # SDCA behaves the same. Chunks keep tf.data's per-element cost low.
+        n = int(rows.cardinality())
+        chunks = rows.batch(_SHUFFLE_CHUNK).cache()
+        train = chunks.shuffle(
+            -(-n // _SHUFFLE_CHUNK), seed=self.seed,
+            reshuffle_each_iteration=True).rebatch(batch)
+        # rebatch hides the number of batches, which Keras needs.
+        train = train.apply(tf.data.experimental.assert_cardinality(
+            -(-n // batch)))
       train = train.prefetch(tf.data.AUTOTUNE)
     if validation_data is not None and not isinstance(
         validation_data, tf.data.Dataset):
       vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(
           tuple(validation_data))
-      validation_data, _, _ = self._in_memory(
+      rows, batch, _ = self._in_memory(
           vx, vy, vsw, None, validation_batch_size or batch_size)
+      validation_data = rows.batch(batch)
     self._ensure_sdca()
     callbacks = list(callbacks or [])
     callbacks.insert(0, _DualityGapLogger(self, gap_data, total, tol))
@@ -667,7 +681,8 @@ class LinearModel(keras.Model):
     if not self.compiled:
       self.compile()
     if not isinstance(x, tf.data.Dataset):
-      x, _, _ = self._in_memory(x, y, sample_weight, None, batch_size)
+      rows, batch, _ = self._in_memory(x, y, sample_weight, None, batch_size)
+      x = rows.batch(batch)
     else:
       x = self._dataset(x)
     self._ensure_sdca()
@@ -680,7 +695,8 @@ class LinearModel(keras.Model):
     """Keras' `predict`: `[n, 1]` probabilities (logistic), rates (Poisson)
     or scores."""
     if not isinstance(x, tf.data.Dataset):
-      x, _, _ = self._in_memory(x, batch_size=batch_size)
+      rows, batch, _ = self._in_memory(x, batch_size=batch_size)
+      x = rows.batch(batch)
     else:
       x = self._dataset(x)
     return super().predict(x, verbose=verbose, steps=steps,
