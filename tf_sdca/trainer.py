@@ -25,6 +25,8 @@ from tf_sdca.ops import sdca_ops
 # A sparse table at most this many times larger than a batch's entries is
 # passed whole (ids = arange): cheaper than finding the distinct ids.
 _FULL_TABLE_FACTOR = 4
+# Consecutive rows that stay together when rows are dealt into new batches.
+_SHUFFLE_CHUNK = 64
 
 
 class InMemorySdca:
@@ -85,30 +87,57 @@ class InMemorySdca:
                          f"{indices.shape}")
     return indptr, indices, values
 
-  def _batches(self, n, csr, batch_size, num_features):
-    """Per batch: (rows slice, op-ready sparse arrays), computed once."""
+  def _batches(self, n, csr, batch_size, num_features, order=None):
+    """Per batch: (rows, op-ready sparse arrays).
+
+    Args:
+      n: number of rows.
+      csr: (indptr, indices, values) or None.
+      batch_size: rows per batch.
+      num_features: rows of the sparse weight table.
+      order: None for consecutive fixed batches (rows are slices), else a
+        permutation of the rows dealt into batches (rows are index arrays).
+    """
     out = []
     for start in range(0, n, batch_size):
       stop = min(n, start + batch_size)
+      rows = slice(start, stop) if order is None else order[start:stop]
       sparse = None
       if csr is not None:
         indptr, indices, values = csr
-        lo, hi = indptr[start], indptr[stop]
-        ids = indices[lo:hi]
-        ex = np.repeat(np.arange(stop - start, dtype=np.int64),
-                       np.diff(indptr[start:stop + 1]))
-        if num_features <= _FULL_TABLE_FACTOR * max(1, hi - lo):
+        if order is None:
+          lengths = np.diff(indptr[start:stop + 1])
+          pos = slice(indptr[start], indptr[stop])
+        else:
+          # Entries of the chosen rows: row r's run starts at indptr[r].
+          first = indptr[rows]
+          lengths = indptr[rows + 1] - first
+          pos = (np.repeat(first - np.cumsum(lengths) + lengths, lengths) +
+                 np.arange(lengths.sum()))
+        ids = indices[pos]
+        ex = np.repeat(np.arange(stop - start, dtype=np.int64), lengths)
+        if num_features <= _FULL_TABLE_FACTOR * max(1, ids.size):
           uniq = None  # the whole table
         else:
           uniq = np.unique(ids)
-        sparse = (ex, ids, None if values is None else values[lo:hi], uniq)
-      out.append((slice(start, stop), sparse))
+        sparse = (ex, ids, None if values is None else values[pos], uniq)
+      out.append((rows, sparse))
     return out
+
+  @staticmethod
+  def _dealt_order(n, rng):
+    """A random order of the rows that keeps chunks of `_SHUFFLE_CHUNK`
+    consecutive rows together (cheap to gather, and as good for SDCA as a
+    full permutation)."""
+    chunks = rng.permutation(-(-n // _SHUFFLE_CHUNK))
+    order = (chunks[:, None] * _SHUFFLE_CHUNK +
+             np.arange(_SHUFFLE_CHUNK)[None, :]).ravel()
+    return order[order < n]
 
   # ------------------------------------------------------------ training
   def fit(self, labels, dense=None, ids=None, indptr=None, indices=None,
           values=None, num_features=None, example_weights=None, epochs=10,
-          batch_size=100_000, tol=None, verbose=1):
+          batch_size=None, tol=None, verbose=1, shuffle=True):
     """Trains for up to `epochs` passes; stops early when the relative
     duality gap falls below `tol`.
 
@@ -120,9 +149,13 @@ class InMemorySdca:
       num_features: rows of the sparse weight table (default: max id + 1).
       example_weights: optional `[n]` weights (default 1).
       epochs: maximum number of passes.
-      batch_size: rows per op call.
+      batch_size: rows per op call (default: all rows, one call per
+        epoch; the op visits them in a random order).
       tol: stop when the relative duality gap (gap / primal) is below it.
       verbose: 1 shows a Keras progress bar per epoch, 0 is silent.
+      shuffle: with several batches, deal the rows (in chunks of 64) into
+        new batches every epoch; False keeps fixed consecutive batches,
+        visited in a random order, which converges much more slowly.
 
     Returns:
       A dict of per-epoch lists: `loss` (regularised objective / total weight),
@@ -159,7 +192,9 @@ class InMemorySdca:
                               self.dense_weights.shape[0] != dense.shape[1]):
       self.dense_weights = np.zeros(dense.shape[1], np.float64)
 
-    batches = self._batches(n, csr, int(batch_size), num_features or 0)
+    batch_size = int(batch_size or n)
+    fixed = None if shuffle and batch_size < n else self._batches(
+        n, csr, batch_size, num_features or 0)
     rng = np.random.default_rng(self.seed)
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
     total_weight = float(weights.sum())
@@ -171,10 +206,19 @@ class InMemorySdca:
         print(f"Epoch {epoch + 1}/{epochs}")
       start_time = time.perf_counter()
       done = 0
-      for b in rng.permutation(len(batches)):
-        rows, sparse = batches[b]
+      if fixed is None:
+        # Rows dealt into new batches every epoch: SDCA over fixed batches
+        # in a shuffled order converged orders of magnitude slower (20k
+        # Criteo-shaped rows, 4 batches: relative gap 2e-3 after 60 epochs
+        # against 4e-11 with one batch or reshuffled rows).
+        batches = self._batches(n, csr, batch_size, num_features or 0,
+                                self._dealt_order(n, rng))
+      else:
+        batches = [fixed[b] for b in rng.permutation(len(fixed))]
+      for rows, sparse in batches:
         self._step(rows, sparse, dense, labels, weights, epoch)
-        done += rows.stop - rows.start
+        done += (rows.stop - rows.start if isinstance(rows, slice) else
+                 len(rows))
         if bar is not None:
           rate = done / max(time.perf_counter() - start_time, 1e-9)
           bar.update(done, values=[("rows/s", rate)])
