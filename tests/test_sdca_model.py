@@ -561,3 +561,36 @@ def test_vector_dense_features_are_one_column_groups():
                              atol=1e-6)
   assert float(split.regularized_loss(columns)) == pytest.approx(
       float(matrix.regularized_loss(ex)), rel=1e-6)
+
+
+def test_a_batch_can_be_a_tf_function_argument():
+  """tf.nest rebuilds SparseFeatureColumn from TensorSpecs when a batch is
+  passed to a tf.function; the step must then match the eager one."""
+  rng = np.random.default_rng(21)
+  n, vocab = 30, 12
+  ids = rng.integers(0, vocab, n)
+  x = rng.normal(size=(n, 2)).astype(np.float32)
+  y = (rng.uniform(size=n) > 0.5).astype(np.float32)
+  batch = dict(
+      sparse_features=[SparseFeatureColumn(np.arange(n), ids)],
+      dense_features=[tf.constant(x)], example_weights=tf.ones([n]),
+      example_labels=tf.constant(y),
+      example_ids=tf.constant([f"r{i}" for i in range(n)]))
+  weights = []
+  for compiled in (False, True):
+    variables = dict(sparse_features_weights=[tf.Variable(tf.zeros([vocab]))],
+                     dense_features_weights=[tf.Variable(tf.zeros([2]))])
+    model = SdcaModel(None, variables, dict(loss_type="logistic_loss",
+                                            symmetric_l2_regularization=1.0))
+
+    def step(examples, model=model):
+      model.update_weights(model.minimize(examples=examples))
+    if compiled:
+      step = tf.function(step)
+    for _ in range(3):
+      step(batch)
+    weights.append([v.numpy() for v in variables["sparse_features_weights"] +
+                    variables["dense_features_weights"]])
+  for eager, graph in zip(*weights):
+    np.testing.assert_allclose(eager, graph, rtol=1e-6)
+  assert np.abs(weights[1][0]).max() > 0

@@ -73,16 +73,18 @@ class SparseFeatureColumn(
   """
 
   def __new__(cls, example_indices, feature_indices, feature_values=None):
+    def convert(value, dtype, name):
+      # tf.nest rebuilds the tuple from TensorSpecs when a tf.function
+      # takes a batch as its argument: those pass through unchanged.
+      if value is None or isinstance(value, tf.TypeSpec):
+        return value
+      return tf.cast(tf.convert_to_tensor(value, name=name), dtype)
+
     with tf.name_scope("SparseFeatureColumn"):
       return super().__new__(
-          cls,
-          tf.cast(tf.convert_to_tensor(example_indices,
-                                       name="example_indices"), tf.int64),
-          tf.cast(tf.convert_to_tensor(feature_indices,
-                                       name="feature_indices"), tf.int64),
-          None if feature_values is None else tf.cast(
-              tf.convert_to_tensor(feature_values, name="feature_values"),
-              tf.float32))
+          cls, convert(example_indices, tf.int64, "example_indices"),
+          convert(feature_indices, tf.int64, "feature_indices"),
+          convert(feature_values, tf.float32, "feature_values"))
 
 
 def _as_list(v):
