@@ -34,6 +34,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suite  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 # Imported in main(): the kernel's VLOG switch must be in the environment
 # before TensorFlow loads.
 tf = None
@@ -57,15 +60,7 @@ def prepare(rows, batch_size, bucket_bits):
   buckets = 1 << bucket_bits
   data = synthetic.generate_criteo_arrays(rows, num_buckets=buckets, seed=0)
   labels = data["labels"]
-  ids = data["cat_ids"].copy()
-  order = np.sort(ids, axis=1)
-  dup_rows = np.flatnonzero((np.diff(order, axis=1) == 0).any(axis=1))
-  for r in dup_rows:
-    seen = set()
-    for f in range(ids.shape[1]):
-      if ids[r, f] in seen:
-        ids[r, f] = buckets + f
-      seen.add(ids[r, f])
+  ids, table_size, num_dup = suite.dedupe_row_ids(data["cat_ids"], buckets)
   # Log-counts scaled to [0, 1], as one would feed a linear model.
   dense = data["dense"] / np.maximum(data["dense"].max(axis=0), 1e-6)
   batches = []
@@ -83,7 +78,7 @@ def prepare(rows, batch_size, bucket_bits):
                      uniq=tf.constant(uniq), dense=tf.constant(dense_rows),
                      ones=tf.ones([stop - start]),
                      labels=tf.constant(labels[start:stop]))))
-  return labels, batches, buckets + ids.shape[1], len(dup_rows)
+  return labels, batches, table_size, num_dup
 
 
 def call_op(name, threads, t, sparse_weights, dense_weights, state,

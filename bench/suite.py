@@ -1,0 +1,460 @@
+"""Linear-solver benchmark suite: time to a relative suboptimality.
+
+Every solver minimises the same L2-regularised logistic regression
+
+  P(w) = sum_i log(1 + exp(-y_i w.x_i)) + l2/2 |w|^2,   y_i in {-1, +1},
+
+where x_i includes a constant-1 column (the intercept, regularised like the
+other weights; TensorFlow's `l2`, scikit-learn's `C = 1 / l2` with
+`fit_intercept=False`, Snap ML's `regularizer = l2`, checked to give the
+same optimum). Each solver records
+`(seconds, epochs, P(w))` after every epoch (or, for solvers that cannot
+report progress, after runs with growing iteration limits, each timed from
+scratch). Objective evaluations are not timed. A reference optimum, computed
+once per problem and cached, gives the relative suboptimality
+`(P(w) - P*) / P*`; its certificate is our duality gap.
+
+Run through `bench/run.py` (or `python -m bench`).
+"""
+import dataclasses
+import json
+import os
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse
+
+CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache")
+
+
+# ------------------------------------------------------------------ problems
+@dataclasses.dataclass
+class Problem:
+  """A logistic-regression problem in two layouts: our trainer's (a dense
+  block, optionally fixed-width sparse ids) and a CSR matrix for the peers
+  (columns: [ids' table | dense block])."""
+  name: str
+  labels: np.ndarray            # float32 {0, 1}
+  dense: np.ndarray             # float32 [n, k], last column = 1
+  ids: np.ndarray = None        # int64 [n, m] or None
+  table_size: int = 0
+  l2: float = 1.0
+  _csr: object = None
+
+  @property
+  def n(self):
+    return len(self.labels)
+
+  @property
+  def nnz_per_row(self):
+    return self.dense.shape[1] + (0 if self.ids is None else self.ids.shape[1])
+
+  def csr(self):
+    """The design matrix as float64 CSR (built once)."""
+    if self._csr is None:
+      blocks = []
+      if self.ids is not None:
+        n, m = self.ids.shape
+        blocks.append(scipy.sparse.csr_matrix(
+            (np.ones(n * m), self.ids.ravel(),
+             np.arange(0, n * m + 1, m)), shape=(n, self.table_size)))
+      blocks.append(scipy.sparse.csr_matrix(self.dense.astype(np.float64)))
+      self._csr = scipy.sparse.hstack(blocks, format="csr")
+    return self._csr
+
+  def objective(self, w):
+    """P(w) in float64 for w over the CSR columns."""
+    z = self.csr() @ w
+    yy = 2.0 * self.labels.astype(np.float64) - 1.0
+    return float(np.logaddexp(0.0, -yy * z).sum() + 0.5 * self.l2 * w @ w)
+
+
+def dedupe_row_ids(ids, buckets):
+  """Moves an id repeated inside a row to a spare bucket `buckets + field`
+  (TensorFlow's op rejects repeats; hashing makes ~0.06% of Criteo-shaped
+  rows have one). Returns the fixed ids, the table size and the rows fixed."""
+  ids = ids.copy()
+  order = np.sort(ids, axis=1)
+  dup_rows = np.flatnonzero((np.diff(order, axis=1) == 0).any(axis=1))
+  for r in dup_rows:
+    seen = set()
+    for f in range(ids.shape[1]):
+      if ids[r, f] in seen:
+        ids[r, f] = buckets + f
+      seen.add(ids[r, f])
+  return ids, buckets + ids.shape[1], len(dup_rows)
+
+
+def criteo_problem(rows, bucket_bits=20, l2=1.0, seed=0):
+  """Criteo-shaped rows: 13 log-counts scaled to [0, 1], an intercept and 26
+  hashed categorical ids (40 non-zeros per row)."""
+  from tf_sdca.data import generate_criteo_arrays  # pylint: disable=import-outside-toplevel
+  data = generate_criteo_arrays(rows, num_buckets=1 << bucket_bits, seed=seed)
+  ids, table, _ = dedupe_row_ids(data["cat_ids"].astype(np.int64),
+                                 1 << bucket_bits)
+  dense = data["dense"] / np.maximum(data["dense"].max(axis=0), 1e-6)
+  dense = np.hstack([dense, np.ones((rows, 1))]).astype(np.float32)
+  return Problem(f"criteo-{rows}", data["labels"].astype(np.float32), dense,
+                 ids, table, l2)
+
+
+def dense_problem(rows, dim=64, l2=1.0, seed=0):
+  """Gaussian features with correlated columns and a logistic ground truth."""
+  rng = np.random.default_rng(seed)
+  mix = rng.normal(size=(dim, dim)) / np.sqrt(dim)
+  x = (rng.normal(size=(rows, dim)) @ (np.eye(dim) + mix)).astype(np.float32)
+  x /= np.sqrt((x.astype(np.float64) ** 2).sum(axis=1).mean())
+  truth = rng.normal(size=dim) * 3.0
+  y = (rng.uniform(size=rows) < 1 / (1 + np.exp(-(x @ truth)))).astype(
+      np.float32)
+  dense = np.hstack([x, np.ones((rows, 1), np.float32)])
+  return Problem(f"dense-{rows}x{dim}", y, dense, l2=l2)
+
+
+def sklearn_problem(name, l2=1.0):
+  """scikit-learn's bundled real sets, standardised: breast_cancer (569 x
+  30) and digits (1797 x 64, classes 0-4 vs 5-9)."""
+  from sklearn import datasets  # pylint: disable=import-outside-toplevel
+  if name == "breast_cancer":
+    bunch = datasets.load_breast_cancer()
+    y = bunch.target
+  elif name == "digits":
+    bunch = datasets.load_digits()
+    y = bunch.target >= 5
+  else:
+    raise ValueError(f"unknown scikit-learn set {name!r}")
+  x = bunch.data.astype(np.float64)
+  x = (x - x.mean(0)) / np.maximum(x.std(0), 1e-12)
+  dense = np.hstack([x, np.ones((len(y), 1))]).astype(np.float32)
+  return Problem(name, np.asarray(y, np.float32), dense, l2=l2)
+
+
+# ----------------------------------------------------------------- reference
+def reference_optimum(problem, budget, tol=1e-10):
+  """P* from our trainer run until its duality gap is below `tol` (or the
+  budget ends), cached in bench/.cache. Returns (P*, certified relative
+  gap)."""
+  os.makedirs(CACHE, exist_ok=True)
+  key = os.path.join(CACHE, f"ref-{problem.name}-l2{problem.l2:g}.json")
+  if os.path.exists(key):
+    with open(key) as f:
+      cached = json.load(f)
+    return cached["objective"], cached["gap"]
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  model = InMemorySdca(loss="logistic_loss", l2=problem.l2)
+  start = time.perf_counter()
+  gap, objective = np.inf, np.inf
+  while time.perf_counter() - start < budget and gap > tol:
+    history = model.fit(problem.labels, **_our_features(problem), epochs=20,
+                        batch_size=problem.n, tol=tol, verbose=0)
+    gap = history["duality_gap"][-1]
+    objective = history["loss"][-1] * problem.n
+  with open(key, "w") as f:
+    json.dump({"objective": objective, "gap": gap}, f)
+  return objective, gap
+
+
+def _our_features(problem):
+  kwargs = dict(dense=problem.dense)
+  if problem.ids is not None:
+    kwargs.update(ids=problem.ids, num_features=problem.table_size)
+  return kwargs
+
+
+def _our_weights(problem, sparse_w, dense_w):
+  parts = [] if problem.ids is None else [sparse_w]
+  return np.concatenate(parts + [dense_w])
+
+
+# ------------------------------------------------------------------- solvers
+class Trace:
+  """(seconds, epochs, objective) points of one solver."""
+
+  def __init__(self, solver):
+    self.solver = solver
+    self.points = []
+    self.note = ""
+
+  def add(self, seconds, epochs, objective):
+    self.points.append((float(seconds), float(epochs), float(objective)))
+
+  def time_to(self, reference, target):
+    """(seconds, epochs) of the first point within `target` (relative)."""
+    for seconds, epochs, objective in self.points:
+      if (objective - reference) / reference <= target:
+        return seconds, epochs
+    return None, None
+
+
+def run_ours_raw(problem, budget, threads=0, batch_size=None):
+  """Our op through `InMemorySdca` (resident data, duals by row). One short
+  fit measures an epoch; a fresh model then trains for the epochs that fit
+  in the budget (fit's own per-epoch times exclude its gap evaluation)."""
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  trace = Trace("tf_sdca op" + (f" ({threads} thr)" if threads else ""))
+
+  def fit(epochs):
+    model = InMemorySdca(loss="logistic_loss", l2=problem.l2,
+                         num_threads=threads)
+    return model.fit(problem.labels, **_our_features(problem), epochs=epochs,
+                     batch_size=batch_size or problem.n, verbose=0)
+
+  probe = fit(2)
+  epochs = max(1, int(budget * max(probe["rows_per_sec"]) / problem.n))
+  history = fit(epochs)
+  elapsed = 0.0
+  for epoch, (rate, loss) in enumerate(zip(history["rows_per_sec"],
+                                           history["loss"])):
+    elapsed += problem.n / rate
+    trace.add(elapsed, epoch + 1, loss * problem.n)
+  return trace
+
+
+def run_ours_sdca_model(problem, budget, batch_size=None):
+  """Our op through `tf_sdca.SdcaModel` (hash-table duals, tf.function),
+  by default one batch of all rows per epoch (fixed batches in a shuffled
+  order converge much more slowly; see g3doc/trainer.md)."""
+  batch_size = batch_size or problem.n
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tf_sdca  # pylint: disable=import-outside-toplevel
+  trace = Trace("tf_sdca SdcaModel")
+  dense_w = tf.Variable(tf.zeros([problem.dense.shape[1]]))
+  sparse_vars = ([] if problem.ids is None else
+                 [tf.Variable(tf.zeros([problem.table_size]))])
+  model = tf_sdca.SdcaModel(
+      None, dict(sparse_features_weights=sparse_vars,
+                 dense_features_weights=[dense_w]),
+      dict(loss_type="logistic_loss", symmetric_l2_regularization=problem.l2))
+  batches = []
+  for start in range(0, problem.n, batch_size):
+    rows = slice(start, min(problem.n, start + batch_size))
+    b = problem.n if rows.stop is None else rows.stop - rows.start
+    sparse = []
+    if problem.ids is not None:
+      m = problem.ids.shape[1]
+      sparse = [tf_sdca.SparseFeatureColumn(
+          tf.constant(np.repeat(np.arange(b, dtype=np.int64), m)),
+          tf.constant(problem.ids[rows].ravel()))]
+    batches.append(dict(
+        sparse_features=sparse, dense_features=[tf.constant(
+            problem.dense[rows])],
+        example_weights=tf.ones([b]),
+        example_labels=tf.constant(problem.labels[rows]),
+        example_ids=tf.strings.as_string(tf.range(start, start + b))))
+
+  @tf.function
+  def step(examples):
+    model.update_weights(model.minimize(examples=examples))
+
+  elapsed, epochs = 0.0, 0
+  rng = np.random.default_rng(0)
+  while elapsed < budget:
+    t0 = time.perf_counter()
+    for i in rng.permutation(len(batches)):
+      step(batches[i])
+    elapsed += time.perf_counter() - t0
+    epochs += 1
+    w = _our_weights(problem,
+                     sparse_vars[0].numpy() if sparse_vars else None,
+                     dense_w.numpy())
+    trace.add(elapsed, epochs, problem.objective(w.astype(np.float64)))
+  return trace
+
+
+def run_ours_keras(problem, budget, batch_size=100_000):
+  """Our op through `tf_sdca.keras.LinearModel.fit`."""
+  import keras  # pylint: disable=import-outside-toplevel
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  trace = Trace("tf_sdca Keras")
+  features = {"dense": problem.dense[:, :-1]}
+  categorical = {}
+  if problem.ids is not None:
+    features["ids"] = problem.ids
+    categorical["ids"] = problem.table_size
+  model = LinearModel(loss="logistic", l2=problem.l2,
+                      categorical_features=categorical)
+  clock = {"elapsed": 0.0}
+
+  class Timer(keras.callbacks.Callback):
+
+    def on_epoch_begin(self, epoch, logs=None):
+      clock["start"] = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+      clock["last"] = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+      clock["elapsed"] += clock["last"] - clock["start"]
+      w = np.concatenate([v.numpy().ravel() for v in model.weights])
+      # Keras orders kernels by feature name ("dense" < "ids"), then bias.
+      if problem.ids is not None:
+        k = problem.dense.shape[1] - 1
+        w = np.concatenate([w[k:k + problem.table_size], w[:k], w[-1:]])
+      trace.add(clock["elapsed"], epoch + 1, problem.objective(w))
+      if clock["elapsed"] > budget:
+        self.model.stop_training = True
+
+  model.fit(features, problem.labels, batch_size=batch_size, epochs=10_000,
+            verbose=0, callbacks=[Timer()])
+  return trace
+
+
+def run_tf_sdca_v2(problem, budget, batch_size=None):
+  """`tf.raw_ops.SdcaOptimizerV2` with the best glue we could write: batch
+  tensors built once, weights float64 on the host, distinct ids only, by
+  default one batch of all rows per epoch (its kernel shuffles them)."""
+  batch_size = batch_size or problem.n
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  trace = Trace("SdcaOptimizerV2")
+  k = problem.dense.shape[1]
+  w_sparse = np.zeros(problem.table_size)
+  w_dense = np.zeros(k)
+  state = np.zeros((problem.n, 4), np.float32)
+  batches = []
+  for start in range(0, problem.n, batch_size):
+    rows = slice(start, min(problem.n, start + batch_size))
+    b = rows.stop - rows.start
+    batch = dict(rows=rows, dense=tf.constant(problem.dense[rows]),
+                 labels=tf.constant(problem.labels[rows]),
+                 ones=tf.ones([b]))
+    if problem.ids is not None:
+      m = problem.ids.shape[1]
+      ids = problem.ids[rows].ravel()
+      batch.update(uniq=np.unique(ids), ids=tf.constant(ids),
+                   ex=tf.constant(np.repeat(np.arange(b, dtype=np.int64), m)))
+      batch["uniq_t"] = tf.constant(batch["uniq"])
+    batches.append(batch)
+  elapsed, epochs = 0.0, 0
+  rng = np.random.default_rng(0)
+  while elapsed < budget:
+    t0 = time.perf_counter()
+    for i in rng.permutation(len(batches)):
+      b = batches[i]
+      sparse = problem.ids is not None
+      out = tf.raw_ops.SdcaOptimizerV2(
+          sparse_example_indices=[b["ex"]] if sparse else [],
+          sparse_feature_indices=[b["ids"]] if sparse else [],
+          sparse_feature_values=[], dense_features=[b["dense"]],
+          example_weights=b["ones"], example_labels=b["labels"],
+          sparse_indices=[b["uniq_t"]] if sparse else [],
+          sparse_weights=([tf.constant(w_sparse[b["uniq"]], tf.float32)]
+                          if sparse else []),
+          dense_weights=[tf.constant(w_dense, tf.float32)],
+          example_state_data=tf.constant(state[b["rows"]]),
+          loss_type="logistic_loss", l1=0.0, l2=problem.l2,
+          num_loss_partitions=1, num_inner_iterations=1, adaptive=False)
+      state[b["rows"]] = out[0].numpy()
+      if sparse:
+        w_sparse[b["uniq"]] += out[1][0].numpy()
+      w_dense += out[2][0].numpy()
+    elapsed += time.perf_counter() - t0
+    epochs += 1
+    trace.add(elapsed, epochs,
+              problem.objective(_our_weights(problem, w_sparse, w_dense)))
+  return trace
+
+
+def _ladder(trace, budget, fit, max_steps=12):
+  """For solvers without progress reports: fits with 1, 2, 4, ...
+  iterations, each timed from scratch, until the budget is spent."""
+  iters, spent = 1, 0.0
+  for _ in range(max_steps):
+    t0 = time.perf_counter()
+    w = fit(iters)
+    seconds = time.perf_counter() - t0
+    spent += seconds
+    trace.add(seconds, iters, trace.problem.objective(w))
+    if spent > budget:
+      break
+    iters *= 2
+  return trace
+
+
+def run_snapml(problem, budget, threads=1):
+  """Snap ML's dual (SDCA-type) logistic regression, `n_jobs=threads`."""
+  try:
+    from snapml import LogisticRegression  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    trace = Trace(f"Snap ML ({threads} thr)")
+    trace.note = "not installed (pip install -r bench/requirements.txt)"
+    return trace
+  trace = Trace(f"Snap ML ({threads} thr)")
+  trace.problem = problem
+  x = problem.csr().astype(np.float32)
+  y = problem.labels
+
+  def fit(iters):
+    clf = LogisticRegression(max_iter=iters, regularizer=problem.l2,
+                             dual=True, n_jobs=threads, tol=1e-12,
+                             fit_intercept=False)
+    clf.fit(x, y)
+    return np.asarray(clf.coef_, np.float64).ravel()
+  return _ladder(trace, budget, fit)
+
+
+def run_liblinear(problem, budget):
+  """LIBLINEAR's dual coordinate descent through scikit-learn."""
+  from sklearn.linear_model import LogisticRegression  # pylint: disable=import-outside-toplevel
+  trace = Trace("LIBLINEAR dual")
+  trace.problem = problem
+  x = problem.csr()
+
+  def fit(iters):
+    clf = LogisticRegression(solver="liblinear", dual=True, C=1 / problem.l2,
+                             fit_intercept=False, max_iter=iters, tol=1e-12)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      clf.fit(x, problem.labels)
+    return clf.coef_.ravel().astype(np.float64)
+  return _ladder(trace, budget, fit)
+
+
+def run_saga(problem, budget):
+  """scikit-learn's SAGA, one epoch per warm-started call."""
+  from sklearn.linear_model import LogisticRegression  # pylint: disable=import-outside-toplevel
+  trace = Trace("sklearn saga")
+  x = problem.csr()
+  clf = LogisticRegression(solver="saga", C=1 / problem.l2,
+                           fit_intercept=False, max_iter=1, tol=0,
+                           warm_start=True)
+  elapsed, epochs = 0.0, 0
+  while elapsed < budget:
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      clf.fit(x, problem.labels)
+    elapsed += time.perf_counter() - t0
+    epochs += 1
+    trace.add(elapsed, epochs, problem.objective(clf.coef_.ravel()))
+  return trace
+
+
+def run_sgd(problem, budget):
+  """scikit-learn's SGDClassifier (log loss, alpha = l2 / n), one epoch per
+  partial_fit."""
+  from sklearn.linear_model import SGDClassifier  # pylint: disable=import-outside-toplevel
+  trace = Trace("sklearn SGD")
+  x = problem.csr()
+  clf = SGDClassifier(loss="log_loss", alpha=problem.l2 / problem.n,
+                      fit_intercept=False, random_state=0)
+  elapsed, epochs = 0.0, 0
+  while elapsed < budget:
+    t0 = time.perf_counter()
+    clf.partial_fit(x, problem.labels, classes=np.array([0.0, 1.0]))
+    elapsed += time.perf_counter() - t0
+    epochs += 1
+    trace.add(elapsed, epochs, problem.objective(clf.coef_.ravel()))
+  return trace
+
+
+SOLVERS = {
+    "ours": run_ours_raw,
+    "ours-sdcamodel": run_ours_sdca_model,
+    "ours-keras": run_ours_keras,
+    "tf": run_tf_sdca_v2,
+    "snapml": run_snapml,
+    "liblinear": run_liblinear,
+    "saga": run_saga,
+    "sgd": run_sgd,
+}
