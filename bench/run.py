@@ -57,8 +57,10 @@ def report(problem, reference, certified, traces):
       continue
     times = {t: trace.time_to(reference, t) for t in TARGETS}
     seconds, epochs, _ = trace.points[-1]
-    # Throughput from the last point: ladder solvers restart each run.
-    rate = problem.n * epochs / seconds if seconds > 0 else float("nan")
+    # A ladder solver's iteration limit is only an upper bound on the
+    # epochs it ran, so its throughput is not known.
+    rate = (float("nan") if trace.ladder or seconds <= 0 else
+            problem.n * epochs / seconds)
     best = min(p[2] for p in trace.points)
     ratios = []
     for t in TARGETS:
@@ -69,13 +71,16 @@ def report(problem, reference, certified, traces):
     print(f"{trace.solver:22s}{fmt_time(times[1e-4][0]):>11s}"
           f"{fmt_time(times[1e-6][0]):>11s}"
           f"{'-' if epochs_to is None else f'{epochs_to:g}':>8s}"
-          f"{rate:12,.0f}{(best - reference) / reference:13.1e}"
+          f"{'-' if rate != rate else f'{rate:,.0f}':>12s}"
+          f"{(best - reference) / reference:13.1e}"
           f"{ratios[0]:>14s}{ratios[1]:>14s}")
     rows.append(dict(solver=trace.solver, points=trace.points,
                      t_1e4=times[1e-4][0], t_1e6=times[1e-6][0],
                      rows_per_sec=rate))
   print("(t: training seconds to a relative suboptimality; '-': not reached "
-        "within the budget; 'vs ours': the solver's time / ours)")
+        "within the budget; 'vs ours': the solver's time / ours; for solvers "
+        "run with growing iteration limits, epochs is the limit of the first "
+        "run that reached 1e-4 and rows/s is unknown)")
   return rows
 
 

@@ -175,6 +175,7 @@ class Trace:
     self.solver = solver
     self.points = []
     self.note = ""
+    self.ladder = False  # points from separate runs with growing limits
 
   def add(self, seconds, epochs, objective):
     self.points.append((float(seconds), float(epochs), float(objective)))
@@ -358,6 +359,7 @@ def run_tf_sdca_v2(problem, budget, batch_size=None):
 def _ladder(trace, budget, fit, max_steps=12):
   """For solvers without progress reports: fits with 1, 2, 4, ...
   iterations, each timed from scratch, until the budget is spent."""
+  trace.ladder = True
   iters, spent = 1, 0.0
   for _ in range(max_steps):
     t0 = time.perf_counter()
