@@ -137,7 +137,8 @@ class InMemorySdca:
   # ------------------------------------------------------------ training
   def fit(self, labels, dense=None, ids=None, indptr=None, indices=None,
           values=None, num_features=None, example_weights=None, epochs=10,
-          batch_size=None, tol=None, verbose=1, shuffle=True):
+          batch_size=None, tol=None, verbose=1, shuffle=True,
+          initial_epoch=0, callback=None):
     """Trains for up to `epochs` passes; stops early when the relative
     duality gap falls below `tol`.
 
@@ -153,6 +154,10 @@ class InMemorySdca:
         epoch; the op visits them in a random order).
       tol: stop when the relative duality gap (gap / primal) is below it.
       verbose: 1 shows a Keras progress bar per epoch, 0 is silent.
+      initial_epoch: the epoch to start at (resuming: set `state` and the
+        weights first; epochs count from 0).
+      callback: called as `callback(epoch, history)` after each epoch (e.g.
+        to checkpoint).
       shuffle: with several batches, deal the rows (in chunks of 64) into
         new batches every epoch; False keeps fixed consecutive batches,
         visited in a random order, which converges much more slowly.
@@ -195,10 +200,12 @@ class InMemorySdca:
     batch_size = int(batch_size or n)
     fixed = None if shuffle and batch_size < n else self._batches(
         n, csr, batch_size, num_features or 0)
-    rng = np.random.default_rng(self.seed)
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
     total_weight = float(weights.sum())
-    for epoch in range(epochs):
+    for epoch in range(initial_epoch, epochs):
+      # Each epoch's order depends on (seed, epoch) only, so training resumed
+      # at an epoch repeats what an uninterrupted run would have done.
+      rng = np.random.default_rng([self.seed, epoch])
       bar = (tf.keras.utils.Progbar(n, stateful_metrics=["rows/s"],
                                     unit_name="row")
              if verbose else None)
@@ -230,6 +237,8 @@ class InMemorySdca:
       if verbose:
         print(f"  loss {history['loss'][-1]:.6f}  relative duality gap "
               f"{history['duality_gap'][-1]:.3e}  {n / elapsed:,.0f} rows/s")
+      if callback is not None:
+        callback(epoch, history)
       if tol is not None and history["duality_gap"][-1] < tol:
         break
     return history

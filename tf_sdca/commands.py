@@ -1,0 +1,310 @@
+"""The `generate`, `train`, `evaluate` and `predict` commands of `tf-sdca`.
+
+A model directory holds:
+  - `model.json`: the format, loss, regularisation, feature layout (hash
+    buckets, the dense columns' scale) and the training history;
+  - `checkpoint.npz`: the unshrunk float64 weights, the per-example dual
+    state (float32 `[n, 4]`: 16 bytes per example) and the epochs done;
+  - `cache/`: the parsed training data (`tf_sdca.data.cache`).
+Both files are replaced atomically (written to a temporary file, then
+renamed) after every epoch.
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+_BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
+LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
+          "absolute_loss", "poisson_loss")
+
+
+def add_parsers(sub):
+  """Adds the subcommands to an argparse subparsers object."""
+  gen = sub.add_parser("generate", help="write Criteo-shaped TSV files")
+  gen.add_argument("--rows", type=int, required=True)
+  gen.add_argument("--out", required=True, help="output directory")
+  gen.add_argument("--files", type=int, default=1)
+  gen.add_argument("--seed", type=int, default=0)
+
+  train = sub.add_parser("train", help="train by SDCA on text files")
+  _data_args(train)
+  train.add_argument("--loss", default="logistic_loss", choices=LOSSES)
+  train.add_argument("--l1", type=float, default=0.0)
+  train.add_argument("--l2", type=float, default=10.0)
+  train.add_argument("--epochs", type=int, default=10)
+  train.add_argument("--tol", type=float, default=1e-3,
+                     help="stop when the relative duality gap is below this")
+  train.add_argument("--batch-size", type=int, default=None,
+                     help="rows per op call (default: all)")
+  train.add_argument("--threads", type=int, default=0)
+  train.add_argument("--seed", type=int, default=0)
+  train.add_argument("--cache-dir", default=None,
+                     help="default: MODEL_DIR/cache")
+  train.add_argument("--resume", action="store_true",
+                     help="continue the model in --model-dir")
+  train.add_argument("--overwrite", action="store_true",
+                     help="replace a model already in --model-dir")
+  train.add_argument("--quiet", action="store_true")
+
+  evaluate = sub.add_parser("evaluate", help="log loss, AUC, accuracy")
+  _data_args(evaluate)
+  predict = sub.add_parser("predict", help="write one score per line")
+  _data_args(predict)
+  predict.add_argument("--out", required=True)
+
+
+def _data_args(parser):
+  parser.add_argument("data", nargs="+", help="text files")
+  parser.add_argument("--model-dir", required=True)
+  parser.add_argument("--format", default="criteo",
+                      choices=("criteo", "libsvm"))
+  parser.add_argument("--bucket-bits", type=int, default=20,
+                      help="Criteo: 2^k hash buckets")
+  parser.add_argument("--skip-bad-lines", action="store_true",
+                      help="skip and count malformed lines")
+
+
+def run(args):
+  """Runs a parsed subcommand; returns the exit status."""
+  try:
+    return {"generate": generate, "train": train, "evaluate": evaluate,
+            "predict": predict}[args.command](args)
+  except (ValueError, FileNotFoundError) as error:
+    print(f"tf-sdca {args.command}: error: {error}", file=sys.stderr)
+    return 2
+
+
+# ------------------------------------------------------------------ generate
+def generate(args):
+  """Writes `--rows` generated rows into `--files` TSV files (streamed, so
+  any size fits) and the rows' true click probabilities (truth.npy)."""
+  from tf_sdca.data import synthetic  # pylint: disable=import-outside-toplevel
+  os.makedirs(args.out, exist_ok=True)
+  per_file = -(-args.rows // max(1, args.files))
+  truth = np.lib.format.open_memmap(
+      os.path.join(args.out, "truth.npy"), mode="w+", dtype=np.float32,
+      shape=(args.rows,))
+  start, handle, index, written = time.perf_counter(), None, -1, 0
+  for chunk in synthetic.iter_criteo_chunks(args.rows, seed=args.seed):
+    offset = 0
+    size = chunk["labels"].shape[0]
+    truth[written:written + size] = chunk["true_probabilities"]
+    while offset < size:
+      if handle is None or (written - index * per_file) >= per_file:
+        if handle is not None:
+          handle.close()
+        index += 1
+        handle = open(os.path.join(args.out, f"part-{index:05d}.tsv"), "w",
+                      encoding="ascii", newline="\n")
+      take = min(size - offset, (index + 1) * per_file - written)
+      part = {k: chunk[k][offset:offset + take]
+              for k in ("labels", "counts", "cat_values")}
+      handle.write(synthetic._tsv_lines(  # pylint: disable=protected-access
+          part["labels"], part["counts"], part["cat_values"]))
+      offset += take
+      written += take
+    print(f"\r  {written:,} / {args.rows:,} rows", end="", flush=True)
+  if handle is not None:
+    handle.close()
+  truth.flush()
+  print(f"\nwrote {index + 1} file(s) and truth.npy to {args.out} in "
+        f"{time.perf_counter() - start:.1f} s")
+  return 0
+
+
+# --------------------------------------------------------------- features
+def _features(fmt, arrays, meta):
+  """InMemorySdca feature kwargs from cached (or streamed) arrays."""
+  from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
+  labels = cache.concatenate(arrays["labels"], np.float32)
+  n = labels.shape[0]
+  ones = np.ones((n, 1), np.float32)
+  if fmt == "criteo":
+    dense = cache.concatenate(arrays["dense"], np.float32)
+    if meta.get("scale") is None:
+      meta["scale"] = np.maximum(dense.max(axis=0) if n else 1.0,
+                                 1e-6).tolist()
+    dense = np.hstack([dense / np.asarray(meta["scale"], np.float32), ones])
+    ids = cache.concatenate(arrays["ids"], np.int64)
+    return labels, dict(dense=dense, ids=ids,
+                        num_features=meta["num_features"])
+  lengths = cache.concatenate(arrays["lengths"], np.int64)
+  indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+  indices = cache.concatenate(arrays["indices"], np.int64)
+  values = cache.concatenate(arrays["values"], np.float32)
+  if meta.get("num_features") is None:
+    meta["num_features"] = int(indices.max()) + 1 if indices.size else 1
+  keep = indices < meta["num_features"]  # features unseen in training
+  if not keep.all():
+    rows = np.repeat(np.arange(n), lengths)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(
+        rows[keep], minlength=n))]).astype(np.int64)
+    indices, values = indices[keep], values[keep]
+  if meta["loss"] in _BINARY:
+    labels = (labels > 0).astype(np.float32)
+  return labels, dict(dense=ones, indptr=indptr, indices=indices,
+                      values=values, num_features=meta["num_features"])
+
+
+# ------------------------------------------------------------------ train
+def _atomic_save_npz(path, **arrays):
+  temporary = path + ".tmp.npz"
+  np.savez(temporary, **arrays)
+  os.replace(temporary, path)
+
+
+def _atomic_save_json(path, value):
+  temporary = path + ".tmp"
+  with open(temporary, "w") as f:
+    json.dump(value, f, indent=1)
+  os.replace(temporary, path)
+
+
+def load_model(model_dir):
+  """(meta dict, checkpoint arrays) of a model directory."""
+  meta_path = os.path.join(model_dir, "model.json")
+  if not os.path.exists(meta_path):
+    raise FileNotFoundError(f"no model in {model_dir} (no model.json)")
+  with open(meta_path) as f:
+    meta = json.load(f)
+  with np.load(os.path.join(model_dir, "checkpoint.npz")) as ckpt:
+    arrays = {k: ckpt[k] for k in ckpt.files}
+  return meta, arrays
+
+
+def train(args):
+  """`tf-sdca train`."""
+  from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  os.makedirs(args.model_dir, exist_ok=True)
+  meta_path = os.path.join(args.model_dir, "model.json")
+  ckpt_path = os.path.join(args.model_dir, "checkpoint.npz")
+  exists = os.path.exists(meta_path)
+  if exists and not (args.resume or args.overwrite):
+    raise ValueError(f"{args.model_dir} already has a model: pass --resume "
+                     "to continue it or --overwrite to replace it")
+  verbose = 0 if args.quiet else 1
+  arrays, info = cache.load_or_build(
+      args.data, args.format, args.cache_dir or os.path.join(
+          args.model_dir, "cache"), args.bucket_bits, args.skip_bad_lines,
+      verbose)
+  if info["bad_lines"]:
+    print(f"skipped {info['bad_lines']:,} malformed line(s); first: "
+          f"{info['first_bad_lines'][0]}")
+  if args.resume and exists:
+    meta, ckpt = load_model(args.model_dir)
+    if meta["rows"] != info["rows"]:
+      raise ValueError(f"--resume: the model was trained on {meta['rows']:,} "
+                       f"rows, the data has {info['rows']:,}")
+  else:
+    meta = dict(format=args.format, loss=args.loss, l1=args.l1, l2=args.l2,
+                gamma=1.0, seed=args.seed, bucket_bits=args.bucket_bits,
+                num_features=(1 << args.bucket_bits
+                              if args.format == "criteo" else None),
+                scale=None, rows=info["rows"], epochs_done=0, history=[])
+    ckpt = None
+  labels, features = _features(args.format, arrays, meta)
+  model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
+                       seed=meta["seed"], num_threads=args.threads)
+  if ckpt is not None:
+    model.sparse_weights = ckpt["sparse_weights"]
+    model.dense_weights = ckpt["dense_weights"]
+    model.state = ckpt["state"]
+
+  def checkpoint(epoch, history):
+    meta["epochs_done"] = epoch + 1
+    meta["history"].append(dict(epoch=epoch + 1, loss=history["loss"][-1],
+                                duality_gap=history["duality_gap"][-1],
+                                rows_per_sec=history["rows_per_sec"][-1]))
+    _atomic_save_npz(ckpt_path, sparse_weights=model.sparse_weights,
+                     dense_weights=model.dense_weights, state=model.state,
+                     epoch=epoch + 1)
+    _atomic_save_json(meta_path, meta)
+    if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):
+      raise KeyboardInterrupt  # test hook: an interruption after saving
+
+  if meta["history"] and meta["history"][-1]["duality_gap"] < args.tol:
+    print(f"already converged: gap {meta['history'][-1]['duality_gap']:.2e}")
+    return 0
+  try:
+    model.fit(labels, epochs=args.epochs, initial_epoch=meta["epochs_done"],
+              batch_size=args.batch_size, tol=args.tol, verbose=verbose,
+              callback=checkpoint, **features)
+  except KeyboardInterrupt:
+    print(f"\ninterrupted: {args.model_dir} holds the model after epoch "
+          f"{meta['epochs_done']}; continue with --resume", file=sys.stderr)
+    return 130
+  last = meta["history"][-1] if meta["history"] else None
+  if last:
+    print(f"trained {meta['epochs_done']} epoch(s); loss {last['loss']:.6f}, "
+          f"relative duality gap {last['duality_gap']:.2e}; model in "
+          f"{args.model_dir}")
+  return 0
+
+
+# ------------------------------------------------------- evaluate / predict
+def _scores(args):
+  """(labels, scores) over the files, streamed chunk by chunk."""
+  from tf_sdca.data import criteo, libsvm  # pylint: disable=import-outside-toplevel
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  meta, ckpt = load_model(args.model_dir)
+  if meta["format"] != args.format:
+    raise ValueError(f"the model was trained on {meta['format']} data, "
+                     f"got --format {args.format}")
+  model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"])
+  model.sparse_weights = ckpt["sparse_weights"]
+  model.dense_weights = ckpt["dense_weights"]
+  bad = criteo.BadLines()
+  if args.format == "criteo":
+    chunks = criteo.read_criteo(args.data, bucket_bits=meta["bucket_bits"],
+                                skip_bad_lines=args.skip_bad_lines,
+                                bad_lines=bad)
+  else:
+    chunks = libsvm.read_libsvm(args.data, skip_bad_lines=args.skip_bad_lines,
+                                bad_lines=bad)
+  all_labels, all_scores = [], []
+  for chunk in chunks:
+    if args.format == "criteo":
+      arrays = {k: [chunk[k]] for k in ("labels", "dense", "ids")}
+    else:
+      arrays = dict(labels=[chunk["labels"]],
+                    lengths=[np.diff(chunk["indptr"])],
+                    indices=[chunk["indices"]], values=[chunk["values"]])
+    labels, features = _features(args.format, arrays, dict(meta))
+    features.pop("num_features")
+    all_labels.append(labels)
+    all_scores.append(model.predict(**features))
+  if bad.count:
+    print(f"skipped {bad.count:,} malformed line(s)", file=sys.stderr)
+  return (meta, np.concatenate(all_labels) if all_labels else np.zeros(0),
+          np.concatenate(all_scores) if all_scores else np.zeros(0))
+
+
+def evaluate(args):
+  """`tf-sdca evaluate`: prints rows, log loss, AUC, accuracy (logistic) or
+  the mean loss."""
+  from tf_sdca import metrics  # pylint: disable=import-outside-toplevel
+  meta, labels, scores = _scores(args)
+  print(f"rows {labels.shape[0]:,}")
+  if meta["loss"] == "logistic_loss":
+    print(f"log_loss {metrics.log_loss(labels, scores):.6f}")
+    print(f"auc {metrics.auc(labels, scores):.6f}")
+    print(f"accuracy {metrics.accuracy(labels, scores):.6f}")
+  elif meta["loss"] in _BINARY:
+    print(f"auc {metrics.auc(labels, scores):.6f}")
+    print(f"accuracy {np.mean((scores > 0) == (labels > 0)):.6f}")
+  else:
+    print(f"mse {np.mean((scores - labels) ** 2):.6f}")
+    print(f"mae {np.mean(np.abs(scores - labels)):.6f}")
+  return 0
+
+
+def predict(args):
+  """`tf-sdca predict`: one score per line (probabilities for logistic)."""
+  _, _, scores = _scores(args)
+  np.savetxt(args.out, scores, fmt="%.9g")
+  print(f"wrote {scores.shape[0]:,} scores to {args.out}")
+  return 0
