@@ -15,10 +15,12 @@ directory (later runs memory-map it), trains by SDCA with a progress bar
 and the dual state after every epoch, atomically: a Ctrl-C or a kill loses at
 most the current epoch, and `--resume` continues to the same model an
 uninterrupted run gives. `evaluate` prints log loss, AUC and accuracy;
-`predict` writes one score per line. `demo` generates data in memory, trains
-on 90% and reports on the other 10% against the ground truth.
+`predict` writes one score per line. `demo` generates TSV files in a
+temporary directory, trains on 90% of the rows the way `train` does, and
+reports on the other 10% against the ground truth.
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -27,53 +29,62 @@ from tf_sdca import commands
 
 
 def _demo(args):
+  """Generates TSV files in a temporary directory, trains on 90% of the rows
+  through the same path as `train` (parse, cache, SDCA, checkpoints),
+  evaluates on the other 10% and compares with the ground truth."""
+  import tempfile  # pylint: disable=import-outside-toplevel
+
   import numpy as np  # pylint: disable=import-outside-toplevel
 
   from tf_sdca import metrics  # pylint: disable=import-outside-toplevel
-  from tf_sdca.data import synthetic  # pylint: disable=import-outside-toplevel
-  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
 
-  print(f"Generating {args.rows:,} Criteo-shaped rows "
-        f"(13 numeric + 26 categorical, 2^{args.bucket_bits} buckets)...")
-  t0 = time.perf_counter()
-  data = synthetic.generate_criteo_arrays(
-      args.rows, num_buckets=1 << args.bucket_bits, seed=args.seed)
-  print(f"  done in {time.perf_counter() - t0:.1f} s; click rate "
-        f"{data['labels'].mean():.3f}")
-  n_train = int(args.rows * 0.9)
-  train = slice(0, n_train)
-  test = slice(n_train, args.rows)
-
-  # Log-counts scaled to [0, 1] by their training maximum, plus a constant
-  # column as the intercept (regularised like TF's LinearSDCA bias).
-  scale = np.maximum(data["dense"][train].max(axis=0), 1e-6)
-  dense = np.concatenate(
-      [data["dense"] / scale, np.ones((args.rows, 1), np.float32)], axis=1)
-  model = InMemorySdca(loss="logistic_loss", l1=args.l1, l2=args.l2,
-                       num_threads=args.threads, seed=args.seed)
-  t0 = time.perf_counter()
-  history = model.fit(
-      data["labels"][train], dense=dense[train],
-      ids=data["cat_ids"][train], num_features=1 << args.bucket_bits,
-      epochs=args.epochs, batch_size=args.batch_size, tol=args.tol,
-      verbose=0 if args.quiet else 1)
-  train_time = time.perf_counter() - t0
-
-  p = model.predict(dense=dense[test], ids=data["cat_ids"][test])
-  y = data["labels"][test]
-  truth = data["true_probabilities"][test]
+  with tempfile.TemporaryDirectory(prefix="tf_sdca_demo_") as tmp:
+    data_dir = os.path.join(tmp, "data")
+    model_dir = os.path.join(tmp, "model")
+    print(f"Generating {args.rows:,} Criteo-shaped rows (13 numeric + 26 "
+          f"categorical features, known ground truth) in {data_dir}")
+    commands.generate(argparse.Namespace(rows=args.rows, out=data_dir,
+                                         files=10, seed=args.seed))
+    files = sorted(os.path.join(data_dir, f) for f in os.listdir(data_dir)
+                   if f.endswith(".tsv"))
+    train_files, test_files = files[:-1], files[-1:]
+    print(f"Training on {len(train_files)} files (90%), holding out "
+          f"{os.path.basename(test_files[0])}")
+    t0 = time.perf_counter()
+    status = commands.train(argparse.Namespace(
+        data=train_files, model_dir=model_dir, format="criteo",
+        bucket_bits=args.bucket_bits, skip_bad_lines=False,
+        loss="logistic_loss", l1=args.l1, l2=args.l2, epochs=args.epochs,
+        tol=args.tol, batch_size=args.batch_size, threads=args.threads,
+        seed=args.seed, cache_dir=None, resume=False, overwrite=False,
+        quiet=args.quiet))
+    if status:
+      return status
+    total_time = time.perf_counter() - t0
+    meta, _ = commands.load_model(model_dir)
+    with open(os.path.join(model_dir, "cache", "manifest.json")) as f:
+      parse_seconds = json.load(f)["parse_seconds"]
+    _, labels, probs = commands.score_files(argparse.Namespace(
+        data=test_files, model_dir=model_dir, format="criteo",
+        skip_bad_lines=False))
+    truth = np.load(os.path.join(data_dir, "truth.npy"))[-labels.shape[0]:]
+  history = meta["history"]
+  epoch_seconds = sum(meta["rows"] / h["rows_per_sec"] for h in history)
   print()
   print("tf_sdca demo report")
   print("-------------------")
-  print(f"rows: {n_train:,} train / {args.rows - n_train:,} test; "
-        f"epochs run: {len(history['loss'])}; training time "
-        f"{train_time:.1f} s ({n_train * len(history['loss']) / train_time:,.0f}"
-        " rows/s)")
-  print(f"final relative duality gap: {history['duality_gap'][-1]:.2e}")
+  print(f"rows: {meta['rows']:,} train / {labels.shape[0]:,} test; "
+        f"2^{args.bucket_bits} hash buckets; l2 = {args.l2:g}")
+  print(f"parsing + caching the text: {parse_seconds:.1f} s "
+        f"({meta['rows'] / parse_seconds:,.0f} rows/s); SDCA epochs run: "
+        f"{len(history)}, {epoch_seconds:.1f} s "
+        f"({meta['rows'] * len(history) / epoch_seconds:,.0f} rows/s); "
+        f"total {total_time:.1f} s")
+  print(f"final relative duality gap: {history[-1]['duality_gap']:.2e}")
   print(f"{'':18s}{'log loss':>10s}{'AUC':>8s}{'accuracy':>10s}")
-  for name, probs in (("tf_sdca model", p), ("ground truth", truth)):
-    print(f"{name:18s}{metrics.log_loss(y, probs):10.4f}"
-          f"{metrics.auc(y, probs):8.4f}{metrics.accuracy(y, probs):10.4f}")
+  for name, p in (("tf_sdca model", probs), ("ground truth", truth)):
+    print(f"{name:18s}{metrics.log_loss(labels, p):10.4f}"
+          f"{metrics.auc(labels, p):8.4f}{metrics.accuracy(labels, p):10.4f}")
   return 0
 
 
@@ -89,7 +100,7 @@ def main(argv=None):
   demo.add_argument("--epochs", type=int, default=10)
   demo.add_argument("--tol", type=float, default=1e-3,
                     help="stop when the relative duality gap is below this")
-  demo.add_argument("--batch-size", type=int, default=100_000)
+  demo.add_argument("--batch-size", type=int, default=None)
   demo.add_argument("--l1", type=float, default=0.0)
   demo.add_argument("--l2", type=float, default=10.0)
   demo.add_argument("--threads", type=int, default=0)

@@ -246,7 +246,7 @@ def train(args):
 
 
 # ------------------------------------------------------- evaluate / predict
-def _scores(args):
+def score_files(args):
   """(labels, scores) over the files, streamed chunk by chunk."""
   from tf_sdca.data import criteo, libsvm  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
@@ -287,7 +287,7 @@ def evaluate(args):
   """`tf-sdca evaluate`: prints rows, log loss, AUC, accuracy (logistic) or
   the mean loss."""
   from tf_sdca import metrics  # pylint: disable=import-outside-toplevel
-  meta, labels, scores = _scores(args)
+  meta, labels, scores = score_files(args)
   print(f"rows {labels.shape[0]:,}")
   if meta["loss"] == "logistic_loss":
     print(f"log_loss {metrics.log_loss(labels, scores):.6f}")
@@ -304,7 +304,7 @@ def evaluate(args):
 
 def predict(args):
   """`tf-sdca predict`: one score per line (probabilities for logistic)."""
-  _, _, scores = _scores(args)
+  _, _, scores = score_files(args)
   np.savetxt(args.out, scores, fmt="%.9g")
   print(f"wrote {scores.shape[0]:,} scores to {args.out}")
   return 0
