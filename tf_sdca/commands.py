@@ -37,8 +37,9 @@ def add_parsers(sub):
   train.add_argument("--epochs", type=int, default=10)
   train.add_argument("--tol", type=float, default=1e-3,
                      help="stop when the relative duality gap is below this")
-  train.add_argument("--batch-size", type=int, default=None,
-                     help="rows per op call (default: all)")
+  train.add_argument("--batch-size", type=int, default=1_000_000,
+                     help="rows per op call (rows are dealt into new "
+                     "batches every epoch; bounds the op's memory)")
   train.add_argument("--threads", type=int, default=0)
   train.add_argument("--seed", type=int, default=0)
   train.add_argument("--cache-dir", default=None,
@@ -128,7 +129,7 @@ def _features(fmt, arrays, meta):
       meta["scale"] = np.maximum(dense.max(axis=0) if n else 1.0,
                                  1e-6).tolist()
     dense = np.hstack([dense / np.asarray(meta["scale"], np.float32), ones])
-    ids = cache.concatenate(arrays["ids"], np.int64)
+    ids = cache.concatenate(arrays["ids"])  # int32 for <= 31 bucket bits
     return labels, dict(dense=dense, ids=ids,
                         num_features=meta["num_features"])
   lengths = cache.concatenate(arrays["lengths"], np.int64)

@@ -27,6 +27,8 @@ from tf_sdca.ops import sdca_ops
 _FULL_TABLE_FACTOR = 4
 # Consecutive rows that stay together when rows are dealt into new batches.
 _SHUFFLE_CHUNK = 64
+# Rows scored at a time by decision_function.
+_SCORE_CHUNK = 1 << 18
 
 
 class InMemorySdca:
@@ -73,7 +75,10 @@ class InMemorySdca:
         raise ValueError(f"ids must have shape [{n}, k], got {ids.shape}")
       k = ids.shape[1]
       return (np.arange(0, n * k + 1, k, dtype=np.int64),
-              np.ascontiguousarray(ids, dtype=np.int64).ravel(), None)
+              # int32 ids stay int32 (half the memory of 26 ids a row);
+              # each batch converts its own slice.
+              np.ascontiguousarray(ids if ids.dtype.kind in "iu" else
+                                   ids.astype(np.int64)).ravel(), None)
     if indices is None:
       return None
     indptr = np.asarray(indptr, dtype=np.int64)
@@ -114,7 +119,7 @@ class InMemorySdca:
           lengths = indptr[rows + 1] - first
           pos = (np.repeat(first - np.cumsum(lengths) + lengths, lengths) +
                  np.arange(lengths.sum()))
-        ids = indices[pos]
+        ids = indices[pos].astype(np.int64, copy=False)
         ex = np.repeat(np.arange(stop - start, dtype=np.int64), lengths)
         if num_features <= _FULL_TABLE_FACTOR * max(1, ids.size):
           uniq = None  # the whole table
@@ -295,11 +300,18 @@ class InMemorySdca:
     if csr is not None:
       ws = self._shrunk(self.sparse_weights)
       indptr_, indices_, values_ = csr
-      contrib = ws[indices_]
-      if values_ is not None:
-        contrib = contrib * values_
-      rows = np.repeat(np.arange(n), np.diff(indptr_))
-      z += np.bincount(rows, weights=contrib, minlength=n)
+      # In chunks of rows: whole-data temporaries would take 16 bytes per
+      # non-zero (4 GB for 10M Criteo rows).
+      for start in range(0, n, _SCORE_CHUNK):
+        stop = min(n, start + _SCORE_CHUNK)
+        lo, hi = indptr_[start], indptr_[stop]
+        contrib = ws[indices_[lo:hi]]
+        if values_ is not None:
+          contrib = contrib * values_[lo:hi]
+        rows = np.repeat(np.arange(stop - start),
+                         np.diff(indptr_[start:stop + 1]))
+        z[start:stop] += np.bincount(rows, weights=contrib,
+                                     minlength=stop - start)
     return z
 
   def predict(self, **features):
