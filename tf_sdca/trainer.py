@@ -84,7 +84,9 @@ class InMemorySdca:
     indptr = np.asarray(indptr, dtype=np.int64)
     if indptr.shape != (n + 1,):
       raise ValueError(f"indptr must have shape [{n + 1}], got {indptr.shape}")
-    indices = np.asarray(indices, dtype=np.int64)
+    indices = np.asarray(indices)
+    if indices.dtype.kind not in "iu":
+      indices = indices.astype(np.int64)
     if values is not None:
       values = np.asarray(values, dtype=np.float32)
       if values.shape != indices.shape:
@@ -93,7 +95,8 @@ class InMemorySdca:
     return indptr, indices, values
 
   def _batches(self, n, csr, batch_size, num_features, order=None):
-    """Per batch: (rows, op-ready sparse arrays).
+    """Yields per batch: (rows, op-ready sparse arrays), one batch at a time
+    (a whole epoch's arrays would take 24 bytes per non-zero).
 
     Args:
       n: number of rows.
@@ -103,7 +106,6 @@ class InMemorySdca:
       order: None for consecutive fixed batches (rows are slices), else a
         permutation of the rows dealt into batches (rows are index arrays).
     """
-    out = []
     for start in range(0, n, batch_size):
       stop = min(n, start + batch_size)
       rows = slice(start, stop) if order is None else order[start:stop]
@@ -126,8 +128,7 @@ class InMemorySdca:
         else:
           uniq = np.unique(ids)
         sparse = (ex, ids, None if values is None else values[pos], uniq)
-      out.append((rows, sparse))
-    return out
+      yield rows, sparse
 
   @staticmethod
   def _dealt_order(n, rng):
@@ -203,8 +204,8 @@ class InMemorySdca:
       self.dense_weights = np.zeros(dense.shape[1], np.float64)
 
     batch_size = int(batch_size or n)
-    fixed = None if shuffle and batch_size < n else self._batches(
-        n, csr, batch_size, num_features or 0)
+    fixed = None if shuffle and batch_size < n else list(self._batches(
+        n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
     total_weight = float(weights.sum())
     for epoch in range(initial_epoch, epochs):
