@@ -21,8 +21,10 @@ TF_VERSION = "2.21.0"
 SOURCES = [
     "kernels/ops/sdca_ops.cc",
     "kernels/kernels/sdca_kernels.cc",
+    "kernels/kernels/resident_kernel.cc",
     "kernels/core/loss.cc",
     "kernels/core/solver.cc",
+    "kernels/core/resident.cc",
 ]
 
 

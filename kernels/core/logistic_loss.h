@@ -7,7 +7,7 @@
 // The change of variable b = (1 + tanh x) / 2 = sigmoid(2x) turns it into
 //   h(x) = 2x + y wx + q (sigmoid(2x) - b0),
 //   h'(x) = 2 + 2q sigmoid(2x) (1 - sigmoid(2x)) >= 2,
-// which is solved by safeguarded Newton on the bracket that b in (0, 1)
+// which is solved by safeguarded Newton (SolveInX below) on the bracket that b in (0, 1)
 // implies: 2x in (-y wx - q (1 - b0), -y wx + q b0).
 #ifndef TF_SDCA_KERNELS_CORE_LOGISTIC_LOSS_H_
 #define TF_SDCA_KERNELS_CORE_LOGISTIC_LOSS_H_
@@ -18,7 +18,6 @@
 
 #include "kernels/core/binary_label.h"
 #include "kernels/core/loss.h"
-#include "kernels/core/newton.h"
 
 namespace tf_sdca {
 
@@ -31,30 +30,13 @@ class LogisticLossUpdater final : public BinaryDualLossUpdater {
                             double q) const final {
     const double b0 = std::clamp(dual * label, 0.0, 1.0);
     const double ywx = label * wx;
-    const double lo = 0.5 * (-ywx - q * (1.0 - b0));
-    const double hi = 0.5 * (-ywx + q * b0);
+    double lo = 0.5 * (-ywx - q * (1.0 - b0));
+    double hi = 0.5 * (-ywx + q * b0);
     double b;
     if (hi - lo <= 0.0) {
       b = Sigmoid(2.0 * lo);  // q == 0: the root is -y wx / 2 exactly.
     } else {
-      // Start from the root of the linearised condition: logit(b) has slope
-      // >= 4, so b0 - (y wx + logit(b0)) / (q + 4) is a step towards the
-      // root in b that stays well inside (0, 1) after clamping.
-      const double logit0 =
-          (b0 > 0.0 && b0 < 1.0) ? std::log(b0 / (1.0 - b0)) : 0.0;
-      const double guess =
-          std::clamp(b0 - (ywx + logit0) / (q + 4.0), 0.01, 0.99);
-      // h(x) = 2x + y wx + q (sigmoid(2x) - b0): sigmoid(2x) equals
-      // (1 + tanh x) / 2 and costs one exp instead of a tanh.
-      double sig = guess;
-      const double x = SafeguardedNewton(
-          [&](double t, double* h, double* dh) {
-            sig = Sigmoid(2.0 * t);
-            *h = 2.0 * t + ywx + q * (sig - b0);
-            *dh = 2.0 + 2.0 * q * sig * (1.0 - sig);
-          },
-          lo, hi, 0.5 * std::log(guess / (1.0 - guess)));
-      b = Sigmoid(2.0 * x);
+      b = SolveInX(ywx, q, b0, lo, hi);
     }
     // Keep b strictly inside (0, 1), as the dual domain requires, also
     // after the caller rounds the dual to float32 for the state tensor: the
@@ -86,6 +68,56 @@ class LogisticLossUpdater final : public BinaryDualLossUpdater {
 
  private:
   static double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+  // Safeguarded Newton on h(x) = 2x + y wx + q (sigmoid(2x) - b0), h' >= 2,
+  // over the bracket [lo, hi]; returns b = sigmoid(2x) at the root. This is
+  // the hot path of logistic SDCA, so it is frugal with exp and log:
+  //  - it starts at x0 = logit(b0) / 2, where sigmoid(2 x0) = b0 is known,
+  //    so the first step needs no exp (after a few epochs b0 is close to
+  //    the answer and one or two more steps finish);
+  //  - it stops when the Newton step is below 1e-9 (1 + |x|): the error of
+  //    the point after that step is of order q * step^2 (quadratic
+  //    convergence), far below float64 resolution of b for the q of real
+  //    problems, and sigmoid at that point is extrapolated to first order
+  //    instead of paying one more exp.
+  static double SolveInX(double ywx, double q, double b0, double lo,
+                         double hi) {
+    double x, sig;
+    if (b0 > 0.0 && b0 < 1.0) {
+      x = 0.5 * std::log(b0 / (1.0 - b0));
+      sig = b0;
+      if (!(x > lo && x < hi)) {
+        x = std::clamp(x, lo, hi);
+        sig = Sigmoid(2.0 * x);
+      }
+    } else {
+      // From a bound of the dual domain (e.g. the zero initial dual): the
+      // root of the condition with sigmoid frozen at b0.
+      x = std::clamp(-0.5 * ywx, lo, hi);
+      sig = Sigmoid(2.0 * x);
+    }
+    constexpr int kMaxIterations = 100;
+    for (int it = 0; it < kMaxIterations; ++it) {
+      const double h = 2.0 * x + ywx + q * (sig - b0);
+      const double slope = sig * (1.0 - sig);
+      const double dh = 2.0 + 2.0 * q * slope;
+      if (h == 0.0) return sig;
+      if (h > 0.0) {
+        hi = x;
+      } else {
+        lo = x;
+      }
+      const double step = h / dh;
+      if (std::fabs(step) <= 1e-9 * (1.0 + std::fabs(x))) {
+        return sig - 2.0 * slope * step;
+      }
+      const double next = x - step;
+      x = (next > lo && next < hi) ? next : 0.5 * (lo + hi);
+      sig = Sigmoid(2.0 * x);
+      if (hi - lo <= 1e-15 * (1.0 + std::fabs(x))) break;
+    }
+    return sig;
+  }
 };
 
 }  // namespace tf_sdca

@@ -136,6 +136,24 @@ Status OptimizerShapeFn(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// TfSdca>ResidentSolve: weights and duals keep their shapes.
+Status ResidentShapeFn(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "row_ptr", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "feature_ids", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 2, 1, "feature_values", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 3, 2, "dense_features", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 4, 1, "example_weights", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 5, 1, "example_labels", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 6, 1, "weights", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 7, 1, "duals", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 8, 0, "seed", &unused));
+  c->set_output(0, c->input(6));
+  c->set_output(1, c->input(7));
+  c->set_output(2, c->Vector(4));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 REGISTER_OP("TfSdca>Optimizer")
@@ -211,6 +229,63 @@ seed: seed of the visiting order; it is mixed with the input duals so that
 gamma: smoothing of smooth_hinge_loss (> 0).
 num_threads: shards to solve concurrently (at least 1024 examples each);
   0 = one shard, with the CPU device's threads reading the batch.
+)doc");
+
+REGISTER_OP("TfSdca>ResidentSolve")
+    .Input("row_ptr: int64")
+    .Input("feature_ids: int32")
+    .Input("feature_values: float")
+    .Input("dense_features: float")
+    .Input("example_weights: float")
+    .Input("example_labels: float")
+    .Input("weights: double")
+    .Input("duals: double")
+    .Input("seed: int64")
+    .Output("out_weights: double")
+    .Output("out_duals: double")
+    .Output("objective: double")
+    .Attr(
+        "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
+        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+    .Attr("l1: float")
+    .Attr("l2: float")
+    .Attr("num_loss_partitions: int >= 1 = 1")
+    .Attr("num_passes: int >= 0 = 1")
+    .Attr("visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} = "
+          "'permutation'")
+    .Attr("gamma: float = 1.0")
+    .Attr("num_threads: int >= 0 = 0")
+    .Attr("compute_objective: bool = true")
+    .SetShapeFn(ResidentShapeFn)
+    .Doc(R"doc(
+Runs SDCA passes over a whole data set held in memory (one call per epoch).
+
+Minimises sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1 where the weights
+are one table: the sparse ids index its first rows directly, the dense
+columns follow. No id mapping, no per-call state conversion: the duals are a
+float64 vector indexed by row.
+
+row_ptr: [n + 1] CSR row offsets into feature_ids ([0] with no sparse part).
+feature_ids: int32 sparse feature ids, row by row, in [0, m - d). Ids repeated
+  inside a row are summed.
+feature_values: their values, or [0] for all 1.0.
+dense_features: [n, d] dense features (d may be 0).
+example_weights: [n] weights s_i >= 0.
+example_labels: [n] labels in the loss's domain.
+weights: [m] unshrunk float64 weights (sparse table, then dense).
+duals: [n] float64 duals.
+seed: scalar; the visiting order of pass p is a function of (seed, p).
+out_weights: the new unshrunk weights (with num_loss_partitions = K, the
+  input plus 1/K of the local change).
+out_duals: the new duals.
+objective: [4] at (out_weights, out_duals): sum_i s_i phi_i(w.x_i), sum_i
+  s_i phi_i*(-alpha_i), |w|^2 and |w|_1 of the shrunk weights; the primal is
+  [0] + l2/2 [2] + l1 [3], the duality gap [0] + [1] + l2 [2] + l1 [3].
+  NaN when compute_objective is false.
+num_passes: passes over the rows in this call (0: only the objective).
+num_threads: shards solved concurrently (merged every 32 rows, see
+  TfSdca>Optimizer); 0 or 1 = one shard. The objective uses the CPU
+  device's threads.
 )doc");
 
 REGISTER_OP("TfSdca>ShrinkL1")

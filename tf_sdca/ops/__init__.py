@@ -2,5 +2,6 @@
 from tf_sdca.ops.sdca_ops import LOSSES
 from tf_sdca.ops.sdca_ops import VISIT_ORDERS
 from tf_sdca.ops.sdca_ops import sdca_fprint
+from tf_sdca.ops.sdca_ops import resident_solve
 from tf_sdca.ops.sdca_ops import sdca_optimizer
 from tf_sdca.ops.sdca_ops import sdca_shrink_l1

@@ -198,3 +198,72 @@ def sdca_fprint(example_ids, name=None):
   with tf.name_scope(name or "sdca_fprint"):
     return load_ops().tf_sdca_fprint(
         tf.convert_to_tensor(example_ids, tf.string, name="example_ids"))
+
+
+def resident_solve(row_ptr, feature_ids, feature_values, dense_features,
+                   example_weights, example_labels, weights, duals, seed,
+                   loss_type, l1, l2, num_loss_partitions=1, num_passes=1,
+                   visit_order="permutation", gamma=1.0, num_threads=0,
+                   compute_objective=True, name=None):
+  """SDCA passes over a whole in-memory data set: one call per epoch.
+
+  The weights are one float64 table: sparse ids index its first `m - d` rows
+  directly, the `d` dense columns follow; the duals are a float64 vector
+  indexed by row. No id mapping or state conversion happens per call, which
+  makes this the fast path of `tf_sdca.trainer.InMemorySdca`.
+
+  Args:
+    row_ptr: int64 `[n + 1]` CSR row offsets (`[0]`-shaped: no sparse part).
+    feature_ids: int32 `[nnz]` sparse ids, row by row (repeats are summed).
+    feature_values: float `[nnz]` values, or an empty vector for all 1.0.
+    dense_features: float `[n, d]` (d may be 0).
+    example_weights: float `[n]`, >= 0.
+    example_labels: float `[n]`, in the loss's domain.
+    weights: float64 `[m]` unshrunk weights.
+    duals: float64 `[n]`.
+    seed: int; pass p visits rows in an order that depends on (seed, p).
+    loss_type: one of `LOSSES`.
+    l1, l2: regularisation (the objective of `sdca_optimizer`).
+    num_loss_partitions: CoCoA+ sigma; the weights move by 1/K of the local
+      change.
+    num_passes: passes in this call (0: only evaluate the objective).
+    visit_order: one of `VISIT_ORDERS`.
+    gamma: smooth-hinge smoothing.
+    num_threads: shards solved concurrently; 0 or 1 = one.
+    compute_objective: evaluate the objective parts after the passes.
+    name: op name.
+
+  Returns:
+    `(weights, duals, objective)`: the new weights and duals and, at them,
+    float64 `[4]` = (sum s_i phi_i(w.x_i), sum s_i phi_i*(-alpha_i), |w|^2,
+    |w|_1) of the shrunk weights (NaN when not computed). The primal is
+    `o[0] + l2/2 o[2] + l1 o[3]`, the duality gap `o[0] + o[1] + l2 o[2] +
+    l1 o[3]`.
+
+  Raises:
+    ValueError: on bad options.
+    tf.errors.InvalidArgumentError: on bad inputs (shapes, ids outside the
+      table, NaN or inf, labels outside the loss's domain, negative weights).
+  """
+  _check_options(loss_type, l1, l2, num_loss_partitions, max(num_passes, 1),
+                 visit_order, gamma, num_threads)
+  with tf.name_scope(name or "resident_solve"):
+    return load_ops().tf_sdca_resident_solve(
+        tf.convert_to_tensor(row_ptr, tf.int64, name="row_ptr"),
+        tf.convert_to_tensor(feature_ids, tf.int32, name="feature_ids"),
+        tf.convert_to_tensor(feature_values, tf.float32,
+                             name="feature_values"),
+        tf.convert_to_tensor(dense_features, tf.float32,
+                             name="dense_features"),
+        tf.convert_to_tensor(example_weights, tf.float32,
+                             name="example_weights"),
+        tf.convert_to_tensor(example_labels, tf.float32,
+                             name="example_labels"),
+        tf.convert_to_tensor(weights, tf.float64, name="weights"),
+        tf.convert_to_tensor(duals, tf.float64, name="duals"),
+        tf.convert_to_tensor(seed, tf.int64, name="seed"),
+        loss_type=loss_type, l1=float(l1), l2=float(l2),
+        num_loss_partitions=int(num_loss_partitions),
+        num_passes=int(num_passes), visit_order=visit_order,
+        gamma=float(gamma), num_threads=int(num_threads),
+        compute_objective=bool(compute_objective))

@@ -1,0 +1,83 @@
+// SDCA epochs over a whole data set held in memory ("resident" data).
+//
+// The batch solver (solver.h) serves TensorFlow's op interface: every call
+// maps feature ids to slots, merges duplicates and converts the state. When
+// the whole data set stays in memory across epochs none of that is needed:
+// the weight vector is the full table (sparse ids index it directly, dense
+// columns follow), the duals are a float64 array indexed by row, and an
+// epoch is one call. This file is that path; it is independent of
+// TensorFlow (kernels/tests/resident_bench_main.cc drives it without TF).
+#ifndef TF_SDCA_KERNELS_CORE_RESIDENT_H_
+#define TF_SDCA_KERNELS_CORE_RESIDENT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/core/loss.h"
+#include "kernels/core/solver.h"
+
+namespace tf_sdca {
+
+// Non-owning view of the data. Row i's sparse entries are
+// [row_ptr[i], row_ptr[i + 1]) of `ids` (and `values`, nullptr meaning all
+// 1.0); its dense part is dense[i * dense_dim, (i + 1) * dense_dim). Weight
+// slot of sparse id j is j, of dense column d is num_sparse_features + d.
+// Ids inside a row must be distinct (ValidateResident checks it).
+struct ResidentData {
+  int64_t num_examples = 0;
+  int64_t num_sparse_features = 0;
+  const int64_t* row_ptr = nullptr;  // [num_examples + 1], may be nullptr
+                                     // when there are no sparse features
+  const int32_t* ids = nullptr;
+  const float* values = nullptr;
+  const float* dense = nullptr;
+  int64_t dense_dim = 0;
+  const double* labels = nullptr;         // converted by the loss
+  const float* example_weights = nullptr;  // >= 0
+  const double* squared_norms = nullptr;  // |x_i|^2
+  int64_t num_slots() const { return num_sparse_features + dense_dim; }
+};
+
+// Regularised objective parts at given weights and duals (all sums over
+// examples weighted by s_i; weights shrunk by l1 / l2 first):
+//   primal P(w) = primal_loss + l2/2 * l2_norm_sq + l1 * l1_norm
+//   gap = P(w) - D(alpha) = primal_loss + dual_loss + l2 * l2_norm_sq
+//                           + l1 * l1_norm   (>= 0)
+struct ObjectiveParts {
+  double primal_loss = 0.0;
+  double dual_loss = 0.0;
+  double l2_norm_sq = 0.0;
+  double l1_norm = 0.0;
+};
+
+// Checks row_ptr (starts at 0, non-decreasing, ends at the number of ids),
+// ids (in [0, num_sparse_features), distinct within a row), values and dense
+// features (finite). On failure returns false and fills *error with the
+// argument, the position and the bad value.
+bool ValidateResidentFeatures(const ResidentData& data, int64_t num_ids,
+                              std::string* error);
+
+// |x_i|^2 for every row, into out[num_examples].
+void ResidentSquaredNorms(const ResidentData& data, double* out);
+
+// Runs options.num_inner_iterations passes over all rows. `weights`
+// ([data.num_slots()], unshrunk) and `duals` ([num_examples]) are read and
+// updated in place. With num_loss_partitions = K > 1 the change made to the
+// weights is 1/K of the local solve's (CoCoA+ adding: the caller sums the
+// changes of K workers). options.num_shards > 1 solves shards concurrently
+// through `parallel_for`, which must then run its calls concurrently.
+void SolveResident(const SolverOptions& options, const ResidentData& data,
+                   double* weights, double* duals,
+                   const ParallelFor& parallel_for);
+
+// The objective parts at (weights, duals). Rows are split into `chunks`
+// pieces run through `parallel_for` (any pool: they are independent).
+ObjectiveParts EvaluateResident(const SolverOptions& options,
+                                const ResidentData& data,
+                                const double* weights, const double* duals,
+                                int64_t chunks,
+                                const ParallelFor& parallel_for);
+
+}  // namespace tf_sdca
+
+#endif  // TF_SDCA_KERNELS_CORE_RESIDENT_H_
