@@ -227,7 +227,7 @@ def test_interrupted_training_resumes_to_the_uninterrupted_model(
   with np.load(os.path.join(whole, "checkpoint.npz")) as a, \
       np.load(os.path.join(parts, "checkpoint.npz")) as b:
     assert int(a["epoch"]) == int(b["epoch"]) == 4
-    for key in ("sparse_weights", "dense_weights", "state"):
+    for key in ("sparse_weights", "dense_weights", "duals"):
       np.testing.assert_array_equal(a[key], b[key])
 
 

@@ -3,8 +3,8 @@
 A model directory holds:
   - `model.json`: the format, loss, regularisation, feature layout (hash
     buckets, the dense columns' scale) and the training history;
-  - `checkpoint.npz`: the unshrunk float64 weights, the per-example dual
-    state (float32 `[n, 4]`: 16 bytes per example) and the epochs done;
+  - `checkpoint.npz`: the unshrunk float64 weights, the per-example duals
+    (float64: 8 bytes per example) and the epochs done;
   - `cache/`: the parsed training data (`tf_sdca.data.cache`).
 Both files are replaced atomically (written to a temporary file, then
 renamed) after every epoch.
@@ -37,7 +37,7 @@ def add_parsers(sub):
   train.add_argument("--epochs", type=int, default=10)
   train.add_argument("--tol", type=float, default=1e-3,
                      help="stop when the relative duality gap is below this")
-  train.add_argument("--batch-size", type=int, default=1_000_000,
+  train.add_argument("--batch-size", type=int, default=262_144,
                      help="rows per op call (rows are dealt into new "
                      "batches every epoch; bounds the op's memory)")
   train.add_argument("--threads", type=int, default=0)
@@ -118,23 +118,43 @@ def generate(args):
 
 # --------------------------------------------------------------- features
 def _features(fmt, arrays, meta):
-  """InMemorySdca feature kwargs from cached (or streamed) arrays."""
+  """InMemorySdca feature kwargs from cached (or streamed) arrays.
+
+  Consumes `arrays` (lists of chunk arrays, possibly memory maps): each chunk
+  is copied into the result and dropped, so a memory-mapped chunk's pages
+  leave the process's resident set as soon as they are copied.
+  """
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
+  if fmt == "criteo":
+    parts = arrays["labels"]
+    n = sum(p.shape[0] for p in parts)
+    if meta.get("scale") is None:
+      top = np.full(13, 1e-6, np.float32)
+      for part in arrays["dense"]:
+        if part.shape[0]:
+          top = np.maximum(top, part.max(axis=0))
+      meta["scale"] = top.tolist()
+    scale = np.asarray(meta["scale"], np.float32)
+    labels = np.empty(n, np.float32)
+    dense = np.empty((n, 14), np.float32)
+    dense[:, 13] = 1.0  # the intercept
+    id_parts = arrays["ids"]
+    ids = np.empty((n, 26), id_parts[0].dtype if id_parts else np.int32)
+    start = 0
+    while parts:
+      rows = slice(start, start + parts[0].shape[0])
+      labels[rows] = parts.pop(0)
+      dense[rows, :13] = arrays["dense"].pop(0) / scale
+      ids[rows] = id_parts.pop(0)
+      start = rows.stop
+    return labels, dict(dense=dense, ids=ids,
+                        num_features=meta["num_features"])
   labels = cache.concatenate(arrays["labels"], np.float32)
   n = labels.shape[0]
   ones = np.ones((n, 1), np.float32)
-  if fmt == "criteo":
-    dense = cache.concatenate(arrays["dense"], np.float32)
-    if meta.get("scale") is None:
-      meta["scale"] = np.maximum(dense.max(axis=0) if n else 1.0,
-                                 1e-6).tolist()
-    dense = np.hstack([dense / np.asarray(meta["scale"], np.float32), ones])
-    ids = cache.concatenate(arrays["ids"])  # int32 for <= 31 bucket bits
-    return labels, dict(dense=dense, ids=ids,
-                        num_features=meta["num_features"])
   lengths = cache.concatenate(arrays["lengths"], np.int64)
   indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-  indices = cache.concatenate(arrays["indices"], np.int64)
+  indices = cache.concatenate(arrays["indices"])  # int32
   values = cache.concatenate(arrays["values"], np.float32)
   if meta.get("num_features") is None:
     meta["num_features"] = int(indices.max()) + 1 if indices.size else 1
@@ -213,7 +233,7 @@ def train(args):
   if ckpt is not None:
     model.sparse_weights = ckpt["sparse_weights"]
     model.dense_weights = ckpt["dense_weights"]
-    model.state = ckpt["state"]
+    model.duals = ckpt["duals"]
 
   def checkpoint(epoch, history):
     meta["epochs_done"] = epoch + 1
@@ -221,7 +241,7 @@ def train(args):
                                 duality_gap=history["duality_gap"][-1],
                                 rows_per_sec=history["rows_per_sec"][-1]))
     _atomic_save_npz(ckpt_path, sparse_weights=model.sparse_weights,
-                     dense_weights=model.dense_weights, state=model.state,
+                     dense_weights=model.dense_weights, duals=model.duals,
                      epoch=epoch + 1)
     _atomic_save_json(meta_path, meta)
     if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):

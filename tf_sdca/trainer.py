@@ -2,9 +2,12 @@
 
 `InMemorySdca` is the fastest way to train a linear model with tf_sdca when the
 data fits in memory: no example-id hashing (the dual of row `i` lives at
-`duals[i]`), weights kept as float64 numpy arrays (no drift from float32
-accumulation), and each mini-batch handed to the `TfSdca>Optimizer` op with
-the feature-id bookkeeping done once and reused every epoch.
+`duals[i]`, float64, 8 bytes per example), weights kept as float64 numpy
+arrays (no drift from float32 accumulation), and by default one
+`TfSdca>ResidentSolve` call per epoch: the op reads the numpy arrays in place
+(DLPack, no copy), visits every row once in a random order and returns the
+new weights, the duals and the exact duality gap. With `batch_size < n` the
+rows are dealt into mini-batches handed to the `TfSdca>Optimizer` op instead.
 
 Example:
   >>> import numpy as np
@@ -47,7 +50,9 @@ class InMemorySdca:
     visit_order: see `tf_sdca.sdca_optimizer`.
     seed: seed of the visiting order and of the batch order.
     gamma: smooth-hinge smoothing.
-    num_threads: op threads (0 = TensorFlow's intra-op pool).
+    num_threads: shards solved concurrently (0 or 1: one; see
+      `tf_sdca.resident_solve`). The exact objective uses TensorFlow's
+      intra-op threads.
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
@@ -63,7 +68,7 @@ class InMemorySdca:
     self.num_threads = int(num_threads)
     self.sparse_weights = None  # float64 [num_features], unshrunk
     self.dense_weights = None   # float64 [d], unshrunk
-    self.state = None           # float32 [n, 4]
+    self.duals = None           # float64 [n], the dual of each row
 
   # --------------------------------------------------------------- data
   @staticmethod
@@ -156,11 +161,13 @@ class InMemorySdca:
       num_features: rows of the sparse weight table (default: max id + 1).
       example_weights: optional `[n]` weights (default 1).
       epochs: maximum number of passes.
-      batch_size: rows per op call (default: all rows, one call per
-        epoch; the op visits them in a random order).
+      batch_size: rows per op call. Default: all rows, one
+        `TfSdca>ResidentSolve` call per epoch (the fast path: the op reads
+        the arrays in place and visits the rows in a random order). Smaller
+        values deal the rows into mini-batches for `TfSdca>Optimizer`.
       tol: stop when the relative duality gap (gap / primal) is below it.
       verbose: 1 shows a Keras progress bar per epoch, 0 is silent.
-      initial_epoch: the epoch to start at (resuming: set `state` and the
+      initial_epoch: the epoch to start at (resuming: set `duals` and the
         weights first; epochs count from 0).
       callback: called as `callback(epoch, history)` after each epoch (e.g.
         to checkpoint).
@@ -194,8 +201,8 @@ class InMemorySdca:
                        f"{weights.shape}")
     if csr is not None and num_features is None:
       num_features = int(csr[1].max()) + 1 if csr[1].size else 1
-    if self.state is None or self.state.shape[0] != n:
-      self.state = np.zeros((n, 4), np.float32)
+    if self.duals is None or self.duals.shape != (n,):
+      self.duals = np.zeros(n, np.float64)
     if csr is not None and (self.sparse_weights is None or
                             self.sparse_weights.shape[0] != num_features):
       self.sparse_weights = np.zeros(num_features, np.float64)
@@ -204,7 +211,10 @@ class InMemorySdca:
       self.dense_weights = np.zeros(dense.shape[1], np.float64)
 
     batch_size = int(batch_size or n)
-    fixed = None if shuffle and batch_size < n else list(self._batches(
+    resident = _Resident(n, csr, dense, labels, weights, num_features,
+                         width=None if ids is None else np.shape(ids)[1])
+    one_call = batch_size >= n
+    fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
     total_weight = float(weights.sum())
@@ -218,28 +228,35 @@ class InMemorySdca:
       if bar is not None:
         print(f"Epoch {epoch + 1}/{epochs}")
       start_time = time.perf_counter()
-      done = 0
-      if fixed is None:
-        # Rows dealt into new batches every epoch: SDCA over fixed batches
-        # in a shuffled order converged orders of magnitude slower (20k
-        # Criteo-shaped rows, 4 batches: relative gap 2e-3 after 60 epochs
-        # against 4e-11 with one batch or reshuffled rows).
-        batches = self._batches(n, csr, batch_size, num_features or 0,
-                                self._dealt_order(n, rng))
+      if one_call:
+        self._resident_call(resident, epoch, passes=1)
       else:
-        batches = [fixed[b] for b in rng.permutation(len(fixed))]
-      for rows, sparse in batches:
-        self._step(rows, sparse, dense, labels, weights, epoch)
-        done += (rows.stop - rows.start if isinstance(rows, slice) else
-                 len(rows))
-        if bar is not None:
-          rate = done / max(time.perf_counter() - start_time, 1e-9)
-          bar.update(done, values=[("rows/s", rate)])
+        if fixed is None:
+          # Rows dealt into new batches every epoch: SDCA over fixed batches
+          # in a shuffled order converged orders of magnitude slower (20k
+          # Criteo-shaped rows, 4 batches: relative gap 2e-3 after 60 epochs
+          # against 4e-11 with one batch or reshuffled rows).
+          batches = self._batches(n, csr, batch_size, num_features or 0,
+                                  self._dealt_order(n, rng))
+        else:
+          batches = [fixed[b] for b in rng.permutation(len(fixed))]
+        done = 0
+        for rows, sparse in batches:
+          self._step(rows, sparse, dense, labels, weights, epoch)
+          done += (rows.stop - rows.start if isinstance(rows, slice) else
+                   len(rows))
+          if bar is not None and done < n:
+            rate = done / max(time.perf_counter() - start_time, 1e-9)
+            bar.update(done, values=[("rows/s", rate)])
+      # Training time only: the exact objective below is bookkeeping.
       elapsed = time.perf_counter() - start_time
-      objective, gap = self._objective_and_gap(dense, csr, labels, weights)
+      parts = self._resident_call(resident, epoch, passes=0)
+      objective, gap = self._objective_and_gap_from(parts)
       history["loss"].append(objective / total_weight)
       history["duality_gap"].append(gap / max(abs(objective), 1e-300))
-      history["rows_per_sec"].append(n / elapsed)
+      history["rows_per_sec"].append(n / elapsed)  # training only
+      if bar is not None:
+        bar.update(n, values=[("rows/s", n / elapsed)], finalize=True)
       if verbose:
         print(f"  loss {history['loss'][-1]:.6f}  relative duality gap "
               f"{history['duality_gap'][-1]:.3e}  {n / elapsed:,.0f} rows/s")
@@ -248,6 +265,39 @@ class InMemorySdca:
       if tol is not None and history["duality_gap"][-1] < tol:
         break
     return history
+
+  def _weight_table(self):
+    """The op's weight table: sparse weights, then dense ones."""
+    parts = [w for w in (self.sparse_weights, self.dense_weights)
+             if w is not None]
+    return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+
+  def _resident_call(self, resident, epoch, passes):
+    """One `TfSdca>ResidentSolve` call: `passes` passes over every row (and
+    nothing else), or with `passes=0` the exact objective parts at the
+    current weights and duals."""
+    w, duals, parts = sdca_ops.resident_solve(
+        *resident.tensors, weights=self._weight_table(), duals=self.duals,
+        seed=self.seed * 1_000_003 + epoch, loss_type=self.loss, l1=self.l1,
+        l2=self.l2, num_passes=passes, visit_order=self.visit_order,
+        gamma=self.gamma, num_threads=self.num_threads,
+        compute_objective=passes == 0)
+    if passes:
+      w = w.numpy()
+      k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
+      if self.sparse_weights is not None:
+        self.sparse_weights = w[:k]
+      if self.dense_weights is not None:
+        self.dense_weights = w[k:]
+      self.duals = duals.numpy()
+    return parts.numpy()
+
+  def _objective_and_gap_from(self, parts):
+    """(primal, duality gap) from the op's objective parts."""
+    loss_sum, dual_sum, norm_sq, norm_1 = (float(v) for v in parts)
+    primal = loss_sum + 0.5 * self.l2 * norm_sq + self.l1 * norm_1
+    gap = loss_sum + dual_sum + self.l2 * norm_sq + self.l1 * norm_1
+    return primal, gap
 
   def _step(self, rows, sparse, dense, labels, weights, epoch):
     sp_args = ([], [], [], [], [])
@@ -264,13 +314,16 @@ class InMemorySdca:
     dense_args = ([] if dense is None else [dense[rows]],
                   [] if dense is None else
                   [self.dense_weights.astype(np.float32)])
+    state = np.zeros((len(labels[rows]), 4), np.float32)
+    state[:, 0] = self.duals[rows]
+    state[:, 3] = weights[rows]
     state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
         sp_args[0], sp_args[1], sp_args[2], dense_args[0], weights[rows],
         labels[rows], sp_args[3], sp_args[4], dense_args[1],
-        self.state[rows], loss_type=self.loss, l1=self.l1, l2=self.l2,
+        state, loss_type=self.loss, l1=self.l1, l2=self.l2,
         visit_order=self.visit_order, seed=self.seed + epoch,
         gamma=self.gamma, num_threads=self.num_threads)
-    self.state[rows] = state.numpy()
+    self.duals[rows] = state.numpy()[:, 0]
     if sparse is not None:
       if sparse[3] is None:
         self.sparse_weights += d_sparse[0].numpy()
@@ -324,30 +377,59 @@ class InMemorySdca:
       return np.exp(z)
     return z
 
-  def _objective_and_gap(self, dense, csr, labels, weights):
-    """Exact regularised primal and duality gap at the current weights."""
+
+def _aliased(array):
+  """A tensor over `array`'s memory (DLPack: no copy). The op reads it in
+  place every epoch; copying a 10M-row data set per call would cost more
+  than the epoch."""
+  return tf.experimental.dlpack.from_dlpack(
+      np.ascontiguousarray(array).__dlpack__())
+
+
+class _Resident:
+  """The data in `TfSdca>ResidentSolve`'s layout, built once per `fit`.
+
+  Fixed-width ids are handed over as they are when every row's ids increase
+  (the op's fast path for |x_i|^2), else as a row-sorted copy; CSR indices
+  are passed as int32.
+  """
+
+  def __init__(self, n, csr, dense, labels, weights, num_features,
+               width=None):
     if csr is None:
-      z = self.decision_function(dense=dense)
+      row_ptr = np.zeros(0, np.int64)
+      ids = np.zeros(0, np.int32)
+      values = np.zeros(0, np.float32)
     else:
-      z = self.decision_function(dense=dense, indptr=csr[0], indices=csr[1],
-                                 values=csr[2])
-    primal_terms = weights * _primal_loss(self.loss, z, labels, self.gamma)
-    reg_l2 = 0.0
-    reg_l1 = 0.0
-    for w in (self.sparse_weights, self.dense_weights):
-      if w is not None:
-        ws = self._shrunk(w)
-        reg_l2 += float(ws @ ws)
-        reg_l1 += float(np.abs(ws).sum())
-    primal = float(primal_terms.sum()) + 0.5 * self.l2 * reg_l2 + self.l1 * reg_l1
-    # Gap = sum s (phi + phi*) + w.v with w.v = l2|w|^2 + l1|w|_1. The dual
-    # losses are recomputed in float64 from the duals (column 0 holds them
-    # exactly; column 2 is float32, too coarse to certify gaps below ~1e-7).
-    dual_terms = weights * _dual_loss(self.loss, self.state[:, 0], labels,
-                                      self.gamma)
-    gap = (float(primal_terms.sum()) + float(dual_terms.sum()) +
-           self.l2 * reg_l2 + self.l1 * reg_l1)
-    return primal, gap
+      indptr, indices, values = csr
+      if num_features >= 2**31:
+        raise ValueError(f"num_features = {num_features} does not fit the "
+                         "op's int32 ids")
+      row_ptr = indptr
+      ids = indices if indices.dtype == np.int32 else indices.astype(np.int32)
+      if ids.size and (int(indices.min()) < 0 or
+                       int(indices.max()) >= num_features):
+        raise ValueError(f"sparse ids must be in [0, {num_features}), got "
+                         f"values in [{indices.min()}, {indices.max()}]")
+      if width is not None and width > 1 and n:
+        ids = _rows_sorted(ids.reshape(n, width)).ravel()
+      if values is None:
+        values = np.zeros(0, np.float32)
+    if dense is None:
+      dense = np.zeros((n, 0), np.float32)
+    self.tensors = (_aliased(row_ptr), _aliased(ids), _aliased(values),
+                    _aliased(dense), _aliased(weights), _aliased(labels))
+
+
+def _rows_sorted(ids):
+  """`ids` if every row is increasing (checked in chunks), else a copy with
+  each row sorted."""
+  step = 1 << 18
+  for start in range(0, ids.shape[0], step):
+    block = ids[start:start + step]
+    if not (block[:, 1:] > block[:, :-1]).all():
+      return np.sort(ids, axis=1)
+  return ids
 
 
 def _primal_loss(loss, z, labels, gamma):

@@ -277,48 +277,54 @@ void SolveThroughBatchSolver(const SolverOptions& options,
 
 }  // namespace
 
-bool ValidateResidentFeatures(const ResidentData& d, int64_t num_ids,
-                              std::string* error) {
+bool ValidateRowPtr(const ResidentData& d, int64_t num_ids,
+                    std::string* error) {
   const int64_t n = d.num_examples;
+  if (d.row_ptr == nullptr) return true;
+  if (d.row_ptr[0] != 0) {
+    *error = Describe("row_ptr", 0, d.row_ptr[0], "must be 0");
+    return false;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (d.row_ptr[i + 1] < d.row_ptr[i]) {
+      *error = Describe("row_ptr", i + 1, d.row_ptr[i + 1],
+                        "is smaller than the entry before it");
+      return false;
+    }
+  }
+  if (d.row_ptr[n] != num_ids) {
+    std::ostringstream out;
+    out << "row_ptr[" << n << "] = " << d.row_ptr[n]
+        << " must equal the number of feature_ids (" << num_ids << ")";
+    *error = out.str();
+    return false;
+  }
+  return true;
+}
+
+bool PrepareResidentRows(const ResidentData& d, int64_t begin, int64_t end,
+                         double* norms, std::string* error) {
   if (d.row_ptr != nullptr) {
-    if (d.row_ptr[0] != 0) {
-      *error = Describe("row_ptr", 0, d.row_ptr[0], "must be 0");
-      return false;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      if (d.row_ptr[i + 1] < d.row_ptr[i]) {
-        *error = Describe("row_ptr", i + 1, d.row_ptr[i + 1],
-                          "is smaller than the entry before it");
+    const int64_t lo = d.row_ptr[begin], hi = d.row_ptr[end];
+    for (int64_t k = lo; k < hi; ++k) {
+      if (d.ids[k] < 0 || d.ids[k] >= d.num_sparse_features) {
+        std::ostringstream out;
+        out << "feature_ids[" << k << "] = " << d.ids[k] << " is outside [0, "
+            << d.num_sparse_features << ") (the sparse rows of weights)";
+        *error = out.str();
         return false;
       }
     }
-    if (d.row_ptr[n] != num_ids) {
-      std::ostringstream out;
-      out << "row_ptr[" << n << "] = " << d.row_ptr[n]
-          << " must equal the number of feature_ids (" << num_ids << ")";
-      *error = out.str();
-      return false;
-    }
-  }
-  for (int64_t k = 0; k < num_ids; ++k) {
-    if (d.ids[k] < 0 || d.ids[k] >= d.num_sparse_features) {
-      std::ostringstream out;
-      out << "feature_ids[" << k << "] = " << d.ids[k] << " is outside [0, "
-          << d.num_sparse_features << ") (the sparse rows of weights)";
-      *error = out.str();
-      return false;
-    }
-  }
-  if (d.values != nullptr) {
-    for (int64_t k = 0; k < num_ids; ++k) {
-      if (!std::isfinite(d.values[k])) {
-        *error = Describe("feature_values", k, d.values[k], "must be finite");
-        return false;
+    if (d.values != nullptr) {
+      for (int64_t k = lo; k < hi; ++k) {
+        if (!std::isfinite(d.values[k])) {
+          *error = Describe("feature_values", k, d.values[k], "must be finite");
+          return false;
+        }
       }
     }
   }
-  const int64_t dense_size = n * d.dense_dim;
-  for (int64_t k = 0; k < dense_size; ++k) {
+  for (int64_t k = begin * d.dense_dim; k < end * d.dense_dim; ++k) {
     if (!std::isfinite(d.dense[k])) {
       std::ostringstream out;
       out << "dense_features[" << k / d.dense_dim << ", " << k % d.dense_dim
@@ -327,18 +333,15 @@ bool ValidateResidentFeatures(const ResidentData& d, int64_t num_ids,
       return false;
     }
   }
-  return true;
-}
-
-void ResidentSquaredNorms(const ResidentData& d, double* out) {
-  for (int64_t i = 0; i < d.num_examples; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     double sq = d.row_ptr != nullptr ? SparseSquaredNorm(d, i) : 0.0;
     const float* x = d.dense + i * d.dense_dim;
     for (int64_t c = 0; c < d.dense_dim; ++c) {
       sq += static_cast<double>(x[c]) * x[c];
     }
-    out[i] = sq;
+    norms[i] = sq;
   }
+  return true;
 }
 
 void SolveResident(const SolverOptions& options, const ResidentData& data,

@@ -50,15 +50,16 @@ struct ObjectiveParts {
   double l1_norm = 0.0;
 };
 
-// Checks row_ptr (starts at 0, non-decreasing, ends at the number of ids),
-// ids (in [0, num_sparse_features), distinct within a row), values and dense
-// features (finite). On failure returns false and fills *error with the
-// argument, the position and the bad value.
-bool ValidateResidentFeatures(const ResidentData& data, int64_t num_ids,
-                              std::string* error);
+// Checks row_ptr: starts at 0, non-decreasing, ends at num_ids. On failure
+// returns false and fills *error with the argument, position and value.
+bool ValidateRowPtr(const ResidentData& data, int64_t num_ids,
+                    std::string* error);
 
-// |x_i|^2 for every row, into out[num_examples].
-void ResidentSquaredNorms(const ResidentData& data, double* out);
+// For rows [begin, end): checks ids (in [0, num_sparse_features)), values
+// and dense features (finite), and writes |x_i|^2 (repeated ids summed
+// first) to norms[i]. Needs a valid row_ptr. Chunks of rows are independent.
+bool PrepareResidentRows(const ResidentData& data, int64_t begin, int64_t end,
+                         double* norms, std::string* error);
 
 // Runs options.num_inner_iterations passes over all rows. `weights`
 // ([data.num_slots()], unshrunk) and `duals` ([num_examples]) are read and

@@ -134,9 +134,32 @@ class ResidentSolveOp : public OpKernel {
     data.dense = Data<float>(dense);
     data.dense_dim = d;
     data.example_weights = Data<float>(example_weights);
+    auto* workers = context->device()->tensorflow_cpu_worker_threads();
+    ParallelFor pool =
+        [workers](int64_t count, const std::function<void(int64_t)>& fn) {
+          if (count == 1) return fn(0);
+          workers->workers->ParallelFor(
+              count, /*cost_per_unit=*/1 << 30,
+              [&fn](int64_t begin, int64_t end) {
+                for (int64_t k = begin; k < end; ++k) fn(k);
+              });
+        };
     std::string why;
-    OP_REQUIRES(context, ValidateResidentFeatures(data, nnz, &why),
-                InvalidArgument(why));
+    OP_REQUIRES(context, ValidateRowPtr(data, nnz, &why), InvalidArgument(why));
+    // Validation and |x_i|^2 by chunks of rows on the CPU device's threads;
+    // the first error in row order is reported.
+    std::vector<double> norms(n);
+    const int64_t chunks = std::max<int64_t>(
+        1, std::min<int64_t>(workers->num_threads, n / 16384));
+    std::vector<std::string> errors(chunks);
+    pool(chunks, [&](int64_t c) {
+      PrepareResidentRows(data, n * c / chunks, n * (c + 1) / chunks,
+                          norms.data(), &errors[c]);
+    });
+    for (const std::string& error : errors) {
+      OP_REQUIRES(context, error.empty(), InvalidArgument(error));
+    }
+    data.squared_norms = norms.data();
     const double* w_in = Data<double>(weights);
     for (int64_t j = 0; j < m; ++j) {
       OP_REQUIRES(context, std::isfinite(w_in[j]),
@@ -163,9 +186,6 @@ class ResidentSolveOp : public OpKernel {
                                   " for example_labels[", i, "] = ", y[i]));
     }
     data.labels = converted.data();
-    std::vector<double> norms(n);
-    ResidentSquaredNorms(data, norms.data());
-    data.squared_norms = norms.data();
 
     Tensor* w_out;
     Tensor* duals_out;
@@ -192,15 +212,6 @@ class ResidentSolveOp : public OpKernel {
       for (int k = 0; k < 4; ++k) out(k) = std::nan("");
       return;
     }
-    auto* workers = context->device()->tensorflow_cpu_worker_threads();
-    ParallelFor pool =
-        [workers](int64_t count, const std::function<void(int64_t)>& fn) {
-          workers->workers->ParallelFor(
-              count, /*cost_per_unit=*/1 << 30,
-              [&fn](int64_t begin, int64_t end) {
-                for (int64_t k = begin; k < end; ++k) fn(k);
-              });
-        };
     const ObjectiveParts parts = EvaluateResident(
         options, data, w, alpha, workers->num_threads, pool);
     out(0) = parts.primal_loss;
