@@ -2,7 +2,7 @@
 time each solver needs to reach a relative suboptimality of 1e-4 and 1e-6.
 
   python bench/run.py [--rows 1000000] [--problems criteo,dense,breast_cancer,digits]
-                      [--solvers ours,ours-sdcamodel,ours-keras,tf,snapml,liblinear,saga,sgd]
+                      [--solvers ours,ours-sdcamodel,ours-keras,tf,snapml,snapml2,liblinear,saga,sgd]
                       [--budget 60] [--ref-budget 900] [--plots g3doc/img]
                       [--scaling 1000000,4000000,16000000]
 
@@ -140,7 +140,8 @@ def main():
                       help="training seconds per solver and problem")
   parser.add_argument("--ref-budget", type=float, default=900.0)
   parser.add_argument("--threads", type=int, default=1,
-                      help="threads for Snap ML (ours: default shards)")
+                      help="threads of the 'snapml' peer ('snapml2' uses 2; "
+                      "ours: one shard)")
   parser.add_argument("--plots", default=None,
                       help="directory for suboptimality-vs-time PNGs")
   parser.add_argument("--json", default=None, help="write all traces here")

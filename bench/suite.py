@@ -456,6 +456,8 @@ SOLVERS = {
     "ours-keras": run_ours_keras,
     "tf": run_tf_sdca_v2,
     "snapml": run_snapml,
+    # Its best thread count on a 2-core machine may be either.
+    "snapml2": lambda problem, budget: run_snapml(problem, budget, threads=2),
     "liblinear": run_liblinear,
     "saga": run_saga,
     "sgd": run_sgd,
