@@ -12,6 +12,7 @@
 #include "kernels/core/random.h"
 #include "kernels/core/resident.h"
 #include "kernels/core/solver.h"
+#include "kernels/kernels/attrs.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/errors.h"
@@ -49,20 +50,8 @@ class ResidentSolveOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("visit_order", &order));
     OP_REQUIRES(context, ParseVisitOrder(order.c_str(), &options_.order),
                 InvalidArgument("unknown visit_order ", order));
-    float l1, l2, gamma;
-    OP_REQUIRES_OK(context, context->GetAttr("l1", &l1));
-    OP_REQUIRES_OK(context, context->GetAttr("l2", &l2));
-    OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma));
-    OP_REQUIRES(context, std::isfinite(l1) && l1 >= 0,
-                InvalidArgument("l1 = ", l1, " must be >= 0"));
-    OP_REQUIRES(context, std::isfinite(l2) && l2 > 0,
-                InvalidArgument("l2 = ", l2, " must be > 0"));
-    OP_REQUIRES(context, std::isfinite(gamma) && gamma > 0,
-                InvalidArgument("gamma = ", gamma, " must be > 0"));
-    options_.l1 = l1;
-    options_.l2 = l2;
-    OP_REQUIRES_OK(context, context->GetAttr("num_loss_partitions",
-                                             &options_.num_loss_partitions));
+    float gamma;
+    OP_REQUIRES_OK(context, ReadRegularization(context, &options_, &gamma));
     OP_REQUIRES_OK(context, context->GetAttr("num_passes",
                                              &options_.num_inner_iterations));
     OP_REQUIRES_OK(context, context->GetAttr("num_threads", &num_threads_));
