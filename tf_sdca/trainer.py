@@ -389,8 +389,8 @@ def _aliased(array):
 class _Resident:
   """The data in `TfSdca>ResidentSolve`'s layout, built once per `fit`.
 
-  Fixed-width ids are handed over as they are when every row's ids increase
-  (the op's fast path for |x_i|^2), else as a row-sorted copy; CSR indices
+  Fixed-width ids are handed over as they are when every row's ids are
+  sorted (the op's fast path for |x_i|^2), else as a row-sorted copy; CSR indices
   are passed as int32.
   """
 
@@ -422,12 +422,14 @@ class _Resident:
 
 
 def _rows_sorted(ids):
-  """`ids` if every row is increasing (checked in chunks), else a copy with
-  each row sorted."""
+  """`ids` if every row is non-decreasing (checked in chunks), else a copy
+  with each row sorted. (Rows with a repeated id, e.g. a hash collision, are
+  merged by the op itself; only unsorted rows would make it merge every
+  row.)"""
   step = 1 << 18
   for start in range(0, ids.shape[0], step):
     block = ids[start:start + step]
-    if not (block[:, 1:] > block[:, :-1]).all():
+    if not (block[:, 1:] >= block[:, :-1]).all():
       return np.sort(ids, axis=1)
   return ids
 
