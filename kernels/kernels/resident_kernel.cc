@@ -12,7 +12,7 @@
 #include "kernels/core/random.h"
 #include "kernels/core/resident.h"
 #include "kernels/core/solver.h"
-#include "kernels/kernels/attrs.h"
+#include "kernels/kernels/kernel_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/errors.h"
@@ -124,15 +124,7 @@ class ResidentSolveOp : public OpKernel {
     data.dense_dim = d;
     data.example_weights = Data<float>(example_weights);
     auto* workers = context->device()->tensorflow_cpu_worker_threads();
-    ParallelFor pool =
-        [workers](int64_t count, const std::function<void(int64_t)>& fn) {
-          if (count == 1) return fn(0);
-          workers->workers->ParallelFor(
-              count, /*cost_per_unit=*/1 << 30,
-              [&fn](int64_t begin, int64_t end) {
-                for (int64_t k = begin; k < end; ++k) fn(k);
-              });
-        };
+    const ParallelFor pool = DevicePool(context);
     std::string why;
     OP_REQUIRES(context, ValidateRowPtr(data, nnz, &why), InvalidArgument(why));
     // Validation and |x_i|^2 by chunks of rows on the CPU device's threads;
@@ -210,14 +202,6 @@ class ResidentSolveOp : public OpKernel {
   }
 
  private:
-  static Status CheckRank(const Tensor& t, int rank, const char* name) {
-    if (t.dims() != rank) {
-      return InvalidArgument(name, " must have rank ", rank, ", got shape ",
-                             t.shape().DebugString());
-    }
-    return absl::OkStatus();
-  }
-
   std::unique_ptr<DualLossUpdater> loss_;
   SolverOptions options_;
   int num_threads_ = 0;

@@ -17,7 +17,7 @@
 #include "kernels/core/loss.h"
 #include "kernels/core/random.h"
 #include "kernels/core/solver.h"
-#include "kernels/kernels/attrs.h"
+#include "kernels/kernels/kernel_util.h"
 #include "kernels/kernels/feature_index_map.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -43,14 +43,6 @@ namespace {
 // Below this many examples per shard, splitting a batch costs more in
 // convergence (sigma grows with the shard count) than it gains in time.
 constexpr int64_t kMinExamplesPerShard = 1024;
-
-Status CheckRank(const Tensor& t, int rank, const std::string& name) {
-  if (t.dims() != rank) {
-    return InvalidArgument(name, " must have rank ", rank, ", got shape ",
-                           t.shape().DebugString());
-  }
-  return absl::OkStatus();
-}
 
 Status CheckFinite(const float* v, int64_t n, const std::string& name) {
   for (int64_t k = 0; k < n; ++k) {
@@ -119,18 +111,7 @@ class OptimizerOp : public OpKernel {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
     auto* workers = context->device()->tensorflow_cpu_worker_threads();
-    ParallelFor parallel_for =
-        [workers](int64_t count, const std::function<void(int64_t)>& fn) {
-          if (count == 1) {
-            fn(0);
-            return;
-          }
-          workers->workers->ParallelFor(
-              count, /*cost_per_unit=*/1 << 30,
-              [&fn](int64_t begin, int64_t end) {
-                for (int64_t k = begin; k < end; ++k) fn(k);
-              });
-        };
+    const ParallelFor parallel_for = DevicePool(context);
     const int64_t threads =
         num_threads_ > 0 ? num_threads_ : workers->num_threads;
     Batch batch;
