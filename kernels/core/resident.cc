@@ -1,12 +1,19 @@
 #include "kernels/core/resident.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <type_traits>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <sstream>
 #include <utility>
 #include <vector>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "kernels/core/absolute_loss.h"
 #include "kernels/core/hinge_loss.h"
@@ -65,15 +72,15 @@ double SparseSquaredNorm(const ResidentData& d, int64_t i) {
   return sq + run * run;
 }
 
-// The hot loop of one pass, specialised for the loss (no virtual calls),
-// for L1 and for explicit sparse values.
+// One coordinate step on a row, specialised for the loss (no virtual calls),
+// for L1 and for explicit sparse values. Shared by the pass over separate
+// arrays (FastPass) and the pass over packed rows (PackedPass), so that both
+// do bit-identical arithmetic.
 template <class Loss, bool kHasL1, bool kHasValues>
-class FastPass {
+class RowStep {
  public:
-  FastPass(const Loss& loss, const SolverOptions& options,
-           const ResidentData& data, double sigma)
+  RowStep(const Loss& loss, const SolverOptions& options, double sigma)
       : loss_(loss),
-        d_(data),
         sigma_(sigma),
         inv_l2_(1.0 / options.l2),
         shrinkage_(options.l1 / options.l2) {}
@@ -81,6 +88,66 @@ class FastPass {
   double Effective(double w) const {
     return kHasL1 ? ShrinkL1(w, shrinkage_) : w;
   }
+
+  // Row with sparse entries ids/values[0, nnz) and dense part x[0, dd);
+  // label converted, s its weight (> 0), norm |x|^2. Updates *dual, the
+  // sparse weights w and the dense weights wd.
+  void operator()(const int32_t* __restrict ids,
+                  const float* __restrict values, int64_t nnz,
+                  const float* __restrict x, int64_t dd, double label,
+                  double s, double norm, double* dual, double* __restrict w,
+                  double* __restrict wd) const {
+    // Four partial sums break the add chain.
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t e = 0;
+    for (; e + 3 < nnz; e += 4) {
+      s0 += (kHasValues ? values[e] : 1.0) * Effective(w[ids[e]]);
+      s1 += (kHasValues ? values[e + 1] : 1.0) * Effective(w[ids[e + 1]]);
+      s2 += (kHasValues ? values[e + 2] : 1.0) * Effective(w[ids[e + 2]]);
+      s3 += (kHasValues ? values[e + 3] : 1.0) * Effective(w[ids[e + 3]]);
+    }
+    for (; e < nnz; ++e) {
+      s0 += (kHasValues ? values[e] : 1.0) * Effective(w[ids[e]]);
+    }
+    int64_t c = 0;
+    for (; c + 3 < dd; c += 4) {
+      s0 += x[c] * Effective(wd[c]);
+      s1 += x[c + 1] * Effective(wd[c + 1]);
+      s2 += x[c + 2] * Effective(wd[c + 2]);
+      s3 += x[c + 3] * Effective(wd[c + 3]);
+    }
+    for (; c < dd; ++c) s0 += x[c] * Effective(wd[c]);
+    const double wx = (s0 + s1) + (s2 + s3);
+    const double q = sigma_ * s * norm * inv_l2_;
+    const double old_dual = *dual;
+    const double new_dual =
+        loss_.Loss::ComputeUpdatedDual(label, old_dual, wx, q);
+    const double change = new_dual - old_dual;
+    if (change == 0.0) return;
+    *dual = new_dual;
+    const double coef = sigma_ * s * change * inv_l2_;
+    // Repeated ids in a row are added twice, which is what their summed
+    // value means.
+    for (e = 0; e < nnz; ++e) {
+      w[ids[e]] += coef * (kHasValues ? values[e] : 1.0);
+    }
+    for (c = 0; c < dd; ++c) wd[c] += coef * x[c];
+  }
+
+ private:
+  const Loss& loss_;
+  const double sigma_;
+  const double inv_l2_;
+  const double shrinkage_;
+};
+
+// One pass over the separate arrays of ResidentData.
+template <class Loss, bool kHasL1, bool kHasValues>
+class FastPass {
+ public:
+  FastPass(const Loss& loss, const SolverOptions& options,
+           const ResidentData& data, double sigma)
+      : step_(loss, options, sigma), d_(data) {}
 
   // Visits rows order[0..n) (or 0..n when order is nullptr).
   void Run(const int64_t* order, int64_t count, double* __restrict w,
@@ -131,86 +198,83 @@ class FastPass {
       if (s <= 0.0) continue;
       const int64_t begin = sparse ? row_ptr[i] : 0;
       const int64_t end = sparse ? row_ptr[i + 1] : 0;
-      const float* __restrict x = dense + i * dd;
-      // Four partial sums break the add chain.
-      double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-      int64_t e = begin;
-      for (; e + 3 < end; e += 4) {
-        s0 += (kHasValues ? values[e] : 1.0) * Effective(w[ids[e]]);
-        s1 += (kHasValues ? values[e + 1] : 1.0) * Effective(w[ids[e + 1]]);
-        s2 += (kHasValues ? values[e + 2] : 1.0) * Effective(w[ids[e + 2]]);
-        s3 += (kHasValues ? values[e + 3] : 1.0) * Effective(w[ids[e + 3]]);
-      }
-      for (; e < end; ++e) {
-        s0 += (kHasValues ? values[e] : 1.0) * Effective(w[ids[e]]);
-      }
-      int64_t c = 0;
-      for (; c + 3 < dd; c += 4) {
-        s0 += x[c] * Effective(wd[c]);
-        s1 += x[c + 1] * Effective(wd[c + 1]);
-        s2 += x[c + 2] * Effective(wd[c + 2]);
-        s3 += x[c + 3] * Effective(wd[c + 3]);
-      }
-      for (; c < dd; ++c) s0 += x[c] * Effective(wd[c]);
-      const double wx = (s0 + s1) + (s2 + s3);
-      const double q = sigma_ * s * d_.squared_norms[i] * inv_l2_;
-      const double dual = duals[i];
-      const double new_dual =
-          loss_.Loss::ComputeUpdatedDual(d_.labels[i], dual, wx, q);
-      const double change = new_dual - dual;
-      if (change == 0.0) continue;
-      duals[i] = new_dual;
-      const double coef = sigma_ * s * change * inv_l2_;
-      // Repeated ids in a row are added twice, which is what their summed
-      // value means.
-      for (e = begin; e < end; ++e) {
-        w[ids[e]] += coef * (kHasValues ? values[e] : 1.0);
-      }
-      for (c = 0; c < dd; ++c) wd[c] += coef * x[c];
+      step_(ids + begin, kHasValues ? values + begin : nullptr, end - begin,
+            dense + i * dd, dd, d_.labels[i], s, d_.squared_norms[i],
+            duals + i, w, wd);
     }
   }
 
  private:
-  const Loss& loss_;
+  const RowStep<Loss, kHasL1, kHasValues> step_;
   const ResidentData& d_;
-  const double sigma_;
-  const double inv_l2_;
-  const double shrinkage_;
 };
 
-template <class Loss>
-void RunFastPass(const Loss& loss, const SolverOptions& options,
-                 const ResidentData& data, double sigma,
-                 const int64_t* order, int64_t count, double* w,
-                 double* duals) {
-  const bool l1 = options.l1 > 0.0;
-  const bool values = data.values != nullptr;
-  if (l1 && values) {
-    FastPass<Loss, true, true>(loss, options, data, sigma)
-        .Run(order, count, w, duals);
-  } else if (l1) {
-    FastPass<Loss, true, false>(loss, options, data, sigma)
-        .Run(order, count, w, duals);
-  } else if (values) {
-    FastPass<Loss, false, true>(loss, options, data, sigma)
-        .Run(order, count, w, duals);
-  } else {
-    FastPass<Loss, false, false>(loss, options, data, sigma)
-        .Run(order, count, w, duals);
-  }
-}
+// One pass over packed records (PackedRows), visiting the records at byte
+// offsets visit[0..count) of `buffer`.
+template <class Loss, bool kHasL1, bool kHasValues>
+class PackedPass {
+ public:
+  PackedPass(const Loss& loss, const SolverOptions& options, double sigma)
+      : step_(loss, options, sigma) {}
 
-// Dispatches on the loss's concrete type (by name: no RTTI needed).
-void DispatchPass(const SolverOptions& options, const ResidentData& data,
-                  double sigma, const int64_t* order, int64_t count, double* w,
-                  double* duals) {
+  template <class Header>
+  void Run(char* buffer, const int64_t* visit, int64_t count, int64_t dd,
+           int64_t num_sparse, double* __restrict w) const {
+    double* __restrict wd = w + num_sparse;
+    // A record is fetched whole (up to 4 lines: 192 bytes for a Criteo row)
+    // kRowAhead rows before its visit, its weights kWeightAhead rows before.
+    constexpr int64_t kRowAhead = 8, kWeightAhead = 3;
+    for (int64_t k = 0; k < count; ++k) {
+      if (k + kRowAhead < count) {
+        const char* p = buffer + visit[k + kRowAhead];
+        __builtin_prefetch(p, 1);
+        __builtin_prefetch(p + 64);
+        __builtin_prefetch(p + 128);
+        __builtin_prefetch(p + 192);
+      }
+      if (k + kWeightAhead < count) {
+        const Header* h =
+            reinterpret_cast<const Header*>(buffer + visit[k + kWeightAhead]);
+        const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+        for (int32_t e = 0; e < h->nnz; ++e) {
+          __builtin_prefetch(w + ids[e], 1);
+        }
+      }
+      Header* h = reinterpret_cast<Header*>(buffer + visit[k]);
+      const double s = h->weight;
+      if (s <= 0.0) continue;
+      const int64_t nnz = h->nnz;
+      const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+      const float* values = reinterpret_cast<const float*>(ids + nnz);
+      const float* x = kHasValues ? values + nnz : values;
+      step_(ids, values, nnz, x, dd, h->label, s, h->norm, &h->dual, w, wd);
+    }
+  }
+
+ private:
+  const RowStep<Loss, kHasL1, kHasValues> step_;
+};
+
+template <bool kValue>
+using Flag = std::integral_constant<bool, kValue>;
+
+// Calls body(loss, Flag<l1>, Flag<values>) with the loss as its concrete
+// type (dispatched by name: no RTTI needed), so that the pass templates are
+// instantiated per loss, L1 and explicit values.
+template <class Body>
+void Dispatch(const SolverOptions& options, bool has_values,
+              const Body& body) {
+  const bool l1 = options.l1 > 0.0;
+  auto flags = [&](const auto& loss) {
+    if (l1 && has_values) return body(loss, Flag<true>(), Flag<true>());
+    if (l1) return body(loss, Flag<true>(), Flag<false>());
+    if (has_values) return body(loss, Flag<false>(), Flag<true>());
+    return body(loss, Flag<false>(), Flag<false>());
+  };
   const DualLossUpdater* loss = options.loss;
   const std::string name = loss->Name();
-#define TF_SDCA_PASS(NAME, TYPE)                                           \
-  if (name == NAME) {                                                      \
-    return RunFastPass(static_cast<const TYPE&>(*loss), options, data,     \
-                       sigma, order, count, w, duals);                     \
-  }
+#define TF_SDCA_PASS(NAME, TYPE) \
+  if (name == NAME) return flags(static_cast<const TYPE&>(*loss));
   TF_SDCA_PASS("logistic_loss", LogisticLossUpdater)
   TF_SDCA_PASS("squared_loss", SquaredLossUpdater)
   TF_SDCA_PASS("hinge_loss", HingeLossUpdater)
@@ -220,22 +284,74 @@ void DispatchPass(const SolverOptions& options, const ResidentData& data,
 #undef TF_SDCA_PASS
 }
 
+// Fisher-Yates on a[0, n): the same draws whatever T is, so shuffling row
+// offsets gives the offsets of the rows in PassOrder's permutation.
+template <typename T>
+void Shuffle(T* a, int64_t n, Rng* rng) {
+  for (int64_t k = n - 1; k > 0; --k) std::swap(a[k], a[rng->Below(k + 1)]);
+}
+
+Rng PassRng(const SolverOptions& options, int pass) {
+  return Rng(MixSeed(options.seed, 0, static_cast<uint64_t>(pass)));
+}
+
 // The order of one pass: nullptr for rows in order (cyclic), else fills
 // `order`.
 const int64_t* PassOrder(const SolverOptions& options, int64_t n, int pass,
                          std::vector<int64_t>* order) {
   if (options.order == VisitOrder::kCyclic) return nullptr;
-  Rng rng(MixSeed(options.seed, 0, static_cast<uint64_t>(pass)));
+  Rng rng = PassRng(options, pass);
   order->resize(n);
   if (options.order == VisitOrder::kUniform) {
     for (int64_t k = 0; k < n; ++k) (*order)[k] = rng.Below(n);
   } else {
     std::iota(order->begin(), order->end(), 0);
-    for (int64_t k = n - 1; k > 0; --k) {
-      std::swap((*order)[k], (*order)[rng.Below(k + 1)]);
-    }
+    Shuffle(order->data(), n, &rng);
   }
   return order->data();
+}
+
+// Shrinks the weights for evaluation and accumulates their norms.
+std::vector<double> ShrunkWeights(const SolverOptions& options,
+                                  const double* weights, int64_t m,
+                                  ObjectiveParts* parts) {
+  const double shrinkage = options.l1 / options.l2;
+  std::vector<double> shrunk(m);
+  for (int64_t j = 0; j < m; ++j) {
+    const double v = ShrinkL1(weights[j], shrinkage);
+    shrunk[j] = v;
+    parts->l2_norm_sq += v * v;
+    parts->l1_norm += std::fabs(v);
+  }
+  return shrunk;
+}
+
+// x.w of one row (sparse entries, then the dense part).
+double RowMargin(const int32_t* ids, const float* values, int64_t nnz,
+                 const float* x, int64_t dd, const double* w,
+                 const double* wd) {
+  double wx = 0.0;
+  for (int64_t e = 0; e < nnz; ++e) {
+    wx += (values ? values[e] : 1.0) * w[ids[e]];
+  }
+  for (int64_t k = 0; k < dd; ++k) wx += x[k] * wd[k];
+  return wx;
+}
+
+// Runs row_losses(begin, end, &primal, &dual) over `chunks` pieces of
+// [0, n) and adds the sums to *parts.
+template <class Body>
+void SumLosses(int64_t n, int64_t chunks, const ParallelFor& parallel_for,
+               const Body& row_losses, ObjectiveParts* parts) {
+  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
+  std::vector<double> primal(chunks, 0.0), dual(chunks, 0.0);
+  parallel_for(chunks, [&](int64_t c) {
+    row_losses(n * c / chunks, n * (c + 1) / chunks, &primal[c], &dual[c]);
+  });
+  for (int64_t c = 0; c < chunks; ++c) {
+    parts->primal_loss += primal[c];
+    parts->dual_loss += dual[c];
+  }
 }
 
 // Sharded or adaptive solving goes through the batch solver, whose slots
@@ -360,8 +476,13 @@ void SolveResident(const SolverOptions& options, const ResidentData& data,
   std::vector<int64_t> order;
   for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
     const int64_t* visit = PassOrder(options, data.num_examples, pass, &order);
-    DispatchPass(options, data, partitions, visit, data.num_examples, weights,
-                 duals);
+    Dispatch(options, data.values != nullptr,
+             [&](const auto& loss, auto l1, auto values) {
+               using Loss = std::decay_t<decltype(loss)>;
+               FastPass<Loss, decltype(l1)::value, decltype(values)::value>(
+                   loss, options, data, partitions)
+                   .Run(visit, data.num_examples, weights, duals);
+             });
   }
   if (options.num_loss_partitions > 1) {
     for (int64_t j = 0; j < m; ++j) {
@@ -374,45 +495,204 @@ ObjectiveParts EvaluateResident(const SolverOptions& options,
                                 const ResidentData& d, const double* weights,
                                 const double* duals, int64_t chunks,
                                 const ParallelFor& parallel_for) {
-  const int64_t n = d.num_examples;
-  const int64_t m = d.num_slots();
-  const double shrinkage = options.l1 / options.l2;
-  std::vector<double> shrunk(m);
   ObjectiveParts parts;
-  for (int64_t j = 0; j < m; ++j) {
-    const double v = ShrinkL1(weights[j], shrinkage);
-    shrunk[j] = v;
-    parts.l2_norm_sq += v * v;
-    parts.l1_norm += std::fabs(v);
-  }
-  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
-  std::vector<double> primal(chunks, 0.0), dual(chunks, 0.0);
+  const std::vector<double> shrunk =
+      ShrunkWeights(options, weights, d.num_slots(), &parts);
+  const double* w = shrunk.data();
+  const double* wd = w + d.num_sparse_features;
   const DualLossUpdater& loss = *options.loss;
-  parallel_for(chunks, [&](int64_t c) {
-    const double* w = shrunk.data();
-    const double* wd = w + d.num_sparse_features;
-    double p = 0.0, q = 0.0;
-    for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
-      const double s = d.example_weights[i];
-      if (s <= 0.0) continue;
-      double wx = 0.0;
-      if (d.row_ptr != nullptr) {
-        for (int64_t e = d.row_ptr[i]; e < d.row_ptr[i + 1]; ++e) {
-          wx += (d.values ? d.values[e] : 1.0) * w[d.ids[e]];
-        }
-      }
-      const float* x = d.dense + i * d.dense_dim;
-      for (int64_t k = 0; k < d.dense_dim; ++k) wx += x[k] * wd[k];
-      p += s * loss.PrimalLoss(wx, d.labels[i]);
-      q += s * loss.DualLoss(duals[i], d.labels[i]);
+  SumLosses(d.num_examples, chunks, parallel_for,
+            [&](int64_t begin, int64_t end, double* primal, double* dual) {
+              double p = 0.0, q = 0.0;
+              for (int64_t i = begin; i < end; ++i) {
+                const double s = d.example_weights[i];
+                if (s <= 0.0) continue;
+                const int64_t first = d.row_ptr ? d.row_ptr[i] : 0;
+                const int64_t last = d.row_ptr ? d.row_ptr[i + 1] : 0;
+                const double wx = RowMargin(
+                    d.ids + first, d.values ? d.values + first : nullptr,
+                    last - first, d.dense + i * d.dense_dim, d.dense_dim, w,
+                    wd);
+                p += s * loss.PrimalLoss(wx, d.labels[i]);
+                q += s * loss.DualLoss(duals[i], d.labels[i]);
+              }
+              *primal = p;
+              *dual = q;
+            },
+            &parts);
+  return parts;
+}
+
+// ------------------------------------------------------------ PackedRows
+
+void PackedRows::FreeBuffer::operator()(char* p) const { std::free(p); }
+
+int64_t PackedRows::bytes() const {
+  return buffer_bytes_ +
+         static_cast<int64_t>(offsets_.size() * sizeof(int64_t));
+}
+
+bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
+                      const ParallelFor& parallel_for, std::string* error) {
+  const int64_t n = d.num_examples;
+  num_examples_ = n;
+  num_sparse_features_ = d.num_sparse_features;
+  dense_dim_ = d.dense_dim;
+  has_values_ = d.values != nullptr;
+  offsets_.resize(n);
+  const int64_t per_entry = has_values_ ? 8 : 4;
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - d.row_ptr[i] : 0;
+    if (nnz > std::numeric_limits<int32_t>::max()) {
+      std::ostringstream out;
+      out << "row " << i << " has " << nnz
+          << " sparse entries, more than 2^31 - 1";
+      *error = out.str();
+      return false;
     }
-    primal[c] = p;
-    dual[c] = q;
-  });
-  for (int64_t c = 0; c < chunks; ++c) {
-    parts.primal_loss += primal[c];
-    parts.dual_loss += dual[c];
+    offsets_[i] = total;
+    const int64_t size =
+        static_cast<int64_t>(sizeof(Header)) + per_entry * nnz + 4 * dense_dim_;
+    total += (size + 7) & ~int64_t{7};
   }
+  // Padded so that prefetching a few lines past the last record stays
+  // inside the allocation.
+  buffer_bytes_ = total + 256;
+  char* memory = nullptr;
+#ifdef __linux__
+  // 2 MiB pages (where the kernel's transparent huge pages allow them on
+  // request) spare the TLB misses of visiting records in a random order.
+  constexpr int64_t kHugePage = int64_t{1} << 21;
+  const int64_t rounded = (buffer_bytes_ + kHugePage - 1) / kHugePage * kHugePage;
+  memory = static_cast<char*>(std::aligned_alloc(kHugePage, rounded));
+  if (memory != nullptr) madvise(memory, rounded, MADV_HUGEPAGE);
+#endif
+  if (memory == nullptr) {
+    memory = static_cast<char*>(std::malloc(buffer_bytes_));
+  }
+  if (memory == nullptr) {
+    *error = "out of memory packing " + std::to_string(buffer_bytes_) +
+             " bytes of rows";
+    return false;
+  }
+  buffer_.reset(memory);
+  std::memset(buffer_.get() + total, 0, buffer_bytes_ - total);
+  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
+  parallel_for(chunks, [&](int64_t c) {
+    for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
+      const int64_t first = d.row_ptr ? d.row_ptr[i] : 0;
+      const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - first : 0;
+      Header* h = Row(offsets_[i]);
+      h->dual = 0.0;
+      h->norm = d.squared_norms[i];
+      h->label = d.labels[i];
+      h->weight = d.example_weights[i];
+      h->nnz = static_cast<int32_t>(nnz);
+      char* p = reinterpret_cast<char*>(h + 1);
+      std::memcpy(p, d.ids + first, 4 * nnz);
+      p += 4 * nnz;
+      if (has_values_) {
+        std::memcpy(p, d.values + first, 4 * nnz);
+        p += 4 * nnz;
+      }
+      std::memcpy(p, d.dense + i * dense_dim_, 4 * dense_dim_);
+      p += 4 * dense_dim_;
+      const int64_t end = i + 1 < n ? offsets_[i + 1] : total;
+      std::memset(p, 0, buffer_.get() + end - p);
+    }
+  });
+  return true;
+}
+
+bool PackedRows::LoadDuals(const double* duals, const DualLossUpdater& loss,
+                           std::string* error) {
+  for (int64_t i = 0; i < num_examples_; ++i) {
+    Header* h = Row(offsets_[i]);
+    if (!std::isfinite(duals[i]) || !loss.DualInDomain(duals[i], h->label)) {
+      std::ostringstream out;
+      out << "duals[" << i << "] = " << duals[i] << " is not a valid dual of "
+          << loss.Name() << " for the example's label (converted: "
+          << h->label << ")";
+      *error = out.str();
+      return false;
+    }
+    h->dual = duals[i];
+  }
+  return true;
+}
+
+void PackedRows::StoreDuals(double* duals) const {
+  for (int64_t i = 0; i < num_examples_; ++i) duals[i] = Row(offsets_[i])->dual;
+}
+
+void PackedRows::Solve(const SolverOptions& options, double* weights) {
+  const int64_t n = num_examples_;
+  if (n == 0) return;
+  const int64_t m = num_slots();
+  const double partitions = static_cast<double>(options.num_loss_partitions);
+  std::vector<double> w0;
+  if (options.num_loss_partitions > 1) w0.assign(weights, weights + m);
+  std::vector<int64_t> visit;
+  for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+    // The rows of PassOrder(pass), as record offsets.
+    const int64_t* offsets = offsets_.data();
+    if (options.order != VisitOrder::kCyclic) {
+      Rng rng = PassRng(options, pass);
+      if (options.order == VisitOrder::kUniform) {
+        visit.resize(n);
+        for (int64_t k = 0; k < n; ++k) visit[k] = offsets_[rng.Below(n)];
+      } else {
+        visit = offsets_;
+        Shuffle(visit.data(), n, &rng);
+      }
+      offsets = visit.data();
+    }
+    Dispatch(options, has_values_,
+             [&](const auto& loss, auto l1, auto values) {
+               using Loss = std::decay_t<decltype(loss)>;
+               PackedPass<Loss, decltype(l1)::value, decltype(values)::value>(
+                   loss, options, partitions)
+                   .template Run<Header>(buffer_.get(), offsets, n, dense_dim_,
+                                         num_sparse_features_, weights);
+             });
+  }
+  if (options.num_loss_partitions > 1) {
+    for (int64_t j = 0; j < m; ++j) {
+      weights[j] = w0[j] + (weights[j] - w0[j]) / partitions;
+    }
+  }
+}
+
+ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
+                                    const double* weights, int64_t chunks,
+                                    const ParallelFor& parallel_for) const {
+  ObjectiveParts parts;
+  const std::vector<double> shrunk =
+      ShrunkWeights(options, weights, num_slots(), &parts);
+  const double* w = shrunk.data();
+  const double* wd = w + num_sparse_features_;
+  const DualLossUpdater& loss = *options.loss;
+  SumLosses(num_examples_, chunks, parallel_for,
+            [&](int64_t begin, int64_t end, double* primal, double* dual) {
+              double p = 0.0, q = 0.0;
+              for (int64_t i = begin; i < end; ++i) {
+                const Header* h = Row(offsets_[i]);
+                const double s = h->weight;
+                if (s <= 0.0) continue;
+                const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+                const float* values = reinterpret_cast<const float*>(ids + h->nnz);
+                const float* x = has_values_ ? values + h->nnz : values;
+                const double wx =
+                    RowMargin(ids, has_values_ ? values : nullptr, h->nnz, x,
+                              dense_dim_, w, wd);
+                p += s * loss.PrimalLoss(wx, h->label);
+                q += s * loss.DualLoss(h->dual, h->label);
+              }
+              *primal = p;
+              *dual = q;
+            },
+            &parts);
   return parts;
 }
 

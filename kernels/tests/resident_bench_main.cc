@@ -5,13 +5,17 @@
 //       kernels/core/resident.cc kernels/tests/resident_bench_main.cc \
 //       -o /tmp/resident_bench
 //   /tmp/resident_bench [rows=1000000] [epochs=10] [threads=1,2,4,8,16]
+//                       [packed]
 //
 // Rows: 26 categorical fields with Zipf-distributed values hashed into 2^20
 // buckets, 13 uniform counts in [0, 1] and an intercept; labels drawn from a
 // logistic ground truth. Logistic loss, l2 = 1. For each thread count it
 // trains `epochs` epochs from zero and prints the seconds per epoch, rows/s
 // and the relative duality gap after each epoch, so that the speed of more
-// shards can be weighed against their slower convergence per epoch.
+// shards can be weighed against their slower convergence per epoch. With
+// `packed` it then trains once more through PackedRows (one shard), for the
+// speed of packed records against separate arrays.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -129,25 +133,40 @@ int main(int argc, char** argv) {
               "logistic, l2 = 1, hardware threads %u\n",
               static_cast<long long>(rows), std::thread::hardware_concurrency());
   std::printf("threads epoch   seconds     rows/s   rel.gap\n");
-  for (const int threads : thread_counts) {
+  const bool packed = argc > 4 && std::string(argv[4]) == "packed";
+  std::vector<int> runs = thread_counts;
+  if (packed) runs.push_back(0);  // 0: PackedRows
+  for (const int threads : runs) {
+    tf_sdca::PackedRows rows_packed;
+    if (threads == 0 &&
+        !rows_packed.Pack(view, 1, tf_sdca::StdThreadParallelFor(1), &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
     tf_sdca::SolverOptions options;
     options.loss = loss.get();
     options.l2 = 1.0;
-    options.num_shards = threads;
+    options.num_shards = std::max(threads, 1);
     std::vector<double> w(view.num_slots(), 0.0), duals(d.n, 0.0);
     double total = 0.0;
     for (int epoch = 0; epoch < epochs; ++epoch) {
       options.seed = static_cast<uint64_t>(epoch);
       const auto start = std::chrono::steady_clock::now();
-      tf_sdca::SolveResident(options, view, w.data(), duals.data(),
-                             tf_sdca::StdThreadParallelFor(threads));
+      if (threads == 0) {
+        rows_packed.LoadDuals(duals.data(), *loss, &error);
+        rows_packed.Solve(options, w.data());
+        rows_packed.StoreDuals(duals.data());
+      } else {
+        tf_sdca::SolveResident(options, view, w.data(), duals.data(),
+                               tf_sdca::StdThreadParallelFor(threads));
+      }
       const double seconds = std::chrono::duration<double>(
                                  std::chrono::steady_clock::now() - start)
                                  .count();
       total += seconds;
       const tf_sdca::ObjectiveParts parts = tf_sdca::EvaluateResident(
-          options, view, w.data(), duals.data(), threads,
-          tf_sdca::StdThreadParallelFor(threads));
+          options, view, w.data(), duals.data(), std::max(threads, 1),
+          tf_sdca::StdThreadParallelFor(std::max(threads, 1)));
       const double primal = parts.primal_loss + 0.5 * parts.l2_norm_sq;
       const double gap = parts.primal_loss + parts.dual_loss +
                          parts.l2_norm_sq;
