@@ -22,6 +22,8 @@ SOURCES = [
     "kernels/ops/sdca_ops.cc",
     "kernels/kernels/sdca_kernels.cc",
     "kernels/kernels/resident_kernel.cc",
+    "kernels/kernels/resident_inputs.cc",
+    "kernels/kernels/packed_kernel.cc",
     "kernels/core/loss.cc",
     "kernels/core/solver.cc",
     "kernels/core/resident.cc",

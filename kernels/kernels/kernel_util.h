@@ -1,12 +1,15 @@
-// Helpers shared by the kernels of TfSdca>Optimizer and
-// TfSdca>ResidentSolve: attribute checks, rank checks, the CPU device's pool.
+// Helpers shared by the kernels of TfSdca>Optimizer, TfSdca>ResidentSolve and
+// TfSdca>PackedSolve: attribute checks, rank checks, the CPU device's pool.
 #ifndef TF_SDCA_KERNELS_KERNELS_KERNEL_UTIL_H_
 #define TF_SDCA_KERNELS_KERNELS_KERNEL_UTIL_H_
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 
+#include "kernels/core/loss.h"
+#include "kernels/core/resident.h"
 #include "kernels/core/solver.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -47,6 +50,58 @@ inline ::tensorflow::Status CheckRank(const ::tensorflow::Tensor& t, int rank,
     return ::tensorflow::errors::InvalidArgument(
         name, " must have rank ", rank, ", got shape ",
         t.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// Attributes common to TfSdca>ResidentSolve and TfSdca>PackedSolve:
+// loss_type (with gamma), visit_order, l1, l2, num_loss_partitions,
+// num_passes, compute_objective.
+inline ::tensorflow::Status ReadEpochAttrs(
+    ::tensorflow::OpKernelConstruction* context, SolverOptions* options,
+    std::unique_ptr<DualLossUpdater>* loss, bool* compute_objective) {
+  using ::tensorflow::errors::InvalidArgument;
+  std::string loss_type, order;
+  LossType type;
+  TF_RETURN_IF_ERROR(context->GetAttr("loss_type", &loss_type));
+  if (!ParseLossType(loss_type, &type)) {
+    return InvalidArgument("unknown loss_type ", loss_type);
+  }
+  TF_RETURN_IF_ERROR(context->GetAttr("visit_order", &order));
+  if (!ParseVisitOrder(order.c_str(), &options->order)) {
+    return InvalidArgument("unknown visit_order ", order);
+  }
+  float gamma;
+  TF_RETURN_IF_ERROR(ReadRegularization(context, options, &gamma));
+  TF_RETURN_IF_ERROR(
+      context->GetAttr("num_passes", &options->num_inner_iterations));
+  TF_RETURN_IF_ERROR(context->GetAttr("compute_objective", compute_objective));
+  *loss = MakeLossUpdater(type, gamma);
+  options->loss = loss->get();
+  return absl::OkStatus();
+}
+
+// Writes the [4] objective output (NaN when not computed).
+inline void WriteObjective(const ObjectiveParts* parts,
+                           ::tensorflow::Tensor* objective) {
+  auto out = objective->flat<double>();
+  if (parts == nullptr) {
+    for (int k = 0; k < 4; ++k) out(k) = std::nan("");
+    return;
+  }
+  out(0) = parts->primal_loss;
+  out(1) = parts->dual_loss;
+  out(2) = parts->l2_norm_sq;
+  out(3) = parts->l1_norm;
+}
+
+// `weights[j] = v must be finite` for the first non-finite weight.
+inline ::tensorflow::Status CheckFiniteWeights(const double* w, int64_t m) {
+  for (int64_t j = 0; j < m; ++j) {
+    if (!std::isfinite(w[j])) {
+      return ::tensorflow::errors::InvalidArgument("weights[", j, "] = ", w[j],
+                                                   " must be finite");
+    }
   }
   return absl::OkStatus();
 }

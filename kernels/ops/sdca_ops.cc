@@ -154,6 +154,30 @@ Status ResidentShapeFn(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+Status PackRowsShapeFn(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "row_ptr", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "feature_ids", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 2, 1, "feature_values", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 3, 2, "dense_features", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 4, 1, "example_weights", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 5, 1, "example_labels", &unused));
+  c->set_output(0, c->Scalar());
+  return absl::OkStatus();
+}
+
+Status PackedSolveShapeFn(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "rows", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "weights", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 2, 1, "duals", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 3, 0, "seed", &unused));
+  c->set_output(0, c->input(1));
+  c->set_output(1, c->input(2));
+  c->set_output(2, c->Vector(4));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 REGISTER_OP("TfSdca>Optimizer")
@@ -286,6 +310,71 @@ num_passes: passes over the rows in this call (0: only the objective).
 num_threads: shards solved concurrently (merged every 32 rows, see
   TfSdca>Optimizer); 0 or 1 = one shard. The objective uses the CPU
   device's threads.
+)doc");
+
+REGISTER_OP("TfSdca>PackRows")
+    .Input("row_ptr: int64")
+    .Input("feature_ids: int32")
+    .Input("feature_values: float")
+    .Input("dense_features: float")
+    .Input("example_weights: float")
+    .Input("example_labels: float")
+    .Output("rows: resource")
+    .Attr(
+        "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
+        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+    .Attr("gamma: float = 1.0")
+    .Attr("num_sparse_features: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn(PackRowsShapeFn)
+    .Doc(R"doc(
+Validates a data set once and packs it for TfSdca>PackedSolve.
+
+The inputs are those of TfSdca>ResidentSolve and are checked the same way
+(argument, position and value named on error). Every row becomes one
+contiguous record (duals, |x_i|^2, label, weight, ids, values, dense part), so
+that an epoch in a random order reads one place per row instead of eight, and
+no input is validated again per epoch. The records are a copy: the inputs may
+change or be freed afterwards.
+
+rows: a handle that owns the packed rows (freed with the last reference).
+loss_type: the loss whose label domain the labels are checked against;
+  PackedSolve must use the same loss (and gamma).
+num_sparse_features: size of the sparse part of the weight table (ids must
+  be in [0, num_sparse_features)); the table has num_sparse_features + d
+  entries.
+)doc");
+
+REGISTER_OP("TfSdca>PackedSolve")
+    .Input("rows: resource")
+    .Input("weights: double")
+    .Input("duals: double")
+    .Input("seed: int64")
+    .Output("out_weights: double")
+    .Output("out_duals: double")
+    .Output("objective: double")
+    .Attr(
+        "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
+        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+    .Attr("l1: float")
+    .Attr("l2: float")
+    .Attr("num_loss_partitions: int >= 1 = 1")
+    .Attr("num_passes: int >= 0 = 1")
+    .Attr("visit_order: {'permutation', 'uniform', 'cyclic'} = 'permutation'")
+    .Attr("gamma: float = 1.0")
+    .Attr("compute_objective: bool = true")
+    .SetIsStateful()
+    .SetShapeFn(PackedSolveShapeFn)
+    .Doc(R"doc(
+TfSdca>ResidentSolve on rows packed by TfSdca>PackRows: the same passes, the
+same arithmetic and the same results for the same seed (one shard), with the
+data read from the packed records.
+
+rows: the handle from TfSdca>PackRows.
+weights: [m] unshrunk float64 weights, m = num_sparse_features + d.
+duals: [n] float64 duals, one per packed row.
+seed: scalar; the visiting order of pass p is a function of (seed, p).
+out_weights, out_duals, objective: as in TfSdca>ResidentSolve.
 )doc");
 
 REGISTER_OP("TfSdca>ShrinkL1")

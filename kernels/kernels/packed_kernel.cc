@@ -1,0 +1,201 @@
+// CPU kernels of TfSdca>PackRows and TfSdca>PackedSolve: the data set is
+// validated and packed once (kernels/core/resident.h, PackedRows) into a
+// resource that the handle owns; each epoch is then one PackedSolve call
+// that validates only the weights and duals.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "kernels/core/loss.h"
+#include "kernels/core/resident.h"
+#include "kernels/core/solver.h"
+#include "kernels/kernels/kernel_util.h"
+#include "kernels/kernels/resident_inputs.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_base.h"
+#include "tensorflow/core/framework/resource_handle.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/lib/core/errors.h"
+#include "tensorflow/core/platform/mutex.h"
+
+namespace tf_sdca {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::ResourceBase;
+using ::tensorflow::ResourceHandle;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::errors::InvalidArgument;
+
+namespace {
+
+// The packed rows and the loss they were validated for. Solves on one
+// resource run one at a time (the duals live in the records during a
+// solve).
+class PackedRowsResource : public ResourceBase {
+ public:
+  PackedRowsResource(std::string loss_type, float gamma)
+      : loss_type_(std::move(loss_type)), gamma_(gamma) {}
+
+  std::string DebugString() const override {
+    return "PackedRows(" + std::to_string(rows_.num_examples()) + " rows, " +
+           loss_type_ + ")";
+  }
+  int64_t MemoryUsed() const override { return rows_.bytes(); }
+
+  PackedRows* rows() { return &rows_; }
+  const std::string& loss_type() const { return loss_type_; }
+  float gamma() const { return gamma_; }
+  ::tensorflow::mutex* mu() { return &mu_; }
+
+ private:
+  const std::string loss_type_;
+  const float gamma_;
+  PackedRows rows_;
+  ::tensorflow::mutex mu_;
+};
+
+class PackRowsOp : public OpKernel {
+ public:
+  explicit PackRowsOp(OpKernelConstruction* context) : OpKernel(context) {
+    LossType type;
+    OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type_));
+    OP_REQUIRES(context, ParseLossType(loss_type_, &type),
+                InvalidArgument("unknown loss_type ", loss_type_));
+    OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma_));
+    OP_REQUIRES(context, std::isfinite(gamma_) && gamma_ > 0,
+                InvalidArgument("gamma = ", gamma_, " must be > 0"));
+    OP_REQUIRES_OK(context, context->GetAttr("num_sparse_features",
+                                             &num_sparse_features_));
+    loss_ = MakeLossUpdater(type, gamma_);
+  }
+
+  void Compute(OpKernelContext* context) override {
+    ResidentInputs inputs;
+    OP_REQUIRES_OK(context, ReadResidentInputs(context, num_sparse_features_,
+                                               *loss_, &inputs));
+    auto* resource = new PackedRowsResource(loss_type_, gamma_);
+    // The handle owns the resource: it is freed with the last handle tensor.
+    ResourceHandle handle = ResourceHandle::MakeRefCountingHandle(
+        resource, context->device()->name());
+    std::string error;
+    const int threads =
+        context->device()->tensorflow_cpu_worker_threads()->num_threads;
+    OP_REQUIRES(context,
+                resource->rows()->Pack(inputs.data, threads,
+                                       DevicePool(context), &error),
+                InvalidArgument(error));
+    Tensor* out;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({}), &out));
+    out->scalar<ResourceHandle>()() = std::move(handle);
+  }
+
+ private:
+  std::unique_ptr<DualLossUpdater> loss_;
+  std::string loss_type_;
+  float gamma_ = 1.0f;
+  int64_t num_sparse_features_ = 0;
+};
+
+class PackedSolveOp : public OpKernel {
+ public:
+  explicit PackedSolveOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, ReadEpochAttrs(context, &options_, &loss_,
+                                           &compute_objective_));
+    OP_REQUIRES(context, options_.order != VisitOrder::kAdaptive,
+                InvalidArgument("visit_order 'adaptive' is not supported by "
+                                "TfSdca>PackedSolve (use ResidentSolve)"));
+    OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type_));
+    OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& handle = context->input(0);
+    const Tensor& weights = context->input(1);
+    const Tensor& duals = context->input(2);
+    const Tensor& seed = context->input(3);
+    OP_REQUIRES(context, handle.dims() == 0,
+                InvalidArgument("rows must be a scalar resource handle"));
+    auto found =
+        handle.scalar<ResourceHandle>()().GetResource<PackedRowsResource>();
+    OP_REQUIRES(context, found.ok(),
+                InvalidArgument("rows is not a handle made by "
+                                "TfSdca>PackRows: ",
+                                found.status().message()));
+    PackedRowsResource* resource = *found;
+    OP_REQUIRES(context,
+                resource->loss_type() == loss_type_ &&
+                    resource->gamma() == gamma_,
+                InvalidArgument("the rows were packed for ",
+                                resource->loss_type(), " (gamma ",
+                                resource->gamma(), "), not for ", loss_type_,
+                                " (gamma ", gamma_, ")"));
+    OP_REQUIRES_OK(context, CheckRank(weights, 1, "weights"));
+    OP_REQUIRES_OK(context, CheckRank(duals, 1, "duals"));
+    OP_REQUIRES(context, seed.dims() == 0,
+                InvalidArgument("seed must be a scalar, got shape ",
+                                seed.shape().DebugString()));
+    PackedRows* rows = resource->rows();
+    OP_REQUIRES(context, weights.dim_size(0) == rows->num_slots(),
+                InvalidArgument("weights has ", weights.dim_size(0),
+                                " entries; the packed rows need ",
+                                rows->num_slots(), " (",
+                                rows->num_sparse_features(), " sparse + ",
+                                rows->dense_dim(), " dense)"));
+    OP_REQUIRES(context, duals.dim_size(0) == rows->num_examples(),
+                InvalidArgument("duals has ", duals.dim_size(0),
+                                " entries but the packed rows are ",
+                                rows->num_examples()));
+    const int64_t m = rows->num_slots();
+    const double* w_in = TensorBuffer<double>(weights);
+    OP_REQUIRES_OK(context, CheckFiniteWeights(w_in, m));
+
+    Tensor* w_out;
+    Tensor* duals_out;
+    Tensor* objective;
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(0, weights.shape(), &w_out));
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(1, duals.shape(), &duals_out));
+    OP_REQUIRES_OK(context, context->allocate_output(2, TensorShape({4}),
+                                                     &objective));
+    double* w = w_out->flat<double>().data();
+    std::copy(w_in, w_in + m, w);
+    SolverOptions options = options_;
+    options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
+    ::tensorflow::mutex_lock lock(*resource->mu());
+    std::string error;
+    OP_REQUIRES(context,
+                rows->LoadDuals(TensorBuffer<double>(duals), *loss_, &error),
+                InvalidArgument(error));
+    if (options.num_inner_iterations > 0) rows->Solve(options, w);
+    rows->StoreDuals(duals_out->flat<double>().data());
+    if (!compute_objective_) return WriteObjective(nullptr, objective);
+    const ObjectiveParts parts = rows->Evaluate(
+        options, w,
+        context->device()->tensorflow_cpu_worker_threads()->num_threads,
+        DevicePool(context));
+    WriteObjective(&parts, objective);
+  }
+
+ private:
+  std::unique_ptr<DualLossUpdater> loss_;
+  SolverOptions options_;
+  std::string loss_type_;
+  float gamma_ = 1.0f;
+  bool compute_objective_ = true;
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("TfSdca>PackRows").Device(DEVICE_CPU),
+                        PackRowsOp);
+REGISTER_KERNEL_BUILDER(Name("TfSdca>PackedSolve").Device(DEVICE_CPU),
+                        PackedSolveOp);
+
+}  // namespace tf_sdca
