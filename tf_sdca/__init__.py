@@ -1,5 +1,7 @@
 """tf_sdca: stochastic dual coordinate ascent for linear models in TF 2."""
 from tf_sdca.ops import sdca_fprint
+from tf_sdca.ops import pack_rows
+from tf_sdca.ops import packed_solve
 from tf_sdca.ops import resident_solve
 from tf_sdca.ops import sdca_optimizer
 from tf_sdca.ops import sdca_shrink_l1
