@@ -3,10 +3,13 @@
 `InMemorySdca` is the fastest way to train a linear model with tf_sdca when the
 data fits in memory: no example-id hashing (the dual of row `i` lives at
 `duals[i]`, float64, 8 bytes per example), weights kept as float64 numpy
-arrays (no drift from float32 accumulation), and by default one
-`TfSdca>ResidentSolve` call per epoch: the op reads the numpy arrays in place
-(DLPack, no copy), visits every row once in a random order and returns the
-new weights, the duals and the exact duality gap. With `batch_size < n` the
+arrays (no drift from float32 accumulation), and by default the rows
+validated and packed once per `fit` (`TfSdca>PackRows`: one contiguous record
+per row, ~192 bytes for a Criteo row) and one `TfSdca>PackedSolve` call per
+epoch, which visits every row once in a random order and returns the new
+weights, the duals and the exact duality gap. With `num_threads > 1` or
+`visit_order='adaptive'` each epoch is a `TfSdca>ResidentSolve` call that
+reads the numpy arrays in place (DLPack, no copy). With `batch_size < n` the
 rows are dealt into mini-batches handed to the `TfSdca>Optimizer` op instead.
 
 Example:
@@ -161,10 +164,12 @@ class InMemorySdca:
       num_features: rows of the sparse weight table (default: max id + 1).
       example_weights: optional `[n]` weights (default 1).
       epochs: maximum number of passes.
-      batch_size: rows per op call. Default: all rows, one
-        `TfSdca>ResidentSolve` call per epoch (the fast path: the op reads
-        the arrays in place and visits the rows in a random order). Smaller
-        values deal the rows into mini-batches for `TfSdca>Optimizer`.
+      batch_size: rows per op call. Default: all rows, packed once and one
+        `TfSdca>PackedSolve` call per epoch (the fast path; a copy of the
+        data as packed records) or, with `num_threads > 1` or the adaptive
+        order, one `TfSdca>ResidentSolve` call reading the arrays in place.
+        Smaller values deal the rows into mini-batches for
+        `TfSdca>Optimizer`.
       tol: stop when the relative duality gap (gap / primal) is below it.
       verbose: 1 shows a Keras progress bar per epoch, 0 is silent.
       initial_epoch: the epoch to start at (resuming: set `duals` and the
@@ -177,7 +182,8 @@ class InMemorySdca:
 
     Returns:
       A dict of per-epoch lists: `loss` (regularised objective / total weight),
-      `duality_gap` (relative), `rows_per_sec`.
+      `duality_gap` (relative), `rows_per_sec` (training time only; the
+      first epoch's also counts validating and packing the data).
 
     Raises:
       ValueError: on inconsistent shapes.
@@ -211,9 +217,14 @@ class InMemorySdca:
       self.dense_weights = np.zeros(dense.shape[1], np.float64)
 
     batch_size = int(batch_size or n)
+    # The first epoch's time includes preparing (and packing) the data.
+    prepare_start = time.perf_counter()
     resident = _Resident(n, csr, dense, labels, weights, num_features,
                          width=None if ids is None else np.shape(ids)[1])
     one_call = batch_size >= n
+    if (one_call and self.num_threads <= 1 and
+        self.visit_order in sdca_ops.PACKED_VISIT_ORDERS):
+      resident.pack(num_features or 0, self.loss, self.gamma)
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
@@ -228,6 +239,8 @@ class InMemorySdca:
       if bar is not None:
         print(f"Epoch {epoch + 1}/{epochs}")
       start_time = time.perf_counter()
+      if epoch == initial_epoch:
+        start_time = prepare_start
       if one_call:
         self._resident_call(resident, epoch, passes=1)
       else:
@@ -273,15 +286,20 @@ class InMemorySdca:
     return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
   def _resident_call(self, resident, epoch, passes):
-    """One `TfSdca>ResidentSolve` call: `passes` passes over every row (and
-    nothing else), or with `passes=0` the exact objective parts at the
-    current weights and duals."""
-    w, duals, parts = sdca_ops.resident_solve(
-        *resident.tensors, weights=self._weight_table(), duals=self.duals,
+    """One `TfSdca>PackedSolve` call on the packed rows (or, when they are
+    not packed, `TfSdca>ResidentSolve` on the arrays): `passes` passes over
+    every row (and nothing else), or with `passes=0` the exact objective
+    parts at the current weights and duals."""
+    options = dict(
+        weights=self._weight_table(), duals=self.duals,
         seed=self.seed * 1_000_003 + epoch, loss_type=self.loss, l1=self.l1,
         l2=self.l2, num_passes=passes, visit_order=self.visit_order,
-        gamma=self.gamma, num_threads=self.num_threads,
-        compute_objective=passes == 0)
+        gamma=self.gamma, compute_objective=passes == 0)
+    if resident.rows is not None:
+      w, duals, parts = sdca_ops.packed_solve(resident.rows, **options)
+    else:
+      w, duals, parts = sdca_ops.resident_solve(
+          *resident.tensors, num_threads=self.num_threads, **options)
     if passes:
       w = w.numpy()
       k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
@@ -387,7 +405,8 @@ def _aliased(array):
 
 
 class _Resident:
-  """The data in `TfSdca>ResidentSolve`'s layout, built once per `fit`.
+  """The data in `TfSdca>ResidentSolve`'s layout, built once per `fit`, and
+  optionally packed for `TfSdca>PackedSolve`.
 
   Fixed-width ids are handed over as they are when every row's ids are
   sorted (the op's fast path for |x_i|^2), else as a row-sorted copy; CSR indices
@@ -419,6 +438,16 @@ class _Resident:
       dense = np.zeros((n, 0), np.float32)
     self.tensors = (_aliased(row_ptr), _aliased(ids), _aliased(values),
                     _aliased(dense), _aliased(weights), _aliased(labels))
+    self.rows = None
+
+  def pack(self, num_features, loss, gamma):
+    """Validates and packs the rows once (`TfSdca>PackRows`); epochs then go
+    through `TfSdca>PackedSolve`. The packed copy replaces the aliased
+    tensors (a row-sorted copy of the ids, if one was made, is freed)."""
+    self.rows = sdca_ops.pack_rows(*self.tensors,
+                                   num_sparse_features=num_features,
+                                   loss_type=loss, gamma=gamma)
+    self.tensors = None
 
 
 def _rows_sorted(ids):
