@@ -219,11 +219,14 @@ class InMemorySdca:
     batch_size = int(batch_size or n)
     # The first epoch's time includes preparing (and packing) the data.
     prepare_start = time.perf_counter()
-    resident = _Resident(n, csr, dense, labels, weights, num_features,
-                         width=None if ids is None else np.shape(ids)[1])
     one_call = batch_size >= n
-    if (one_call and self.num_threads <= 1 and
-        self.visit_order in sdca_ops.PACKED_VISIT_ORDERS):
+    packed = (one_call and self.num_threads <= 1 and
+              self.visit_order in sdca_ops.PACKED_VISIT_ORDERS)
+    # Packing computes |x_i|^2 once, so unsorted rows need no sorted copy.
+    resident = _Resident(n, csr, dense, labels, weights, num_features,
+                         width=None if ids is None or packed
+                         else np.shape(ids)[1])
+    if packed:
       resident.pack(num_features or 0, self.loss, self.gamma)
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
@@ -408,9 +411,10 @@ class _Resident:
   """The data in `TfSdca>ResidentSolve`'s layout, built once per `fit`, and
   optionally packed for `TfSdca>PackedSolve`.
 
-  Fixed-width ids are handed over as they are when every row's ids are
-  sorted (the op's fast path for |x_i|^2), else as a row-sorted copy; CSR indices
-  are passed as int32.
+  Fixed-width ids given with `width` are handed over as they are when every
+  row's ids are sorted, else as a row-sorted copy (ResidentSolve computes
+  |x_i|^2 every call, fastest on sorted rows); CSR indices are passed as
+  int32.
   """
 
   def __init__(self, n, csr, dense, labels, weights, num_features,
