@@ -233,7 +233,8 @@ class PackedPass {
 
   template <class Header>
   void Run(char* buffer, const int64_t* visit, int64_t count, int64_t dd,
-           int64_t num_sparse, double* __restrict w) const {
+           int64_t num_sparse, double* __restrict w,
+           double* __restrict duals) const {
     double* __restrict wd = w + num_sparse;
     // A record is fetched whole (up to 4 lines: 192 bytes for a Criteo row)
     // kRowAhead rows before its visit, its weights kWeightAhead rows before.
@@ -253,15 +254,17 @@ class PackedPass {
         for (int32_t e = 0; e < h->nnz; ++e) {
           __builtin_prefetch(w + ids[e], 1);
         }
+        __builtin_prefetch(duals + h->row, 1);
       }
-      Header* h = reinterpret_cast<Header*>(buffer + visit[k]);
+      const Header* h = reinterpret_cast<const Header*>(buffer + visit[k]);
       const double s = h->weight;
       if (s <= 0.0) continue;
       const int64_t nnz = h->nnz;
       const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
       const float* values = reinterpret_cast<const float*>(ids + nnz);
       const float* x = kHasValues ? values + nnz : values;
-      step_(ids, values, nnz, x, dd, h->label, s, h->norm, &h->dual, w, wd);
+      step_(ids, values, nnz, x, dd, h->label, s, h->norm, duals + h->row, w,
+            wd);
     }
   }
 
@@ -543,7 +546,8 @@ void PackedRows::FreeBuffer::operator()(char* p) const { std::free(p); }
 
 int64_t PackedRows::bytes() const {
   return buffer_bytes_ +
-         static_cast<int64_t>(offsets_.size() * sizeof(int64_t));
+         static_cast<int64_t>(offsets_.size() * sizeof(int64_t) +
+                              labels_.size() * sizeof(double));
 }
 
 bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
@@ -554,6 +558,7 @@ bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
   dense_dim_ = d.dense_dim;
   has_values_ = d.values != nullptr;
   offsets_.resize(n);
+  labels_.assign(d.labels, d.labels + n);
   const int64_t per_entry = has_values_ ? 8 : 4;
   int64_t total = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -598,7 +603,7 @@ bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
       const int64_t first = d.row_ptr ? d.row_ptr[i] : 0;
       const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - first : 0;
       Header* h = Row(offsets_[i]);
-      h->dual = 0.0;
+      h->row = i;
       h->norm = d.squared_norms[i];
       h->label = d.labels[i];
       h->weight = d.example_weights[i];
@@ -619,28 +624,23 @@ bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
   return true;
 }
 
-bool PackedRows::LoadDuals(const double* duals, const DualLossUpdater& loss,
-                           std::string* error) {
+bool PackedRows::CheckDuals(const double* duals, const DualLossUpdater& loss,
+                            std::string* error) const {
   for (int64_t i = 0; i < num_examples_; ++i) {
-    Header* h = Row(offsets_[i]);
-    if (!std::isfinite(duals[i]) || !loss.DualInDomain(duals[i], h->label)) {
+    if (!std::isfinite(duals[i]) || !loss.DualInDomain(duals[i], labels_[i])) {
       std::ostringstream out;
       out << "duals[" << i << "] = " << duals[i] << " is not a valid dual of "
           << loss.Name() << " for the example's label (converted: "
-          << h->label << ")";
+          << labels_[i] << ")";
       *error = out.str();
       return false;
     }
-    h->dual = duals[i];
   }
   return true;
 }
 
-void PackedRows::StoreDuals(double* duals) const {
-  for (int64_t i = 0; i < num_examples_; ++i) duals[i] = Row(offsets_[i])->dual;
-}
-
-void PackedRows::Solve(const SolverOptions& options, double* weights) {
+void PackedRows::Solve(const SolverOptions& options, double* weights,
+                       double* duals) const {
   const int64_t n = num_examples_;
   if (n == 0) return;
   const int64_t m = num_slots();
@@ -668,7 +668,7 @@ void PackedRows::Solve(const SolverOptions& options, double* weights) {
                PackedPass<Loss, decltype(l1)::value, decltype(values)::value>(
                    loss, options, partitions)
                    .template Run<Header>(buffer_.get(), offsets, n, dense_dim_,
-                                         num_sparse_features_, weights);
+                                         num_sparse_features_, weights, duals);
              });
   }
   if (options.num_loss_partitions > 1) {
@@ -679,7 +679,8 @@ void PackedRows::Solve(const SolverOptions& options, double* weights) {
 }
 
 ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
-                                    const double* weights, int64_t chunks,
+                                    const double* weights,
+                                    const double* duals, int64_t chunks,
                                     const ParallelFor& parallel_for) const {
   ObjectiveParts parts;
   const std::vector<double> shrunk =
@@ -701,7 +702,7 @@ ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
                     RowMargin(ids, has_values_ ? values : nullptr, h->nnz, x,
                               dense_dim_, w, wd);
                 p += s * loss.PrimalLoss(wx, h->label);
-                q += s * loss.DualLoss(h->dual, h->label);
+                q += s * loss.DualLoss(duals[i], h->label);
               }
               *primal = p;
               *dual = q;

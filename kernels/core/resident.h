@@ -84,21 +84,21 @@ ObjectiveParts EvaluateResident(const SolverOptions& options,
 // The rows of a data set packed into one buffer, for many epochs over data
 // that stays in memory (TfSdca>PackRows, TfSdca>PackedSolve). Each row is one
 // record in row order:
-//   dual (float64) | |x_i|^2 (float64) | converted label (float64) |
+//   row index (int64) | |x_i|^2 (float64) | converted label (float64) |
 //   example weight (float32) | nnz (int32) | nnz int32 ids |
 //   [nnz float32 values] | dense_dim float32 | padding to 8 bytes
 // (192 bytes for a Criteo row of 26 ids and 14 dense values). A step then
-// reads one contiguous record instead of eight arrays at eight places: on
-// 1M Criteo-shaped rows in a random order an epoch takes ~0.6x the time of
-// the pass over separate arrays, with the same arithmetic (RowStep), so the
-// same results bit for bit. The duals live in the records while a solve
-// runs; LoadDuals / StoreDuals copy them from / to the caller's array.
+// reads one contiguous record (and its dual, duals[row], from an array of
+// 8 bytes per row) instead of eight arrays at eight places: on 1M
+// Criteo-shaped rows in a random order an epoch takes ~0.6x the time of the
+// pass over separate arrays, with the same arithmetic (RowStep), so the same
+// results bit for bit.
 class PackedRows {
  public:
   // Packs `data`, which must be valid (ValidateRowPtr, PrepareResidentRows)
   // with converted labels and squared norms. Rows are copied in `chunks`
   // pieces through `parallel_for`. Fails (false, *error) only for a row
-  // longer than 2^31 - 1 entries.
+  // longer than 2^31 - 1 entries or when memory runs out.
   bool Pack(const ResidentData& data, int64_t chunks,
             const ParallelFor& parallel_for, std::string* error);
 
@@ -107,28 +107,29 @@ class PackedRows {
   int64_t dense_dim() const { return dense_dim_; }
   int64_t num_slots() const { return num_sparse_features_ + dense_dim_; }
   bool has_values() const { return has_values_; }
-  // Bytes held (records and row offsets).
+  // Bytes held (records, row offsets, labels).
   int64_t bytes() const;
 
-  // Copies duals[0, n) into the records; false (and *error naming
-  // duals[i]) when one is not finite or outside the loss's dual domain.
-  bool LoadDuals(const double* duals, const DualLossUpdater& loss,
-                 std::string* error);
-  void StoreDuals(double* duals) const;
+  // False (and *error naming duals[i]) when duals[i] is not finite or
+  // outside the loss's dual domain for row i's label.
+  bool CheckDuals(const double* duals, const DualLossUpdater& loss,
+                  std::string* error) const;
 
   // options.num_inner_iterations passes (one shard; orders kPermutation,
   // kUniform or kCyclic), like SolveResident with the same options and
-  // data; `weights` ([num_slots()], unshrunk) updated in place.
-  void Solve(const SolverOptions& options, double* weights);
+  // data; `weights` ([num_slots()], unshrunk) and `duals` ([n]) updated in
+  // place.
+  void Solve(const SolverOptions& options, double* weights,
+             double* duals) const;
 
   // Like EvaluateResident.
   ObjectiveParts Evaluate(const SolverOptions& options, const double* weights,
-                          int64_t chunks,
+                          const double* duals, int64_t chunks,
                           const ParallelFor& parallel_for) const;
 
  private:
   struct Header {
-    double dual;
+    int64_t row;
     double norm;
     double label;
     float weight;
@@ -146,6 +147,7 @@ class PackedRows {
   std::unique_ptr<char[], FreeBuffer> buffer_;
   int64_t buffer_bytes_ = 0;
   std::vector<int64_t> offsets_;  // byte offset of row i's record
+  std::vector<double> labels_;    // converted, for CheckDuals
   int64_t num_examples_ = 0;
   int64_t num_sparse_features_ = 0;
   int64_t dense_dim_ = 0;

@@ -18,7 +18,6 @@
 #include "tensorflow/core/framework/resource_handle.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/errors.h"
-#include "tensorflow/core/platform/mutex.h"
 
 namespace tf_sdca {
 
@@ -34,9 +33,8 @@ using ::tensorflow::errors::InvalidArgument;
 
 namespace {
 
-// The packed rows and the loss they were validated for. Solves on one
-// resource run one at a time (the duals live in the records during a
-// solve).
+// The packed rows and the loss they were validated for. The rows are read
+// only after packing, so solves on one handle may run concurrently.
 class PackedRowsResource : public ResourceBase {
  public:
   PackedRowsResource(std::string loss_type, float gamma)
@@ -51,13 +49,11 @@ class PackedRowsResource : public ResourceBase {
   PackedRows* rows() { return &rows_; }
   const std::string& loss_type() const { return loss_type_; }
   float gamma() const { return gamma_; }
-  ::tensorflow::mutex* mu() { return &mu_; }
 
  private:
   const std::string loss_type_;
   const float gamma_;
   PackedRows rows_;
-  ::tensorflow::mutex mu_;
 };
 
 class PackRowsOp : public OpKernel {
@@ -168,16 +164,16 @@ class PackedSolveOp : public OpKernel {
     std::copy(w_in, w_in + m, w);
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
-    ::tensorflow::mutex_lock lock(*resource->mu());
+    const double* a_in = TensorBuffer<double>(duals);
     std::string error;
-    OP_REQUIRES(context,
-                rows->LoadDuals(TensorBuffer<double>(duals), *loss_, &error),
+    OP_REQUIRES(context, rows->CheckDuals(a_in, *loss_, &error),
                 InvalidArgument(error));
-    if (options.num_inner_iterations > 0) rows->Solve(options, w);
-    rows->StoreDuals(duals_out->flat<double>().data());
+    double* alpha = duals_out->flat<double>().data();
+    std::copy(a_in, a_in + rows->num_examples(), alpha);
+    if (options.num_inner_iterations > 0) rows->Solve(options, w, alpha);
     if (!compute_objective_) return WriteObjective(nullptr, objective);
     const ObjectiveParts parts = rows->Evaluate(
-        options, w,
+        options, w, alpha,
         context->device()->tensorflow_cpu_worker_threads()->num_threads,
         DevicePool(context));
     WriteObjective(&parts, objective);

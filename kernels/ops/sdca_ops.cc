@@ -332,9 +332,9 @@ Validates a data set once and packs it for TfSdca>PackedSolve.
 
 The inputs are those of TfSdca>ResidentSolve and are checked the same way
 (argument, position and value named on error). Every row becomes one
-contiguous record (duals, |x_i|^2, label, weight, ids, values, dense part), so
-that an epoch in a random order reads one place per row instead of eight, and
-no input is validated again per epoch. The records are a copy: the inputs may
+contiguous record (row index, |x_i|^2, label, weight, ids, values, dense
+part), so that an epoch in a random order reads one place per row (and the
+row's dual) instead of eight, and no input is validated again per epoch. The records are a copy: the inputs may
 change or be freed afterwards.
 
 rows: a handle that owns the packed rows (freed with the last reference).

@@ -153,9 +153,7 @@ int main(int argc, char** argv) {
       options.seed = static_cast<uint64_t>(epoch);
       const auto start = std::chrono::steady_clock::now();
       if (threads == 0) {
-        rows_packed.LoadDuals(duals.data(), *loss, &error);
-        rows_packed.Solve(options, w.data());
-        rows_packed.StoreDuals(duals.data());
+        rows_packed.Solve(options, w.data(), duals.data());
       } else {
         tf_sdca::SolveResident(options, view, w.data(), duals.data(),
                                tf_sdca::StdThreadParallelFor(threads));
