@@ -71,6 +71,7 @@ class InMemorySdca:
     self.num_threads = int(num_threads)
     self.sparse_weights = None  # float64 [num_features], unshrunk
     self.dense_weights = None   # float64 [d], unshrunk
+    self._table = None          # the last op call's weight table
     self.duals = None           # float64 [n], the dual of each row
 
   # --------------------------------------------------------------- data
@@ -283,9 +284,14 @@ class InMemorySdca:
     return history
 
   def _weight_table(self):
-    """The op's weight table: sparse weights, then dense ones."""
+    """The op's weight table: sparse weights, then dense ones. When both are
+    still views of the table the last call returned, that table itself (no
+    copy)."""
     parts = [w for w in (self.sparse_weights, self.dense_weights)
              if w is not None]
+    table = getattr(self, "_table", None)
+    if table is not None and _views_of(table, parts):
+      return table
     return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
   def _resident_call(self, resident, epoch, passes):
@@ -293,8 +299,10 @@ class InMemorySdca:
     not packed, `TfSdca>ResidentSolve` on the arrays): `passes` passes over
     every row (and nothing else), or with `passes=0` the exact objective
     parts at the current weights and duals."""
+    # Inputs by DLPack (no copy: the op copies them into its outputs).
     options = dict(
-        weights=self._weight_table(), duals=self.duals,
+        weights=_aliased(self._weight_table()),
+        duals=_aliased(np.ascontiguousarray(self.duals, np.float64)),
         seed=self.seed * 1_000_003 + epoch, loss_type=self.loss, l1=self.l1,
         l2=self.l2, num_passes=passes, visit_order=self.visit_order,
         gamma=self.gamma, compute_objective=passes == 0)
@@ -304,7 +312,7 @@ class InMemorySdca:
       w, duals, parts = sdca_ops.resident_solve(
           *resident.tensors, num_threads=self.num_threads, **options)
     if passes:
-      w = w.numpy()
+      w = self._table = w.numpy()
       k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
       if self.sparse_weights is not None:
         self.sparse_weights = w[:k]
@@ -399,12 +407,27 @@ class InMemorySdca:
     return z
 
 
+def _views_of(table, parts):
+  """True when `parts` are consecutive float64 views covering `table`."""
+  address = table.__array_interface__["data"][0]
+  size = 0
+  for part in parts:
+    if (part.dtype != np.float64 or part.ndim != 1 or
+        not part.flags.c_contiguous or
+        part.__array_interface__["data"][0] != address + 8 * size):
+      return False
+    size += part.shape[0]
+  return size == table.shape[0] and table.dtype == np.float64
+
+
 def _aliased(array):
   """A tensor over `array`'s memory (DLPack: no copy). The op reads it in
   place every epoch; copying a 10M-row data set per call would cost more
   than the epoch."""
-  return tf.experimental.dlpack.from_dlpack(
-      np.ascontiguousarray(array).__dlpack__())
+  array = np.ascontiguousarray(array)
+  if not array.flags.writeable:  # DLPack cannot export read-only memory
+    array = array.copy()
+  return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
 
 
 class _Resident:
