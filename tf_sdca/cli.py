@@ -3,7 +3,8 @@
   tf-sdca generate --rows N --out DIR [--files K] [--seed S]
   tf-sdca train DATA... --model-dir DIR [--format criteo|libsvm] [--loss L]
                 [--l1 X] [--l2 X] [--epochs E] [--tol T] [--batch-size B]
-                [--threads T] [--bucket-bits K] [--resume] [--skip-bad-lines]
+                [--threads T] [--pack] [--bucket-bits K] [--resume]
+                [--skip-bad-lines]
   tf-sdca evaluate DATA... --model-dir DIR
   tf-sdca predict DATA... --model-dir DIR --out FILE
   tf-sdca demo [--rows N] [--epochs E] [--tol T] [--threads T]

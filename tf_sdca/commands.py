@@ -39,9 +39,14 @@ def add_parsers(sub):
                      help="stop when the relative duality gap is below this")
   train.add_argument("--batch-size", type=int, default=None,
                      help="rows per op call; default: all rows, one "
-                     "ResidentSolve call per epoch (fastest); smaller "
-                     "batches go through the mini-batch op")
+                     "ResidentSolve (PackedSolve with --pack) call per "
+                     "epoch (fastest); smaller batches go through the "
+                     "mini-batch op")
   train.add_argument("--threads", type=int, default=0)
+  train.add_argument("--pack", action="store_true",
+                     help="pack the rows once (TfSdca>PackRows) for ~1.5x "
+                     "faster epochs, at ~192 more bytes per Criteo row of "
+                     "memory; default: read the arrays in place")
   train.add_argument("--seed", type=int, default=0)
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
@@ -234,7 +239,8 @@ def train(args):
     ckpt = None
   labels, features = _features(args.format, arrays, meta)
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
-                       seed=meta["seed"], num_threads=args.threads)
+                       seed=meta["seed"], num_threads=args.threads,
+                       pack=getattr(args, "pack", False))
   if ckpt is not None:
     model.sparse_weights = ckpt["sparse_weights"]
     model.dense_weights = ckpt["dense_weights"]

@@ -56,10 +56,16 @@ class InMemorySdca:
     num_threads: shards solved concurrently (0 or 1: one; see
       `tf_sdca.resident_solve`). The exact objective uses TensorFlow's
       intra-op threads.
+    pack: with one shard and all rows in one call, validate and pack the
+      rows once per `fit` (`tf_sdca.pack_rows`: a copy of the data, ~192
+      bytes per Criteo row of 26 ids and 14 dense values) and train through
+      `packed_solve`, ~1.5x faster per epoch; False reads the arrays in
+      place every epoch (`resident_solve`, no copy).
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
-               visit_order="permutation", seed=0, gamma=1.0, num_threads=0):
+               visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
+               pack=True):
     sdca_ops._check_options(loss, l1, l2, 1, 1, visit_order, gamma,
                             num_threads)
     self.loss = loss
@@ -69,6 +75,7 @@ class InMemorySdca:
     self.seed = int(seed)
     self.gamma = float(gamma)
     self.num_threads = int(num_threads)
+    self.pack = bool(pack)
     self.sparse_weights = None  # float64 [num_features], unshrunk
     self.dense_weights = None   # float64 [d], unshrunk
     self._table = None          # the last op call's weight table
@@ -221,7 +228,7 @@ class InMemorySdca:
     # The first epoch's time includes preparing (and packing) the data.
     prepare_start = time.perf_counter()
     one_call = batch_size >= n
-    packed = (one_call and self.num_threads <= 1 and
+    packed = (self.pack and one_call and self.num_threads <= 1 and
               self.visit_order in sdca_ops.PACKED_VISIT_ORDERS)
     # Packing computes |x_i|^2 once, so unsorted rows need no sorted copy.
     resident = _Resident(n, csr, dense, labels, weights, num_features,
