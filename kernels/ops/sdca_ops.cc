@@ -136,32 +136,39 @@ Status OptimizerShapeFn(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-// TfSdca>ResidentSolve: weights and duals keep their shapes.
-Status ResidentShapeFn(InferenceContext* c) {
+// Ranks of the six data inputs of ResidentSolve and PackRows (inputs 0-5).
+Status DataRanks(InferenceContext* c) {
+  static const char* const kNames[] = {"row_ptr",        "feature_ids",
+                                       "feature_values", "dense_features",
+                                       "example_weights", "example_labels"};
+  static const int kRanks[] = {1, 1, 1, 2, 1, 1};
   ShapeHandle unused;
-  TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "row_ptr", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "feature_ids", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 2, 1, "feature_values", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 3, 2, "dense_features", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 4, 1, "example_weights", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 5, 1, "example_labels", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 6, 1, "weights", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 7, 1, "duals", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 8, 0, "seed", &unused));
-  c->set_output(0, c->input(6));
-  c->set_output(1, c->input(7));
+  for (int k = 0; k < 6; ++k) {
+    TF_RETURN_IF_ERROR(RankNamed(c, k, kRanks[k], kNames[k], &unused));
+  }
+  return absl::OkStatus();
+}
+
+// An epoch call's weights, duals and seed start at input `first`; weights
+// and duals keep their shapes, the objective is [4].
+Status EpochShapes(InferenceContext* c, int first) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(RankNamed(c, first, 1, "weights", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, first + 1, 1, "duals", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, first + 2, 0, "seed", &unused));
+  c->set_output(0, c->input(first));
+  c->set_output(1, c->input(first + 1));
   c->set_output(2, c->Vector(4));
   return absl::OkStatus();
 }
 
+Status ResidentShapeFn(InferenceContext* c) {
+  TF_RETURN_IF_ERROR(DataRanks(c));
+  return EpochShapes(c, 6);
+}
+
 Status PackRowsShapeFn(InferenceContext* c) {
-  ShapeHandle unused;
-  TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "row_ptr", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "feature_ids", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 2, 1, "feature_values", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 3, 2, "dense_features", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 4, 1, "example_weights", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 5, 1, "example_labels", &unused));
+  TF_RETURN_IF_ERROR(DataRanks(c));
   c->set_output(0, c->Scalar());
   return absl::OkStatus();
 }
@@ -169,13 +176,42 @@ Status PackRowsShapeFn(InferenceContext* c) {
 Status PackedSolveShapeFn(InferenceContext* c) {
   ShapeHandle unused;
   TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "rows", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "weights", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 2, 1, "duals", &unused));
-  TF_RETURN_IF_ERROR(RankNamed(c, 3, 0, "seed", &unused));
-  c->set_output(0, c->input(1));
-  c->set_output(1, c->input(2));
-  c->set_output(2, c->Vector(4));
-  return absl::OkStatus();
+  return EpochShapes(c, 1);
+}
+
+using ::tensorflow::register_op::OpDefBuilderWrapper;
+
+// The six data inputs of ResidentSolve and PackRows (`op` is the builder
+// REGISTER_OP would make, a temporary living to the end of the statement).
+OpDefBuilderWrapper& DataInputs(OpDefBuilderWrapper&& op) {
+  return op.Input("row_ptr: int64")
+      .Input("feature_ids: int32")
+      .Input("feature_values: float")
+      .Input("dense_features: float")
+      .Input("example_weights: float")
+      .Input("example_labels: float");
+}
+
+// The state inputs, the outputs and the attributes of one epoch call
+// (ResidentSolve, PackedSolve); `visit_order` is that attribute's spec.
+OpDefBuilderWrapper& EpochCall(OpDefBuilderWrapper& op,
+                               const char* visit_order) {
+  return op.Input("weights: double")
+      .Input("duals: double")
+      .Input("seed: int64")
+      .Output("out_weights: double")
+      .Output("out_duals: double")
+      .Output("objective: double")
+      .Attr(
+          "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
+          "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+      .Attr("l1: float")
+      .Attr("l2: float")
+      .Attr("num_loss_partitions: int >= 1 = 1")
+      .Attr("num_passes: int >= 0 = 1")
+      .Attr(visit_order)
+      .Attr("gamma: float = 1.0")
+      .Attr("compute_objective: bool = true");
 }
 
 }  // namespace
@@ -255,31 +291,12 @@ num_threads: shards to solve concurrently (at least 1024 examples each);
   0 = one shard, with the CPU device's threads reading the batch.
 )doc");
 
-REGISTER_OP("TfSdca>ResidentSolve")
-    .Input("row_ptr: int64")
-    .Input("feature_ids: int32")
-    .Input("feature_values: float")
-    .Input("dense_features: float")
-    .Input("example_weights: float")
-    .Input("example_labels: float")
-    .Input("weights: double")
-    .Input("duals: double")
-    .Input("seed: int64")
-    .Output("out_weights: double")
-    .Output("out_duals: double")
-    .Output("objective: double")
-    .Attr(
-        "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
-        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
-    .Attr("l1: float")
-    .Attr("l2: float")
-    .Attr("num_loss_partitions: int >= 1 = 1")
-    .Attr("num_passes: int >= 0 = 1")
-    .Attr("visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} = "
-          "'permutation'")
-    .Attr("gamma: float = 1.0")
+static ::tensorflow::InitOnStartupMarker const register_resident_solve =
+    ::tensorflow::InitOnStartupMarker{} <<
+    EpochCall(DataInputs(OpDefBuilderWrapper("TfSdca>ResidentSolve")),
+              "visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} "
+              "= 'permutation'")
     .Attr("num_threads: int >= 0 = 0")
-    .Attr("compute_objective: bool = true")
     .SetShapeFn(ResidentShapeFn)
     .Doc(R"doc(
 Runs SDCA passes over a whole data set held in memory (one call per epoch).
@@ -312,13 +329,9 @@ num_threads: shards solved concurrently (merged every 32 rows, see
   device's threads.
 )doc");
 
-REGISTER_OP("TfSdca>PackRows")
-    .Input("row_ptr: int64")
-    .Input("feature_ids: int32")
-    .Input("feature_values: float")
-    .Input("dense_features: float")
-    .Input("example_weights: float")
-    .Input("example_labels: float")
+static ::tensorflow::InitOnStartupMarker const register_pack_rows =
+    ::tensorflow::InitOnStartupMarker{} <<
+    DataInputs(OpDefBuilderWrapper("TfSdca>PackRows"))
     .Output("rows: resource")
     .Attr(
         "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
@@ -345,24 +358,11 @@ num_sparse_features: size of the sparse part of the weight table (ids must
   entries.
 )doc");
 
-REGISTER_OP("TfSdca>PackedSolve")
-    .Input("rows: resource")
-    .Input("weights: double")
-    .Input("duals: double")
-    .Input("seed: int64")
-    .Output("out_weights: double")
-    .Output("out_duals: double")
-    .Output("objective: double")
-    .Attr(
-        "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
-        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
-    .Attr("l1: float")
-    .Attr("l2: float")
-    .Attr("num_loss_partitions: int >= 1 = 1")
-    .Attr("num_passes: int >= 0 = 1")
-    .Attr("visit_order: {'permutation', 'uniform', 'cyclic'} = 'permutation'")
-    .Attr("gamma: float = 1.0")
-    .Attr("compute_objective: bool = true")
+static ::tensorflow::InitOnStartupMarker const register_packed_solve =
+    ::tensorflow::InitOnStartupMarker{} <<
+    EpochCall(OpDefBuilderWrapper("TfSdca>PackedSolve").Input("rows: resource"),
+              "visit_order: {'permutation', 'uniform', 'cyclic'} = "
+              "'permutation'")
     .SetIsStateful()
     .SetShapeFn(PackedSolveShapeFn)
     .Doc(R"doc(

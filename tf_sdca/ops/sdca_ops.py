@@ -213,6 +213,20 @@ def _data_tensors(row_ptr, feature_ids, feature_values, dense_features,
       tf.convert_to_tensor(example_labels, tf.float32, name="example_labels"))
 
 
+def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
+                num_passes, visit_order, gamma, compute_objective):
+  """(weights, duals, seed) as tensors and the attributes of one epoch call
+  (ResidentSolve / PackedSolve)."""
+  state = (tf.convert_to_tensor(weights, tf.float64, name="weights"),
+           tf.convert_to_tensor(duals, tf.float64, name="duals"),
+           tf.convert_to_tensor(seed, tf.int64, name="seed"))
+  attrs = dict(loss_type=loss_type, l1=float(l1), l2=float(l2),
+               num_loss_partitions=int(num_loss_partitions),
+               num_passes=int(num_passes), visit_order=visit_order,
+               gamma=float(gamma), compute_objective=bool(compute_objective))
+  return state, attrs
+
+
 def resident_solve(row_ptr, feature_ids, feature_values, dense_features,
                    example_weights, example_labels, weights, duals, seed,
                    loss_type, l1, l2, num_loss_partitions=1, num_passes=1,
@@ -261,17 +275,13 @@ def resident_solve(row_ptr, feature_ids, feature_values, dense_features,
   _check_options(loss_type, l1, l2, num_loss_partitions, max(num_passes, 1),
                  visit_order, gamma, num_threads)
   with tf.name_scope(name or "resident_solve"):
+    state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
+                               num_loss_partitions, num_passes, visit_order,
+                               gamma, compute_objective)
     return load_ops().tf_sdca_resident_solve(
         *_data_tensors(row_ptr, feature_ids, feature_values, dense_features,
                        example_weights, example_labels),
-        tf.convert_to_tensor(weights, tf.float64, name="weights"),
-        tf.convert_to_tensor(duals, tf.float64, name="duals"),
-        tf.convert_to_tensor(seed, tf.int64, name="seed"),
-        loss_type=loss_type, l1=float(l1), l2=float(l2),
-        num_loss_partitions=int(num_loss_partitions),
-        num_passes=int(num_passes), visit_order=visit_order,
-        gamma=float(gamma), num_threads=int(num_threads),
-        compute_objective=bool(compute_objective))
+        *state, num_threads=int(num_threads), **attrs)
 
 
 PACKED_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
@@ -354,12 +364,7 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
   _check_options(loss_type, l1, l2, num_loss_partitions, max(num_passes, 1),
                  visit_order, gamma, 0)
   with tf.name_scope(name or "packed_solve"):
-    return load_ops().tf_sdca_packed_solve(
-        rows,
-        tf.convert_to_tensor(weights, tf.float64, name="weights"),
-        tf.convert_to_tensor(duals, tf.float64, name="duals"),
-        tf.convert_to_tensor(seed, tf.int64, name="seed"),
-        loss_type=loss_type, l1=float(l1), l2=float(l2),
-        num_loss_partitions=int(num_loss_partitions),
-        num_passes=int(num_passes), visit_order=visit_order,
-        gamma=float(gamma), compute_objective=bool(compute_objective))
+    state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
+                               num_loss_partitions, num_passes, visit_order,
+                               gamma, compute_objective)
+    return load_ops().tf_sdca_packed_solve(rows, *state, **attrs)
