@@ -231,6 +231,26 @@ def test_interrupted_training_resumes_to_the_uninterrupted_model(
       np.testing.assert_array_equal(a[key], b[key])
 
 
+def test_packed_training_resumes_to_the_in_place_model(generated, tmp_path,
+                                                       monkeypatch):
+  """`train --pack` (PackedSolve), interrupted and resumed, ends at the same
+  weights and duals as training in place: the CLI sorts every row's ids, so
+  both paths do the same steps in the same order."""
+  data = os.path.join(generated, "part-00000.tsv")
+  whole = str(tmp_path / "whole")
+  assert _train(data, whole) == 0
+  packed = str(tmp_path / "packed")
+  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "1")
+  assert _train(data, packed, "--pack") == 130
+  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  assert _train(data, packed, "--pack", "--resume") == 0
+  with np.load(os.path.join(whole, "checkpoint.npz")) as a, \
+      np.load(os.path.join(packed, "checkpoint.npz")) as b:
+    assert int(a["epoch"]) == int(b["epoch"]) == 4
+    for key in ("sparse_weights", "dense_weights", "duals"):
+      np.testing.assert_array_equal(a[key], b[key])
+
+
 def test_cli_reports_bad_lines_or_skips_them(criteo_file, tmp_path, capsys):
   path, _ = criteo_file
   with open(path) as f:
