@@ -193,3 +193,11 @@ def test_in_memory_trainer_packed_and_in_place_agree():
   np.testing.assert_allclose(a.duals, b.duals, rtol=1e-9, atol=1e-12)
   np.testing.assert_allclose(ha["loss"], hb["loss"], rtol=1e-12)
   assert ha["duality_gap"][-1] < ha["duality_gap"][0]
+
+
+def test_a_handle_of_another_resource_is_refused():
+  variable = tf.Variable([1.0])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="rows is not a handle made by TfSdca>PackRows"):
+    packed_solve(variable.handle, np.zeros(3), np.zeros(2), 0,
+                 "logistic_loss", 0.0, 1.0)
