@@ -1,13 +1,12 @@
 #include "kernels/core/resident.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <limits>
-#include <type_traits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
-#include <numeric>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -301,8 +300,7 @@ void Dispatch(const SolverOptions& options, bool has_values,
 #undef TF_SDCA_PASS
 }
 
-// Fisher-Yates on a[0, n): the same draws whatever T is, so shuffling row
-// offsets gives the offsets of the rows in PassOrder's permutation.
+// Fisher-Yates on a[0, n): the same draws whatever T is.
 template <typename T>
 void Shuffle(T* a, int64_t n, Rng* rng) {
   for (int64_t k = n - 1; k > 0; --k) std::swap(a[k], a[rng->Below(k + 1)]);
@@ -312,20 +310,36 @@ Rng PassRng(const SolverOptions& options, int pass) {
   return Rng(MixSeed(options.seed, 0, static_cast<uint64_t>(pass)));
 }
 
-// The order of one pass: nullptr for rows in order (cyclic), else fills
-// `order`.
-const int64_t* PassOrder(const SolverOptions& options, int64_t n, int pass,
-                         std::vector<int64_t>* order) {
-  if (options.order == VisitOrder::kCyclic) return nullptr;
+// Fills *out with the rows of pass `pass` in visiting order (kPermutation
+// or kUniform), each given as item(row): the row itself, or where its
+// record lies. The draws depend on (seed, pass) only.
+template <class Item>
+void FillPassOrder(const SolverOptions& options, int64_t n, int pass,
+                   const Item& item, std::vector<int64_t>* out) {
   Rng rng = PassRng(options, pass);
-  order->resize(n);
+  out->resize(n);
   if (options.order == VisitOrder::kUniform) {
-    for (int64_t k = 0; k < n; ++k) (*order)[k] = rng.Below(n);
+    for (int64_t k = 0; k < n; ++k) (*out)[k] = item(rng.Below(n));
   } else {
-    std::iota(order->begin(), order->end(), 0);
-    Shuffle(order->data(), n, &rng);
+    for (int64_t k = 0; k < n; ++k) (*out)[k] = item(k);
+    Shuffle(out->data(), n, &rng);
   }
-  return order->data();
+}
+
+// Runs passes() with CoCoA+ adding for K = num_loss_partitions: the passes
+// solve against w + K * (local change) and the weights keep 1/K of it.
+template <class Passes>
+void WithPartitionScaling(const SolverOptions& options, int64_t m,
+                          double* weights, const Passes& passes) {
+  const int partitions = options.num_loss_partitions;
+  std::vector<double> w0;
+  if (partitions > 1) w0.assign(weights, weights + m);
+  passes();
+  if (partitions > 1) {
+    for (int64_t j = 0; j < m; ++j) {
+      weights[j] = w0[j] + (weights[j] - w0[j]) / partitions;
+    }
+  }
 }
 
 // Shrinks the weights for evaluation and accumulates their norms.
@@ -477,6 +491,16 @@ bool PrepareResidentRows(const ResidentData& d, int64_t begin, int64_t end,
   return true;
 }
 
+int64_t FirstInvalidDual(const double* duals, const double* labels,
+                         int64_t n, const DualLossUpdater& loss) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(duals[i]) || !loss.DualInDomain(duals[i], labels[i])) {
+      return i;
+    }
+  }
+  return -1;
+}
+
 void SolveResident(const SolverOptions& options, const ResidentData& data,
                    double* weights, double* duals,
                    const ParallelFor& parallel_for) {
@@ -485,27 +509,26 @@ void SolveResident(const SolverOptions& options, const ResidentData& data,
     SolveThroughBatchSolver(options, data, weights, duals, parallel_for);
     return;
   }
-  const int64_t m = data.num_slots();
+  const int64_t n = data.num_examples;
   const double partitions = static_cast<double>(options.num_loss_partitions);
-  // CoCoA+: solve against w + K * (local change); hand back 1/K of it.
-  std::vector<double> w0;
-  if (options.num_loss_partitions > 1) w0.assign(weights, weights + m);
-  std::vector<int64_t> order;
-  for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
-    const int64_t* visit = PassOrder(options, data.num_examples, pass, &order);
-    Dispatch(options, data.values != nullptr,
-             [&](const auto& loss, auto l1, auto values) {
-               using Loss = std::decay_t<decltype(loss)>;
-               FastPass<Loss, decltype(l1)::value, decltype(values)::value>(
-                   loss, options, data, partitions)
-                   .Run(visit, data.num_examples, weights, duals);
-             });
-  }
-  if (options.num_loss_partitions > 1) {
-    for (int64_t j = 0; j < m; ++j) {
-      weights[j] = w0[j] + (weights[j] - w0[j]) / partitions;
+  WithPartitionScaling(options, data.num_slots(), weights, [&] {
+    std::vector<int64_t> order;
+    for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+      // Cyclic: rows in order, without an order array.
+      const int64_t* visit = nullptr;
+      if (options.order != VisitOrder::kCyclic) {
+        FillPassOrder(options, n, pass, [](int64_t i) { return i; }, &order);
+        visit = order.data();
+      }
+      Dispatch(options, data.values != nullptr,
+               [&](const auto& loss, auto l1, auto values) {
+                 using Loss = std::decay_t<decltype(loss)>;
+                 FastPass<Loss, decltype(l1)::value, decltype(values)::value>(
+                     loss, options, data, partitions)
+                     .Run(visit, n, weights, duals);
+               });
     }
-  }
+  });
 }
 
 ObjectiveParts EvaluateResident(const SolverOptions& options,
@@ -626,56 +649,43 @@ bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
 
 bool PackedRows::CheckDuals(const double* duals, const DualLossUpdater& loss,
                             std::string* error) const {
-  for (int64_t i = 0; i < num_examples_; ++i) {
-    if (!std::isfinite(duals[i]) || !loss.DualInDomain(duals[i], labels_[i])) {
-      std::ostringstream out;
-      out << "duals[" << i << "] = " << duals[i] << " is not a valid dual of "
-          << loss.Name() << " for the example's label (converted: "
-          << labels_[i] << ")";
-      *error = out.str();
-      return false;
-    }
-  }
-  return true;
+  const int64_t i =
+      FirstInvalidDual(duals, labels_.data(), num_examples_, loss);
+  if (i < 0) return true;
+  std::ostringstream out;
+  out << "duals[" << i << "] = " << duals[i] << " is not a valid dual of "
+      << loss.Name() << " for the example's label (converted: " << labels_[i]
+      << ")";
+  *error = out.str();
+  return false;
 }
 
 void PackedRows::Solve(const SolverOptions& options, double* weights,
                        double* duals) const {
   const int64_t n = num_examples_;
   if (n == 0) return;
-  const int64_t m = num_slots();
   const double partitions = static_cast<double>(options.num_loss_partitions);
-  std::vector<double> w0;
-  if (options.num_loss_partitions > 1) w0.assign(weights, weights + m);
-  std::vector<int64_t> visit;
-  for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
-    // The rows of PassOrder(pass), as record offsets.
-    const int64_t* offsets = offsets_.data();
-    if (options.order != VisitOrder::kCyclic) {
-      Rng rng = PassRng(options, pass);
-      if (options.order == VisitOrder::kUniform) {
-        visit.resize(n);
-        for (int64_t k = 0; k < n; ++k) visit[k] = offsets_[rng.Below(n)];
-      } else {
-        visit = offsets_;
-        Shuffle(visit.data(), n, &rng);
+  WithPartitionScaling(options, num_slots(), weights, [&] {
+    std::vector<int64_t> visit;
+    for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+      // The rows in the order SolveResident visits them, as record offsets.
+      const int64_t* offsets = offsets_.data();
+      if (options.order != VisitOrder::kCyclic) {
+        FillPassOrder(options, n, pass,
+                      [this](int64_t i) { return offsets_[i]; }, &visit);
+        offsets = visit.data();
       }
-      offsets = visit.data();
+      Dispatch(options, has_values_,
+               [&](const auto& loss, auto l1, auto values) {
+                 using Loss = std::decay_t<decltype(loss)>;
+                 PackedPass<Loss, decltype(l1)::value,
+                            decltype(values)::value>(loss, options, partitions)
+                     .template Run<Header>(buffer_.get(), offsets, n,
+                                           dense_dim_, num_sparse_features_,
+                                           weights, duals);
+               });
     }
-    Dispatch(options, has_values_,
-             [&](const auto& loss, auto l1, auto values) {
-               using Loss = std::decay_t<decltype(loss)>;
-               PackedPass<Loss, decltype(l1)::value, decltype(values)::value>(
-                   loss, options, partitions)
-                   .template Run<Header>(buffer_.get(), offsets, n, dense_dim_,
-                                         num_sparse_features_, weights, duals);
-             });
-  }
-  if (options.num_loss_partitions > 1) {
-    for (int64_t j = 0; j < m; ++j) {
-      weights[j] = w0[j] + (weights[j] - w0[j]) / partitions;
-    }
-  }
+  });
 }
 
 ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,

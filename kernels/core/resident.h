@@ -63,6 +63,11 @@ bool ValidateRowPtr(const ResidentData& data, int64_t num_ids,
 bool PrepareResidentRows(const ResidentData& data, int64_t begin, int64_t end,
                          double* norms, std::string* error);
 
+// The first i in [0, n) whose dual is not finite or outside the loss's dual
+// domain for labels[i] (converted), or -1.
+int64_t FirstInvalidDual(const double* duals, const double* labels,
+                         int64_t n, const DualLossUpdater& loss);
+
 // Runs options.num_inner_iterations passes over all rows. `weights`
 // ([data.num_slots()], unshrunk) and `duals` ([num_examples]) are read and
 // updated in place. With num_loss_partitions = K > 1 the change made to the

@@ -3,6 +3,7 @@
 #ifndef TF_SDCA_KERNELS_KERNELS_KERNEL_UTIL_H_
 #define TF_SDCA_KERNELS_KERNELS_KERNEL_UTIL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -93,6 +94,43 @@ inline void WriteObjective(const ObjectiveParts* parts,
   out(1) = parts->dual_loss;
   out(2) = parts->l2_norm_sq;
   out(3) = parts->l1_norm;
+}
+
+// The state inputs of an epoch call: weights and duals vectors, a scalar
+// seed.
+inline ::tensorflow::Status CheckEpochState(const ::tensorflow::Tensor& weights,
+                                            const ::tensorflow::Tensor& duals,
+                                            const ::tensorflow::Tensor& seed) {
+  TF_RETURN_IF_ERROR(CheckRank(weights, 1, "weights"));
+  TF_RETURN_IF_ERROR(CheckRank(duals, 1, "duals"));
+  if (seed.dims() != 0) {
+    return ::tensorflow::errors::InvalidArgument(
+        "seed must be a scalar, got shape ", seed.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// Allocates an epoch call's outputs (weights and duals shaped like the
+// inputs, the [4] objective) and copies the input weights and duals into
+// the first two, where the solve updates them.
+inline ::tensorflow::Status AllocateEpochOutputs(
+    ::tensorflow::OpKernelContext* context, const ::tensorflow::Tensor& weights,
+    const ::tensorflow::Tensor& duals, double** w, double** alpha,
+    ::tensorflow::Tensor** objective) {
+  ::tensorflow::Tensor* w_out;
+  ::tensorflow::Tensor* duals_out;
+  TF_RETURN_IF_ERROR(context->allocate_output(0, weights.shape(), &w_out));
+  TF_RETURN_IF_ERROR(context->allocate_output(1, duals.shape(), &duals_out));
+  TF_RETURN_IF_ERROR(context->allocate_output(
+      2, ::tensorflow::TensorShape({4}), objective));
+  // Raw buffers: the inputs may alias unaligned numpy memory (DLPack).
+  const auto* w_in = reinterpret_cast<const double*>(weights.tensor_data().data());
+  const auto* a_in = reinterpret_cast<const double*>(duals.tensor_data().data());
+  *w = w_out->flat<double>().data();
+  *alpha = duals_out->flat<double>().data();
+  std::copy(w_in, w_in + weights.NumElements(), *w);
+  std::copy(a_in, a_in + duals.NumElements(), *alpha);
+  return absl::OkStatus();
 }
 
 // `weights[j] = v must be finite` for the first non-finite weight.

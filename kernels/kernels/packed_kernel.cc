@@ -131,12 +131,8 @@ class PackedSolveOp : public OpKernel {
                                 resource->loss_type(), " (gamma ",
                                 resource->gamma(), "), not for ", loss_type_,
                                 " (gamma ", gamma_, ")"));
-    OP_REQUIRES_OK(context, CheckRank(weights, 1, "weights"));
-    OP_REQUIRES_OK(context, CheckRank(duals, 1, "duals"));
-    OP_REQUIRES(context, seed.dims() == 0,
-                InvalidArgument("seed must be a scalar, got shape ",
-                                seed.shape().DebugString()));
-    PackedRows* rows = resource->rows();
+    OP_REQUIRES_OK(context, CheckEpochState(weights, duals, seed));
+    const PackedRows* rows = resource->rows();
     OP_REQUIRES(context, weights.dim_size(0) == rows->num_slots(),
                 InvalidArgument("weights has ", weights.dim_size(0),
                                 " entries; the packed rows need ",
@@ -147,29 +143,19 @@ class PackedSolveOp : public OpKernel {
                 InvalidArgument("duals has ", duals.dim_size(0),
                                 " entries but the packed rows are ",
                                 rows->num_examples()));
-    const int64_t m = rows->num_slots();
-    const double* w_in = TensorBuffer<double>(weights);
-    OP_REQUIRES_OK(context, CheckFiniteWeights(w_in, m));
-
-    Tensor* w_out;
-    Tensor* duals_out;
+    OP_REQUIRES_OK(context, CheckFiniteWeights(TensorBuffer<double>(weights),
+                                               rows->num_slots()));
+    std::string error;
+    OP_REQUIRES(context,
+                rows->CheckDuals(TensorBuffer<double>(duals), *loss_, &error),
+                InvalidArgument(error));
+    double* w;
+    double* alpha;
     Tensor* objective;
-    OP_REQUIRES_OK(context,
-                   context->allocate_output(0, weights.shape(), &w_out));
-    OP_REQUIRES_OK(context,
-                   context->allocate_output(1, duals.shape(), &duals_out));
-    OP_REQUIRES_OK(context, context->allocate_output(2, TensorShape({4}),
-                                                     &objective));
-    double* w = w_out->flat<double>().data();
-    std::copy(w_in, w_in + m, w);
+    OP_REQUIRES_OK(context, AllocateEpochOutputs(context, weights, duals, &w,
+                                                 &alpha, &objective));
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
-    const double* a_in = TensorBuffer<double>(duals);
-    std::string error;
-    OP_REQUIRES(context, rows->CheckDuals(a_in, *loss_, &error),
-                InvalidArgument(error));
-    double* alpha = duals_out->flat<double>().data();
-    std::copy(a_in, a_in + rows->num_examples(), alpha);
     if (options.num_inner_iterations > 0) rows->Solve(options, w, alpha);
     if (!compute_objective_) return WriteObjective(nullptr, objective);
     const ObjectiveParts parts = rows->Evaluate(

@@ -44,11 +44,7 @@ class ResidentSolveOp : public OpKernel {
     const Tensor& weights = context->input(6);
     const Tensor& duals = context->input(7);
     const Tensor& seed = context->input(8);
-    OP_REQUIRES_OK(context, CheckRank(weights, 1, "weights"));
-    OP_REQUIRES_OK(context, CheckRank(duals, 1, "duals"));
-    OP_REQUIRES(context, seed.dims() == 0,
-                InvalidArgument("seed must be a scalar, got shape ",
-                                seed.shape().DebugString()));
+    OP_REQUIRES_OK(context, CheckEpochState(weights, duals, seed));
     const int64_t m = weights.dim_size(0);
     const int64_t d = DenseWidth(context);
     OP_REQUIRES(context, m >= d,
@@ -63,30 +59,21 @@ class ResidentSolveOp : public OpKernel {
                                 " entries but example_weights has ", n));
     const double* w_in = TensorBuffer<double>(weights);
     OP_REQUIRES_OK(context, CheckFiniteWeights(w_in, m));
-    const float* y = TensorBuffer<float>(context->input(5));
     const double* a = TensorBuffer<double>(duals);
-    for (int64_t i = 0; i < n; ++i) {
-      OP_REQUIRES(context,
-                  std::isfinite(a[i]) &&
-                      loss_->DualInDomain(a[i], inputs.labels[i]),
-                  InvalidArgument("duals[", i, "] = ", a[i],
-                                  " is not a valid dual of ", loss_->Name(),
-                                  " for example_labels[", i, "] = ", y[i]));
-    }
+    const int64_t bad = FirstInvalidDual(a, inputs.labels.data(), n, *loss_);
+    OP_REQUIRES(context, bad < 0,
+                InvalidArgument("duals[", bad, "] = ", a[bad],
+                                " is not a valid dual of ", loss_->Name(),
+                                " for example_labels[", bad, "] = ",
+                                TensorBuffer<float>(context->input(5))[bad]));
     auto* workers = context->device()->tensorflow_cpu_worker_threads();
     const ParallelFor pool = DevicePool(context);
 
-    Tensor* w_out;
-    Tensor* duals_out;
+    double* w;
+    double* alpha;
     Tensor* objective;
-    OP_REQUIRES_OK(context, context->allocate_output(0, weights.shape(), &w_out));
-    OP_REQUIRES_OK(context, context->allocate_output(1, duals.shape(), &duals_out));
-    OP_REQUIRES_OK(context, context->allocate_output(2, TensorShape({4}),
-                                                     &objective));
-    double* w = w_out->flat<double>().data();
-    double* alpha = duals_out->flat<double>().data();
-    std::copy(w_in, w_in + m, w);
-    std::copy(a, a + n, alpha);
+    OP_REQUIRES_OK(context, AllocateEpochOutputs(context, weights, duals, &w,
+                                                 &alpha, &objective));
 
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
