@@ -25,9 +25,7 @@ using ::tensorflow::DEVICE_CPU;
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
-using ::tensorflow::Status;
 using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
 using ::tensorflow::errors::InvalidArgument;
 
 namespace {
