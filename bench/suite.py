@@ -454,6 +454,8 @@ def run_sgd(problem, budget):
 
 SOLVERS = {
     "ours": run_ours_raw,
+    # Lock-free threads over packed rows.
+    "ours2": lambda problem, budget: run_ours_raw(problem, budget, threads=2),
     "ours-sdcamodel": run_ours_sdca_model,
     "ours-keras": run_ours_keras,
     "tf": run_tf_sdca_v2,

@@ -116,7 +116,7 @@ def test_duality_gap_goes_to_zero(loss, l1):
   assert gaps[-1] < limit, (loss, gaps[::20])
 
 
-def test_agrees_with_the_batch_op_and_with_two_shards():
+def test_agrees_with_the_batch_op_and_with_two_threads():
   from tf_sdca.trainer import InMemorySdca
   rng = np.random.default_rng(5)
   n, k, vocab = 6000, 5, 500
@@ -125,8 +125,11 @@ def test_agrees_with_the_batch_op_and_with_two_shards():
   z = dense @ [1.0, -1.0, 0.5] + rng.normal(size=vocab)[ids].sum(1)
   y = (rng.random(n) < 1 / (1 + np.exp(-z))).astype(np.float32)
   optima = []
-  for batch_size, threads in [(None, 0), (None, 2), (1500, 0)]:
-    model = InMemorySdca("logistic_loss", l2=5.0, num_threads=threads)
+  # Two threads: lock-free over packed rows, and two shards in place.
+  for batch_size, threads, pack in [(None, 0, True), (None, 2, True),
+                                    (None, 2, False), (1500, 0, True)]:
+    model = InMemorySdca("logistic_loss", l2=5.0, num_threads=threads,
+                         pack=pack)
     history = model.fit(y, dense=dense, ids=ids, num_features=vocab,
                         epochs=300, batch_size=batch_size, tol=1e-9,
                         verbose=0)

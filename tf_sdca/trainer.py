@@ -7,9 +7,11 @@ arrays (no drift from float32 accumulation), and by default the rows
 validated and packed once per `fit` (`TfSdca>PackRows`: one contiguous record
 per row, ~192 bytes for a Criteo row) and one `TfSdca>PackedSolve` call per
 epoch, which visits every row once in a random order and returns the new
-weights, the duals and the exact duality gap. With `num_threads > 1` or
-`visit_order='adaptive'` each epoch is a `TfSdca>ResidentSolve` call that
-reads the numpy arrays in place (DLPack, no copy). With `batch_size < n` the
+weights, the duals and the exact duality gap; with `num_threads > 1` that
+many threads share the epoch lock-free (see `tf_sdca.pack_rows`). With
+`pack=False` or `visit_order='adaptive'` each epoch is a
+`TfSdca>ResidentSolve` call that reads the numpy arrays in place (DLPack, no
+copy). With `batch_size < n` the
 rows are dealt into mini-batches handed to the `TfSdca>Optimizer` op instead.
 
 Example:
@@ -53,14 +55,18 @@ class InMemorySdca:
     visit_order: see `tf_sdca.sdca_optimizer`.
     seed: seed of the visiting order and of the batch order.
     gamma: smooth-hinge smoothing.
-    num_threads: shards solved concurrently (0 or 1: one; see
-      `tf_sdca.resident_solve`). The exact objective uses TensorFlow's
-      intra-op threads.
-    pack: with one shard and all rows in one call, validate and pack the
-      rows once per `fit` (`tf_sdca.pack_rows`: a copy of the data, ~192
-      bytes per Criteo row of 26 ids and 14 dense values) and train through
-      `packed_solve`, ~1.5x faster per epoch; False reads the arrays in
-      place every epoch (`resident_solve`, no copy).
+    num_threads: threads solving each epoch (0 or 1: one). Packed rows:
+      lock-free threads over one weight table (`tf_sdca.pack_rows`; ~0.7x
+      the time per epoch with 2 threads on Criteo-shaped rows, results vary
+      in the last bits between runs). Otherwise shards merged every 32 rows
+      (`tf_sdca.resident_solve`; deterministic but slower than one thread
+      on 2 cores). The exact objective uses TensorFlow's intra-op threads.
+    pack: with all rows in one call and visit order 'permutation',
+      'uniform' or 'cyclic', validate and pack the rows once per `fit`
+      (`tf_sdca.pack_rows`: a copy of the data, ~192 bytes per Criteo row of
+      26 ids and 14 dense values) and train through `packed_solve`, ~1.5x
+      faster per epoch; False reads the arrays in place every epoch
+      (`resident_solve`, no copy).
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
@@ -174,7 +180,7 @@ class InMemorySdca:
       epochs: maximum number of passes.
       batch_size: rows per op call. Default: all rows, packed once and one
         `TfSdca>PackedSolve` call per epoch (the fast path; a copy of the
-        data as packed records) or, with `num_threads > 1` or the adaptive
+        data as packed records) or, with `pack=False` or the adaptive
         order, one `TfSdca>ResidentSolve` call reading the arrays in place.
         Smaller values deal the rows into mini-batches for
         `TfSdca>Optimizer`.
@@ -228,14 +234,15 @@ class InMemorySdca:
     # The first epoch's time includes preparing (and packing) the data.
     prepare_start = time.perf_counter()
     one_call = batch_size >= n
-    packed = (self.pack and one_call and self.num_threads <= 1 and
+    packed = (self.pack and one_call and
               self.visit_order in sdca_ops.PACKED_VISIT_ORDERS)
     # Packing computes |x_i|^2 once, so unsorted rows need no sorted copy.
     resident = _Resident(n, csr, dense, labels, weights, num_features,
                          width=None if ids is None or packed
                          else np.shape(ids)[1])
     if packed:
-      resident.pack(num_features or 0, self.loss, self.gamma)
+      resident.pack(num_features or 0, self.loss, self.gamma,
+                    max(self.num_threads, 1))
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
@@ -474,13 +481,15 @@ class _Resident:
                     _aliased(dense), _aliased(weights), _aliased(labels))
     self.rows = None
 
-  def pack(self, num_features, loss, gamma):
-    """Validates and packs the rows once (`TfSdca>PackRows`); epochs then go
-    through `TfSdca>PackedSolve`. The packed copy replaces the aliased
-    tensors (a row-sorted copy of the ids, if one was made, is freed)."""
+  def pack(self, num_features, loss, gamma, num_threads):
+    """Validates and packs the rows once (`TfSdca>PackRows`) for
+    `num_threads` threads; epochs then go through `TfSdca>PackedSolve`. The
+    packed copy replaces the aliased tensors (a row-sorted copy of the ids,
+    if one was made, is freed)."""
     self.rows = sdca_ops.pack_rows(*self.tensors,
                                    num_sparse_features=num_features,
-                                   loss_type=loss, gamma=gamma)
+                                   loss_type=loss, gamma=gamma,
+                                   num_threads=num_threads)
     self.tensors = None
 
 

@@ -85,10 +85,37 @@ double SparseSquaredNorm(const ResidentData& d, int64_t i) {
   return sq + run * run;
 }
 
+// Plain reads and writes of the weight table (one thread owns it).
+struct PlainAccess {
+  static double Load(const double* p) { return *p; }
+  static void Add(double* p, double v) { *p += v; }
+};
+
+// Lock-free access to a weight table other threads update at the same time:
+// relaxed atomic loads, and adds by compare-and-swap, so that no update is
+// lost (the weights stay the exact sum of all the rows' changes).
+struct SharedAccess {
+  static double Load(const double* p) {
+    double v;
+    __atomic_load(p, &v, __ATOMIC_RELAXED);
+    return v;
+  }
+  static void Add(double* p, double v) {
+    double old = Load(p), updated;
+    do {
+      updated = old + v;
+    } while (!__atomic_compare_exchange(p, &old, &updated, /*weak=*/true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  }
+};
+
 // One coordinate step on a row, specialised for the loss (no virtual calls),
 // for L1 and for explicit sparse values. Shared by the pass over separate
-// arrays (FastPass) and the pass over packed rows (PackedPass), so that both
-// do bit-identical arithmetic.
+// arrays (FastPass), the pass over packed rows (PackedPass) and the threaded
+// pass over split records (SplitPass), so that the first two do
+// bit-identical arithmetic. A step is: the margin summed over the row's
+// parts (AddSparse / AddDense, four partial sums to break the add chain),
+// the dual update (Update), the weights' change (ApplySparse / ApplyDense).
 template <class Loss, bool kHasL1, bool kHasValues>
 class RowStep {
  public:
@@ -98,53 +125,93 @@ class RowStep {
         inv_l2_(1.0 / options.l2),
         shrinkage_(options.l1 / options.l2) {}
 
+  struct Sums {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    double Total() const { return (s0 + s1) + (s2 + s3); }
+  };
+
   double Effective(double w) const {
     return kHasL1 ? ShrinkL1(w, shrinkage_) : w;
   }
 
-  // Row with sparse entries ids/values[0, nnz) and dense part x[0, dd);
-  // label converted, s its weight (> 0), norm |x|^2. Updates *dual, the
-  // sparse weights w and the dense weights wd.
-  void operator()(const int32_t* __restrict ids,
-                  const float* __restrict values, int64_t nnz,
-                  const float* __restrict x, int64_t dd, double label,
-                  double s, double norm, double* dual, double* __restrict w,
-                  double* __restrict wd) const {
-    // Four partial sums break the add chain.
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  // Adds sum_e values[e] * w[ids[e]] over e in [0, nnz).
+  template <class Access>
+  void AddSparse(const int32_t* __restrict ids,
+                 const float* __restrict values, int64_t nnz,
+                 const double* w, Sums* sums) const {
+    auto term = [&](int64_t e) {
+      return (kHasValues ? values[e] : 1.0) *
+             Effective(Access::Load(w + ids[e]));
+    };
     int64_t e = 0;
     for (; e + 3 < nnz; e += 4) {
-      s0 += (kHasValues ? values[e] : 1.0) * Effective(w[ids[e]]);
-      s1 += (kHasValues ? values[e + 1] : 1.0) * Effective(w[ids[e + 1]]);
-      s2 += (kHasValues ? values[e + 2] : 1.0) * Effective(w[ids[e + 2]]);
-      s3 += (kHasValues ? values[e + 3] : 1.0) * Effective(w[ids[e + 3]]);
+      sums->s0 += term(e);
+      sums->s1 += term(e + 1);
+      sums->s2 += term(e + 2);
+      sums->s3 += term(e + 3);
     }
-    for (; e < nnz; ++e) {
-      s0 += (kHasValues ? values[e] : 1.0) * Effective(w[ids[e]]);
-    }
+    for (; e < nnz; ++e) sums->s0 += term(e);
+  }
+
+  // Adds x[0, dd) . wd.
+  void AddDense(const float* __restrict x, int64_t dd,
+                const double* __restrict wd, Sums* sums) const {
     int64_t c = 0;
     for (; c + 3 < dd; c += 4) {
-      s0 += x[c] * Effective(wd[c]);
-      s1 += x[c + 1] * Effective(wd[c + 1]);
-      s2 += x[c + 2] * Effective(wd[c + 2]);
-      s3 += x[c + 3] * Effective(wd[c + 3]);
+      sums->s0 += x[c] * Effective(wd[c]);
+      sums->s1 += x[c + 1] * Effective(wd[c + 1]);
+      sums->s2 += x[c + 2] * Effective(wd[c + 2]);
+      sums->s3 += x[c + 3] * Effective(wd[c + 3]);
     }
-    for (; c < dd; ++c) s0 += x[c] * Effective(wd[c]);
-    const double wx = (s0 + s1) + (s2 + s3);
+    for (; c < dd; ++c) sums->s0 += x[c] * Effective(wd[c]);
+  }
+
+  // The dual step of a row with margin wx (label converted, s its weight
+  // > 0, norm |x|^2): updates *dual and returns the coefficient of x in the
+  // weights' change (0.0: no change).
+  double Update(double label, double s, double norm, double wx,
+                double* dual) const {
     const double q = sigma_ * s * norm * inv_l2_;
     const double old_dual = *dual;
     const double new_dual =
         loss_.Loss::ComputeUpdatedDual(label, old_dual, wx, q);
     const double change = new_dual - old_dual;
-    if (change == 0.0) return;
+    if (change == 0.0) return 0.0;
     *dual = new_dual;
-    const double coef = sigma_ * s * change * inv_l2_;
-    // Repeated ids in a row are added twice, which is what their summed
-    // value means.
-    for (e = 0; e < nnz; ++e) {
-      w[ids[e]] += coef * (kHasValues ? values[e] : 1.0);
+    return sigma_ * s * change * inv_l2_;
+  }
+
+  // w[ids[e]] += coef * values[e]. Repeated ids in a row are added twice,
+  // which is what their summed value means.
+  template <class Access>
+  void ApplySparse(const int32_t* __restrict ids,
+                   const float* __restrict values, int64_t nnz, double coef,
+                   double* w) const {
+    for (int64_t e = 0; e < nnz; ++e) {
+      Access::Add(w + ids[e], coef * (kHasValues ? values[e] : 1.0));
     }
-    for (c = 0; c < dd; ++c) wd[c] += coef * x[c];
+  }
+
+  void ApplyDense(const float* __restrict x, int64_t dd, double coef,
+                  double* __restrict wd) const {
+    for (int64_t c = 0; c < dd; ++c) wd[c] += coef * x[c];
+  }
+
+  // The whole step on a row with sparse entries ids/values[0, nnz) and
+  // dense part x[0, dd), one thread owning the sparse weights w and the
+  // dense weights wd.
+  void operator()(const int32_t* __restrict ids,
+                  const float* __restrict values, int64_t nnz,
+                  const float* __restrict x, int64_t dd, double label,
+                  double s, double norm, double* dual, double* __restrict w,
+                  double* __restrict wd) const {
+    Sums sums;
+    AddSparse<PlainAccess>(ids, values, nnz, w, &sums);
+    AddDense(x, dd, wd, &sums);
+    const double coef = Update(label, s, norm, sums.Total(), dual);
+    if (coef == 0.0) return;
+    ApplySparse<PlainAccess>(ids, values, nnz, coef, w);
+    ApplyDense(x, dd, coef, wd);
   }
 
  private:
@@ -222,6 +289,33 @@ class FastPass {
   const ResidentData& d_;
 };
 
+// Prefetches for visit k of the records at byte offsets visit[0, count):
+// the whole record kRowAhead visits ahead (up to 4 lines: 192 bytes for a
+// Criteo row), and the weights of its first ids(header) ids and its dual
+// kWeightAhead visits ahead (by then the record is in cache). Forced inline:
+// as a call (GCC 12 -O3 does not inline it) an epoch took 2.5x the time.
+template <class Header, class Ids>
+__attribute__((always_inline)) inline void PrefetchAhead(
+    const char* buffer, const int64_t* visit, int64_t k, int64_t count,
+    const double* w, const double* duals, const Ids& ids_of) {
+  constexpr int64_t kRowAhead = 8, kWeightAhead = 3;
+  if (k + kRowAhead < count) {
+    const char* p = buffer + visit[k + kRowAhead];
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 64);
+    __builtin_prefetch(p + 128);
+    __builtin_prefetch(p + 192);
+  }
+  if (k + kWeightAhead < count) {
+    const Header* h =
+        reinterpret_cast<const Header*>(buffer + visit[k + kWeightAhead]);
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const int32_t num_ids = ids_of(h);
+    for (int32_t e = 0; e < num_ids; ++e) __builtin_prefetch(w + ids[e], 1);
+    __builtin_prefetch(duals + h->row, 1);
+  }
+}
+
 // One pass over packed records (PackedRows), visiting the records at byte
 // offsets visit[0..count) of `buffer`.
 template <class Loss, bool kHasL1, bool kHasValues>
@@ -235,26 +329,9 @@ class PackedPass {
            int64_t num_sparse, double* __restrict w,
            double* __restrict duals) const {
     double* __restrict wd = w + num_sparse;
-    // A record is fetched whole (up to 4 lines: 192 bytes for a Criteo row)
-    // kRowAhead rows before its visit, its weights kWeightAhead rows before.
-    constexpr int64_t kRowAhead = 8, kWeightAhead = 3;
     for (int64_t k = 0; k < count; ++k) {
-      if (k + kRowAhead < count) {
-        const char* p = buffer + visit[k + kRowAhead];
-        __builtin_prefetch(p, 1);
-        __builtin_prefetch(p + 64);
-        __builtin_prefetch(p + 128);
-        __builtin_prefetch(p + 192);
-      }
-      if (k + kWeightAhead < count) {
-        const Header* h =
-            reinterpret_cast<const Header*>(buffer + visit[k + kWeightAhead]);
-        const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-        for (int32_t e = 0; e < h->nnz; ++e) {
-          __builtin_prefetch(w + ids[e], 1);
-        }
-        __builtin_prefetch(duals + h->row, 1);
-      }
+      PrefetchAhead<Header>(buffer, visit, k, count, w, duals,
+                            [](const Header* h) { return h->nnz; });
       const Header* h = reinterpret_cast<const Header*>(buffer + visit[k]);
       const double s = h->weight;
       if (s <= 0.0) continue;
@@ -265,6 +342,70 @@ class PackedPass {
       step_(ids, values, nnz, x, dd, h->label, s, h->norm, duals + h->row, w,
             wd);
     }
+  }
+
+ private:
+  const RowStep<Loss, kHasL1, kHasValues> step_;
+};
+
+// One thread's share of a pass over split records (PackedRows with
+// num_threads > 1): cold weights read and added atomically in the shared
+// table `w`, hot and dense weights in a private copy merged into
+// `shared_hot` ([hot ids | dense columns]) by atomic adds every
+// `sync_every` rows and at the end.
+template <class Loss, bool kHasL1, bool kHasValues>
+class SplitPass {
+ public:
+  SplitPass(const Loss& loss, const SolverOptions& options, double sigma)
+      : step_(loss, options, sigma) {}
+
+  template <class Header>
+  void Run(const char* buffer, const int64_t* visit, int64_t count,
+           int64_t dd, int64_t num_hot, int64_t sync_every,
+           double* shared_hot, double* w, double* __restrict duals) const {
+    const int64_t size = num_hot + dd;
+    // local: this thread's view; seen: the shared values at the last merge.
+    std::vector<double> local(size), seen(size);
+    auto merge = [&] {
+      for (int64_t h = 0; h < size; ++h) {
+        const double change = local[h] - seen[h];
+        if (change != 0.0) SharedAccess::Add(shared_hot + h, change);
+        local[h] = seen[h] = SharedAccess::Load(shared_hot + h);
+      }
+    };
+    merge();
+    double* hot = local.data();
+    double* wd = hot + num_hot;
+    int64_t since_merge = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      // The hot weights are in this thread's copy: only the cold ones.
+      PrefetchAhead<Header>(buffer, visit, k, count, w, duals,
+                            [](const Header* h) { return h->num_cold; });
+      if (++since_merge == sync_every) {
+        since_merge = 0;
+        merge();
+      }
+      const Header* h = reinterpret_cast<const Header*>(buffer + visit[k]);
+      const double s = h->weight;
+      if (s <= 0.0) continue;
+      const int64_t cold = h->num_cold, nnz = cold + h->num_hot;
+      const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+      const float* values = reinterpret_cast<const float*>(ids + nnz);
+      const float* x = kHasValues ? values + nnz : values;
+      typename RowStep<Loss, kHasL1, kHasValues>::Sums sums;
+      step_.template AddSparse<SharedAccess>(ids, values, cold, w, &sums);
+      step_.template AddSparse<PlainAccess>(ids + cold, values + cold,
+                                            nnz - cold, hot, &sums);
+      step_.AddDense(x, dd, wd, &sums);
+      const double coef =
+          step_.Update(h->label, s, h->norm, sums.Total(), duals + h->row);
+      if (coef == 0.0) continue;
+      step_.template ApplySparse<SharedAccess>(ids, values, cold, coef, w);
+      step_.template ApplySparse<PlainAccess>(ids + cold, values + cold,
+                                              nnz - cold, coef, hot);
+      step_.ApplyDense(x, dd, coef, wd);
+    }
+    merge();
   }
 
  private:
@@ -570,19 +711,59 @@ void PackedRows::FreeBuffer::operator()(char* p) const { std::free(p); }
 int64_t PackedRows::bytes() const {
   return buffer_bytes_ +
          static_cast<int64_t>(offsets_.size() * sizeof(int64_t) +
-                              labels_.size() * sizeof(double));
+                              labels_.size() * sizeof(double) +
+                              hot_ids_.size() * sizeof(int32_t));
 }
 
-bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
+int64_t PackedRows::SyncInterval() const {
+  return std::clamp<int64_t>(num_examples_ / (64 * num_threads_), 16, 1024);
+}
+
+void PackedRows::ChooseHotIds(const ResidentData& d,
+                              std::vector<int32_t>* hot_index) {
+  hot_ids_.clear();
+  if (d.row_ptr == nullptr) return;
+  const int64_t n = d.num_examples, m = d.num_sparse_features;
+  // Rows per id (an id repeated in a row counts twice), saturating.
+  std::vector<int32_t> count(m, 0);
+  for (int64_t k = 0; k < d.row_ptr[n]; ++k) {
+    int32_t& c = count[d.ids[k]];
+    c += c < std::numeric_limits<int32_t>::max();
+  }
+  const int64_t threshold = std::max<int64_t>(2, (n + 1023) / 1024);
+  for (int64_t j = 0; j < m; ++j) {
+    if (count[j] >= threshold) hot_ids_.push_back(static_cast<int32_t>(j));
+  }
+  if (static_cast<int64_t>(hot_ids_.size()) > kMaxHotIds) {
+    std::nth_element(hot_ids_.begin(), hot_ids_.begin() + kMaxHotIds,
+                     hot_ids_.end(), [&](int32_t a, int32_t b) {
+                       return count[a] != count[b] ? count[a] > count[b]
+                                                   : a < b;
+                     });
+    hot_ids_.resize(kMaxHotIds);
+    std::sort(hot_ids_.begin(), hot_ids_.end());
+  }
+  hot_index->assign(m, -1);
+  for (size_t h = 0; h < hot_ids_.size(); ++h) {
+    (*hot_index)[hot_ids_[h]] = static_cast<int32_t>(h);
+  }
+}
+
+bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
                       const ParallelFor& parallel_for, std::string* error) {
   const int64_t n = d.num_examples;
   num_examples_ = n;
   num_sparse_features_ = d.num_sparse_features;
   dense_dim_ = d.dense_dim;
   has_values_ = d.values != nullptr;
+  num_threads_ = std::max(1, num_threads);
+  const bool split = num_threads_ > 1;
+  std::vector<int32_t> hot_index;
+  if (split) ChooseHotIds(d, &hot_index);
   offsets_.resize(n);
   labels_.assign(d.labels, d.labels + n);
   const int64_t per_entry = has_values_ ? 8 : 4;
+  const int64_t header = split ? sizeof(SplitHeader) : sizeof(Header);
   int64_t total = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - d.row_ptr[i] : 0;
@@ -594,8 +775,7 @@ bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
       return false;
     }
     offsets_[i] = total;
-    const int64_t size =
-        static_cast<int64_t>(sizeof(Header)) + per_entry * nnz + 4 * dense_dim_;
+    const int64_t size = header + per_entry * nnz + 4 * dense_dim_;
     total += (size + 7) & ~int64_t{7};
   }
   // Padded so that prefetching a few lines past the last record stays
@@ -620,24 +800,48 @@ bool PackedRows::Pack(const ResidentData& d, int64_t chunks,
   }
   buffer_.reset(memory);
   std::memset(buffer_.get() + total, 0, buffer_bytes_ - total);
+  // Writes row i's header fields and returns where its entries start.
+  auto fill_header = [&](auto* h, int64_t i) {
+    h->row = i;
+    h->norm = d.squared_norms[i];
+    h->label = d.labels[i];
+    h->weight = d.example_weights[i];
+    return reinterpret_cast<char*>(h + 1);
+  };
   chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
   parallel_for(chunks, [&](int64_t c) {
     for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
       const int64_t first = d.row_ptr ? d.row_ptr[i] : 0;
       const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - first : 0;
-      Header* h = Row(offsets_[i]);
-      h->row = i;
-      h->norm = d.squared_norms[i];
-      h->label = d.labels[i];
-      h->weight = d.example_weights[i];
-      h->nnz = static_cast<int32_t>(nnz);
-      char* p = reinterpret_cast<char*>(h + 1);
-      std::memcpy(p, d.ids + first, 4 * nnz);
-      p += 4 * nnz;
-      if (has_values_) {
-        std::memcpy(p, d.values + first, 4 * nnz);
-        p += 4 * nnz;
+      char* p;
+      if (!split) {
+        Header* h = reinterpret_cast<Header*>(buffer_.get() + offsets_[i]);
+        p = fill_header(h, i);
+        h->nnz = static_cast<int32_t>(nnz);
+        std::memcpy(p, d.ids + first, 4 * nnz);
+        if (has_values_) std::memcpy(p + 4 * nnz, d.values + first, 4 * nnz);
+      } else {
+        SplitHeader* h =
+            reinterpret_cast<SplitHeader*>(buffer_.get() + offsets_[i]);
+        p = fill_header(h, i);
+        int32_t* ids = reinterpret_cast<int32_t*>(p);
+        float* values = reinterpret_cast<float*>(ids + nnz);
+        // Cold ids first, then the hot ones as hot indices.
+        int64_t at = 0;
+        for (int hot = 0; hot < 2; ++hot) {
+          for (int64_t k = first; k < first + nnz; ++k) {
+            const int32_t index = hot_index[d.ids[k]];
+            if ((index >= 0) != (hot == 1)) continue;
+            ids[at] = hot ? index : d.ids[k];
+            if (has_values_) values[at] = d.values[k];
+            ++at;
+          }
+          if (!hot) h->num_cold = static_cast<int32_t>(at);
+        }
+        h->num_hot = static_cast<int32_t>(nnz - h->num_cold);
+        h->unused = 0;
       }
+      p += per_entry * nnz;
       std::memcpy(p, d.dense + i * dense_dim_, 4 * dense_dim_);
       p += 4 * dense_dim_;
       const int64_t end = i + 1 < n ? offsets_[i + 1] : total;
@@ -664,6 +868,7 @@ void PackedRows::Solve(const SolverOptions& options, double* weights,
                        double* duals) const {
   const int64_t n = num_examples_;
   if (n == 0) return;
+  if (num_threads_ > 1) return SolveSplit(options, weights, duals);
   const double partitions = static_cast<double>(options.num_loss_partitions);
   WithPartitionScaling(options, num_slots(), weights, [&] {
     std::vector<int64_t> visit;
@@ -688,6 +893,60 @@ void PackedRows::Solve(const SolverOptions& options, double* weights,
   });
 }
 
+void PackedRows::SolveSplit(const SolverOptions& options, double* weights,
+                            double* duals) const {
+  const int64_t n = num_examples_;
+  const int64_t threads = std::min<int64_t>(num_threads_, n);
+  const int64_t num_hot = static_cast<int64_t>(hot_ids_.size());
+  double* dense_weights = weights + num_sparse_features_;
+  const double partitions = static_cast<double>(options.num_loss_partitions);
+  const ParallelFor run_threads = StdThreadParallelFor(threads);
+  auto first_row = [&](int64_t t) { return n * t / threads; };
+  WithPartitionScaling(options, num_slots(), weights, [&] {
+    std::vector<int64_t> visit(n);
+    std::vector<double> shared_hot(num_hot + dense_dim_);
+    for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+      if (options.order == VisitOrder::kPermutation) {
+        FillPassOrder(options, n, pass,
+                      [this](int64_t i) { return offsets_[i]; }, &visit);
+      } else if (options.order == VisitOrder::kCyclic) {
+        visit = offsets_;
+      } else {  // kUniform, each thread within its own block of rows
+        for (int64_t t = 0; t < threads; ++t) {
+          Rng rng(MixSeed(options.seed, t + 1, static_cast<uint64_t>(pass)));
+          const int64_t lo = first_row(t), rows = first_row(t + 1) - lo;
+          for (int64_t k = lo; k < lo + rows; ++k) {
+            visit[k] = offsets_[lo + rng.Below(rows)];
+          }
+        }
+      }
+      for (int64_t h = 0; h < num_hot; ++h) {
+        shared_hot[h] = weights[hot_ids_[h]];
+      }
+      std::copy(dense_weights, dense_weights + dense_dim_,
+                shared_hot.begin() + num_hot);
+      Dispatch(options, has_values_,
+               [&](const auto& loss, auto l1, auto values) {
+                 using Loss = std::decay_t<decltype(loss)>;
+                 const SplitPass<Loss, decltype(l1)::value,
+                                 decltype(values)::value>
+                     split(loss, options, partitions);
+                 run_threads(threads, [&](int64_t t) {
+                   split.template Run<SplitHeader>(
+                       buffer_.get(), visit.data() + first_row(t),
+                       first_row(t + 1) - first_row(t), dense_dim_, num_hot,
+                       SyncInterval(), shared_hot.data(), weights, duals);
+                 });
+               });
+      for (int64_t h = 0; h < num_hot; ++h) {
+        weights[hot_ids_[h]] = shared_hot[h];
+      }
+      std::copy(shared_hot.begin() + num_hot, shared_hot.end(),
+                dense_weights);
+    }
+  });
+}
+
 ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
                                     const double* weights,
                                     const double* duals, int64_t chunks,
@@ -698,21 +957,39 @@ ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
   const double* w = shrunk.data();
   const double* wd = w + num_sparse_features_;
   const DualLossUpdater& loss = *options.loss;
+  // x_i . w of the record at `offset`, either layout.
+  auto margin = [&](const auto* h, int64_t nnz, int64_t cold) {
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const float* values = reinterpret_cast<const float*>(ids + nnz);
+    const float* x = has_values_ ? values + nnz : values;
+    if (!has_values_) values = nullptr;
+    double wx = RowMargin(ids, values, cold, x, dense_dim_, w, wd);
+    for (int64_t e = cold; e < nnz; ++e) {
+      wx += (values ? values[e] : 1.0) * w[hot_ids_[ids[e]]];
+    }
+    return wx;
+  };
   SumLosses(num_examples_, chunks, parallel_for,
             [&](int64_t begin, int64_t end, double* primal, double* dual) {
               double p = 0.0, q = 0.0;
               for (int64_t i = begin; i < end; ++i) {
-                const Header* h = Row(offsets_[i]);
-                const double s = h->weight;
+                const char* record = buffer_.get() + offsets_[i];
+                double s, label, wx;
+                if (num_threads_ == 1) {
+                  const Header* h = reinterpret_cast<const Header*>(record);
+                  s = h->weight;
+                  label = h->label;
+                  wx = margin(h, h->nnz, h->nnz);
+                } else {
+                  const SplitHeader* h =
+                      reinterpret_cast<const SplitHeader*>(record);
+                  s = h->weight;
+                  label = h->label;
+                  wx = margin(h, h->num_cold + h->num_hot, h->num_cold);
+                }
                 if (s <= 0.0) continue;
-                const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-                const float* values = reinterpret_cast<const float*>(ids + h->nnz);
-                const float* x = has_values_ ? values + h->nnz : values;
-                const double wx =
-                    RowMargin(ids, has_values_ ? values : nullptr, h->nnz, x,
-                              dense_dim_, w, wd);
-                p += s * loss.PrimalLoss(wx, h->label);
-                q += s * loss.DualLoss(duals[i], h->label);
+                p += s * loss.PrimalLoss(wx, label);
+                q += s * loss.DualLoss(duals[i], label);
               }
               *primal = p;
               *dual = q;

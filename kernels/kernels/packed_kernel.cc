@@ -42,7 +42,8 @@ class PackedRowsResource : public ResourceBase {
 
   std::string DebugString() const override {
     return "PackedRows(" + std::to_string(rows_.num_examples()) + " rows, " +
-           loss_type_ + ")";
+           loss_type_ + ", " + std::to_string(rows_.num_threads()) +
+           " threads)";
   }
   int64_t MemoryUsed() const override { return rows_.bytes(); }
 
@@ -68,6 +69,7 @@ class PackRowsOp : public OpKernel {
                 InvalidArgument("gamma = ", gamma_, " must be > 0"));
     OP_REQUIRES_OK(context, context->GetAttr("num_sparse_features",
                                              &num_sparse_features_));
+    OP_REQUIRES_OK(context, context->GetAttr("num_threads", &num_threads_));
     loss_ = MakeLossUpdater(type, gamma_);
   }
 
@@ -83,7 +85,7 @@ class PackRowsOp : public OpKernel {
     const int threads =
         context->device()->tensorflow_cpu_worker_threads()->num_threads;
     OP_REQUIRES(context,
-                resource->rows()->Pack(inputs.data, threads,
+                resource->rows()->Pack(inputs.data, num_threads_, threads,
                                        DevicePool(context), &error),
                 InvalidArgument(error));
     Tensor* out;
@@ -96,6 +98,7 @@ class PackRowsOp : public OpKernel {
   std::string loss_type_;
   float gamma_ = 1.0f;
   int64_t num_sparse_features_ = 0;
+  int num_threads_ = 1;
 };
 
 class PackedSolveOp : public OpKernel {

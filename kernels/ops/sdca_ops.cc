@@ -338,6 +338,7 @@ static ::tensorflow::InitOnStartupMarker const register_pack_rows =
         "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
     .Attr("gamma: float = 1.0")
     .Attr("num_sparse_features: int >= 0")
+    .Attr("num_threads: int >= 1 = 1")
     .SetIsStateful()
     .SetShapeFn(PackRowsShapeFn)
     .Doc(R"doc(
@@ -356,6 +357,13 @@ loss_type: the loss whose label domain the labels are checked against;
 num_sparse_features: size of the sparse part of the weight table (ids must
   be in [0, num_sparse_features)); the table has num_sparse_features + d
   entries.
+num_threads: threads that each TfSdca>PackedSolve on these rows runs. With
+  more than 1 the threads share one weight table lock-free: ids in at least
+  1/1024 of the rows ("hot", at most 16384) and the dense columns are kept
+  per thread and merged by atomic adds every <= 1024 rows, the other ids are
+  updated by atomic adds; each row is visited by one thread. No update is
+  lost, but the order of floating-point adds (and so the last bits of the
+  results) depends on thread timing.
 )doc");
 
 static ::tensorflow::InitOnStartupMarker const register_packed_solve =
@@ -368,7 +376,10 @@ static ::tensorflow::InitOnStartupMarker const register_packed_solve =
     .Doc(R"doc(
 TfSdca>ResidentSolve on rows packed by TfSdca>PackRows: the same passes, the
 same arithmetic and the same results for the same seed (one shard), with the
-data read from the packed records.
+data read from the packed records. Rows packed with num_threads > 1 are
+solved by that many threads (see TfSdca>PackRows): each takes a share of
+the pass's permutation ('permutation'), of the rows in order ('cyclic'), or
+draws with replacement from its own block of rows ('uniform').
 
 rows: the handle from TfSdca>PackRows.
 weights: [m] unshrunk float64 weights, m = num_sparse_features + d.

@@ -13,8 +13,10 @@
 // trains `epochs` epochs from zero and prints the seconds per epoch, rows/s
 // and the relative duality gap after each epoch, so that the speed of more
 // shards can be weighed against their slower convergence per epoch. With
-// `packed` it then trains once more through PackedRows (one shard), for the
-// speed of packed records against separate arrays.
+// `packed` the same thread counts train through PackedRows instead (packed
+// for that many threads: lock-free threads over split records), and a last
+// column prints how far the weights are from w(alpha) = sum_i s_i alpha_i
+// x_i / l2 (relative; ~1e-15 means no update was lost).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -105,6 +107,27 @@ std::vector<int> ParseList(const char* text) {
   return out;
 }
 
+// |w - w(alpha)| / |w(alpha)|, w(alpha) = sum_i s_i alpha_i x_i / l2.
+double Drift(const tf_sdca::ResidentData& d, const std::vector<double>& w,
+             const std::vector<double>& duals, double l2) {
+  std::vector<double> rebuilt(w.size(), 0.0);
+  for (int64_t i = 0; i < d.num_examples; ++i) {
+    const double c = d.example_weights[i] * duals[i] / l2;
+    for (int64_t k = d.row_ptr[i]; k < d.row_ptr[i + 1]; ++k) {
+      rebuilt[d.ids[k]] += c;
+    }
+    for (int64_t j = 0; j < d.dense_dim; ++j) {
+      rebuilt[d.num_sparse_features + j] += c * d.dense[i * d.dense_dim + j];
+    }
+  }
+  double diff = 0.0, norm = 0.0;
+  for (size_t j = 0; j < w.size(); ++j) {
+    diff += (w[j] - rebuilt[j]) * (w[j] - rebuilt[j]);
+    norm += rebuilt[j] * rebuilt[j];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,14 +155,14 @@ int main(int argc, char** argv) {
   std::printf("rows %lld, 26 sparse + 14 dense per row, 2^20 buckets, "
               "logistic, l2 = 1, hardware threads %u\n",
               static_cast<long long>(rows), std::thread::hardware_concurrency());
-  std::printf("threads epoch   seconds     rows/s   rel.gap\n");
   const bool packed = argc > 4 && std::string(argv[4]) == "packed";
-  std::vector<int> runs = thread_counts;
-  if (packed) runs.push_back(0);  // 0: PackedRows
-  for (const int threads : runs) {
+  std::printf("threads epoch   seconds     rows/s   rel.gap%s\n",
+              packed ? "  w drift" : "");
+  for (const int threads : thread_counts) {
     tf_sdca::PackedRows rows_packed;
-    if (threads == 0 &&
-        !rows_packed.Pack(view, 1, tf_sdca::StdThreadParallelFor(1), &error)) {
+    if (packed && !rows_packed.Pack(view, threads, 2,
+                                    tf_sdca::StdThreadParallelFor(2),
+                                    &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }
@@ -152,7 +175,7 @@ int main(int argc, char** argv) {
     for (int epoch = 0; epoch < epochs; ++epoch) {
       options.seed = static_cast<uint64_t>(epoch);
       const auto start = std::chrono::steady_clock::now();
-      if (threads == 0) {
+      if (packed) {
         rows_packed.Solve(options, w.data(), duals.data());
       } else {
         tf_sdca::SolveResident(options, view, w.data(), duals.data(),
@@ -168,8 +191,10 @@ int main(int argc, char** argv) {
       const double primal = parts.primal_loss + 0.5 * parts.l2_norm_sq;
       const double gap = parts.primal_loss + parts.dual_loss +
                          parts.l2_norm_sq;
-      std::printf("%7d %5d %9.3f %10.0f %9.2e\n", threads, epoch + 1, seconds,
+      std::printf("%7d %5d %9.3f %10.0f %9.2e", threads, epoch + 1, seconds,
                   rows / seconds, gap / primal);
+      if (packed) std::printf("  %.1e", Drift(view, w, duals, options.l2));
+      std::printf("\n");
     }
     std::printf("%7d total %9.3f %10.0f (mean rows/s)\n", threads, total,
                 rows * epochs / total);
