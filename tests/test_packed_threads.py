@@ -17,7 +17,8 @@ def _problem(loss, n=3000, dense_dim=3, hot_per_row=2, cold_per_row=4,
              seed=0):
   """Rows with `hot_per_row` ids out of 8 (each in ~1/4 of the rows: kept
   per thread) and `cold_per_row` ids out of 50,000 (each in ~0-2 rows:
-  shared), float values, dense columns and uneven example weights."""
+  shared), float values, dense columns and uneven example weights (some
+  0)."""
   rng = np.random.default_rng(seed)
   k = hot_per_row + cold_per_row
   ids = np.concatenate([
@@ -30,7 +31,9 @@ def _problem(loss, n=3000, dense_dim=3, hot_per_row=2, cold_per_row=4,
       feature_values=rng.uniform(0.5, 1.5, n * k).astype(np.float32),
       dense_features=(rng.normal(size=(n, dense_dim)) * 0.5).astype(
           np.float32),
-      example_weights=rng.uniform(0.5, 2.0, n).astype(np.float32),
+      # Every 97th row has weight 0 (skipped).
+      example_weights=np.where(np.arange(n) % 97 == 5, 0.0,
+                               rng.uniform(0.5, 2.0, n)).astype(np.float32),
       example_labels=make_labels(loss, n, rng))
 
 
@@ -76,6 +79,7 @@ def test_no_update_is_lost(loss, threads, l1, partitions, use_values, order):
                            num_passes=2, visit_order=order)
   w, a = w.numpy(), a.numpy()
   assert np.isfinite(w).all() and np.abs(a).sum() > 0
+  assert (a[data["example_weights"] == 0] == 0).all()
   expected = w0 + _weights_of_duals(data, a, float(np.float32(l2)),
                                     use_values)
   scale = np.abs(expected).max()
@@ -146,6 +150,22 @@ def test_more_threads_than_rows():
   np.testing.assert_allclose(
       w.numpy(), _weights_of_duals(data, a.numpy(), 1.0, True), atol=1e-12)
   assert np.abs(a.numpy()).min() > 0
+
+
+def test_no_rows():
+  data = dict(row_ptr=np.zeros(1, np.int64),
+              feature_ids=np.zeros(0, np.int32),
+              feature_values=np.zeros(0, np.float32),
+              dense_features=np.zeros((0, 3), np.float32),
+              example_weights=np.zeros(0, np.float32),
+              example_labels=np.zeros(0, np.float32))
+  rows = pack_rows(**data, num_sparse_features=VOCAB,
+                   loss_type="squared_loss", num_threads=2)
+  w, a, parts = packed_solve(rows, np.ones(VOCAB + 3), np.zeros(0), seed=0,
+                             loss_type="squared_loss", l1=0.0, l2=1.0)
+  np.testing.assert_array_equal(w.numpy(), np.ones(VOCAB + 3))
+  assert a.shape == (0,)
+  np.testing.assert_allclose(parts.numpy()[:2], [0.0, 0.0])
 
 
 def test_bad_thread_count_raises_value_error():
