@@ -291,7 +291,7 @@ class FastPass {
 
 // Prefetches for visit k of the records at byte offsets visit[0, count):
 // the whole record kRowAhead visits ahead (up to 4 lines: 192 bytes for a
-// Criteo row), and the weights of its first ids(header) ids and its dual
+// Criteo row), and the weights of its first ids_of(header) ids and its dual
 // kWeightAhead visits ahead (by then the record is in cache). Forced inline:
 // as a call (GCC 12 -O3 does not inline it) an epoch took 2.5x the time.
 template <class Header, class Ids>
