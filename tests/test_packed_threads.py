@@ -176,8 +176,8 @@ def test_bad_thread_count_raises_value_error():
 
 
 def test_trainer_with_two_threads_matches_one_thread():
-  data = _problem("logistic_loss", n=4000)
-  n, k = 4000, 6
+  n, k = 10_000, 6
+  data = _problem("logistic_loss", n=n)
   args = dict(labels=data["example_labels"], dense=data["dense_features"],
               ids=data["feature_ids"].reshape(n, k), num_features=VOCAB,
               example_weights=data["example_weights"], epochs=300,
@@ -191,3 +191,10 @@ def test_trainer_with_two_threads_matches_one_thread():
         dense=data["dense_features"], ids=args["ids"])))
   np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-9)
   np.testing.assert_allclose(results[1][1], results[0][1], atol=1e-4)
+
+
+def test_trainer_uses_at_most_one_thread_per_4096_rows():
+  from tf_sdca.trainer import _packed_threads  # pylint: disable=import-outside-toplevel
+  assert [_packed_threads(t, n) for t, n in [
+      (0, 10**6), (1, 10**6), (2, 10**6), (2, 8192), (2, 8191), (4, 12288),
+      (2, 569), (8, 0)]] == [1, 1, 2, 2, 1, 3, 1, 1]

@@ -119,7 +119,7 @@ def test_duality_gap_goes_to_zero(loss, l1):
 def test_agrees_with_the_batch_op_and_with_two_threads():
   from tf_sdca.trainer import InMemorySdca
   rng = np.random.default_rng(5)
-  n, k, vocab = 6000, 5, 500
+  n, k, vocab = 8192, 5, 500  # 2 threads need >= 2 * 4096 rows
   ids = np.stack([rng.choice(vocab, k, replace=False) for _ in range(n)])
   dense = rng.normal(size=(n, 3)).astype(np.float32)
   z = dense @ [1.0, -1.0, 0.5] + rng.normal(size=vocab)[ids].sum(1)

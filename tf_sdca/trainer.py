@@ -37,6 +37,10 @@ _FULL_TABLE_FACTOR = 4
 _SHUFFLE_CHUNK = 64
 # Rows scored at a time by decision_function.
 _SCORE_CHUNK = 1 << 18
+# Fewest rows per lock-free thread over packed rows: with fewer, starting
+# the threads every epoch costs more than they gain (scikit-learn's
+# breast_cancer, 569 rows: two threads took 1.7x the time of one).
+_MIN_ROWS_PER_THREAD = 4096
 
 
 class InMemorySdca:
@@ -58,9 +62,10 @@ class InMemorySdca:
     num_threads: threads solving each epoch (0 or 1: one). Packed rows:
       lock-free threads over one weight table (`tf_sdca.pack_rows`; ~0.7x
       the time per epoch with 2 threads on Criteo-shaped rows, results vary
-      in the last bits between runs). Otherwise shards merged every 32 rows
-      (`tf_sdca.resident_solve`; deterministic but slower than one thread
-      on 2 cores). The exact objective uses TensorFlow's intra-op threads.
+      in the last bits between runs), at most one per 4096 rows. Otherwise
+      shards merged every 32 rows (`tf_sdca.resident_solve`; deterministic
+      but slower than one thread on 2 cores). The exact objective uses
+      TensorFlow's intra-op threads.
     pack: with all rows in one call and visit order 'permutation',
       'uniform' or 'cyclic', validate and pack the rows once per `fit`
       (`tf_sdca.pack_rows`: a copy of the data, ~192 bytes per Criteo row of
@@ -242,7 +247,7 @@ class InMemorySdca:
                          else np.shape(ids)[1])
     if packed:
       resident.pack(num_features or 0, self.loss, self.gamma,
-                    max(self.num_threads, 1))
+                    _packed_threads(self.num_threads, n))
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
@@ -491,6 +496,12 @@ class _Resident:
                                    loss_type=loss, gamma=gamma,
                                    num_threads=num_threads)
     self.tensors = None
+
+
+def _packed_threads(num_threads, n):
+  """Threads to pack n rows for: num_threads, at most one per
+  _MIN_ROWS_PER_THREAD rows, at least one."""
+  return max(1, min(num_threads, n // _MIN_ROWS_PER_THREAD))
 
 
 def _rows_sorted(ids):
