@@ -251,6 +251,33 @@ def test_packed_training_resumes_to_the_in_place_model(generated, tmp_path,
       np.testing.assert_array_equal(a[key], b[key])
 
 
+def test_two_threads_resume_close_to_one_thread(generated, tmp_path,
+                                                monkeypatch):
+  """`train --pack --threads 2` (lock-free threads), interrupted and
+  resumed, ends near the one-thread model: same epochs, the same gap to
+  within a factor 3, weights within a few percent (not bit for bit: the
+  threads' order of adds varies)."""
+  data = os.path.join(generated, "part-00000.tsv")
+  one = str(tmp_path / "one")
+  assert _train(data, one, "--pack") == 0
+  two = str(tmp_path / "two")
+  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "2")
+  assert _train(data, two, "--pack", "--threads", "2") == 130
+  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  assert _train(data, two, "--pack", "--threads", "2", "--resume") == 0
+  gaps = []
+  for model_dir in (one, two):
+    meta = json.loads(open(os.path.join(model_dir, "model.json")).read())
+    gaps.append(meta["history"][-1]["duality_gap"])
+  assert 0 < gaps[1] < 3 * gaps[0] and 0 < gaps[0] < 3 * gaps[1], gaps
+  with np.load(os.path.join(one, "checkpoint.npz")) as a, \
+      np.load(os.path.join(two, "checkpoint.npz")) as b:
+    assert int(a["epoch"]) == int(b["epoch"]) == 4
+    for key in ("sparse_weights", "dense_weights", "duals"):
+      diff = np.linalg.norm(a[key] - b[key]) / np.linalg.norm(a[key])
+      assert diff < 0.05, (key, diff)
+
+
 def test_cli_reports_bad_lines_or_skips_them(criteo_file, tmp_path, capsys):
   path, _ = criteo_file
   with open(path) as f:

@@ -362,16 +362,30 @@ class SplitPass {
   template <class Header>
   void Run(const char* buffer, const int64_t* visit, int64_t count,
            int64_t dd, int64_t num_hot, int64_t sync_every,
-           double* shared_hot, double* w, double* __restrict duals) const {
+           int64_t frequent_every, double* shared_hot, double* w,
+           double* __restrict duals) const {
     const int64_t size = num_hot + dd;
     // local: this thread's view; seen: the shared values at the last merge.
     std::vector<double> local(size), seen(size);
-    auto merge = [&] {
-      for (int64_t h = 0; h < size; ++h) {
+    auto merge_range = [&](int64_t begin, int64_t end) {
+      for (int64_t h = begin; h < end; ++h) {
         const double change = local[h] - seen[h];
         if (change != 0.0) SharedAccess::Add(shared_hot + h, change);
         local[h] = seen[h] = SharedAccess::Load(shared_hot + h);
       }
+    };
+    // The dense columns and the most frequent hot ids (hot indices are in
+    // decreasing order of frequency) gather the other threads' changes
+    // fastest: they are merged every `frequent_every` rows, all hot ids
+    // every `sync_every` rows.
+    const int64_t frequent =
+        std::min<int64_t>(num_hot, PackedRows::kFrequentHotIds);
+    auto merge_frequent = [&] {
+      merge_range(0, frequent);
+      merge_range(num_hot, size);
+    };
+    auto merge = [&] {
+      merge_range(0, size);
     };
     merge();
     double* hot = local.data();
@@ -384,6 +398,8 @@ class SplitPass {
       if (++since_merge == sync_every) {
         since_merge = 0;
         merge();
+      } else if (since_merge % frequent_every == 0) {
+        merge_frequent();
       }
       const Header* h = reinterpret_cast<const Header*>(buffer + visit[k]);
       const double s = h->weight;
@@ -719,6 +735,11 @@ int64_t PackedRows::SyncInterval() const {
   return std::clamp<int64_t>(num_examples_ / (64 * num_threads_), 16, 1024);
 }
 
+int64_t PackedRows::FrequentSyncInterval() const {
+  return std::clamp<int64_t>(num_examples_ / (1024 * num_threads_), 16,
+                             SyncInterval());
+}
+
 void PackedRows::ChooseHotIds(const ResidentData& d,
                               std::vector<int32_t>* hot_index) {
   hot_ids_.clear();
@@ -734,15 +755,16 @@ void PackedRows::ChooseHotIds(const ResidentData& d,
   for (int64_t j = 0; j < m; ++j) {
     if (count[j] >= threshold) hot_ids_.push_back(static_cast<int32_t>(j));
   }
+  // Most frequent first (SplitPass merges the first ones more often).
+  auto more_frequent = [&](int32_t a, int32_t b) {
+    return count[a] != count[b] ? count[a] > count[b] : a < b;
+  };
   if (static_cast<int64_t>(hot_ids_.size()) > kMaxHotIds) {
     std::nth_element(hot_ids_.begin(), hot_ids_.begin() + kMaxHotIds,
-                     hot_ids_.end(), [&](int32_t a, int32_t b) {
-                       return count[a] != count[b] ? count[a] > count[b]
-                                                   : a < b;
-                     });
+                     hot_ids_.end(), more_frequent);
     hot_ids_.resize(kMaxHotIds);
-    std::sort(hot_ids_.begin(), hot_ids_.end());
   }
+  std::sort(hot_ids_.begin(), hot_ids_.end(), more_frequent);
   hot_index->assign(m, -1);
   for (size_t h = 0; h < hot_ids_.size(); ++h) {
     (*hot_index)[hot_ids_[h]] = static_cast<int32_t>(h);
@@ -935,7 +957,8 @@ void PackedRows::SolveSplit(const SolverOptions& options, double* weights,
                    split.template Run<SplitHeader>(
                        buffer_.get(), visit.data() + first_row(t),
                        first_row(t + 1) - first_row(t), dense_dim_, num_hot,
-                       SyncInterval(), shared_hot.data(), weights, duals);
+                       SyncInterval(), FrequentSyncInterval(),
+                       shared_hot.data(), weights, duals);
                  });
                });
       for (int64_t h = 0; h < num_hot; ++h) {

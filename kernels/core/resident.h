@@ -105,7 +105,9 @@ ObjectiveParts EvaluateResident(const SolverOptions& options,
 // The ids are split into "hot" ones (in at least 1/1024 of the rows, at most
 // kMaxHotIds of them) and the dense columns, which nearly every row reads
 // and writes and which every thread therefore keeps a private copy of,
-// merged into the shared values by atomic adds every few hundred rows; and
+// merged into the shared values by atomic adds (the dense ones and the 16
+// most frequent hot ids every FrequentSyncInterval rows, all every
+// SyncInterval rows); and
 // "cold" ids, read with relaxed atomic loads and updated in the shared
 // table by atomic adds. No update is lost: after a call the weights are the
 // exact sum of the rows' changes (up to the order of floating-point adds,
@@ -113,7 +115,10 @@ ObjectiveParts EvaluateResident(const SolverOptions& options,
 // run). A thread sees the other threads' changes of a hot weight with a
 // delay of at most SyncInterval rows (a bounded-delay asynchronous SDCA,
 // as PASSCoDe-Atomic; on 1M Criteo-shaped rows it needs ~5% more epochs
-// than one thread for the same gap). Such records put the cold ids first,
+// than one thread for the same gap). The intervals scale with the rows
+// (n / 1024T and n / 64T, within [16, 1024]): a row changes a weight by
+// ~1/n of its size, and on 12k rows merging all hot weights every n / 64T
+// rows left the gap after 6 epochs 2-7x the one-thread gap. Such records put the cold ids first,
 // then the hot ones as indices into hot_ids():
 //   row (int64) | |x_i|^2 | label | weight (float32) | num_cold (int32) |
 //   num_hot (int32) | unused (int32) | cold ids | hot indices |
@@ -121,6 +126,7 @@ ObjectiveParts EvaluateResident(const SolverOptions& options,
 class PackedRows {
  public:
   static constexpr int64_t kMaxHotIds = 16384;
+  static constexpr int64_t kFrequentHotIds = 16;
 
   // Packs `data`, which must be valid (ValidateRowPtr, PrepareResidentRows)
   // with converted labels and squared norms, for Solve with `num_threads`
@@ -136,10 +142,12 @@ class PackedRows {
   int64_t num_slots() const { return num_sparse_features_ + dense_dim_; }
   bool has_values() const { return has_values_; }
   int num_threads() const { return num_threads_; }
-  // Hot index -> sparse id (empty with one thread).
+  // Hot index -> sparse id, most frequent first (empty with one thread).
   const std::vector<int32_t>& hot_ids() const { return hot_ids_; }
-  // Rows a thread solves between merges of its hot weights.
+  // Rows a thread solves between merges of all its hot weights, and of the
+  // dense ones and the kFrequentHotIds most frequent hot ids.
   int64_t SyncInterval() const;
+  int64_t FrequentSyncInterval() const;
   // Bytes held (records, row offsets, labels, hot ids).
   int64_t bytes() const;
 
