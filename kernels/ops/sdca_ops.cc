@@ -360,7 +360,8 @@ num_sparse_features: size of the sparse part of the weight table (ids must
 num_threads: threads that each TfSdca>PackedSolve on these rows runs. With
   more than 1 the threads share one weight table lock-free: ids in at least
   1/1024 of the rows ("hot", at most 16384) and the dense columns are kept
-  per thread and merged by atomic adds every <= 1024 rows, the other ids are
+  per thread and merged by atomic adds every <= 1024 rows (the dense ones
+  and the 16 most frequent ids more often), the other ids are
   updated by atomic adds; each row is visited by one thread. No update is
   lost, but the order of floating-point adds (and so the last bits of the
   results) depends on thread timing.
