@@ -177,6 +177,15 @@ def _train(data, model_dir, *extra):
                    *extra])
 
 
+def _train_interrupted(monkeypatch, epochs, data, model_dir, *extra):
+  """`train` stopped ("Ctrl-C") right after epoch `epochs`' save, then
+  `train --resume`; returns both exit codes."""
+  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", str(epochs))
+  stopped = _train(data, model_dir, *extra)
+  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  return stopped, _train(data, model_dir, *extra, "--resume")
+
+
 def test_cli_generate_train_evaluate_predict(generated, tmp_path, capsys):
   files = sorted(f for f in os.listdir(generated) if f.endswith(".tsv"))
   assert files == ["part-00000.tsv", "part-00001.tsv"]
@@ -240,10 +249,7 @@ def test_packed_training_resumes_to_the_in_place_model(generated, tmp_path,
   whole = str(tmp_path / "whole")
   assert _train(data, whole) == 0
   packed = str(tmp_path / "packed")
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "1")
-  assert _train(data, packed, "--pack") == 130
-  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
-  assert _train(data, packed, "--pack", "--resume") == 0
+  assert _train_interrupted(monkeypatch, 1, data, packed, "--pack") == (130, 0)
   with np.load(os.path.join(whole, "checkpoint.npz")) as a, \
       np.load(os.path.join(packed, "checkpoint.npz")) as b:
     assert int(a["epoch"]) == int(b["epoch"]) == 4
@@ -261,10 +267,8 @@ def test_two_threads_resume_close_to_one_thread(generated, tmp_path,
   one = str(tmp_path / "one")
   assert _train(data, one, "--pack") == 0
   two = str(tmp_path / "two")
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "2")
-  assert _train(data, two, "--pack", "--threads", "2") == 130
-  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
-  assert _train(data, two, "--pack", "--threads", "2", "--resume") == 0
+  assert _train_interrupted(monkeypatch, 2, data, two, "--pack", "--threads",
+                            "2") == (130, 0)
   gaps = []
   for model_dir in (one, two):
     meta = json.loads(open(os.path.join(model_dir, "model.json")).read())

@@ -925,15 +925,19 @@ void PackedRows::SolveSplit(const SolverOptions& options, double* weights,
   const ParallelFor run_threads = StdThreadParallelFor(threads);
   auto first_row = [&](int64_t t) { return n * t / threads; };
   WithPartitionScaling(options, num_slots(), weights, [&] {
-    std::vector<int64_t> visit(n);
+    std::vector<int64_t> visit;
     std::vector<double> shared_hot(num_hot + dense_dim_);
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+      // Cyclic: the rows in order, without an order array.
+      const int64_t* order = offsets_.data();
       if (options.order == VisitOrder::kPermutation) {
         FillPassOrder(options, n, pass,
                       [this](int64_t i) { return offsets_[i]; }, &visit);
-      } else if (options.order == VisitOrder::kCyclic) {
-        visit = offsets_;
-      } else {  // kUniform, each thread within its own block of rows
+        order = visit.data();
+      } else if (options.order == VisitOrder::kUniform) {
+        // Each thread draws within its own block of rows.
+        visit.resize(n);
+        order = visit.data();
         for (int64_t t = 0; t < threads; ++t) {
           Rng rng(MixSeed(options.seed, t + 1, static_cast<uint64_t>(pass)));
           const int64_t lo = first_row(t), rows = first_row(t + 1) - lo;
@@ -955,7 +959,7 @@ void PackedRows::SolveSplit(const SolverOptions& options, double* weights,
                      split(loss, options, partitions);
                  run_threads(threads, [&](int64_t t) {
                    split.template Run<SplitHeader>(
-                       buffer_.get(), visit.data() + first_row(t),
+                       buffer_.get(), order + first_row(t),
                        first_row(t + 1) - first_row(t), dense_dim_, num_hot,
                        SyncInterval(), FrequentSyncInterval(),
                        shared_hot.data(), weights, duals);
@@ -980,8 +984,12 @@ ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
   const double* w = shrunk.data();
   const double* wd = w + num_sparse_features_;
   const DualLossUpdater& loss = *options.loss;
-  // x_i . w of the record at `offset`, either layout.
-  auto margin = [&](const auto* h, int64_t nnz, int64_t cold) {
+  // Adds record h's weighted losses (either layout: its sparse entries are
+  // nnz ids, the first `cold` of them table ids, the others hot indices).
+  auto add_row = [&](const auto* h, int64_t nnz, int64_t cold, int64_t i,
+                     double* primal, double* dual) {
+    const double s = h->weight;
+    if (s <= 0.0) return;
     const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
     const float* values = reinterpret_cast<const float*>(ids + nnz);
     const float* x = has_values_ ? values + nnz : values;
@@ -990,29 +998,23 @@ ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
     for (int64_t e = cold; e < nnz; ++e) {
       wx += (values ? values[e] : 1.0) * w[hot_ids_[ids[e]]];
     }
-    return wx;
+    *primal += s * loss.PrimalLoss(wx, h->label);
+    *dual += s * loss.DualLoss(duals[i], h->label);
   };
   SumLosses(num_examples_, chunks, parallel_for,
             [&](int64_t begin, int64_t end, double* primal, double* dual) {
               double p = 0.0, q = 0.0;
               for (int64_t i = begin; i < end; ++i) {
                 const char* record = buffer_.get() + offsets_[i];
-                double s, label, wx;
                 if (num_threads_ == 1) {
                   const Header* h = reinterpret_cast<const Header*>(record);
-                  s = h->weight;
-                  label = h->label;
-                  wx = margin(h, h->nnz, h->nnz);
+                  add_row(h, h->nnz, h->nnz, i, &p, &q);
                 } else {
                   const SplitHeader* h =
                       reinterpret_cast<const SplitHeader*>(record);
-                  s = h->weight;
-                  label = h->label;
-                  wx = margin(h, h->num_cold + h->num_hot, h->num_cold);
+                  add_row(h, h->num_cold + h->num_hot, h->num_cold, i, &p,
+                          &q);
                 }
-                if (s <= 0.0) continue;
-                p += s * loss.PrimalLoss(wx, label);
-                q += s * loss.DualLoss(duals[i], label);
               }
               *primal = p;
               *dual = q;
