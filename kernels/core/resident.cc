@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -349,83 +350,123 @@ class PackedPass {
 };
 
 // One thread's share of a pass over split records (PackedRows with
-// num_threads > 1): cold weights read and added atomically in the shared
-// table `w`, hot and dense weights in a private copy merged into
-// `shared_hot` ([hot ids | dense columns]) by atomic adds every
-// `sync_every` rows and at the end.
-template <class Loss, bool kHasL1, bool kHasValues>
+// num_threads > 1), taken one row at a time (Visit) so that the threads can
+// run on their own std::threads or interleaved in lockstep on one. Cold
+// weights are read and added atomically in the shared table `w`; hot and
+// dense weights live in a private copy merged into `shared_hot` ([hot ids |
+// dense columns]) by atomic adds every `sync_every` rows (the dense ones and
+// the most frequent hot ids every `frequent_every` rows) and at the end.
+//
+// Between merges the threads do not see each other's changes of a hot
+// weight, so T threads move it up to T times as far as each of them
+// expects: on a weight in every row (an intercept) three or more such
+// threads overshoot and the gap stops falling. The private copy therefore
+// follows CoCoA+'s local subproblem with sigma' = scale[h] on that slot
+// (PackedRows::ChooseSlotScales): it holds shared + scale[h] * (this
+// thread's change), the step's q counts the slot's x^2 scale[h] times (the
+// records' norms, see PackedRows::Pack), and a merge adds the change
+// itself, (local - seen) / scale[h].
+template <class Loss, bool kHasL1, bool kHasValues, class Header>
 class SplitPass {
  public:
-  SplitPass(const Loss& loss, const SolverOptions& options, double sigma)
-      : step_(loss, options, sigma) {}
+  using Step = RowStep<Loss, kHasL1, kHasValues>;
 
-  template <class Header>
-  void Run(const char* buffer, const int64_t* visit, int64_t count,
-           int64_t dd, int64_t num_hot, int64_t sync_every,
-           int64_t frequent_every, double* shared_hot, double* w,
-           double* __restrict duals) const {
-    const int64_t size = num_hot + dd;
-    // local: this thread's view; seen: the shared values at the last merge.
-    std::vector<double> local(size), seen(size);
-    auto merge_range = [&](int64_t begin, int64_t end) {
-      for (int64_t h = begin; h < end; ++h) {
-        const double change = local[h] - seen[h];
-        if (change != 0.0) SharedAccess::Add(shared_hot + h, change);
-        local[h] = seen[h] = SharedAccess::Load(shared_hot + h);
-      }
-    };
+  // What the threads of one pass share.
+  struct Shared {
+    const char* buffer;
+    int64_t dd, num_hot, sync_every, frequent_every;
+    const double* scale;  // [num_hot + dd], sigma' of each private slot
+    double* shared_hot;   // [num_hot + dd]
+    double* w;            // the table (cold ids read and added here)
+    double* duals;
+  };
+
+  // `phase`: rows counted as already solved since the last merge, so that
+  // the threads' merges are spread over the interval instead of aligned.
+  SplitPass(const Step& step, const Shared& shared, const int64_t* visit,
+            int64_t count, int64_t phase)
+      : step_(step),
+        s_(shared),
+        visit_(visit),
+        count_(count),
+        size_(shared.num_hot + shared.dd),
+        frequent_(std::min<int64_t>(shared.num_hot,
+                                    PackedRows::kFrequentHotIds)),
+        local_(size_),
+        seen_(size_),
+        inv_scale_(size_),
+        since_merge_(phase) {
+    for (int64_t h = 0; h < size_; ++h) inv_scale_[h] = 1.0 / s_.scale[h];
+  }
+
+  int64_t count() const { return count_; }
+
+  void Begin() { Merge(0, size_); }
+
+  // Solves the k-th row of this thread's share.
+  __attribute__((always_inline)) inline void Visit(int64_t k) {
+    // The hot weights are in this thread's copy: prefetch only cold ones.
+    PrefetchAhead<Header>(s_.buffer, visit_, k, count_, s_.w, s_.duals,
+                          [](const Header* h) { return h->num_cold; });
     // The dense columns and the most frequent hot ids (hot indices are in
     // decreasing order of frequency) gather the other threads' changes
     // fastest: they are merged every `frequent_every` rows, all hot ids
     // every `sync_every` rows.
-    const int64_t frequent =
-        std::min<int64_t>(num_hot, PackedRows::kFrequentHotIds);
-    auto merge_frequent = [&] {
-      merge_range(0, frequent);
-      merge_range(num_hot, size);
-    };
-    auto merge = [&] {
-      merge_range(0, size);
-    };
-    merge();
-    double* hot = local.data();
-    double* wd = hot + num_hot;
-    int64_t since_merge = 0;
-    for (int64_t k = 0; k < count; ++k) {
-      // The hot weights are in this thread's copy: only the cold ones.
-      PrefetchAhead<Header>(buffer, visit, k, count, w, duals,
-                            [](const Header* h) { return h->num_cold; });
-      if (++since_merge == sync_every) {
-        since_merge = 0;
-        merge();
-      } else if (since_merge % frequent_every == 0) {
-        merge_frequent();
-      }
-      const Header* h = reinterpret_cast<const Header*>(buffer + visit[k]);
-      const double s = h->weight;
-      if (s <= 0.0) continue;
-      const int64_t cold = h->num_cold, nnz = cold + h->num_hot;
-      const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-      const float* values = reinterpret_cast<const float*>(ids + nnz);
-      const float* x = kHasValues ? values + nnz : values;
-      typename RowStep<Loss, kHasL1, kHasValues>::Sums sums;
-      step_.template AddSparse<SharedAccess>(ids, values, cold, w, &sums);
-      step_.template AddSparse<PlainAccess>(ids + cold, values + cold,
-                                            nnz - cold, hot, &sums);
-      step_.AddDense(x, dd, wd, &sums);
-      const double coef =
-          step_.Update(h->label, s, h->norm, sums.Total(), duals + h->row);
-      if (coef == 0.0) continue;
-      step_.template ApplySparse<SharedAccess>(ids, values, cold, coef, w);
-      step_.template ApplySparse<PlainAccess>(ids + cold, values + cold,
-                                              nnz - cold, coef, hot);
-      step_.ApplyDense(x, dd, coef, wd);
+    if (++since_merge_ == s_.sync_every) {
+      since_merge_ = 0;
+      Merge(0, size_);
+    } else if (since_merge_ % s_.frequent_every == 0) {
+      Merge(0, frequent_);
+      Merge(s_.num_hot, size_);
     }
-    merge();
+    const Header* h = reinterpret_cast<const Header*>(s_.buffer + visit_[k]);
+    const double s = h->weight;
+    if (s <= 0.0) return;
+    const int64_t cold = h->num_cold, nnz = cold + h->num_hot;
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const float* values = reinterpret_cast<const float*>(ids + nnz);
+    const float* x = kHasValues ? values + nnz : values;
+    double* hot = local_.data();
+    double* wd = hot + s_.num_hot;
+    typename Step::Sums sums;
+    step_.template AddSparse<SharedAccess>(ids, values, cold, s_.w, &sums);
+    step_.template AddSparse<PlainAccess>(ids + cold, values + cold,
+                                          nnz - cold, hot, &sums);
+    step_.AddDense(x, s_.dd, wd, &sums);
+    const double coef =
+        step_.Update(h->label, s, h->norm, sums.Total(), s_.duals + h->row);
+    if (coef == 0.0) return;
+    step_.template ApplySparse<SharedAccess>(ids, values, cold, coef, s_.w);
+    const double* scale = s_.scale;
+    for (int64_t e = cold; e < nnz; ++e) {
+      const int32_t j = ids[e];
+      hot[j] += coef * scale[j] * (kHasValues ? values[e] : 1.0);
+    }
+    const double* scale_d = scale + s_.num_hot;
+    for (int64_t c = 0; c < s_.dd; ++c) wd[c] += coef * scale_d[c] * x[c];
   }
 
+  void End() { Merge(0, size_); }
+
  private:
-  const RowStep<Loss, kHasL1, kHasValues> step_;
+  // Adds this thread's change of private slots [begin, end) to the shared
+  // values and takes theirs.
+  void Merge(int64_t begin, int64_t end) {
+    for (int64_t h = begin; h < end; ++h) {
+      const double change = (local_[h] - seen_[h]) * inv_scale_[h];
+      if (change != 0.0) SharedAccess::Add(s_.shared_hot + h, change);
+      local_[h] = seen_[h] = SharedAccess::Load(s_.shared_hot + h);
+    }
+  }
+
+  const Step& step_;
+  const Shared s_;
+  const int64_t* const visit_;
+  const int64_t count_;
+  const int64_t size_, frequent_;
+  // local_: this thread's view; seen_: the shared values at its last merge.
+  std::vector<double> local_, seen_, inv_scale_;
+  int64_t since_merge_;
 };
 
 template <bool kValue>
@@ -771,6 +812,46 @@ void PackedRows::ChooseHotIds(const ResidentData& d,
   }
 }
 
+void PackedRows::ChooseSlotScales(const ResidentData& d,
+                                  const std::vector<int32_t>& hot_index) {
+  const int64_t n = d.num_examples, num_hot = hot_ids_.size();
+  // Rows that use each private slot (a repeated id counts once per entry).
+  std::vector<int64_t> uses(num_hot + dense_dim_, 0);
+  if (d.row_ptr != nullptr) {
+    for (int64_t k = 0; k < d.row_ptr[n]; ++k) {
+      const int32_t h = hot_index[d.ids[k]];
+      if (h >= 0) ++uses[h];
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = d.dense + i * dense_dim_;
+    for (int64_t c = 0; c < dense_dim_; ++c) uses[num_hot + c] += x[c] != 0.0f;
+  }
+  // In one merge interval of r rows the other T - 1 threads change slot h
+  // about (T - 1) r rho_h times (rho_h: the share of rows using it) where
+  // this thread's rows expect none. On a slot in every row a thread's own
+  // rows already fix the slot's part of the residual within one interval,
+  // so T threads together move it T / sigma'_h times as far as needed, and
+  // like a gradient step past twice its curvature's inverse the move
+  // diverges from T / sigma'_h = 2 on (measured in lockstep: sigma' = T / 2
+  // keeps the gap at 1, sigma' = 0.7 T converges). sigma' = T (CoCoA+'s
+  // safe value) slows every row whose x is mostly on such slots; T - 1
+  // keeps the ratio at T / (T - 1) <= 1.5 for T >= 3 and leaves two threads
+  // as they were (ratio 2, stable on the data measured since the slot's
+  // own step gains less than the whole residual). Slots used by a fraction
+  // of the rows in an interval get a share of it:
+  //   sigma'_h = 1 + (T - 2) min(1, r rho_h).
+  const double threads = num_threads_;
+  slot_scales_.resize(num_hot + dense_dim_);
+  for (int64_t h = 0; h < num_hot + dense_dim_; ++h) {
+    const bool frequent = h < kFrequentHotIds || h >= num_hot;
+    const double interval =
+        static_cast<double>(frequent ? FrequentSyncInterval() : SyncInterval());
+    const double rho = n > 0 ? static_cast<double>(uses[h]) / n : 0.0;
+    slot_scales_[h] = 1.0 + (threads - 2.0) * std::min(1.0, interval * rho);
+  }
+}
+
 bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
                       const ParallelFor& parallel_for, std::string* error) {
   const int64_t n = d.num_examples;
@@ -781,7 +862,10 @@ bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
   num_threads_ = std::max(1, num_threads);
   const bool split = num_threads_ > 1;
   std::vector<int32_t> hot_index;
-  if (split) ChooseHotIds(d, &hot_index);
+  if (split) {
+    ChooseHotIds(d, &hot_index);
+    ChooseSlotScales(d, hot_index);
+  }
   offsets_.resize(n);
   labels_.assign(d.labels, d.labels + n);
   const int64_t per_entry = has_values_ ? 8 : 4;
@@ -830,6 +914,27 @@ bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
     h->weight = d.example_weights[i];
     return reinterpret_cast<char*>(h + 1);
   };
+  // sum over the row's private slots of (scale - 1) x^2 (entries of a
+  // repeated hot id summed first), added to |x|^2 for the step's q.
+  auto ExtraScaledNorm = [&](const int32_t* hot, const float* values,
+                             int64_t num_hot, const float* x) {
+    double extra = 0.0;
+    for (int64_t a = 0; a < num_hot; ++a) {
+      bool repeat = false;
+      for (int64_t b = 0; b < a && !repeat; ++b) repeat = hot[b] == hot[a];
+      if (repeat) continue;
+      double v = 0.0;
+      for (int64_t b = a; b < num_hot; ++b) {
+        if (hot[b] == hot[a]) v += has_values_ ? values[b] : 1.0;
+      }
+      extra += (slot_scales_[hot[a]] - 1.0) * v * v;
+    }
+    const double* scale_d = slot_scales_.data() + hot_ids_.size();
+    for (int64_t c = 0; c < dense_dim_; ++c) {
+      extra += (scale_d[c] - 1.0) * static_cast<double>(x[c]) * x[c];
+    }
+    return extra;
+  };
   chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
   parallel_for(chunks, [&](int64_t c) {
     for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
@@ -862,6 +967,8 @@ bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
         }
         h->num_hot = static_cast<int32_t>(nnz - h->num_cold);
         h->unused = 0;
+        h->norm += ExtraScaledNorm(ids + h->num_cold, values + h->num_cold,
+                                   h->num_hot, d.dense + i * dense_dim_);
       }
       p += per_entry * nnz;
       std::memcpy(p, d.dense + i * dense_dim_, 4 * dense_dim_);
@@ -890,7 +997,7 @@ void PackedRows::Solve(const SolverOptions& options, double* weights,
                        double* duals) const {
   const int64_t n = num_examples_;
   if (n == 0) return;
-  if (num_threads_ > 1) return SolveSplit(options, weights, duals);
+  if (num_threads_ > 1) return SolveSplit(options, false, weights, duals);
   const double partitions = static_cast<double>(options.num_loss_partitions);
   WithPartitionScaling(options, num_slots(), weights, [&] {
     std::vector<int64_t> visit;
@@ -915,8 +1022,15 @@ void PackedRows::Solve(const SolverOptions& options, double* weights,
   });
 }
 
-void PackedRows::SolveSplit(const SolverOptions& options, double* weights,
-                            double* duals) const {
+void PackedRows::SolveLockstep(const SolverOptions& options, double* weights,
+                               double* duals) const {
+  if (num_examples_ == 0) return;
+  if (num_threads_ > 1) return SolveSplit(options, true, weights, duals);
+  Solve(options, weights, duals);
+}
+
+void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
+                            double* weights, double* duals) const {
   const int64_t n = num_examples_;
   const int64_t threads = std::min<int64_t>(num_threads_, n);
   const int64_t num_hot = static_cast<int64_t>(hot_ids_.size());
@@ -954,16 +1068,42 @@ void PackedRows::SolveSplit(const SolverOptions& options, double* weights,
       Dispatch(options, has_values_,
                [&](const auto& loss, auto l1, auto values) {
                  using Loss = std::decay_t<decltype(loss)>;
-                 const SplitPass<Loss, decltype(l1)::value,
-                                 decltype(values)::value>
-                     split(loss, options, partitions);
-                 run_threads(threads, [&](int64_t t) {
-                   split.template Run<SplitHeader>(
-                       buffer_.get(), order + first_row(t),
-                       first_row(t + 1) - first_row(t), dense_dim_, num_hot,
-                       SyncInterval(), FrequentSyncInterval(),
-                       shared_hot.data(), weights, duals);
-                 });
+                 using Pass = SplitPass<Loss, decltype(l1)::value,
+                                        decltype(values)::value, SplitHeader>;
+                 const typename Pass::Step step(loss, options, partitions);
+                 const typename Pass::Shared shared{
+                     buffer_.get(),         dense_dim_,
+                     num_hot,               SyncInterval(),
+                     FrequentSyncInterval(), slot_scales_.data(),
+                     shared_hot.data(),     weights,
+                     duals};
+                 std::vector<std::unique_ptr<Pass>> passes;
+                 for (int64_t t = 0; t < threads; ++t) {
+                   passes.push_back(std::make_unique<Pass>(
+                       step, shared, order + first_row(t),
+                       first_row(t + 1) - first_row(t),
+                       SyncInterval() * t / threads));
+                 }
+                 if (!lockstep) {
+                   run_threads(threads, [&](int64_t t) {
+                     Pass& p = *passes[t];
+                     p.Begin();
+                     for (int64_t k = 0; k < p.count(); ++k) p.Visit(k);
+                     p.End();
+                   });
+                   return;
+                 }
+                 int64_t longest = 0;
+                 for (auto& p : passes) {
+                   p->Begin();
+                   longest = std::max(longest, p->count());
+                 }
+                 for (int64_t k = 0; k < longest; ++k) {
+                   for (auto& p : passes) {
+                     if (k < p->count()) p->Visit(k);
+                   }
+                 }
+                 for (auto& p : passes) p->End();
                });
       for (int64_t h = 0; h < num_hot; ++h) {
         weights[hot_ids_[h]] = shared_hot[h];

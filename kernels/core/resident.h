@@ -107,22 +107,27 @@ ObjectiveParts EvaluateResident(const SolverOptions& options,
 // and writes and which every thread therefore keeps a private copy of,
 // merged into the shared values by atomic adds (the dense ones and the 16
 // most frequent hot ids every FrequentSyncInterval rows, all every
-// SyncInterval rows); and
-// "cold" ids, read with relaxed atomic loads and updated in the shared
-// table by atomic adds. No update is lost: after a call the weights are the
-// exact sum of the rows' changes (up to the order of floating-point adds,
-// which depends on thread timing: results vary in the last bits from run to
-// run). A thread sees the other threads' changes of a hot weight with a
-// delay of at most SyncInterval rows (a bounded-delay asynchronous SDCA,
-// as PASSCoDe-Atomic; on 1M Criteo-shaped rows it needs ~5% more epochs
-// than one thread for the same gap). The intervals scale with the rows
-// (n / 1024T and n / 64T, within [16, 1024]): a row changes a weight by
-// ~1/n of its size, and on 12k rows merging all hot weights every n / 64T
-// rows left the gap after 6 epochs 2-7x the one-thread gap. Such records put the cold ids first,
-// then the hot ones as indices into hot_ids():
-//   row (int64) | |x_i|^2 | label | weight (float32) | num_cold (int32) |
-//   num_hot (int32) | unused (int32) | cold ids | hot indices |
-//   [values in the same order] | dense | padding
+// SyncInterval rows); and "cold" ids, read with relaxed atomic loads and
+// updated in the shared table by atomic adds. No update is lost: after a
+// call the weights are the exact sum of the rows' changes (up to the order
+// of floating-point adds, which depends on thread timing: results vary in
+// the last bits from run to run).
+//
+// Between merges a thread does not see the others' changes of its private
+// slots, and T threads that all move a weight shared by every row (an
+// intercept, a dense column) move it T times as far as each expects: with
+// T >= 3 truly parallel threads that overshoot kept the gap from falling.
+// Each private slot h is therefore solved as in CoCoA+ with sigma' =
+// slot_scales()[h] (1 + (T - 2) times the share of rows that use it within
+// a merge interval: T - 1 for a column in every row, ~1 for a rare one; see
+// ChooseSlotScales for why not T): the thread's copy holds
+// the shared value plus scale times its own change, and the record's norm
+// (which sets the step's q) counts the slot's x^2 scale times. The cold ids
+// need no scale: their changes are seen at once. Such records put the cold
+// ids first, then the hot ones as indices into hot_ids():
+//   row (int64) | scaled |x_i|^2 | label | weight (float32) |
+//   num_cold (int32) | num_hot (int32) | unused (int32) | cold ids |
+//   hot indices | [values in the same order] | dense | padding
 class PackedRows {
  public:
   static constexpr int64_t kMaxHotIds = 16384;
@@ -144,6 +149,9 @@ class PackedRows {
   int num_threads() const { return num_threads_; }
   // Hot index -> sparse id, most frequent first (empty with one thread).
   const std::vector<int32_t>& hot_ids() const { return hot_ids_; }
+  // sigma' of the private slots [hot ids | dense columns] (empty with one
+  // thread).
+  const std::vector<double>& slot_scales() const { return slot_scales_; }
   // Rows a thread solves between merges of all its hot weights, and of the
   // dense ones and the kFrequentHotIds most frequent hot ids.
   int64_t SyncInterval() const;
@@ -166,6 +174,14 @@ class PackedRows {
   // two threads update the same dual.
   void Solve(const SolverOptions& options, double* weights,
              double* duals) const;
+
+  // Like Solve, but with num_threads() > 1 the threads' rows are visited on
+  // the calling thread in lockstep: every thread's k-th row before any
+  // thread's (k + 1)-th, so that each sees the others' changes as late as
+  // truly parallel threads at the same speed do. Deterministic: for tests
+  // of convergence at any thread count on a machine with fewer cores.
+  void SolveLockstep(const SolverOptions& options, double* weights,
+                     double* duals) const;
 
   // Like EvaluateResident.
   ObjectiveParts Evaluate(const SolverOptions& options, const double* weights,
@@ -195,8 +211,11 @@ class PackedRows {
 
   // Chooses hot_ids_ and fills hot_index (id -> hot index or -1).
   void ChooseHotIds(const ResidentData& data, std::vector<int32_t>* hot_index);
-  void SolveSplit(const SolverOptions& options, double* weights,
-                  double* duals) const;
+  void SolveSplit(const SolverOptions& options, bool lockstep,
+                  double* weights, double* duals) const;
+  // Fills slot_scales_ from the rows' use of each private slot.
+  void ChooseSlotScales(const ResidentData& data,
+                        const std::vector<int32_t>& hot_index);
 
   struct FreeBuffer {
     void operator()(char* p) const;
@@ -211,6 +230,7 @@ class PackedRows {
   bool has_values_ = false;
   int num_threads_ = 1;
   std::vector<int32_t> hot_ids_;
+  std::vector<double> slot_scales_;
 };
 
 }  // namespace tf_sdca

@@ -5,7 +5,7 @@
 //       kernels/core/resident.cc kernels/tests/resident_bench_main.cc \
 //       -o /tmp/resident_bench
 //   /tmp/resident_bench [rows=1000000] [epochs=10] [threads=1,2,4,8,16]
-//                       [packed]
+//                       [packed | lockstep]
 //
 // Rows: 26 categorical fields with Zipf-distributed values hashed into 2^20
 // buckets, 13 uniform counts in [0, 1] and an intercept; labels drawn from a
@@ -16,7 +16,10 @@
 // `packed` the same thread counts train through PackedRows instead (packed
 // for that many threads: lock-free threads over split records), and a last
 // column prints how far the weights are from w(alpha) = sum_i s_i alpha_i
-// x_i / l2 (relative; ~1e-15 means no update was lost).
+// x_i / l2 (relative; ~1e-15 means no update was lost). `lockstep` is
+// `packed` with the threads' rows interleaved one at a time on one core
+// (PackedRows::SolveLockstep): the convergence of T truly parallel threads
+// on a machine with fewer cores (its times are one core's).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -155,7 +158,9 @@ int main(int argc, char** argv) {
   std::printf("rows %lld, 26 sparse + 14 dense per row, 2^20 buckets, "
               "logistic, l2 = 1, hardware threads %u\n",
               static_cast<long long>(rows), std::thread::hardware_concurrency());
-  const bool packed = argc > 4 && std::string(argv[4]) == "packed";
+  const std::string mode = argc > 4 ? argv[4] : "";
+  const bool lockstep = mode == "lockstep";
+  const bool packed = mode == "packed" || lockstep;
   std::printf("threads epoch   seconds     rows/s   rel.gap%s\n",
               packed ? "  w drift" : "");
   for (const int threads : thread_counts) {
@@ -175,7 +180,9 @@ int main(int argc, char** argv) {
     for (int epoch = 0; epoch < epochs; ++epoch) {
       options.seed = static_cast<uint64_t>(epoch);
       const auto start = std::chrono::steady_clock::now();
-      if (packed) {
+      if (lockstep) {
+        rows_packed.SolveLockstep(options, w.data(), duals.data());
+      } else if (packed) {
         rows_packed.Solve(options, w.data(), duals.data());
       } else {
         tf_sdca::SolveResident(options, view, w.data(), duals.data(),
