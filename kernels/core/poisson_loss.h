@@ -70,8 +70,9 @@ class PoissonLossUpdater final : public DualLossUpdater {
   double DualStrongConvexity() const final { return 0.0; }
 
   // r = log(omega(L)): the root of r + e^r = L (see the top of the file).
-  // Accurate to about 1e-15 (1 + |r|); finite for every finite L.
-  static double LogWrightOmega(double L) {
+  // Accurate to about 1e-15 (1 + |r|); finite for every finite L. `guess`
+  // is used as the first iterate when it lies inside the bracket.
+  static double LogWrightOmega(double L, double guess) {
     double lo, hi, start;
     if (L < 1.0) {
       const double eL = std::exp(L);
@@ -87,6 +88,7 @@ class PoissonLossUpdater final : public DualLossUpdater {
       // omega(L) ~ L - log L + log L / L for large L.
       start = std::log(L - log_l + log_l / L);
     }
+    if (guess > lo && guess < hi) start = guess;
     return SafeguardedNewton(
         [L](double r, double* g, double* dg) {
           const double u = std::exp(r);
@@ -108,7 +110,11 @@ class PoissonLossUpdater final : public DualLossUpdater {
       // (wx - log t0) / q, far below the resolution of t0.
       return t0 + (wx - std::log(t0)) / q;
     }
-    const double r = LogWrightOmega(L);
+    // After a few passes t0 is close to the new t: r = log(q t0) is then a
+    // better first iterate than the asymptotic one (1-2 Newton steps).
+    const double r = LogWrightOmega(
+        L, t0 > 0.0 ? log_q + std::log(t0)
+                    : std::numeric_limits<double>::quiet_NaN());
     const double u = std::exp(r);
     // u / q keeps u's relative precision; when u underflows, t = e^(r -
     // log q) may still be a normal number (tiny q).
