@@ -201,12 +201,15 @@ class InMemorySdca:
 
     Returns:
       A dict of per-epoch lists: `loss` (regularised objective / total weight),
-      `duality_gap` (relative), `rows_per_sec` (training time only; the
+      `duality_gap` (relative, >= 0; 0 when below float64 rounding), `rows_per_sec` (training time only; the
       first epoch's also counts validating and packing the data).
 
     Raises:
       ValueError: on inconsistent shapes.
-      tf.errors.InvalidArgumentError: on bad values (NaN, bad labels, ...).
+      tf.errors.InvalidArgumentError: on bad values (NaN, bad labels, ...),
+        or when a step's exact result is out of range (non-finite).
+      FloatingPointError: when an epoch's duality gap is negative beyond
+        rounding or not finite (a bug, never convergence).
     """
     labels = np.ascontiguousarray(labels, dtype=np.float32)
     n = labels.shape[0]
@@ -341,11 +344,30 @@ class InMemorySdca:
     return parts.numpy()
 
   def _objective_and_gap_from(self, parts):
-    """(primal, duality gap) from the op's objective parts."""
+    """(primal, duality gap) from the op's objective parts.
+
+    The gap P(w) - D(alpha) is >= 0 for any weights and feasible duals, so a
+    negative or non-finite one means the parts are wrong (e.g. a step that
+    left the dual domain, or weights that are not w(alpha)), never that
+    training converged: that raises. Only float64 rounding of the sums can
+    leave a converged gap a little below zero (seen: -4e-15 of the primal);
+    such a gap, within 1e-9 of the parts' magnitude, is reported as 0.
+
+    Raises:
+      FloatingPointError: for a non-finite gap or one below zero by more
+        than rounding.
+    """
     loss_sum, dual_sum, norm_sq, norm_1 = (float(v) for v in parts)
     primal = loss_sum + 0.5 * self.l2 * norm_sq + self.l1 * norm_1
     gap = loss_sum + dual_sum + self.l2 * norm_sq + self.l1 * norm_1
-    return primal, gap
+    scale = abs(loss_sum) + abs(dual_sum) + self.l2 * norm_sq + self.l1 * norm_1
+    if not (np.isfinite(primal) and np.isfinite(gap) and
+            gap >= -1e-9 * scale):
+      raise FloatingPointError(
+          f"{self.loss}: invalid duality gap {gap!r} (loss sum {loss_sum!r}, "
+          f"dual loss sum {dual_sum!r}, |w|^2 {norm_sq!r}, |w|_1 "
+          f"{norm_1!r}): the weights and duals are not a primal-dual pair")
+    return primal, max(gap, 0.0)
 
   def _step(self, rows, sparse, dense, labels, weights, epoch):
     sp_args = ([], [], [], [], [])

@@ -96,7 +96,13 @@ class LogisticLossUpdater final : public BinaryDualLossUpdater {
       x = std::clamp(-0.5 * ywx, lo, hi);
       sig = Sigmoid(2.0 * x);
     }
-    constexpr int kMaxIterations = 100;
+    // Bisection replaces a Newton step that leaves the bracket or is not
+    // at least half the step before the last (as newton.h): the bracket,
+    // q / 2 wide at first, then at least halves every two iterations, so
+    // 300 iterations cover any q below ~1e60.
+    constexpr int kMaxIterations = 300;
+    double step_before_last = std::numeric_limits<double>::infinity();
+    double last_step = step_before_last;
     for (int it = 0; it < kMaxIterations; ++it) {
       const double h = 2.0 * x + ywx + q * (sig - b0);
       const double slope = sig * (1.0 - sig);
@@ -112,7 +118,15 @@ class LogisticLossUpdater final : public BinaryDualLossUpdater {
         return sig - 2.0 * slope * step;
       }
       const double next = x - step;
-      x = (next > lo && next < hi) ? next : 0.5 * (lo + hi);
+      const bool slow = std::fabs(step) > 0.5 * std::fabs(step_before_last);
+      step_before_last = last_step;
+      if (next > lo && next < hi && !slow) {
+        last_step = step;
+        x = next;
+      } else {
+        last_step = 0.5 * (hi - lo);
+        x = lo + last_step;
+      }
       sig = Sigmoid(2.0 * x);
       if (hi - lo <= 1e-15 * (1.0 + std::fabs(x))) break;
     }

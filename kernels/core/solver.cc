@@ -7,6 +7,8 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "kernels/core/random.h"
@@ -254,24 +256,37 @@ class ShardSolver {
     }
   }
 
-  // One coordinate step on row i of `r`. Also records the example's primal
-  // loss at the weights it was visited with (one half of the duality gap).
-  void Step(const Rows& r, int64_t i) {
+  // One coordinate step on row i of `r`, example `example` of the batch.
+  // Also records the example's primal loss at the weights it was visited
+  // with (one half of the duality gap).
+  void Step(const Rows& r, int64_t i, int64_t example) {
     const double s = r.weights[i];
-    if (s <= 0.0) return;
+    if (s <= 0.0 || !error_.empty()) return;
     const double wx = Dot(r, i, local_.data());
     r.primal_losses[i] = s * options_.loss->PrimalLoss(wx, r.labels[i]);
     const double q = sigma_ * s * r.squared_norms[i] / options_.l2;
     const double dual = r.duals[i];
+    const double exact =
+        options_.loss->ComputeUpdatedDual(r.labels[i], dual, wx, q);
     // The state stores duals as float32: round here so that the weights
     // stay exactly the function w(alpha) of the duals that are stored.
-    const double new_dual = static_cast<float>(
-        options_.loss->ComputeUpdatedDual(r.labels[i], dual, wx, q));
-    const double change = new_dual - dual;
-    if (change == 0.0) return;
+    const double new_dual = static_cast<float>(exact);
+    const double coef = sigma_ * s * (new_dual - dual) / options_.l2;
+    // The losses' steps are finite for finite inputs; only an exact dual
+    // beyond float32 (e.g. Poisson with a tiny |x|^2 / l2 and a huge
+    // margin) or a weight change beyond float64 gets here. Stop rather
+    // than write it: the kernel reports the error.
+    if (!std::isfinite(new_dual) || !std::isfinite(coef)) {
+      RecordError(example, r.labels[i], dual, wx, q, exact);
+      return;
+    }
+    if (coef == 0.0) return;
     r.duals[i] = new_dual;
-    Axpy(r, i, sigma_ * s * change / options_.l2);
+    Axpy(r, i, coef);
   }
+
+  // Empty, or the first failed step of this shard.
+  const std::string& error() const { return error_; }
 
   // Fills `order` with the examples to visit in `pass`.
   void MakeOrder(int64_t begin, int64_t end, int pass, int64_t shard,
@@ -383,7 +398,7 @@ class ShardSolver {
       const int64_t i = packed_pass_ ? k : order_[k];
       if (k + 1 < to) PrefetchWeights(r, packed_pass_ ? k + 1 : order_[k + 1]);
       if (track_touched_) Touch(r, i);
-      Step(r, i);
+      Step(r, i, order_[k]);
     }
   }
 
@@ -415,6 +430,19 @@ class ShardSolver {
 
 
  private:
+  void RecordError(int64_t example, double label, double dual, double wx,
+                   double q, double exact) {
+    std::ostringstream out;
+    out.precision(17);
+    out << options_.loss->Name() << ": the dual step of example " << example
+        << " (label " << label << " as the loss uses it, dual " << dual
+        << ", margin w.x = " << wx << ", q = s |x|^2 / l2 = " << q
+        << ") gives the dual " << exact
+        << ", which float32 state cannot hold or whose weight change "
+           "overflows; rescale the features or raise l2";
+    error_ = out.str();
+  }
+
   void Touch(const Rows& r, int64_t i) {
     const uint32_t mark = round_mark_;
     for (int64_t k = r.row_ptr[i]; k < r.row_ptr[i + 1]; ++k) {
@@ -464,6 +492,7 @@ class ShardSolver {
   bool dense_touched_ = false;
   std::vector<DenseBlock> packed_dense_;
   std::vector<int64_t> packed_dense_offsets_;
+  std::string error_;
 };
 
 // Examples each shard solves between two merges. Features shared by many
@@ -580,6 +609,12 @@ void SolveImpl(const SolverOptions& options, const ExamplesView& examples,
     }
     solver.Finish();
   });
+  for (auto& solver : solvers) {
+    if (!solver->error().empty()) {
+      state->error = solver->error();
+      return;
+    }
+  }
   // This machine's change of the weights, for the caller to add up.
   const double* final_view = shards == 1 ? solvers[0]->local().data()
                                          : view.data();

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernels/core/loss.h"
@@ -73,6 +74,11 @@ struct SolverState {
   double* dual_losses = nullptr;    // [num_examples] out: s_i phi_i*(-a_i)
   double* delta = nullptr;          // [num_slots] out: change of the
                                     // unshrunk weights
+  // Out: empty, or why the solve stopped applying steps: the first example
+  // (in shard order) whose step gave a dual that is not finite in float32,
+  // with the loss, the inputs of its step and the result. The duals and
+  // delta then hold the steps before it and must not be used.
+  std::string error;
 };
 
 // `w0` are the unshrunk weights of the batch's slots (length num_slots).

@@ -144,6 +144,28 @@ inline ::tensorflow::Status CheckFiniteWeights(const double* w, int64_t m) {
   return absl::OkStatus();
 }
 
+// After an epoch: the weights and duals it wrote must be finite (and the
+// duals inside the loss's domain). The losses' steps are finite for finite
+// inputs, so this only fails when an exact step leaves the double range;
+// the outputs are then not returned (the caller keeps its inputs).
+inline ::tensorflow::Status CheckEpochResult(
+    const char* loss_name, const double* w, int64_t m, bool duals_ok,
+    const std::string& dual_error) {
+  for (int64_t j = 0; j < m; ++j) {
+    if (!std::isfinite(w[j])) {
+      return ::tensorflow::errors::InvalidArgument(
+          loss_name, ": the epoch made weights[", j, "] = ", w[j],
+          "; rescale the features or raise l2");
+    }
+  }
+  if (!duals_ok) {
+    return ::tensorflow::errors::InvalidArgument(
+        loss_name, ": the epoch made ", dual_error,
+        "; rescale the features or raise l2");
+  }
+  return absl::OkStatus();
+}
+
 // A ParallelFor over the CPU device's worker threads (tasks may queue, so
 // not for work that must run concurrently); one task runs inline.
 inline ParallelFor DevicePool(::tensorflow::OpKernelContext* context) {

@@ -159,7 +159,13 @@ class PackedSolveOp : public OpKernel {
                                                  &alpha, &objective));
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
-    if (options.num_inner_iterations > 0) rows->Solve(options, w, alpha);
+    if (options.num_inner_iterations > 0) {
+      rows->Solve(options, w, alpha);
+      const bool duals_ok = rows->CheckDuals(alpha, *loss_, &error);
+      OP_REQUIRES_OK(context, CheckEpochResult(loss_->Name(), w,
+                                               rows->num_slots(), duals_ok,
+                                               error));
+    }
     if (!compute_objective_) return WriteObjective(nullptr, objective);
     const ObjectiveParts parts = rows->Evaluate(
         options, w, alpha,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,17 @@ class ResidentSolveOp : public OpKernel {
     if (options.num_inner_iterations > 0) {
       SolveResident(options, data, w, alpha,
                     StdThreadParallelFor(options.num_shards));
+      const int64_t bad_after =
+          FirstInvalidDual(alpha, inputs.labels.data(), n, *loss_);
+      std::ostringstream dual_error;
+      if (bad_after >= 0) {
+        dual_error << "duals[" << bad_after << "] = " << alpha[bad_after]
+                   << " for example_labels[" << bad_after << "] = "
+                   << TensorBuffer<float>(context->input(5))[bad_after];
+      }
+      OP_REQUIRES_OK(context, CheckEpochResult(loss_->Name(), w, m,
+                                               bad_after < 0,
+                                               dual_error.str()));
     }
     if (!compute_objective_) return WriteObjective(nullptr, objective);
     const ObjectiveParts parts = EvaluateResident(

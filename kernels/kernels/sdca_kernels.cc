@@ -169,7 +169,21 @@ class OptimizerOp : public OpKernel {
     Solve(options, view, batch.w0.data(), batch.num_slots, &state,
           StdThreadParallelFor(options.num_shards));
     const auto t4 = Clock::now();
-
+    OP_REQUIRES(context, state.error.empty(), InvalidArgument(state.error));
+    // Every step was finite, but the float32 outputs may still overflow
+    // (weights near the float32 limit): never return a non-finite weight.
+    auto check_weight = [&](const char* name, int g, int64_t k,
+                            int64_t slot) -> Status {
+      const double w = batch.w0[slot], d = delta[slot];
+      if (std::isfinite(static_cast<float>(d)) &&
+          std::isfinite(static_cast<float>(w + d))) {
+        return absl::OkStatus();
+      }
+      return InvalidArgument(loss_->Name(), ": ", name, "[", g, "][", k,
+                             "] = ", w, " would change by ", d,
+                             ", beyond float32; rescale the features or "
+                             "raise l2");
+    };
     // Outputs.
     Tensor* state_out;
     OP_REQUIRES_OK(context, context->allocate_output(
@@ -190,8 +204,12 @@ class OptimizerOp : public OpKernel {
       Tensor* d;
       OP_REQUIRES_OK(context, sparse_out.allocate(g, w.shape(), &d));
       float* dst = d->flat<float>().data();
-      const double* src = delta.data() + batch.sparse_offsets[g];
-      for (int64_t k = 0; k < w.NumElements(); ++k) dst[k] = src[k];
+      const int64_t first = batch.sparse_offsets[g];
+      for (int64_t k = 0; k < w.NumElements(); ++k) {
+        OP_REQUIRES_OK(context,
+                       check_weight("sparse_weights", g, k, first + k));
+        dst[k] = delta[first + k];
+      }
     }
     OpOutputList dense_out;
     OP_REQUIRES_OK(context,
@@ -201,8 +219,11 @@ class OptimizerOp : public OpKernel {
       Tensor* d;
       OP_REQUIRES_OK(context, dense_out.allocate(g, w.shape(), &d));
       float* dst = d->flat<float>().data();
-      const double* src = delta.data() + batch.dense[g].slot_offset;
-      for (int64_t k = 0; k < w.NumElements(); ++k) dst[k] = src[k];
+      const int64_t first = batch.dense[g].slot_offset;
+      for (int64_t k = 0; k < w.NumElements(); ++k) {
+        OP_REQUIRES_OK(context, check_weight("dense_weights", g, k, first + k));
+        dst[k] = delta[first + k];
+      }
     }
     VLOG(1) << "TfSdca>Optimizer " << n << " examples, "
             << batch.slots.size() << " sparse entries, " << batch.num_slots
