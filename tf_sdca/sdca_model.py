@@ -227,6 +227,11 @@ class SdcaModel(tf.Module):
               default_value=tf.zeros([4], tf.float32),
               name=f"sdca_example_state_{i}")
           for i in range(self._options["num_table_shards"])]
+      # Mixed into the op's seed: each minimize call visits its batch in a
+      # fresh order, even when the batch's duals repeat (all zero in a first
+      # epoch). Checkpointed, so a resumed run visits the same orders.
+      self._calls = tf.Variable(tf.constant(0, tf.int64), trainable=False,
+                                name="minimize_calls")
 
   # ------------------------------------------------------------ checking
   @staticmethod
@@ -393,8 +398,11 @@ class SdcaModel(tf.Module):
           num_loss_partitions=o["num_loss_partitions"],
           num_inner_iterations=o["num_inner_iterations"],
           adaptive=o["adaptive"], visit_order=o["visit_order"],
-          seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"])
+          seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
+          call_index=self._calls.read_value())
       updates = self._insert_state(keys, new_state)
+      with tf.control_dependencies([new_state]):
+        updates.append(self._calls.assign_add(1))
       for weights, uniq, delta in zip(self._sparse, uniq_ids, d_sparse):
         updates += weights.scatter_add(uniq, tf.cast(delta, tf.float64))
         updates.append(weights.touched.assign(
