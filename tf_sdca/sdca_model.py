@@ -572,9 +572,10 @@ class SdcaModel(tf.Module):
     by its id fingerprint, and the unshrunk float64 weights.
 
     Returns:
-      dict with `keys` (int64 `[m]`), `values` (float32 `[m, 4]`) and
+      dict with `keys` (int64 `[m]`), `values` (float32 `[m, 4]`),
       `slots` (list of float64 arrays, one per weight variable, in the
-      order sparse groups then dense groups).
+      order sparse groups then dense groups) and `calls` (the number of
+      `minimize` calls so far, which the visiting orders depend on).
     """
     keys, values = [], []
     for table in self._tables:
@@ -584,11 +585,13 @@ class SdcaModel(tf.Module):
     return dict(keys=np.concatenate(keys),
                 values=np.concatenate(values).reshape(-1, 4),
                 slots=[slot.numpy() for w in self._sparse + self._dense
-                       for slot in w.slots])
+                       for slot in w.slots],
+                calls=int(self._calls.numpy()))
 
   def set_state(self, state):
     """Restores what `get_state` returned (and writes the shrunk weights
-    into the variables). Example state already stored is replaced."""
+    into the variables). Example state already stored is replaced; a state
+    without `calls` leaves the call count as it is."""
     slots = [slot for w in self._sparse + self._dense for slot in w.slots]
     if len(state["slots"]) != len(slots):
       raise ValueError(f"state has {len(state['slots'])} weight slots, the "
@@ -602,6 +605,8 @@ class SdcaModel(tf.Module):
     values = tf.constant(np.reshape(state["values"], [-1, 4]), tf.float32)
     for op in self._insert_state(keys, values):
       del op
+    if "calls" in state:
+      self._calls.assign(int(state["calls"]))
     shrink = (self._options["symmetric_l1_regularization"] /
               self._options["symmetric_l2_regularization"])
     for weights in self._sparse + self._dense:
