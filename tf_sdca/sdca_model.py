@@ -172,6 +172,34 @@ class _Weights(tf.Module):
         self.slots[0]
 
 
+# A weight table at most this many times larger than a batch's sparse
+# entries is marked whole to find the batch's distinct ids.
+_MARK_TABLE_FACTOR = 4
+
+
+def _distinct_ids(ids, size):
+  """The distinct values of int64 `ids`, all in `[0, size)`.
+
+  tf.unique hashes every entry: on 50k Criteo-shaped rows (1.3M ids, a
+  2^20-row table) it took 120 ms of a 240 ms `minimize`. Counting the ids
+  in a table-sized vector (bincount) and listing the nonzero rows took
+  17 ms; it reads the whole table, so it is used only when the table is
+  not much larger than the batch (a 2^24-row table and a small batch keep
+  tf.unique).
+  """
+  if size >= 2**31:
+    return tf.unique(ids)[0]
+
+  def mark():
+    counts = tf.math.bincount(tf.cast(ids, tf.int32), minlength=size,
+                              maxlength=size, dtype=tf.int32)
+    return tf.reshape(tf.where(counts > 0), [-1])
+
+  return tf.cond(
+      tf.size(ids, out_type=tf.int64) * _MARK_TABLE_FACTOR >= size, mark,
+      lambda: tf.unique(ids)[0])
+
+
 def _cumsum(values):
   total = 0
   for v in values:
@@ -367,18 +395,21 @@ class SdcaModel(tf.Module):
                               if v] or [0])
       for g, (col, weights) in enumerate(zip(examples["sparse_features"],
                                              self._sparse)):
-        uniq, _ = tf.unique(col.feature_indices)
-        # Checked on the distinct ids only: cheap, and a clearer message
-        # than a failed gather or partition.
+        # Checked before finding the distinct ids (which assumes them in
+        # range), on the extremes only: a clearer message than a failed
+        # gather or partition.
+        ids = col.feature_indices
+        low = tf.reduce_min(tf.concat([ids, [0]], 0))
+        high = tf.reduce_max(tf.concat([ids, [-1]], 0))
         in_range = [
             tf.debugging.assert_non_negative(
-                uniq, message=f"sparse_features[{g}] has a negative id"),
+                low, message=f"sparse_features[{g}] has a negative id"),
             tf.debugging.assert_less(
-                uniq, tf.constant(weights.size, tf.int64),
+                high, tf.constant(weights.size, tf.int64),
                 message=f"sparse_features[{g}] has an id >= {weights.size}, "
                 "the rows of its weight variable")]
         with tf.control_dependencies(in_range):
-          uniq = tf.identity(uniq)
+          uniq = _distinct_ids(ids, weights.size)
         ex_idx.append(col.example_indices)
         feat_idx.append(col.feature_indices)
         if g < last_with_values:
