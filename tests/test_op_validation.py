@@ -179,7 +179,7 @@ def test_the_raw_op_rejects_bad_attributes_itself(attr, value, pattern):
   attrs = dict(loss_type="logistic_loss", l1=0.0, l2=1.0, gamma=1.0)
   attrs[attr] = value
   with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
-    load_ops().tf_sdca_optimizer(**args, **attrs)
+    load_ops().tf_sdca_optimizer(**args, call_index=0, **attrs)
 
 
 def test_helper_ops_validate_their_inputs():

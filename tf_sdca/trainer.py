@@ -280,8 +280,8 @@ class InMemorySdca:
         else:
           batches = [fixed[b] for b in rng.permutation(len(fixed))]
         done = 0
-        for rows, sparse in batches:
-          self._step(rows, sparse, dense, labels, weights, epoch)
+        for k, (rows, sparse) in enumerate(batches):
+          self._step(rows, sparse, dense, labels, weights, epoch, k)
           done += (rows.stop - rows.start if isinstance(rows, slice) else
                    len(rows))
           if bar is not None and done < n:
@@ -369,7 +369,7 @@ class InMemorySdca:
           f"{norm_1!r}): the weights and duals are not a primal-dual pair")
     return primal, max(gap, 0.0)
 
-  def _step(self, rows, sparse, dense, labels, weights, epoch):
+  def _step(self, rows, sparse, dense, labels, weights, epoch, index):
     sp_args = ([], [], [], [], [])
     if sparse is not None:
       ex, ids, vals, uniq = sparse
@@ -392,7 +392,10 @@ class InMemorySdca:
         labels[rows], sp_args[3], sp_args[4], dense_args[1],
         state, loss_type=self.loss, l1=self.l1, l2=self.l2,
         visit_order=self.visit_order, seed=self.seed + epoch,
-        gamma=self.gamma, num_threads=self.num_threads)
+        gamma=self.gamma, num_threads=self.num_threads,
+        # The epoch's k-th batch: new rows (zero duals) in equal-sized
+        # batches would otherwise all be visited in one order.
+        call_index=index)
     self.duals[rows] = state.numpy()[:, 0]
     if sparse is not None:
       if sparse[3] is None:

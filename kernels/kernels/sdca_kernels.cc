@@ -36,6 +36,7 @@ using ::tensorflow::OpOutputList;
 using ::tensorflow::Status;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
+using ::tensorflow::TensorShapeUtils;
 using ::tensorflow::errors::InvalidArgument;
 
 namespace {
@@ -117,6 +118,11 @@ class OptimizerOp : public OpKernel {
     Batch batch;
     std::vector<double> duals;
     OP_REQUIRES_OK(context, ReadExamples(context, &batch, &duals));
+    const Tensor& call_index_tensor = context->input(StateIndex() + 1);
+    OP_REQUIRES(context, TensorShapeUtils::IsScalar(call_index_tensor.shape()),
+                InvalidArgument("call_index must be a scalar, got shape ",
+                                call_index_tensor.shape().DebugString()));
+    const int64_t call_index = call_index_tensor.scalar<int64_t>()();
     const auto t1 = Clock::now();
     OP_REQUIRES_OK(context, ReadSparse(context, threads, parallel_for, &batch));
     const auto t2 = Clock::now();
@@ -144,16 +150,18 @@ class OptimizerOp : public OpKernel {
     const int64_t solve_threads = num_threads_ > 0 ? num_threads_ : 1;
     options.num_shards = static_cast<int>(std::max<int64_t>(
         1, std::min<int64_t>(solve_threads, n / kMinExamplesPerShard)));
-    // The order is a function of the attr seed and of the incoming duals, so
-    // that successive calls on the same batch visit it differently while the
-    // op stays a deterministic function of its inputs.
+    // The order is a function of the attr seed, the caller's call index and
+    // the incoming duals, so that successive calls on the same batch visit
+    // it differently while the op stays a deterministic function of its
+    // inputs. The digest alone repeats whenever the duals do: every batch
+    // of a first epoch (all zero), or duals that stopped changing.
     uint64_t digest = static_cast<uint64_t>(n);
     for (const double d : duals) {
       uint64_t bits;
       std::memcpy(&bits, &d, sizeof(bits));
       digest = MixSeed(digest, bits);
     }
-    options.seed = MixSeed(seed_, digest);
+    options.seed = MixSeed(seed_, digest, static_cast<uint64_t>(call_index));
 
     std::vector<double> primal(n), dual_loss(n), delta(batch.num_slots);
     SolverState state;

@@ -70,6 +70,7 @@ Status OptimizerShapeFn(InferenceContext* c) {
   const int sp_w = sp_idx + num_sparse;
   const int dense_w = sp_w + num_sparse;
   const int state = dense_w + num_dense;
+  const int call_index = state + 1;
 
   ShapeHandle vec;
   TF_RETURN_IF_ERROR(RankNamed(c, weights, 1, "example_weights", &vec));
@@ -89,6 +90,8 @@ Status OptimizerShapeFn(InferenceContext* c) {
         "example_state_data must have 4 columns, got shape ",
         c->DebugString(state_shape));
   }
+  ShapeHandle scalar;
+  TF_RETURN_IF_ERROR(RankNamed(c, call_index, 0, "call_index", &scalar));
 
   for (int g = 0; g < num_sparse; ++g) {
     ShapeHandle a, b;
@@ -227,6 +230,7 @@ REGISTER_OP("TfSdca>Optimizer")
     .Input("sparse_weights: num_sparse_features * float")
     .Input("dense_weights: num_dense_features * float")
     .Input("example_state_data: float")
+    .Input("call_index: int64")
     .Output("out_example_state_data: float")
     .Output("out_delta_sparse_weights: num_sparse_features * float")
     .Output("out_delta_dense_weights: num_dense_features * float")
@@ -269,6 +273,9 @@ sparse_indices: per sparse group, the distinct ids whose weights are given.
 sparse_weights: per sparse group, the unshrunk weights of sparse_indices.
 dense_weights: per dense group, the d unshrunk weights.
 example_state_data: [batch, 4]: dual, primal loss, dual loss, example weight.
+call_index: scalar; mixed into the seed of the visiting order, so that a
+  caller counting its calls gets a fresh order every call even when the
+  input duals repeat (e.g. every batch of the first epoch: all zero).
 out_example_state_data: [batch, 4]: the new dual; the weighted primal loss at
   the weights the example's last visit saw (the input weights for a single
   pass over a one-example batch, as in TensorFlow); the weighted dual loss
@@ -284,8 +291,8 @@ num_inner_iterations: passes over the batch in this call.
 visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
   with replacement), 'cyclic' (row order) or 'adaptive' (importance sampling
   by the dual residual).
-seed: seed of the visiting order; it is mixed with the input duals so that
-  successive calls differ, and the result is a function of the inputs.
+seed: seed of the visiting order; it is mixed with call_index and a digest of
+  the input duals, and the result is a function of the inputs.
 gamma: smoothing of smooth_hinge_loss (> 0).
 num_threads: shards to solve concurrently (at least 1024 examples each);
   0 = one shard, with the CPU device's threads reading the batch.

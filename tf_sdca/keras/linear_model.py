@@ -753,6 +753,7 @@ class LinearModel(keras.Model):
     for i, slot in enumerate(state["slots"]):
       store[f"sdca_slot_{i}"] = slot
     store["sdca_train_weight"] = np.array([self._train_weight])
+    store["sdca_calls"] = np.array([state.get("calls", 0)], np.int64)
 
   def load_own_variables(self, store):
     keys = list(store.keys())
@@ -769,6 +770,8 @@ class LinearModel(keras.Model):
       state = dict(keys=np.asarray(store["sdca_keys"]),
                    values=np.asarray(store["sdca_values"]),
                    slots=[np.asarray(store[k]) for k in slots])
+      if "sdca_calls" in keys:  # absent from files saved before it existed
+        state["calls"] = int(np.asarray(store["sdca_calls"])[0])
       self._train_weight = float(np.asarray(store["sdca_train_weight"])[0])
       if self._sdca is not None:
         self._sdca.set_state(state)

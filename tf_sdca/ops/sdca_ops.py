@@ -56,6 +56,7 @@ def sdca_optimizer(sparse_example_indices,
                    seed=0,
                    gamma=1.0,
                    num_threads=0,
+                   call_index=0,
                    name=None):
   """Runs SDCA on one mini-batch; the inputs of `tf.raw_ops.SdcaOptimizerV2`.
 
@@ -92,6 +93,11 @@ def sdca_optimizer(sparse_example_indices,
       (0: one shard; TensorFlow's threads still parallelise reading the
       batch). Sharded solving is deterministic for a given count but was
       slower than one shard on 2-core machines; see g3doc/op.md.
+    call_index: int64 scalar (may be a tensor) mixed into the seed: give
+      successive calls successive values (`SdcaModel` counts its
+      `minimize` calls) and each call visits its batch in a fresh order.
+      With the default 0 the order still depends on the input duals, so it
+      repeats when they do (e.g. equal-sized batches of new examples).
     name: op name.
 
   Returns:
@@ -148,6 +154,8 @@ def sdca_optimizer(sparse_example_indices,
         dense_weights=tensors(dense_weights, tf.float32, "dense_weights"),
         example_state_data=tf.convert_to_tensor(
             example_state_data, tf.float32, name="example_state_data"),
+        call_index=tf.convert_to_tensor(call_index, tf.int64,
+                                        name="call_index"),
         loss_type=loss_type,
         adaptive=bool(adaptive),
         l1=float(l1),

@@ -1,0 +1,158 @@
+"""Visiting orders of a stream of mini-batches: every call of the mini-batch
+op draws a fresh order (reproducibly from one seed), and how many passes a
+stream of batches needs next to one full batch, on scikit-learn's data."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.optimize import minimize
+from sklearn.datasets import load_breast_cancer, load_wine
+
+import tf_sdca
+from tf_sdca.sdca_model import SdcaModel
+
+TOL = 1e-6
+
+
+def _tiny_examples(n=50, seed=0):
+  x = np.random.default_rng(seed).normal(size=(n, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  return dict(sparse_features=[], dense_features=[x],
+              example_weights=np.ones(n, np.float32), example_labels=y,
+              example_ids=[f"r{i}" for i in range(n)])
+
+
+def _model(examples, d, l2=1.0, seed=0):
+  w = tf.Variable(tf.zeros([d]))
+  return SdcaModel(examples, dict(sparse_features_weights=[],
+                                  dense_features_weights=[w]),
+                   dict(loss_type="logistic_loss",
+                        symmetric_l2_regularization=l2, seed=seed))
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_each_minimize_call_draws_a_fresh_order_reproducibly(in_function):
+  # The second call starts from exactly the first call's inputs (the state
+  # is reset to empty tables and zero weights), so only the order can make
+  # it differ. Before the op took a call index, the seed depended on the
+  # input duals only, and both calls returned the same state.
+  ex = _tiny_examples()
+  model = _model(ex, 3, seed=7)
+  step = tf.function(model.minimize) if in_function else model.minimize
+  empty = model.get_state()
+  del empty["calls"]  # the call count goes on: only the data state resets
+  first = step().numpy()
+  model.set_state(empty)
+  second = step().numpy()
+  assert np.abs(first - second).max() > 1e-3
+  # A new model from the same seed repeats the first call bit for bit.
+  again = _model(ex, 3, seed=7)
+  step = tf.function(again.minimize) if in_function else again.minimize
+  np.testing.assert_array_equal(step().numpy(), first)
+
+
+def test_the_op_mixes_its_call_index_into_the_seed():
+  ex = _tiny_examples()
+  args = dict(sparse_example_indices=[], sparse_feature_indices=[],
+              sparse_feature_values=[], dense_features=ex["dense_features"],
+              example_weights=ex["example_weights"],
+              example_labels=ex["example_labels"], sparse_indices=[],
+              sparse_weights=[], dense_weights=[np.zeros(3, np.float32)],
+              example_state_data=np.zeros((50, 4), np.float32),
+              loss_type="logistic_loss", l1=0.0, l2=1.0, seed=3)
+  a = tf_sdca.sdca_optimizer(**args, call_index=0)[0].numpy()
+  b = tf_sdca.sdca_optimizer(**args, call_index=1)[0].numpy()
+  c = tf_sdca.sdca_optimizer(**args, call_index=1)[0].numpy()
+  assert np.abs(a - b).max() > 1e-3
+  np.testing.assert_array_equal(b, c)
+  with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                     match="call_index"):
+    tf_sdca.sdca_optimizer(**args, call_index=[1, 2])
+
+
+# --------------------------------------------------------------------------
+# Passes to a relative suboptimality of 1e-6.
+# --------------------------------------------------------------------------
+
+def _standardized(loader):
+  x, y = loader(return_X_y=True)
+  x = (x - x.mean(0)) / x.std(0)
+  if y.max() > 1:  # wine: class 0 against the rest
+    y = (y == 0)
+  rows = np.random.default_rng(0).permutation(len(y))  # shuffled once
+  return x[rows].astype(np.float32), y[rows].astype(np.float32)
+
+
+def _primal(w, x, y, l2):
+  z = x.astype(np.float64) @ w
+  return np.logaddexp(0.0, -(2.0 * y - 1.0) * z).sum() + 0.5 * l2 * w @ w
+
+
+def _optimum(x, y, l2):
+  a, s = x.astype(np.float64), 2.0 * y.astype(np.float64) - 1.0
+
+  def f(w):
+    z = a @ w
+    return (np.logaddexp(0.0, -s * z).sum() + 0.5 * l2 * w @ w,
+            a.T @ (-s / (1.0 + np.exp(s * z))) + l2 * w)
+
+  return minimize(f, np.zeros(a.shape[1]), jac=True, method="L-BFGS-B",
+                  options=dict(ftol=1e-16, gtol=1e-12, maxiter=10000)).fun
+
+
+def _passes_to_tol(x, y, l2, num_batches, redeal, max_passes):
+  """Epochs of the stream until P(w) is within TOL (relative) of P(w*);
+  None if not within max_passes. `redeal` deals the rows into new batches
+  every epoch; otherwise the batches are the same consecutive rows."""
+  n, d = x.shape
+  best = _optimum(x, y, l2)
+  size = -(-n // num_batches)
+
+  def batch(rows):
+    return dict(sparse_features=[], dense_features=[x[rows]],
+                example_weights=np.ones(len(rows), np.float32),
+                example_labels=y[rows],
+                example_ids=tf.constant([b"%d" % r for r in rows]))
+
+  fixed = [batch(np.arange(i, min(i + size, n))) for i in range(0, n, size)]
+  model = _model(None, d, l2=l2)
+  rng = np.random.default_rng(1)
+  for epoch in range(1, max_passes + 1):
+    if redeal:
+      order = rng.permutation(n)
+      batches = [batch(order[i:i + size]) for i in range(0, n, size)]
+    else:
+      batches = fixed
+    for b in batches:
+      model.minimize(examples=b)
+    w = model._dense[0].slots[0].numpy()
+    if (_primal(w, x, y, l2) - best) / best < TOL:
+      return epoch
+  return None
+
+
+DATA = {"breast_cancer": load_breast_cancer, "wine": load_wine}
+
+
+@pytest.mark.parametrize("name", sorted(DATA))
+def test_batches_dealt_anew_every_epoch_converge_like_one_full_batch(name):
+  # Measured (l2 = 1, six batches): breast_cancer 40 passes for the full
+  # batch, 41 streamed; wine 21 and 20.
+  x, y = _standardized(DATA[name])
+  full = _passes_to_tol(x, y, 1.0, 1, False, 200)
+  assert full is not None
+  streamed = _passes_to_tol(x, y, 1.0, 6, True, int(1.5 * full))
+  assert streamed is not None, f"not within 1.5 x {full} passes"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "fixed consecutive batches are a block-cyclic order: each batch is "
+    "visited in a fresh order every call, yet the stream needs 2-2.5x the "
+    "passes of one batch here (breast_cancer 96 vs 40, wine 39 vs 21), and "
+    "float64 numpy SDCA with a fresh permutation per batch behaves the same; "
+    "see g3doc/sdca_model.md, 'Streaming orders'"))
+@pytest.mark.parametrize("name", sorted(DATA))
+def test_fixed_consecutive_batches_converge_like_one_full_batch(name):
+  x, y = _standardized(DATA[name])
+  full = _passes_to_tol(x, y, 1.0, 1, False, 200)
+  streamed = _passes_to_tol(x, y, 1.0, 6, False, int(1.5 * full))
+  assert streamed is not None, f"not within 1.5 x {full} passes"
