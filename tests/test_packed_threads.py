@@ -3,6 +3,8 @@ over one weight table): no update is lost (the weights stay exactly the sum
 of the rows' changes), the optimum is the one-thread optimum, every loss,
 L1, values, CoCoA+ and visiting order, dense-only and sparse-only rows, the
 trainer with num_threads=2."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -86,27 +88,38 @@ def test_no_update_is_lost(loss, threads, l1, partitions, use_values, order):
   np.testing.assert_allclose(w, expected, rtol=0, atol=1e-11 * scale)
 
 
+def _train_to_optimum(data, loss, l1, l2, threads, max_epochs=400):
+  """Epochs and primal of packed_solve from zero to a relative gap < 1e-10."""
+  rows = pack_rows(**data, num_sparse_features=VOCAB, loss_type=loss,
+                   num_threads=threads)
+  w, a = np.zeros(VOCAB + 3), np.zeros(2000)
+  for epoch in range(max_epochs):
+    w, a, parts = packed_solve(rows, w, a, seed=epoch, loss_type=loss,
+                               l1=l1, l2=l2)
+    gap, primal = _gap(parts, l1, l2)
+    assert gap >= -1e-12, (threads, epoch, gap)
+    if gap < 1e-10:
+      break
+  assert gap < 1e-10, (threads, gap)
+  return epoch + 1, primal
+
+
+# 3, 4 and 8 threads run oversubscribed on a 2-core machine (lockstep
+# interleaving, the timing of truly parallel threads, is checked by
+# kernels/tests/packed_threads_main.cc).
+@pytest.mark.parametrize("threads", [2, 3, 4, 8])
 @pytest.mark.parametrize("loss,l1", [("logistic_loss", 0.0),
                                      ("squared_loss", 0.1),
                                      ("smooth_hinge_loss", 0.0),
                                      ("poisson_loss", 0.0)])
-def test_threads_reach_the_one_thread_optimum(loss, l1):
+def test_threads_reach_the_one_thread_optimum(loss, l1, threads):
   data = _problem(loss, n=2000)
-  l2 = 2.0
-  optima = []
-  for threads in (1, 2):
-    rows = pack_rows(**data, num_sparse_features=VOCAB, loss_type=loss,
-                     num_threads=threads)
-    w, a = np.zeros(VOCAB + 3), np.zeros(2000)
-    for epoch in range(400):
-      w, a, parts = packed_solve(rows, w, a, seed=epoch, loss_type=loss,
-                                 l1=l1, l2=l2)
-      gap, primal = _gap(parts, l1, l2)
-      if gap < 1e-10:
-        break
-    assert -1e-12 <= gap < 1e-10, (threads, gap)
-    optima.append(primal)
-  np.testing.assert_allclose(optima[1], optima[0], rtol=1e-9)
+  epochs_one, optimum = _train_to_optimum(data, loss, l1, 2.0, 1)
+  epochs, primal = _train_to_optimum(data, loss, l1, 2.0, threads)
+  np.testing.assert_allclose(primal, optimum, rtol=1e-9)
+  # Slower per epoch than one thread (the shared slots' CoCoA+ scaling),
+  # measured 1.3-1.8x with 3 threads, 4-6x with 8 here; not stuck.
+  assert epochs <= 8 * epochs_one, (epochs, epochs_one)
 
 
 @pytest.mark.parametrize("part", ["dense_only", "sparse_only"])
@@ -198,3 +211,20 @@ def test_trainer_uses_at_most_one_thread_per_4096_rows():
   assert [_packed_threads(t, n) for t, n in [
       (0, 10**6), (1, 10**6), (2, 10**6), (2, 8192), (2, 8191), (4, 12288),
       (2, 569), (8, 0)]] == [1, 1, 2, 2, 1, 3, 1, 1]
+
+
+def test_trainer_says_when_it_uses_fewer_or_slower_threads(monkeypatch):
+  from tf_sdca import trainer  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(trainer.os, "cpu_count", lambda: 2)
+  with pytest.warns(UserWarning, match=r"num_threads=4: using 2 lock-free "
+                    r"thread\(s\) for 100000 rows on 2 core\(s\)"):
+    assert trainer._choose_threads(4, 100_000) == 2
+  with pytest.warns(UserWarning, match="using 1 lock-free thread"):
+    assert trainer._choose_threads(2, 5000) == 1
+  monkeypatch.setattr(trainer.os, "cpu_count", lambda: 16)
+  with pytest.warns(UserWarning, match="num_threads=8: with 3 or more"):
+    assert trainer._choose_threads(8, 100_000) == 8
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert trainer._choose_threads(2, 100_000) == 2
+    assert trainer._choose_threads(0, 100_000) == 1

@@ -23,11 +23,14 @@ Example:
   >>> history = model.fit(labels=y, dense=x, epochs=20, tol=1e-6, verbose=0)
   >>> scores = model.predict(dense=x)
 """
+import os
 import time
+import warnings
 
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import losses
 from tf_sdca.ops import sdca_ops
 
 # A sparse table at most this many times larger than a batch's entries is
@@ -53,7 +56,8 @@ class InMemorySdca:
   `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1`.
 
   Args:
-    loss: one of `tf_sdca.ops.LOSSES`.
+    loss: a loss of `tf_sdca.losses`, by short name ('logistic') or the
+      op's name ('logistic_loss').
     l1: L1 regularisation (>= 0).
     l2: L2 regularisation (> 0).
     visit_order: see `tf_sdca.sdca_optimizer`.
@@ -62,7 +66,9 @@ class InMemorySdca:
     num_threads: threads solving each epoch (0 or 1: one). Packed rows:
       lock-free threads over one weight table (`tf_sdca.pack_rows`; ~0.7x
       the time per epoch with 2 threads on Criteo-shaped rows, results vary
-      in the last bits between runs), at most one per 4096 rows. Otherwise
+      in the last bits between runs), at most one per 4096 rows and one
+      per core; 3 or more need more epochs than one thread (a warning says
+      so, and says when fewer threads than asked are used). Otherwise
       shards merged every 32 rows (`tf_sdca.resident_solve`; deterministic
       but slower than one thread on 2 cores). The exact objective uses
       TensorFlow's intra-op threads.
@@ -77,6 +83,7 @@ class InMemorySdca:
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
                visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
                pack=True):
+    loss = losses.op_name(loss)
     sdca_ops._check_options(loss, l1, l2, 1, 1, visit_order, gamma,
                             num_threads)
     self.loss = loss
@@ -250,7 +257,7 @@ class InMemorySdca:
                          else np.shape(ids)[1])
     if packed:
       resident.pack(num_features or 0, self.loss, self.gamma,
-                    _packed_threads(self.num_threads, n))
+                    _choose_threads(self.num_threads, n))
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
@@ -409,8 +416,7 @@ class InMemorySdca:
   def _shrunk(self, w):
     if w is None:
       return None
-    shrink = self.l1 / self.l2
-    return np.sign(w) * np.maximum(np.abs(w) - shrink, 0.0)
+    return losses.shrink_l1(w, self.l1, self.l2)
 
   def decision_function(self, dense=None, ids=None, indptr=None, indices=None,
                         values=None):
@@ -444,11 +450,7 @@ class InMemorySdca:
   def predict(self, **features):
     """Probabilities for logistic, rates for Poisson, `w.x` otherwise."""
     z = self.decision_function(**features)
-    if self.loss == "logistic_loss":
-      return 1.0 / (1.0 + np.exp(-z))
-    if self.loss == "poisson_loss":
-      return np.exp(z)
-    return z
+    return losses.activation(self.loss, z)
 
 
 def _views_of(table, parts):
@@ -529,6 +531,34 @@ def _packed_threads(num_threads, n):
   return max(1, min(num_threads, n // _MIN_ROWS_PER_THREAD))
 
 
+def _choose_threads(num_threads, n):
+  """The lock-free threads `fit` packs n rows for, with a warning whenever
+  that is not what was asked or is likely slower than fewer threads: at
+  most one per 4096 rows (thread start-up dominates shorter epochs) and one
+  per core (threads sharing a core only see each other's changes later);
+  and three or more converge in more epochs than one or two, because the
+  weights that most rows share are scaled down per step to keep them from
+  overshooting (g3doc/benchmarks.md)."""
+  threads = _packed_threads(num_threads, n)
+  cores = os.cpu_count() or 1
+  if threads > cores:
+    threads = cores
+  if num_threads > 1 and threads < num_threads:
+    warnings.warn(
+        f"num_threads={num_threads}: using {threads} lock-free thread(s) "
+        f"for {n} rows on {cores} core(s) (at most one per "
+        f"{_MIN_ROWS_PER_THREAD} rows and one per core)", UserWarning,
+        stacklevel=3)
+  if threads >= 3:
+    warnings.warn(
+        f"num_threads={threads}: with 3 or more lock-free threads an epoch "
+        "is faster but makes less progress (the weights most rows share "
+        "take smaller steps; 8 threads needed 2-6x the epochs of one in "
+        "the measurements of g3doc/benchmarks.md): compare with "
+        "num_threads=2 on your data", UserWarning, stacklevel=3)
+  return threads
+
+
 def _rows_sorted(ids):
   """`ids` if every row is non-decreasing (checked in chunks), else a copy
   with each row sorted. (Rows with a repeated id, e.g. a hash collision, are
@@ -540,50 +570,3 @@ def _rows_sorted(ids):
     if not (block[:, 1:] >= block[:, :-1]).all():
       return np.sort(ids, axis=1)
   return ids
-
-
-def _primal_loss(loss, z, labels, gamma):
-  """Unweighted per-example losses (numpy), for reporting."""
-  y = labels.astype(np.float64)
-  if loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
-    y = 2.0 * y - 1.0
-  if loss == "logistic_loss":
-    return np.logaddexp(0.0, -y * z)
-  if loss == "squared_loss":
-    return 0.5 * (z - y) ** 2
-  if loss == "hinge_loss":
-    return np.maximum(0.0, 1.0 - y * z)
-  if loss == "smooth_hinge_loss":
-    m = y * z
-    return np.where(m >= 1.0, 0.0,
-                    np.where(m <= 1.0 - gamma, 1.0 - m - gamma / 2.0,
-                             (1.0 - m) ** 2 / (2.0 * gamma)))
-  if loss == "absolute_loss":
-    return np.abs(z - y)
-  if loss == "poisson_loss":
-    return np.exp(z) - y * z
-  raise ValueError(f"unknown loss {loss!r}")
-
-
-def _dual_loss(loss, duals, labels, gamma):
-  """Unweighted conjugates phi*(-alpha) per example (numpy, float64)."""
-  a = duals.astype(np.float64)
-  y = labels.astype(np.float64)
-  if loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
-    b = np.clip(a * (2.0 * y - 1.0), 0.0, 1.0)
-    if loss == "hinge_loss":
-      return -b
-    if loss == "smooth_hinge_loss":
-      return -b + 0.5 * gamma * b * b
-    with np.errstate(divide="ignore", invalid="ignore"):
-      return (np.where(b > 0, b * np.log(b), 0.0) +
-              np.where(b < 1, (1 - b) * np.log1p(-b), 0.0))
-  if loss == "squared_loss":
-    return 0.5 * a * a - a * y
-  if loss == "absolute_loss":
-    return -np.clip(a, -1.0, 1.0) * y
-  if loss == "poisson_loss":
-    t = np.maximum(y - a, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-      return np.where(t > 0, t * np.log(t) - t, 0.0)
-  raise ValueError(f"unknown loss {loss!r}")
