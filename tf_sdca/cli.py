@@ -29,6 +29,31 @@ import time
 from tf_sdca import commands
 
 
+def _start_tensorflow_quietly():
+  """Imports TensorFlow and loads the op with the process's stderr (fd 2)
+  pointed at /dev/null: TensorFlow's C++ start-up writes banners there
+  (oneDNN, CUDA probing, absl's "log messages before InitializeLog") that
+  TF_CPP_MIN_LOG_LEVEL does not silence and that a command-line user has no
+  use for. A failure restores stderr first, so its traceback is seen.
+  TF_SDCA_VERBOSE=1 keeps them."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  if os.environ.get("TF_SDCA_VERBOSE") == "1":
+    return
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tf_sdca.ops import _loader  # pylint: disable=import-outside-toplevel
+    tf.config.list_physical_devices()  # the device probes log too
+    _loader.load_ops()
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
+
 def _demo(args):
   """Generates TSV files in a temporary directory, trains on 90% of the rows
   through the same path as `train` (parse, cache, SDCA, checkpoints),
@@ -109,7 +134,7 @@ def main(argv=None):
   demo.add_argument("--quiet", action="store_true")
   commands.add_parsers(sub)
   args = parser.parse_args(argv)
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  _start_tensorflow_quietly()
   if args.command == "demo":
     return _demo(args)
   return commands.run(args)

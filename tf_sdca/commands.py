@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-_BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
-LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
-          "absolute_loss", "poisson_loss")
+from tf_sdca import losses
+
+_BINARY = losses.BINARY
 
 
 def add_parsers(sub):
@@ -31,7 +31,10 @@ def add_parsers(sub):
 
   train = sub.add_parser("train", help="train by SDCA on text files")
   _data_args(train)
-  train.add_argument("--loss", default="logistic_loss", choices=LOSSES)
+  train.add_argument("--loss", default="logistic",
+                     choices=losses.NAMES + losses.OP_NAMES,
+                     help="loss, by short name or the op's name "
+                     "(logistic = logistic_loss)")
   train.add_argument("--l1", type=float, default=0.0)
   train.add_argument("--l2", type=float, default=10.0)
   train.add_argument("--epochs", type=int, default=10)
@@ -235,7 +238,8 @@ def train(args):
       raise ValueError(f"--resume: the model was trained on {meta['rows']:,} "
                        f"rows, the data has {info['rows']:,}")
   else:
-    meta = dict(format=args.format, loss=args.loss, l1=args.l1, l2=args.l2,
+    meta = dict(format=args.format, loss=losses.op_name(args.loss),
+                l1=args.l1, l2=args.l2,
                 gamma=1.0, seed=args.seed, bucket_bits=args.bucket_bits,
                 num_features=(1 << args.bucket_bits
                               if args.format == "criteo" else None),

@@ -38,6 +38,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import losses
 from tf_sdca.ops import sdca_ops
 
 _OPTION_DEFAULTS = dict(
@@ -219,7 +220,8 @@ class SdcaModel(tf.Module):
       `dense_features_weights`: lists (one per feature group) of `tf.Variable`
       or of lists of Variables partitioned along axis 0 (contiguous: the
       first holds rows [0, n0), the next [n0, n0 + n1), ...).
-    options: dict with `loss_type` (one of `tf_sdca.ops.LOSSES`),
+    options: dict with `loss_type` (one of `tf_sdca.ops.LOSSES`, or its
+      short name as in `tf_sdca.losses.NAMES`),
       `symmetric_l2_regularization` (> 0) and optionally
       `symmetric_l1_regularization` (0), `num_loss_partitions` (1),
       `num_table_shards` (1), `adaptive` (False), and tf_sdca's extras
@@ -280,8 +282,9 @@ class SdcaModel(tf.Module):
       raise ValueError(f"options[{key!r}] must be {expected}, got "
                        f"{opts[key]!r}")
 
-    if opts["loss_type"] not in sdca_ops.LOSSES:
-      fail("loss_type", f"one of {sdca_ops.LOSSES}")
+    if opts["loss_type"] not in losses.NAMES + losses.OP_NAMES:
+      fail("loss_type", f"one of {losses.OP_NAMES} (or {losses.NAMES})")
+    opts["loss_type"] = losses.op_name(opts["loss_type"])
     if opts["visit_order"] not in sdca_ops.VISIT_ORDERS:
       fail("visit_order", f"one of {sdca_ops.VISIT_ORDERS}")
     # Python numbers only: the values become op attributes, fixed when the
@@ -496,9 +499,8 @@ class SdcaModel(tf.Module):
 
   # ----------------------------------------------------------- evaluate
   def _shrink(self, w):
-    shrink = (self._options["symmetric_l1_regularization"] /
-              self._options["symmetric_l2_regularization"])
-    return tf.sign(w) * tf.maximum(tf.abs(w) - shrink, 0.0)
+    return losses.shrink_l1(w, self._options["symmetric_l1_regularization"],
+                            self._options["symmetric_l2_regularization"])
 
   def _shrunk(self, weights):
     return self._shrink(weights.all_rows())
@@ -520,12 +522,8 @@ class SdcaModel(tf.Module):
   @_plain_python
   def predictions(self, examples):
     """Sigmoid for logistic, exp for Poisson, w.x otherwise (float32)."""
-    z = self._linear_predictions(examples)
-    loss = self._options["loss_type"]
-    if loss == "logistic_loss":
-      z = tf.sigmoid(z)
-    elif loss == "poisson_loss":
-      z = tf.exp(z)
+    z = losses.activation(self._options["loss_type"],
+                          self._linear_predictions(examples))
     return tf.cast(z, tf.float32)
 
   @_plain_python
@@ -544,24 +542,8 @@ class SdcaModel(tf.Module):
     z = self._linear_predictions(examples)
     y = tf.cast(examples["example_labels"], tf.float64)
     s = tf.cast(examples["example_weights"], tf.float64)
-    loss = self._options["loss_type"]
-    if loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
-      m = (2.0 * y - 1.0) * z
-    if loss == "logistic_loss":
-      per = tf.nn.softplus(-m)
-    elif loss == "squared_loss":
-      per = 0.5 * tf.square(z - y)
-    elif loss == "hinge_loss":
-      per = tf.nn.relu(1.0 - m)
-    elif loss == "smooth_hinge_loss":
-      g = tf.constant(self._options["gamma"], tf.float64)
-      per = tf.where(m >= 1.0, tf.zeros_like(m),
-                     tf.where(m <= 1.0 - g, 1.0 - m - g / 2.0,
-                              tf.square(1.0 - m) / (2.0 * g)))
-    elif loss == "absolute_loss":
-      per = tf.abs(z - y)
-    else:  # poisson_loss
-      per = tf.exp(z) - y * z
+    per = losses.primal(self._options["loss_type"], z, y,
+                        self._options["gamma"])
     return tf.reduce_sum(s * per) / tf.reduce_sum(s)
 
   def _regularization(self):

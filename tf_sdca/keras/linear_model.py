@@ -27,18 +27,9 @@ import tensorflow as tf
 
 from tf_sdca.ops import sdca_ops
 from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
-from tf_sdca.trainer import _dual_loss, _primal_loss
+from tf_sdca import losses
 
 # Short loss names (the issue's and Keras users') and the op's names.
-LOSSES = {
-    "logistic": "logistic_loss",
-    "hinge": "hinge_loss",
-    "smooth_hinge": "smooth_hinge_loss",
-    "squared": "squared_loss",
-    "absolute": "absolute_loss",
-    "poisson": "poisson_loss",
-}
-_BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
 # The name a non-dict input gets.
 DEFAULT_FEATURE = "features"
 # Rows per SDCA call when `fit` gets in-memory data and no batch_size: the op
@@ -58,14 +49,6 @@ class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
 
   def __init__(self, message):
     super().__init__(None, None, message)
-
-
-def _loss_type(loss):
-  if loss in LOSSES:
-    return LOSSES[loss]
-  if loss in LOSSES.values():
-    return loss
-  raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
 
 
 def _vocabulary_size(name, spec):
@@ -147,7 +130,7 @@ class LinearModel(keras.Model):
                num_loss_partitions=1, visit_order="permutation", seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, **kwargs):
     super().__init__(**kwargs)
-    self.loss_type = _loss_type(loss)
+    self.loss_type = losses.op_name(loss)
     self.loss_name = loss
     sdca_ops._check_options(self.loss_type, l1, l2, num_loss_partitions, 1,
                             visit_order, gamma, num_threads)
@@ -287,11 +270,7 @@ class LinearModel(keras.Model):
     return z
 
   def _activation(self, z):
-    if self.loss_type == "logistic_loss":
-      return tf.sigmoid(z)
-    if self.loss_type == "poisson_loss":
-      return tf.exp(z)
-    return z
+    return losses.activation(self.loss_type, z)
 
   def call(self, inputs, training=False):
     """Probabilities (logistic), rates (Poisson) or scores, `[B, 1]`."""
@@ -721,9 +700,9 @@ class LinearModel(keras.Model):
     for batch in data:
       z, alpha, y, s = self._gap_batch(batch)
       y, s = y.numpy(), s.numpy().astype(np.float64)
-      primal += float(s @ _primal_loss(self.loss_type, z.numpy(), y,
-                                       self.gamma))
-      dual += float(s @ _dual_loss(self.loss_type, alpha.numpy(), y,
+      primal += float(s @ losses.primal(self.loss_type, z.numpy(), y,
+                                        self.gamma))
+      dual += float(s @ losses.dual(self.loss_type, alpha.numpy(), y,
                                    self.gamma))
       weight += float(s.sum())
     r1, r2 = (float(r) for r in self._sdca.regularization())
@@ -877,7 +856,7 @@ def _labels(y, n, loss_type):
   if y.dtype.kind not in "biuf":
     raise InvalidInputError(
         f"labels must be numeric, got dtype {y.dtype}"
-        + (" (encode classes as 0/1)" if loss_type in _BINARY else ""))
+        + (" (encode classes as 0/1)" if loss_type in losses.BINARY else ""))
   y = y.reshape(len(y), -1) if y.ndim > 1 else y
   if y.ndim > 1 and y.shape[1] != 1:
     raise InvalidInputError(f"labels must have shape [n] or [n, 1], got "
@@ -889,7 +868,7 @@ def _labels(y, n, loss_type):
   bad = np.flatnonzero(~np.isfinite(y))
   if bad.size:
     raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} is not finite")
-  if loss_type in _BINARY:
+  if loss_type in losses.BINARY:
     bad = np.flatnonzero((y != 0) & (y != 1))
     if bad.size:
       raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be 0 or "

@@ -1,0 +1,145 @@
+"""The losses of tf_sdca, once for every Python caller: their names, primal
+and conjugate (dual) values, output activation and the L1 shrink.
+
+Every door takes a loss by its short name (`'logistic'`) or by the op's
+`loss_type` (`'logistic_loss'`, TensorFlow's spelling); `op_name` maps either
+to the op's. The functions take numpy arrays or TensorFlow tensors and
+return the same kind, in float64 where they compute (the kernels' formulas
+are in g3doc/losses.md):
+
+  >>> from tf_sdca import losses
+  >>> losses.op_name("poisson")
+  'poisson_loss'
+  >>> losses.primal("logistic", np.array([0.0]), np.array([1.0]))
+  array([0.69314718])
+"""
+import numpy as np
+
+# Short names, in the order the docs list them; the op's name adds "_loss".
+NAMES = ("logistic", "squared", "hinge", "smooth_hinge", "absolute",
+         "poisson")
+OP_NAMES = tuple(name + "_loss" for name in NAMES)
+# Labels {0, 1} are y = 2 label - 1 in the formulas.
+BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
+
+
+def op_name(loss):
+  """The op's `loss_type` for `loss`, given as `'logistic'` or
+  `'logistic_loss'`.
+
+  Raises:
+    ValueError: `loss` is neither spelling of a loss of tf_sdca.
+  """
+  if loss in OP_NAMES:
+    return loss
+  if loss in NAMES:
+    return loss + "_loss"
+  raise ValueError(f"loss must be one of {NAMES} (or the op's names "
+                   f"{OP_NAMES}), got {loss!r}")
+
+
+def short_name(loss):
+  """`'logistic'` for `'logistic'` or `'logistic_loss'`."""
+  return op_name(loss)[:-len("_loss")]
+
+
+class _Numpy:
+  """The few array functions the formulas need, for numpy arrays."""
+  asarray = staticmethod(lambda x: np.asarray(x, np.float64))
+  softplus = staticmethod(lambda x: np.logaddexp(0.0, x))
+  sigmoid = staticmethod(lambda x: 1.0 / (1.0 + np.exp(-x)))
+  where, abs, exp, sign = np.where, np.abs, np.exp, np.sign
+  maximum, clip = np.maximum, np.clip
+
+  @staticmethod
+  def xlogx(x):
+    """x log x with 0 log 0 = 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+      return np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0)
+
+
+def _tensorflow():
+  """The same for TensorFlow tensors (graph or eager); imported on first
+  use so that numpy callers (the CLI's parsing) do not load TensorFlow."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  class _TensorFlow:
+    asarray = staticmethod(lambda x: tf.cast(x, tf.float64))
+    softplus, sigmoid, exp = tf.nn.softplus, tf.sigmoid, tf.exp
+    where, abs, sign, maximum = tf.where, tf.abs, tf.sign, tf.maximum
+    clip = staticmethod(tf.clip_by_value)
+    xlogx = staticmethod(lambda x: tf.math.xlogy(x, x))
+
+  return _TensorFlow
+
+
+def _backend(*arrays):
+  if all(isinstance(a, (np.ndarray, np.generic, float, int))
+         for a in arrays):
+    return _Numpy
+  return _tensorflow()
+
+
+def primal(loss, z, labels, gamma=1.0):
+  """Unweighted phi(z) per example: the loss at margin `z` (= w.x) for raw
+  labels (`{0, 1}` for the binary losses, counts for Poisson); `gamma` is
+  smooth hinge's smoothing."""
+  loss = op_name(loss)
+  xp = _backend(z, labels)
+  z, y = xp.asarray(z), xp.asarray(labels)
+  if loss in BINARY:
+    m = (2.0 * y - 1.0) * z
+  if loss == "logistic_loss":
+    return xp.softplus(-m)
+  if loss == "squared_loss":
+    return 0.5 * (z - y) ** 2
+  if loss == "hinge_loss":
+    return xp.maximum(1.0 - m, 0.0)
+  if loss == "smooth_hinge_loss":
+    return xp.where(m >= 1.0, 0.0 * m,
+                    xp.where(m <= 1.0 - gamma, 1.0 - m - gamma / 2.0,
+                             (1.0 - m) ** 2 / (2.0 * gamma)))
+  if loss == "absolute_loss":
+    return xp.abs(z - y)
+  return xp.exp(z) - y * z  # poisson_loss
+
+
+def dual(loss, duals, labels, gamma=1.0):
+  """Unweighted conjugate phi*(-alpha) per example, for raw labels. Its sum
+  with `primal` and alpha * z is the example's Fenchel-Young gap (>= 0)."""
+  loss = op_name(loss)
+  xp = _backend(duals, labels)
+  a, y = xp.asarray(duals), xp.asarray(labels)
+  if loss in BINARY:
+    b = xp.clip(a * (2.0 * y - 1.0), 0.0, 1.0)
+    if loss == "hinge_loss":
+      return -b
+    if loss == "smooth_hinge_loss":
+      return -b + 0.5 * gamma * b * b
+    return xp.xlogx(b) + xp.xlogx(1.0 - b)
+  if loss == "squared_loss":
+    return 0.5 * a * a - a * y
+  if loss == "absolute_loss":
+    return -xp.clip(a, -1.0, 1.0) * y
+  return xp.xlogx(xp.maximum(y - a, 0.0)) - xp.maximum(y - a, 0.0)
+
+
+def activation(loss, z):
+  """The model's output for margin `z`: probabilities (sigmoid) for
+  logistic, rates (exp) for Poisson, `z` itself otherwise."""
+  loss = op_name(loss)
+  xp = _backend(z)
+  if loss == "logistic_loss":
+    return xp.sigmoid(z)
+  if loss == "poisson_loss":
+    return xp.exp(z)
+  return z
+
+
+def shrink_l1(w, l1, l2):
+  """The weights the model uses: soft thresholding of the unshrunk weights
+  by l1 / l2, sign(w) max(|w| - l1 / l2, 0) (w itself when l1 = 0)."""
+  if l1 == 0:
+    return w
+  xp = _backend(w)
+  return xp.sign(w) * xp.maximum(xp.abs(w) - l1 / l2, 0.0)
