@@ -553,7 +553,7 @@ def _choose_threads(num_threads, n):
     warnings.warn(
         f"num_threads={threads}: with 3 or more lock-free threads an epoch "
         "is faster but makes less progress (the weights most rows share "
-        "take smaller steps; 8 threads needed 2-6x the epochs of one in "
+        "take smaller steps; 8 threads needed 4-6x the epochs of one in "
         "the measurements of g3doc/benchmarks.md): compare with "
         "num_threads=2 on your data", UserWarning, stacklevel=3)
   return threads
