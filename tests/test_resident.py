@@ -2,6 +2,8 @@
 step by step (every loss, L1, values, weights, CoCoA+), the duality gap goes
 to zero, the objective parts are exact, agreement with the batch op and
 with several shards, repeated ids, and every bad input."""
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -125,14 +127,19 @@ def test_agrees_with_the_batch_op_and_with_two_threads():
   z = dense @ [1.0, -1.0, 0.5] + rng.normal(size=vocab)[ids].sum(1)
   y = (rng.random(n) < 1 / (1 + np.exp(-z))).astype(np.float32)
   optima = []
-  # Two threads: lock-free over packed rows, and two shards in place.
+  # Two threads: lock-free over packed rows; in place, one thread (with a
+  # warning).
   for batch_size, threads, pack in [(None, 0, True), (None, 2, True),
                                     (None, 2, False), (1500, 0, True)]:
     model = InMemorySdca("logistic_loss", l2=5.0, num_threads=threads,
                          pack=pack)
-    history = model.fit(y, dense=dense, ids=ids, num_features=vocab,
-                        epochs=300, batch_size=batch_size, tol=1e-9,
-                        verbose=0)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      history = model.fit(y, dense=dense, ids=ids, num_features=vocab,
+                          epochs=300, batch_size=batch_size, tol=1e-9,
+                          verbose=0)
+    said = [str(w.message) for w in caught]
+    assert any("run on one thread" in m for m in said) == (not pack), said
     assert history["duality_gap"][-1] < 1e-9
     optima.append(history["loss"][-1])
   np.testing.assert_allclose(optima, optima[0], rtol=1e-8)

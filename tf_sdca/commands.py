@@ -48,8 +48,7 @@ def add_parsers(sub):
   train.add_argument("--threads", type=int, default=0,
                      help="threads per epoch (0 or 1: one); with --pack "
                      "lock-free threads over the packed rows (~0.7x the "
-                     "time per epoch with 2), else shards merged every 32 "
-                     "rows")
+                     "time per epoch with 2); without, one thread")
   train.add_argument("--pack", action="store_true",
                      help="pack the rows once (TfSdca>PackRows) for ~1.5x "
                      "faster epochs, at ~192 more bytes per Criteo row of "

@@ -68,10 +68,10 @@ class InMemorySdca:
       the time per epoch with 2 threads on Criteo-shaped rows, results vary
       in the last bits between runs), at most one per 4096 rows and one
       per core; 3 or more need more epochs than one thread (a warning says
-      so, and says when fewer threads than asked are used). Otherwise
-      shards merged every 32 rows (`tf_sdca.resident_solve`; deterministic
-      but slower than one thread on 2 cores). The exact objective uses
-      TensorFlow's intra-op threads.
+      so, and says when fewer threads than asked are used). Without
+      packed rows (`pack=False`, the adaptive order) an epoch runs on one
+      thread (a warning says so); mini-batches use them to read each batch.
+      The exact objective uses TensorFlow's intra-op threads.
     pack: with all rows in one call and visit order 'permutation',
       'uniform' or 'cyclic', validate and pack the rows once per `fit`
       (`tf_sdca.pack_rows`: a copy of the data, ~192 bytes per Criteo row of
@@ -258,6 +258,11 @@ class InMemorySdca:
     if packed:
       resident.pack(num_features or 0, self.loss, self.gamma,
                     _choose_threads(self.num_threads, n))
+    elif one_call and self.num_threads > 1:
+      warnings.warn(
+          f"num_threads={self.num_threads}: epochs over rows read in place "
+          "(pack=False or visit_order='adaptive') run on one thread; "
+          "threads need packed rows", UserWarning, stacklevel=2)
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
@@ -338,8 +343,7 @@ class InMemorySdca:
     if resident.rows is not None:
       w, duals, parts = sdca_ops.packed_solve(resident.rows, **options)
     else:
-      w, duals, parts = sdca_ops.resident_solve(
-          *resident.tensors, num_threads=self.num_threads, **options)
+      w, duals, parts = sdca_ops.resident_solve(*resident.tensors, **options)
     if passes:
       w = self._table = w.numpy()
       k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]

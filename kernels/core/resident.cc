@@ -583,11 +583,11 @@ void SumLosses(int64_t n, int64_t chunks, const ParallelFor& parallel_for,
   }
 }
 
-// Sharded or adaptive solving goes through the batch solver, whose slots
-// are here the full weight table.
+// The adaptive order goes through the batch solver (which draws it), whose
+// slots are here the full weight table.
 void SolveThroughBatchSolver(const SolverOptions& options,
                              const ResidentData& data, double* weights,
-                             double* duals, const ParallelFor& parallel_for) {
+                             double* duals) {
   const int64_t n = data.num_examples;
   const int64_t m = data.num_slots();
   ExamplesView view;
@@ -616,7 +616,7 @@ void SolveThroughBatchSolver(const SolverOptions& options,
   state.dual_losses = dual_loss.data();
   state.delta = delta.data();
   std::vector<double> w0(weights, weights + m);
-  Solve(options, view, w0.data(), m, &state, parallel_for);
+  Solve(options, view, w0.data(), m, &state);
   for (int64_t j = 0; j < m; ++j) weights[j] = w0[j] + delta[j];
 }
 
@@ -700,11 +700,10 @@ int64_t FirstInvalidDual(const double* duals, const double* labels,
 }
 
 void SolveResident(const SolverOptions& options, const ResidentData& data,
-                   double* weights, double* duals,
-                   const ParallelFor& parallel_for) {
+                   double* weights, double* duals) {
   if (data.num_examples == 0) return;
-  if (options.num_shards > 1 || options.order == VisitOrder::kAdaptive) {
-    SolveThroughBatchSolver(options, data, weights, duals, parallel_for);
+  if (options.order == VisitOrder::kAdaptive) {
+    SolveThroughBatchSolver(options, data, weights, duals);
     return;
   }
   const int64_t n = data.num_examples;

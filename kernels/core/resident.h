@@ -72,11 +72,9 @@ int64_t FirstInvalidDual(const double* duals, const double* labels,
 // ([data.num_slots()], unshrunk) and `duals` ([num_examples]) are read and
 // updated in place. With num_loss_partitions = K > 1 the change made to the
 // weights is 1/K of the local solve's (CoCoA+ adding: the caller sums the
-// changes of K workers). options.num_shards > 1 solves shards concurrently
-// through `parallel_for`, which must then run its calls concurrently.
+// changes of K workers). One thread (threads: PackedRows).
 void SolveResident(const SolverOptions& options, const ResidentData& data,
-                   double* weights, double* duals,
-                   const ParallelFor& parallel_for);
+                   double* weights, double* duals);
 
 // The objective parts at (weights, duals). Rows are split into `chunks`
 // pieces run through `parallel_for` (any pool: they are independent).

@@ -1,7 +1,6 @@
 #include "kernels/core/solver.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -52,7 +51,7 @@ ParallelFor StdThreadParallelFor(int num_threads) {
 namespace {
 
 // The per-example arrays one pass reads and writes: either the batch itself
-// (indexed by example) or a shard's packed copy in visiting order.
+// (indexed by example) or a packed copy in visiting order.
 struct Rows {
   const int64_t* row_ptr = nullptr;
   const uint32_t* slots = nullptr;
@@ -65,7 +64,7 @@ struct Rows {
   double* primal_losses = nullptr;
 };
 
-// A shard's rows copied in the order of one pass. Visiting rows in a random
+// The batch's rows copied in the order of one pass. Visiting rows in a random
 // order makes every row a cache (and TLB) miss inside a loop whose long
 // dependency chains (the dual step) leave no room to overlap them; the copy
 // loop has independent loads that overlap freely, and the pass then streams
@@ -165,11 +164,11 @@ class PackedRows {
   Rows rows_;
 };
 
-// One shard's solve: examples [begin, end) against its private weights.
+// The solve of one batch against a copy of its weights.
 template <bool kHasL1, bool kHasValues>
-class ShardSolver {
+class BatchSolver {
  public:
-  ShardSolver(const SolverOptions& options, const ExamplesView& examples,
+  BatchSolver(const SolverOptions& options, const ExamplesView& examples,
               const double* w0, int64_t num_slots, double sigma)
       : options_(options),
         ex_(examples),
@@ -285,15 +284,16 @@ class ShardSolver {
     Axpy(r, i, coef);
   }
 
-  // Empty, or the first failed step of this shard.
+  // Empty, or the first failed step.
   const std::string& error() const { return error_; }
 
   // Fills `order` with the examples to visit in `pass`.
-  void MakeOrder(int64_t begin, int64_t end, int pass, int64_t shard,
+  // `stream` 0 keeps the draws of the sharded solver this replaced.
+  void MakeOrder(int64_t begin, int64_t end, int pass, int64_t stream,
                  const double* duals, std::vector<int64_t>* order) {
     const int64_t n = end - begin;
     order->resize(n);
-    Rng rng(MixSeed(options_.seed, static_cast<uint64_t>(shard),
+    Rng rng(MixSeed(options_.seed, static_cast<uint64_t>(stream),
                     static_cast<uint64_t>(pass)));
     switch (options_.order) {
       case VisitOrder::kCyclic:
@@ -354,17 +354,11 @@ class ShardSolver {
     }
   }
 
-  // The solve is driven in phases so that shards can merge their changes
-  // between rounds: Begin, then per pass StartPass, RunSteps (one or more
-  // rounds), EndPass; then Finish.
-  void Begin(int64_t shard, int64_t begin, int64_t end, SolverState* state,
-             bool track_touched) {
-    shard_ = shard;
-    begin_ = begin;
-    end_ = end;
+  // The solve: Begin, then per pass StartPass, RunPass, EndPass; then
+  // Finish.
+  void Begin(SolverState* state) {
+    end_ = ex_.num_examples;
     state_ = state;
-    track_touched_ = track_touched;
-    if (track_touched) stamp_.assign(local_.size(), 0);
     batch_rows_.row_ptr = ex_.row_ptr;
     batch_rows_.slots = ex_.slots;
     batch_rows_.values = ex_.values;
@@ -376,28 +370,27 @@ class ShardSolver {
     batch_rows_.primal_losses = state->primal_losses;
     // Examples that no pass visits (possible with sampling orders) get their
     // primal loss at the end; NaN marks "not visited yet".
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = 0; i < end_; ++i) {
       state->primal_losses[i] = std::numeric_limits<double>::quiet_NaN();
     }
   }
 
   void StartPass(int pass) {
-    MakeOrder(begin_, end_, pass, shard_, state_->duals, &order_);
+    MakeOrder(0, end_, pass, /*stream=*/0, state_->duals, &order_);
     packed_pass_ = options_.order == VisitOrder::kPermutation;
     // Each example once: solve on a packed copy, in row order.
     if (packed_pass_) packed_.Pack(ex_, *state_, order_);
   }
 
-  int64_t PassLength() const { return static_cast<int64_t>(order_.size()); }
-
-  // Steps on positions [from, to) of the current pass.
-  void RunSteps(int64_t from, int64_t to) {
-    to = std::min(to, PassLength());
+  // The steps of the current pass.
+  void RunPass() {
+    const int64_t count = static_cast<int64_t>(order_.size());
     const Rows& r = packed_pass_ ? packed_.rows() : batch_rows_;
-    for (int64_t k = from; k < to; ++k) {
+    for (int64_t k = 0; k < count; ++k) {
       const int64_t i = packed_pass_ ? k : order_[k];
-      if (k + 1 < to) PrefetchWeights(r, packed_pass_ ? k + 1 : order_[k + 1]);
-      if (track_touched_) Touch(r, i);
+      if (k + 1 < count) {
+        PrefetchWeights(r, packed_pass_ ? k + 1 : order_[k + 1]);
+      }
       Step(r, i, order_[k]);
     }
   }
@@ -407,7 +400,7 @@ class ShardSolver {
   }
 
   void Finish() {
-    for (int64_t i = begin_; i < end_; ++i) {
+    for (int64_t i = 0; i < end_; ++i) {
       const double s = ex_.weights[i];
       double* primal = state_->primal_losses;
       if (s <= 0.0) {
@@ -424,9 +417,7 @@ class ShardSolver {
     }
   }
 
-  // Slots written since the last merge (each once).
-  std::vector<uint32_t>& touched() { return touched_; }
-  std::vector<double>& local() { return local_; }
+  const std::vector<double>& local() const { return local_; }
 
 
  private:
@@ -443,36 +434,6 @@ class ShardSolver {
     error_ = out.str();
   }
 
-  void Touch(const Rows& r, int64_t i) {
-    const uint32_t mark = round_mark_;
-    for (int64_t k = r.row_ptr[i]; k < r.row_ptr[i + 1]; ++k) {
-      const uint32_t slot = r.slots[k];
-      if (stamp_[slot] != mark) {
-        stamp_[slot] = mark;
-        touched_.push_back(slot);
-      }
-    }
-    if (!dense_touched_) {
-      dense_touched_ = true;
-      for (const DenseBlock& block : ex_.dense) {
-        for (int64_t d = 0; d < block.dim; ++d) {
-          touched_.push_back(static_cast<uint32_t>(block.slot_offset + d));
-        }
-      }
-    }
-  }
-
- public:
-  // Called after a merge: the next round tracks afresh.
-  void NewRound() {
-    touched_.clear();
-    dense_touched_ = false;
-    if (++round_mark_ == 0) {  // wrapped: reset the stamps
-      std::fill(stamp_.begin(), stamp_.end(), 0);
-      round_mark_ = 1;
-    }
-  }
-
  private:
   const SolverOptions& options_;
   const ExamplesView& ex_;
@@ -480,170 +441,57 @@ class ShardSolver {
   const double shrinkage_;
   std::vector<double> local_;
   Rows batch_rows_;
-  int64_t shard_ = 0, begin_ = 0, end_ = 0;
+  int64_t end_ = 0;
   SolverState* state_ = nullptr;
   std::vector<int64_t> order_;
   PackedRows packed_;
   bool packed_pass_ = false;
-  bool track_touched_ = false;
-  std::vector<uint32_t> stamp_;
-  uint32_t round_mark_ = 1;
-  std::vector<uint32_t> touched_;
-  bool dense_touched_ = false;
   std::vector<DenseBlock> packed_dense_;
   std::vector<int64_t> packed_dense_offsets_;
   std::string error_;
 };
 
-// Examples each shard solves between two merges. Features shared by many
-// rows (dense ones, frequent categories) are updated by every shard; between
-// merges a shard sees only its own changes to them (CoCoA+ scales those by
-// the shard count to stay safe), so long rounds converge much more slowly
-// than the sequential method: on a 4096-row problem with two dense features
-// the gap after 20 calls was 6e-4 with 1024-example rounds, 2e-5 with 128,
-// 1.5e-9 with 32 and 2e-11 with 8 (one thread: 1e-15). Each merge costs a
-// spin barrier plus work proportional to the slots touched in the round; on
-// 100k Criteo-shaped rows and two threads 32 was fastest (8: barrier-bound,
-// 128 and more: slower too), so rounds are short.
-constexpr int64_t kRoundExamples = 32;
-
-// A reusable barrier for threads that are all running: the last to arrive
-// runs `on_last` (alone) and releases the others. Spins briefly, then yields
-// so that an oversubscribed machine still makes progress.
-class SpinBarrier {
- public:
-  explicit SpinBarrier(int count) : count_(count), waiting_(0) {}
-
-  template <typename Fn>
-  void Arrive(const Fn& on_last) {
-    const uint64_t generation = generation_.load(std::memory_order_acquire);
-    if (waiting_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
-      on_last();
-      waiting_.store(0, std::memory_order_relaxed);
-      generation_.store(generation + 1, std::memory_order_release);
-      return;
-    }
-    for (int spins = 0;
-         generation_.load(std::memory_order_acquire) == generation; ++spins) {
-      if (spins > 256) std::this_thread::yield();
-    }
-  }
-
- private:
-  const int count_;
-  std::atomic<int> waiting_;
-  std::atomic<uint64_t> generation_{0};
-};
-
-// Merges the shards' changes since the last merge into the machine's view
-// `view` (CoCoA+ adding: each shard's local copy is view + K * its change,
-// so the change is (local - view) / K) and brings every shard up to date.
-template <typename Solver>
-void MergeRound(std::vector<std::unique_ptr<Solver>>* solvers,
-                std::vector<double>* view, std::vector<uint32_t>* seen,
-                uint32_t* mark) {
-  if (++*mark == 0) {  // wrapped: reset the stamps
-    std::fill(seen->begin(), seen->end(), 0);
-    *mark = 1;
-  }
-  const double inv_shards = 1.0 / static_cast<double>(solvers->size());
-  double* v = view->data();
-  for (auto& solver : *solvers) {
-    for (const uint32_t j : solver->touched()) {
-      if ((*seen)[j] == *mark) continue;
-      (*seen)[j] = *mark;
-      double sum = 0.0;
-      for (auto& other : *solvers) sum += other->local()[j] - v[j];
-      v[j] += sum * inv_shards;
-      for (auto& other : *solvers) other->local()[j] = v[j];
-    }
-  }
-  for (auto& solver : *solvers) solver->NewRound();
-}
-
 template <bool kHasL1, bool kHasValues>
 void SolveImpl(const SolverOptions& options, const ExamplesView& examples,
-               const double* w0, int64_t num_slots, SolverState* state,
-               const ParallelFor& parallel_for) {
-  using Solver = ShardSolver<kHasL1, kHasValues>;
-  const int64_t n = examples.num_examples;
-  const int64_t shards = std::max<int64_t>(
-      1, std::min<int64_t>(options.num_shards, n));
+               const double* w0, int64_t num_slots, SolverState* state) {
   const double partitions = static_cast<double>(options.num_loss_partitions);
-  const double sigma = partitions * shards;
-  std::vector<std::unique_ptr<Solver>> solvers(shards);
-  for (int64_t t = 0; t < shards; ++t) {
-    solvers[t] = std::make_unique<Solver>(options, examples, w0, num_slots,
-                                          sigma);
+  BatchSolver<kHasL1, kHasValues> solver(options, examples, w0, num_slots,
+                                         partitions);
+  solver.Begin(state);
+  for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+    solver.StartPass(pass);
+    solver.RunPass();
+    solver.EndPass();
   }
-  // The machine's view of the weights: w0 + partitions * (its change).
-  std::vector<double> view;
-  std::vector<uint32_t> seen;
-  uint32_t mark = 0;
-  if (shards > 1) {
-    view.assign(w0, w0 + num_slots);
-    seen.assign(num_slots, 0);
+  solver.Finish();
+  if (!solver.error().empty()) {
+    state->error = solver.error();
+    return;
   }
-  // Every shard has ceil(n / shards) or one fewer examples per pass; all run
-  // the same number of rounds so that they meet at every barrier.
-  const int64_t longest = (n + shards - 1) / shards;
-  SpinBarrier barrier(static_cast<int>(shards));
-  parallel_for(shards, [&](int64_t t) {
-    Solver& solver = *solvers[t];
-    solver.Begin(t, n * t / shards, n * (t + 1) / shards, state,
-                 /*track_touched=*/shards > 1);
-    for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
-      solver.StartPass(pass);
-      if (shards == 1) {
-        solver.RunSteps(0, solver.PassLength());
-      } else {
-        // Other shards' merges write this shard's weights: wait until every
-        // shard has finished StartPass (which reads them for `adaptive`).
-        barrier.Arrive([] {});
-        for (int64_t from = 0; from < longest; from += kRoundExamples) {
-          solver.RunSteps(from, from + kRoundExamples);
-          barrier.Arrive([&] { MergeRound(&solvers, &view, &seen, &mark); });
-        }
-      }
-      solver.EndPass();
-    }
-    solver.Finish();
-  });
-  for (auto& solver : solvers) {
-    if (!solver->error().empty()) {
-      state->error = solver->error();
-      return;
-    }
-  }
-  // This machine's change of the weights, for the caller to add up.
-  const double* final_view = shards == 1 ? solvers[0]->local().data()
-                                         : view.data();
+  // This machine's change of the weights (CoCoA+: the local solve's change
+  // over K), for the caller to add up.
+  const std::vector<double>& local = solver.local();
   for (int64_t j = 0; j < num_slots; ++j) {
-    state->delta[j] = (final_view[j] - w0[j]) / partitions;
+    state->delta[j] = (local[j] - w0[j]) / partitions;
   }
 }
 
 }  // namespace
 
 void Solve(const SolverOptions& options, const ExamplesView& examples,
-           const double* w0, int64_t num_slots, SolverState* state,
-           const ParallelFor& parallel_for) {
+           const double* w0, int64_t num_slots, SolverState* state) {
   const bool has_l1 = options.l1 > 0.0;
   const bool has_values = examples.values != nullptr;
   if (has_l1) {
     if (has_values) {
-      SolveImpl<true, true>(options, examples, w0, num_slots, state,
-                            parallel_for);
+      SolveImpl<true, true>(options, examples, w0, num_slots, state);
     } else {
-      SolveImpl<true, false>(options, examples, w0, num_slots, state,
-                             parallel_for);
+      SolveImpl<true, false>(options, examples, w0, num_slots, state);
     }
   } else if (has_values) {
-    SolveImpl<false, true>(options, examples, w0, num_slots, state,
-                           parallel_for);
+    SolveImpl<false, true>(options, examples, w0, num_slots, state);
   } else {
-    SolveImpl<false, false>(options, examples, w0, num_slots, state,
-                            parallel_for);
+    SolveImpl<false, false>(options, examples, w0, num_slots, state);
   }
 }
 

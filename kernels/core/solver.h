@@ -1,14 +1,9 @@
-// The SDCA inner loop over one mini-batch, independent of TensorFlow.
-//
-// The batch is split into `num_shards` contiguous shards solved concurrently.
-// Each shard owns a private copy of the weights and adds its own updates to
-// it, so no two threads ever write the same memory at the same time (no
-// Hogwild races; clean under ThreadSanitizer). Every few examples the shards
-// meet at a barrier where their changes are added (CoCoA+ "adding" with
-// sigma' = num_loss_partitions * num_shards: between merges each shard solves
-// against w + sigma' * (its change), which keeps the summed step safe) and
-// every shard continues from the merged weights. The result depends only on
-// the inputs, the seed and the number of shards.
+// The SDCA inner loop over one mini-batch, independent of TensorFlow: one
+// thread solving the batch against a copy of its weights, CoCoA+-scaled by
+// num_loss_partitions, returning the change. (Splitting the batch into
+// shards merged every 32 rows was slower than one thread on every machine
+// measured, g3doc/benchmarks.md; threads are packed rows' business,
+// resident.h.)
 #ifndef TF_SDCA_KERNELS_CORE_SOLVER_H_
 #define TF_SDCA_KERNELS_CORE_SOLVER_H_
 
@@ -55,16 +50,14 @@ struct SolverOptions {
   int num_inner_iterations = 1;
   VisitOrder order = VisitOrder::kPermutation;
   uint64_t seed = 0;
-  int num_shards = 1;
 };
 
-// Runs fn(k) for every k in [0, n). When Solve uses more than one shard the
-// n calls must run concurrently (the shards meet at a barrier every round):
-// StdThreadParallelFor(n) guarantees that.
+// Runs fn(k) for every k in [0, n), possibly concurrently.
 using ParallelFor =
     std::function<void(int64_t n, const std::function<void(int64_t)>& fn)>;
 
-// A ParallelFor on std::thread, for use outside TensorFlow.
+// A ParallelFor on std::thread (n calls on min(n, num_threads) threads that
+// run at the same time), for use outside TensorFlow.
 ParallelFor StdThreadParallelFor(int num_threads);
 
 struct SolverState {
@@ -83,8 +76,7 @@ struct SolverState {
 
 // `w0` are the unshrunk weights of the batch's slots (length num_slots).
 void Solve(const SolverOptions& options, const ExamplesView& examples,
-           const double* w0, int64_t num_slots, SolverState* state,
-           const ParallelFor& parallel_for);
+           const double* w0, int64_t num_slots, SolverState* state);
 
 // Soft thresholding used for L1: sign(w) max(|w| - l1 / l2, 0).
 inline double ShrinkL1(double w, double shrinkage) {

@@ -36,7 +36,6 @@ class ResidentSolveOp : public OpKernel {
   explicit ResidentSolveOp(OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, ReadEpochAttrs(context, &options_, &loss_,
                                            &compute_objective_));
-    OP_REQUIRES_OK(context, context->GetAttr("num_threads", &num_threads_));
   }
 
   void Compute(OpKernelContext* context) override {
@@ -76,11 +75,8 @@ class ResidentSolveOp : public OpKernel {
 
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
-    options.num_shards = static_cast<int>(std::max<int64_t>(
-        1, std::min<int64_t>(num_threads_, n / 1024)));
     if (options.num_inner_iterations > 0) {
-      SolveResident(options, data, w, alpha,
-                    StdThreadParallelFor(options.num_shards));
+      SolveResident(options, data, w, alpha);
       const int64_t bad_after =
           FirstInvalidDual(alpha, inputs.labels.data(), n, *loss_);
       std::ostringstream dual_error;
@@ -102,7 +98,6 @@ class ResidentSolveOp : public OpKernel {
  private:
   std::unique_ptr<DualLossUpdater> loss_;
   SolverOptions options_;
-  int num_threads_ = 0;
   bool compute_objective_ = true;
 };
 

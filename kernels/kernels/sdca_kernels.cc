@@ -41,10 +41,6 @@ using ::tensorflow::errors::InvalidArgument;
 
 namespace {
 
-// Below this many examples per shard, splitting a batch costs more in
-// convergence (sigma grows with the shard count) than it gains in time.
-constexpr int64_t kMinExamplesPerShard = 1024;
-
 Status CheckFinite(const float* v, int64_t n, const std::string& name) {
   for (int64_t k = 0; k < n; ++k) {
     if (!std::isfinite(v[k])) {
@@ -141,15 +137,6 @@ class OptimizerOp : public OpKernel {
     view.squared_norms = batch.squared_norms.data();
 
     SolverOptions options = options_;
-    // Shards solve concurrently and merge every few examples. On the 2-core
-    // machines this was measured on, the merges cost more than a second
-    // thread gains (100k Criteo-shaped rows: 1 shard 55 ms, 2 shards
-    // 60-80 ms), so by default the solve uses one shard and the worker
-    // pool only parallelises reading the batch; num_threads > 1 asks for
-    // sharded solving explicitly.
-    const int64_t solve_threads = num_threads_ > 0 ? num_threads_ : 1;
-    options.num_shards = static_cast<int>(std::max<int64_t>(
-        1, std::min<int64_t>(solve_threads, n / kMinExamplesPerShard)));
     // The order is a function of the attr seed, the caller's call index and
     // the incoming duals, so that successive calls on the same batch visit
     // it differently while the op stays a deterministic function of its
@@ -170,12 +157,7 @@ class OptimizerOp : public OpKernel {
     state.dual_losses = dual_loss.data();
     state.delta = delta.data();
     const auto t3 = Clock::now();
-    // The shards synchronise every few examples, so they need threads that
-    // are guaranteed to run at the same time: TensorFlow's pool may queue
-    // tasks behind others (or run them inline), which a barrier cannot
-    // tolerate. One short-lived thread per extra shard costs ~20 us a call.
-    Solve(options, view, batch.w0.data(), batch.num_slots, &state,
-          StdThreadParallelFor(options.num_shards));
+    Solve(options, view, batch.w0.data(), batch.num_slots, &state);
     const auto t4 = Clock::now();
     OP_REQUIRES(context, state.error.empty(), InvalidArgument(state.error));
     // Every step was finite, but the float32 outputs may still overflow
@@ -235,7 +217,7 @@ class OptimizerOp : public OpKernel {
     }
     VLOG(1) << "TfSdca>Optimizer " << n << " examples, "
             << batch.slots.size() << " sparse entries, " << batch.num_slots
-            << " slots, " << options.num_shards << " shards; ms: examples "
+            << " slots; ms: examples "
             << ms(t0, t1) << ", sparse " << ms(t1, t2) << ", dense+norms "
             << ms(t2, t3) << ", solve " << ms(t3, t4) << ", outputs "
             << ms(t4, Clock::now());

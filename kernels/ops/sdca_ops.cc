@@ -256,9 +256,9 @@ Runs SDCA (stochastic dual coordinate ascent) on one mini-batch.
 
 Minimises sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1 over the batch's
 features, starting from the given weights and per-example duals, and returns
-the new duals and the change of the (unshrunk) weights. The examples are split
-into contiguous shards solved concurrently without shared writes; the shards'
-updates are added (CoCoA+ with sigma = num_loss_partitions * shards).
+the new duals and the change of the (unshrunk) weights: exact sequential SDCA
+over the batch on one thread (CoCoA+ with sigma = num_loss_partitions; the
+caller adds the changes of the partitions).
 
 sparse_example_indices: per sparse group, the example (row) of each entry.
 sparse_feature_indices: per sparse group, the int64 feature id of each entry.
@@ -294,8 +294,8 @@ visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
 seed: seed of the visiting order; it is mixed with call_index and a digest of
   the input duals, and the result is a function of the inputs.
 gamma: smoothing of smooth_hinge_loss (> 0).
-num_threads: shards to solve concurrently (at least 1024 examples each);
-  0 = one shard, with the CPU device's threads reading the batch.
+num_threads: threads reading the batch (mapping ids to slots); 0 = the CPU
+  device's threads. The solve itself runs on one thread.
 )doc");
 
 static ::tensorflow::InitOnStartupMarker const register_resident_solve =
@@ -303,7 +303,6 @@ static ::tensorflow::InitOnStartupMarker const register_resident_solve =
     EpochCall(DataInputs(OpDefBuilderWrapper("TfSdca>ResidentSolve")),
               "visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} "
               "= 'permutation'")
-    .Attr("num_threads: int >= 0 = 0")
     .SetShapeFn(ResidentShapeFn)
     .Doc(R"doc(
 Runs SDCA passes over a whole data set held in memory (one call per epoch).
@@ -331,9 +330,8 @@ objective: [4] at (out_weights, out_duals): sum_i s_i phi_i(w.x_i), sum_i
   [0] + l2/2 [2] + l1 [3], the duality gap [0] + [1] + l2 [2] + l1 [3].
   NaN when compute_objective is false.
 num_passes: passes over the rows in this call (0: only the objective).
-num_threads: shards solved concurrently (merged every 32 rows, see
-  TfSdca>Optimizer); 0 or 1 = one shard. The objective uses the CPU
-  device's threads.
+The passes run on one thread (threads: TfSdca>PackRows / PackedSolve); the
+objective uses the CPU device's threads.
 )doc");
 
 static ::tensorflow::InitOnStartupMarker const register_pack_rows =

@@ -10,11 +10,12 @@
 // Rows: 26 categorical fields with Zipf-distributed values hashed into 2^20
 // buckets, 13 uniform counts in [0, 1] and an intercept; labels drawn from a
 // logistic ground truth. Logistic loss, l2 = 1. For each thread count it
-// trains `epochs` epochs from zero and prints the seconds per epoch, rows/s
-// and the relative duality gap after each epoch, so that the speed of more
-// shards can be weighed against their slower convergence per epoch. With
-// `packed` the same thread counts train through PackedRows instead (packed
-// for that many threads: lock-free threads over split records), and a last
+// trains `epochs` epochs from zero through PackedRows packed for that many
+// threads (lock-free threads over split records) and prints the seconds per
+// epoch, rows/s and the relative duality gap after each epoch, so that the
+// speed of more threads can be weighed against their slower convergence
+// per epoch. Without `packed` it trains in place (SolveResident, one
+// thread; the thread counts are ignored). With `packed` a last
 // column prints how far the weights are from w(alpha) = sum_i s_i alpha_i
 // x_i / l2 (relative; ~1e-15 means no update was lost). `lockstep` is
 // `packed` with the threads' rows interleaved one at a time on one core
@@ -174,7 +175,6 @@ int main(int argc, char** argv) {
     tf_sdca::SolverOptions options;
     options.loss = loss.get();
     options.l2 = 1.0;
-    options.num_shards = std::max(threads, 1);
     std::vector<double> w(view.num_slots(), 0.0), duals(d.n, 0.0);
     double total = 0.0;
     for (int epoch = 0; epoch < epochs; ++epoch) {
@@ -185,8 +185,7 @@ int main(int argc, char** argv) {
       } else if (packed) {
         rows_packed.Solve(options, w.data(), duals.data());
       } else {
-        tf_sdca::SolveResident(options, view, w.data(), duals.data(),
-                               tf_sdca::StdThreadParallelFor(threads));
+        tf_sdca::SolveResident(options, view, w.data(), duals.data());
       }
       const double seconds = std::chrono::duration<double>(
                                  std::chrono::steady_clock::now() - start)

@@ -89,10 +89,8 @@ def sdca_optimizer(sparse_example_indices,
     visit_order: one of `VISIT_ORDERS`.
     seed: seed of the visiting order.
     gamma: smoothing of `smooth_hinge_loss`.
-    num_threads: shards solved concurrently, each of at least 1024 examples
-      (0: one shard; TensorFlow's threads still parallelise reading the
-      batch). Sharded solving is deterministic for a given count but was
-      slower than one shard on 2-core machines; see g3doc/op.md.
+    num_threads: threads reading the batch (0: TensorFlow's CPU threads);
+      the solve itself is exact sequential SDCA on one thread.
     call_index: int64 scalar (may be a tensor) mixed into the seed: give
       successive calls successive values (`SdcaModel` counts its
       `minimize` calls) and each call visits its batch in a fresh order.
@@ -238,9 +236,10 @@ def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
 def resident_solve(row_ptr, feature_ids, feature_values, dense_features,
                    example_weights, example_labels, weights, duals, seed,
                    loss_type, l1, l2, num_loss_partitions=1, num_passes=1,
-                   visit_order="permutation", gamma=1.0, num_threads=0,
+                   visit_order="permutation", gamma=1.0,
                    compute_objective=True, name=None):
-  """SDCA passes over a whole in-memory data set: one call per epoch.
+  """SDCA passes over a whole in-memory data set: one call per epoch, one
+  thread (several threads: `pack_rows` / `packed_solve`).
 
   The weights are one float64 table: sparse ids index its first `m - d` rows
   directly, the `d` dense columns follow; the duals are a float64 vector
@@ -264,7 +263,6 @@ def resident_solve(row_ptr, feature_ids, feature_values, dense_features,
     num_passes: passes in this call (0: only evaluate the objective).
     visit_order: one of `VISIT_ORDERS`.
     gamma: smooth-hinge smoothing.
-    num_threads: shards solved concurrently; 0 or 1 = one.
     compute_objective: evaluate the objective parts after the passes.
     name: op name.
 
@@ -281,7 +279,7 @@ def resident_solve(row_ptr, feature_ids, feature_values, dense_features,
       table, NaN or inf, labels outside the loss's domain, negative weights).
   """
   _check_options(loss_type, l1, l2, num_loss_partitions, max(num_passes, 1),
-                 visit_order, gamma, num_threads)
+                 visit_order, gamma, 0)
   with tf.name_scope(name or "resident_solve"):
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
                                num_loss_partitions, num_passes, visit_order,
@@ -289,7 +287,7 @@ def resident_solve(row_ptr, feature_ids, feature_values, dense_features,
     return load_ops().tf_sdca_resident_solve(
         *_data_tensors(row_ptr, feature_ids, feature_values, dense_features,
                        example_weights, example_labels),
-        *state, num_threads=int(num_threads), **attrs)
+        *state, **attrs)
 
 
 PACKED_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
