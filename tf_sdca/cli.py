@@ -7,6 +7,7 @@
                 [--skip-bad-lines]
   tf-sdca evaluate DATA... --model-dir DIR
   tf-sdca predict DATA... --model-dir DIR --out FILE
+  tf-sdca export --model-dir DIR --out SAVEDMODEL_DIR
   tf-sdca demo [--rows N] [--epochs E] [--tol T] [--threads T]
 
 `generate` writes Criteo-shaped synthetic click logs (TSV, known ground
@@ -16,7 +17,9 @@ directory (later runs memory-map it), trains by SDCA with a progress bar
 and the dual state after every epoch, atomically: a Ctrl-C or a kill loses at
 most the current epoch, and `--resume` continues to the same model an
 uninterrupted run gives. `evaluate` prints log loss, AUC and accuracy;
-`predict` writes one score per line. `demo` generates TSV files in a
+`predict` writes one score per line; `export` writes a SavedModel that
+scores raw text lines (parsing, hashing, scaling in TensorFlow ops), for
+TensorFlow Serving. `demo` generates TSV files in a
 temporary directory, trains on 90% of the rows the way `train` does, and
 reports on the other 10% against the ground truth.
 """

@@ -1,4 +1,4 @@
-"""The `generate`, `train`, `evaluate` and `predict` commands of `tf-sdca`.
+"""The `generate`, `train`, `evaluate`, `predict` and `export` commands of `tf-sdca`.
 
 A model directory holds:
   - `model.json`: the format, loss, regularisation, feature layout (hash
@@ -67,6 +67,11 @@ def add_parsers(sub):
   predict = sub.add_parser("predict", help="write one score per line")
   _data_args(predict)
   predict.add_argument("--out", required=True)
+  export = sub.add_parser(
+      "export", help="write a SavedModel that scores raw text lines")
+  export.add_argument("--model-dir", required=True)
+  export.add_argument("--out", required=True,
+                      help="directory of the SavedModel (must not exist)")
 
 
 def _data_args(parser):
@@ -84,7 +89,7 @@ def run(args):
   """Runs a parsed subcommand; returns the exit status."""
   try:
     return {"generate": generate, "train": train, "evaluate": evaluate,
-            "predict": predict}[args.command](args)
+            "predict": predict, "export": export}[args.command](args)
   except (ValueError, FileNotFoundError) as error:
     print(f"tf-sdca {args.command}: error: {error}", file=sys.stderr)
     return 2
@@ -347,3 +352,19 @@ def predict(args):
   np.savetxt(args.out, scores, fmt="%.9g")
   print(f"wrote {scores.shape[0]:,} scores to {args.out}")
   return 0
+
+
+def export(args):
+  """`tf-sdca export`: a SavedModel whose `serving_default` scores raw lines
+  of the model's format (tf_sdca.serving)."""
+  from tf_sdca import serving  # pylint: disable=import-outside-toplevel
+  meta, ckpt = load_model(args.model_dir)
+  if os.path.exists(args.out):
+    raise ValueError(f"--out {args.out} exists; give a new directory")
+  serving.export_lines_scorer(meta, ckpt["sparse_weights"],
+                              ckpt["dense_weights"], args.out)
+  print(f"wrote a SavedModel scoring raw {meta['format']} lines to "
+        f"{args.out} (signature serving_default: lines -> scores, margins, "
+        "valid)")
+  return 0
+

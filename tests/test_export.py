@@ -1,0 +1,105 @@
+"""`tf-sdca export`: a SavedModel that scores raw Criteo / LIBSVM lines,
+loaded in a fresh process without tf_sdca, gives the scores of `tf-sdca
+predict` (parsing, hashing, scaling, intercept, L1 shrink and activation
+all inside the SavedModel); bad lines are flagged, not fatal."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer
+
+from tf_sdca import cli
+from tf_sdca.data import generate_criteo_arrays, write_criteo_tsv
+
+_LOAD = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+assert "tf_sdca" not in sys.modules
+lines = json.load(open(sys.argv[2]))
+out = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](
+    lines=tf.constant(lines))
+json.dump({k: v.numpy().tolist() for k, v in out.items()},
+          open(sys.argv[3], "w"))
+"""
+
+
+def _served(tmp_path, saved_model, lines):
+  """Scores of `lines` from the SavedModel, in a process without tf_sdca."""
+  (tmp_path / "lines.json").write_text(json.dumps(lines))
+  script = tmp_path / "load.py"
+  script.write_text(_LOAD)
+  env = dict(os.environ, PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="3")
+  result = subprocess.run(
+      [sys.executable, str(script), saved_model, str(tmp_path / "lines.json"),
+       str(tmp_path / "out.json")], capture_output=True, text=True, env=env,
+      cwd=str(tmp_path), check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads((tmp_path / "out.json").read_text())
+
+
+def _predicted(tmp_path, data, model_dir, *extra):
+  out = str(tmp_path / "scores.txt")
+  assert cli.main(["predict", data, "--model-dir", model_dir, "--out", out,
+                   *extra]) == 0
+  return np.loadtxt(out)
+
+
+def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
+  data = str(tmp_path / "day.tsv")
+  write_criteo_tsv(data, generate_criteo_arrays(3000, seed=5))
+  model_dir = str(tmp_path / "model")
+  assert cli.main(["train", data, "--model-dir", model_dir, "--epochs", "3",
+                   "--bucket-bits", "14", "--l1", "0.5", "--quiet"]) == 0
+  saved = str(tmp_path / "served")
+  assert cli.main(["export", "--model-dir", model_dir, "--out", saved]) == 0
+  with open(data) as f:
+    lines = f.read().splitlines()[:200]
+  expected = _predicted(tmp_path, data, model_dir)[:200]
+  # The same lines without their label field, and two bad ones.
+  unlabeled = [line.split("\t", 1)[1] for line in lines[:50]]
+  out = _served(tmp_path, saved, lines + unlabeled + ["1\tx", ""])
+  scores = np.asarray(out["scores"])
+  np.testing.assert_allclose(scores[:200], expected, rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(scores[200:250], expected[:50], rtol=1e-6,
+                             atol=1e-9)
+  assert out["valid"] == [True] * 250 + [False, False]
+  assert np.isnan(scores[250:]).all()
+  assert 0 < scores[:200].min() and scores[:200].max() < 1  # probabilities
+  # An existing --out is refused.
+  assert cli.main(["export", "--model-dir", model_dir, "--out", saved]) == 2
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared"])
+def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
+  x, y = load_breast_cancer(return_X_y=True)
+  x = x[:, :12]  # natural units: values up to ~2,500
+  data = str(tmp_path / "bc.libsvm")
+  with open(data, "w") as f:
+    for label, row in zip(y, x):
+      items = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row)
+                       if v != 0)
+      f.write(f"{label:g} {items}\n")
+  model_dir = str(tmp_path / "model")
+  assert cli.main(["train", data, "--format", "libsvm", "--model-dir",
+                   model_dir, "--loss", loss, "--epochs", "3", "--l2",
+                   "100", "--quiet"]) == 0
+  saved = str(tmp_path / "served")
+  assert cli.main(["export", "--model-dir", model_dir, "--out", saved]) == 0
+  with open(data) as f:
+    lines = f.read().splitlines()
+  expected = _predicted(tmp_path, data, model_dir, "--format", "libsvm")
+  # Label-less lines, a comment, a feature unseen in training (dropped, as
+  # predict drops it) and bad lines.
+  extra = [lines[0].split(" ", 1)[1], lines[1] + " # note",
+           lines[2] + " 99:5", "1 3:x", "1 0:2"]
+  out = _served(tmp_path, saved, lines + extra)
+  scores = np.asarray(out["scores"])
+  n = len(lines)
+  np.testing.assert_allclose(scores[:n], expected, rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(scores[n:n + 3], expected[:3], rtol=1e-6,
+                             atol=1e-9)
+  assert out["valid"][n:] == [True, True, True, False, False]

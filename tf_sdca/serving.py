@@ -1,0 +1,116 @@
+"""SavedModels of `tf-sdca train` models that score raw text lines.
+
+`export_lines_scorer(model_dir, out_dir)` writes a SavedModel whose
+`serving_default` signature takes a batch of raw lines, exactly as they stand
+in the training files (Criteo TSV, with or without the label field; LIBSVM
+`label index:value ...`, the label optional), and does everything `tf-sdca
+predict` does in TensorFlow ops: parsing, hashing (Criteo), the dense
+columns' scaling and the intercept, the L1 shrink, `w.x` and the loss's
+activation. It loads with `tf.saved_model.load` or TensorFlow Serving and
+needs no tf_sdca:
+
+  >>> scorer = tf.saved_model.load("exported/")
+  >>> out = scorer.signatures["serving_default"](lines=tf.constant([line]))
+  >>> out["scores"], out["margins"], out["valid"]
+
+Malformed lines get `valid = False` and NaN scores (a batch is never failed
+by one bad line).
+"""
+import numpy as np
+import tensorflow as tf
+
+from tf_sdca import losses
+from tf_sdca.data import criteo
+
+
+_NUMBER = r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"
+
+
+def _libsvm_features(lines, num_features):
+  """(indices, values, valid) of LIBSVM lines in TensorFlow ops: ragged
+  `[B, None]` 0-based indices and values (indices >= num_features, unseen
+  in training, dropped) and a bool `[B]`."""
+  body = tf.strings.strip(tf.strings.regex_replace(lines, "#.*$", ""))
+  tokens = tf.strings.split(body)
+  first = tokens[:, :1].to_tensor(default_value="")[:, 0]
+  # The first token is the label unless it is already index:value.
+  has_label = tf.logical_not(tf.strings.regex_full_match(first, ".*:.*"))
+  position = tf.ragged.range(tokens.row_lengths())
+  pairs = tf.ragged.boolean_mask(
+      tokens, position >= tf.cast(has_label, tf.int64)[:, None])
+  flat = lambda fn, x: tf.ragged.map_flat_values(fn, x)  # noqa: E731
+  good = flat(lambda t: tf.strings.regex_full_match(
+      t, r"[0-9]{1,18}:" + _NUMBER), pairs)
+  pairs = tf.ragged.map_flat_values(lambda t, g: tf.where(g, t, "0:0"),
+                                    pairs, good)
+  index = flat(lambda t: tf.strings.to_number(
+      tf.strings.regex_replace(t, ":.*", ""), tf.int64), pairs) - 1
+  value = flat(lambda t: tf.strings.to_number(
+      tf.strings.regex_replace(t, "^[^:]*:", ""), tf.float32), pairs)
+  label_ok = tf.logical_or(tf.logical_not(has_label),
+                           tf.strings.regex_full_match(first, _NUMBER))
+  valid = tf.logical_and(label_ok, tf.reduce_all(
+      tf.logical_and(good, index >= 0), axis=1))
+  keep = tf.logical_and(index >= 0, index < num_features)
+  return (tf.ragged.boolean_mask(index, keep),
+          tf.ragged.boolean_mask(value, keep), valid)
+
+
+class LinesScorer(tf.Module):
+  """The scoring function of one trained model (see the module docstring).
+
+  Args:
+    meta: the model's `model.json` dict (format, loss, l1, l2,
+      bucket_bits / num_features, scale).
+    sparse_weights, dense_weights: the unshrunk float64 weights of its
+      `checkpoint.npz`.
+  """
+
+  def __init__(self, meta, sparse_weights, dense_weights):
+    super().__init__(name="tf_sdca_lines_scorer")
+    self._format = meta["format"]
+    self._loss = losses.op_name(meta["loss"])
+    self._bucket_bits = meta.get("bucket_bits")
+    shrink = lambda w: losses.shrink_l1(  # noqa: E731
+        np.asarray(w, np.float64), meta["l1"], meta["l2"])
+    self.sparse_weights = tf.Variable(shrink(sparse_weights),
+                                      trainable=False, name="sparse_weights")
+    self.dense_weights = tf.Variable(shrink(dense_weights), trainable=False,
+                                     name="dense_weights")
+    scale = meta.get("scale") or [1.0] * criteo.NUM_INTEGER
+    self.scale = tf.constant(np.asarray(scale, np.float32))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, "lines")])
+  def score(self, lines):
+    """{'scores', 'margins', 'valid'} of raw text lines `[B]`."""
+    if self._format == "criteo":
+      # Serving lines may come without the label field: give them one.
+      tabs = (tf.strings.length(lines) -
+              tf.strings.length(tf.strings.regex_replace(lines, "\t", "")))
+      lines = tf.where(tabs == criteo.NUM_FIELDS - 2, "0\t" + lines, lines)
+      parsed = criteo.parse_criteo_lines(lines, self._bucket_bits)
+      dense = tf.cast(parsed["dense"] / self.scale, tf.float64)
+      margins = (tf.reduce_sum(tf.gather(self.sparse_weights, parsed["ids"]),
+                               axis=1) +
+                 tf.linalg.matvec(dense, self.dense_weights[:-1]) +
+                 self.dense_weights[-1])  # the intercept column
+      valid = tf.logical_not(parsed["bad"])
+    else:
+      indices, values, valid = _libsvm_features(
+          lines, tf.shape(self.sparse_weights, out_type=tf.int64)[0])
+      margins = (tf.reduce_sum(
+          tf.gather(self.sparse_weights, indices) *
+          tf.cast(values, tf.float64), axis=1) + self.dense_weights[0])
+    scores = losses.activation(self._loss, margins)
+    nan = tf.constant(np.nan, tf.float64)
+    return {"scores": tf.where(valid, scores, nan),
+            "margins": tf.where(valid, margins, nan),
+            "valid": valid}
+
+
+def export_lines_scorer(meta, sparse_weights, dense_weights, out_dir):
+  """Writes the SavedModel of a trained model to `out_dir`; returns it."""
+  scorer = LinesScorer(meta, sparse_weights, dense_weights)
+  tf.saved_model.save(scorer, out_dir,
+                      signatures={"serving_default": scorer.score})
+  return scorer
