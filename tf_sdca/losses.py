@@ -143,3 +143,35 @@ def shrink_l1(w, l1, l2):
     return w
   xp = _backend(w)
   return xp.sign(w) * xp.maximum(xp.abs(w) - l1 / l2, 0.0)
+
+
+class ProgressWatch:
+  """Says, once, when the duality gap barely moves: SDCA on features in
+  natural units (counts, pixels, money) with a small l2 is badly
+  conditioned (each step moves one dual by ~1 / (s |x_i|^2 / l2) of what
+  it needs), and the remedy is standardising the features, not more epochs.
+
+  `update(gap)` after each epoch returns the warning's text the first time
+  the relative gap fell by less than `factor` over the last `window`
+  epochs while still above `floor`, else None.
+  """
+
+  def __init__(self, window=10, factor=2.0, floor=1e-9):
+    self.window, self.factor, self.floor = window, factor, floor
+    self._gaps = []
+    self._said = False
+
+  def update(self, gap):
+    self._gaps.append(float(gap))
+    if self._said or len(self._gaps) <= self.window:
+      return None
+    before, now = self._gaps[-1 - self.window], self._gaps[-1]
+    if now <= self.floor or now * self.factor < before:
+      return None
+    self._said = True
+    return (f"the relative duality gap fell only from {before:.3g} to "
+            f"{now:.3g} in the last {self.window} epochs: the features' "
+            "scales make this problem badly conditioned for SDCA. "
+            "Standardise them (keras.layers.Normalization, "
+            "sklearn.preprocessing.StandardScaler; tf-sdca train scales "
+            "Criteo counts) or raise l2")

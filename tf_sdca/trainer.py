@@ -266,6 +266,7 @@ class InMemorySdca:
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
+    watch = losses.ProgressWatch()
     total_weight = float(weights.sum())
     for epoch in range(initial_epoch, epochs):
       # Each epoch's order depends on (seed, epoch) only, so training resumed
@@ -311,6 +312,9 @@ class InMemorySdca:
       if verbose:
         print(f"  loss {history['loss'][-1]:.6f}  relative duality gap "
               f"{history['duality_gap'][-1]:.3e}  {n / elapsed:,.0f} rows/s")
+      slow = watch.update(history["duality_gap"][-1])
+      if slow:
+        warnings.warn(slow, UserWarning, stacklevel=2)
       if callback is not None:
         callback(epoch, history)
       if tol is not None and history["duality_gap"][-1] < tol:

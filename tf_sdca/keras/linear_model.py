@@ -20,6 +20,7 @@ Example:
 """
 import math
 import numbers
+import warnings
 
 import keras
 import numpy as np
@@ -816,6 +817,7 @@ class _DualityGapLogger(keras.callbacks.Callback):
     self._linear = model
     self._data = data
     self._tol = tol
+    self._watch = losses.ProgressWatch()
     if total_weight is not None:
       model._train_weight = total_weight
 
@@ -826,6 +828,9 @@ class _DualityGapLogger(keras.callbacks.Callback):
     if logs is not None:
       logs["loss"] = objective
       logs["duality_gap"] = gap
+    slow = self._watch.update(gap)
+    if slow:
+      warnings.warn(slow, UserWarning, stacklevel=2)
     if self._tol is not None and gap < self._tol:
       model.stop_training = True
 
