@@ -13,6 +13,8 @@ are in g3doc/losses.md):
   >>> losses.primal("logistic", np.array([0.0]), np.array([1.0]))
   array([0.69314718])
 """
+import functools
+
 import numpy as np
 
 # Short names, in the order the docs list them; the op's name adds "_loss".
@@ -58,6 +60,7 @@ class _Numpy:
       return np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0)
 
 
+@functools.lru_cache(maxsize=None)
 def _tensorflow():
   """The same for TensorFlow tensors (graph or eager); imported on first
   use so that numpy callers (the CLI's parsing) do not load TensorFlow."""

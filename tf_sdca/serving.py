@@ -38,11 +38,10 @@ def _libsvm_features(lines, num_features):
   position = tf.ragged.range(tokens.row_lengths())
   pairs = tf.ragged.boolean_mask(
       tokens, position >= tf.cast(has_label, tf.int64)[:, None])
-  flat = lambda fn, x: tf.ragged.map_flat_values(fn, x)  # noqa: E731
+  flat = tf.ragged.map_flat_values
   good = flat(lambda t: tf.strings.regex_full_match(
       t, r"[0-9]{1,18}:" + _NUMBER), pairs)
-  pairs = tf.ragged.map_flat_values(lambda t, g: tf.where(g, t, "0:0"),
-                                    pairs, good)
+  pairs = flat(lambda t, g: tf.where(g, t, "0:0"), pairs, good)
   index = flat(lambda t: tf.strings.to_number(
       tf.strings.regex_replace(t, ":.*", ""), tf.int64), pairs) - 1
   value = flat(lambda t: tf.strings.to_number(

@@ -208,8 +208,9 @@ class InMemorySdca:
 
     Returns:
       A dict of per-epoch lists: `loss` (regularised objective / total weight),
-      `duality_gap` (relative, >= 0; 0 when below float64 rounding), `rows_per_sec` (training time only; the
-      first epoch's also counts validating and packing the data).
+      `duality_gap` (relative, >= 0; 0 when below float64 rounding),
+      `rows_per_sec` (training time only; the first epoch's also counts
+      validating and packing the data).
 
     Raises:
       ValueError: on inconsistent shapes.

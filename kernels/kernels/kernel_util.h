@@ -144,13 +144,14 @@ inline ::tensorflow::Status CheckFiniteWeights(const double* w, int64_t m) {
   return absl::OkStatus();
 }
 
-// After an epoch: the weights and duals it wrote must be finite (and the
-// duals inside the loss's domain). The losses' steps are finite for finite
-// inputs, so this only fails when an exact step leaves the double range;
-// the outputs are then not returned (the caller keeps its inputs).
-inline ::tensorflow::Status CheckEpochResult(
-    const char* loss_name, const double* w, int64_t m, bool duals_ok,
-    const std::string& dual_error) {
+// After an epoch: the weights it wrote must be finite, and `dual_error`
+// (what is wrong with the duals it wrote: not finite or outside the loss's
+// domain) empty. The losses' steps are finite for finite inputs, so this
+// only fails when an exact step leaves the double range; the outputs are
+// then not returned (the caller keeps its inputs).
+inline ::tensorflow::Status CheckEpochResult(const char* loss_name,
+                                             const double* w, int64_t m,
+                                             const std::string& dual_error) {
   for (int64_t j = 0; j < m; ++j) {
     if (!std::isfinite(w[j])) {
       return ::tensorflow::errors::InvalidArgument(
@@ -158,9 +159,9 @@ inline ::tensorflow::Status CheckEpochResult(
           "; rescale the features or raise l2");
     }
   }
-  if (!duals_ok) {
+  if (!dual_error.empty()) {
     return ::tensorflow::errors::InvalidArgument(
-        loss_name, ": the epoch made ", dual_error,
+        loss_name, ": after the epoch, ", dual_error,
         "; rescale the features or raise l2");
   }
   return absl::OkStatus();

@@ -161,10 +161,10 @@ class PackedSolveOp : public OpKernel {
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
     if (options.num_inner_iterations > 0) {
       rows->Solve(options, w, alpha);
-      const bool duals_ok = rows->CheckDuals(alpha, *loss_, &error);
+      std::string dual_error;
+      rows->CheckDuals(alpha, *loss_, &dual_error);
       OP_REQUIRES_OK(context, CheckEpochResult(loss_->Name(), w,
-                                               rows->num_slots(), duals_ok,
-                                               error));
+                                               rows->num_slots(), dual_error));
     }
     if (!compute_objective_) return WriteObjective(nullptr, objective);
     const ObjectiveParts parts = rows->Evaluate(

@@ -57,13 +57,20 @@ class ResidentSolveOp : public OpKernel {
                                 " entries but example_weights has ", n));
     const double* w_in = TensorBuffer<double>(weights);
     OP_REQUIRES_OK(context, CheckFiniteWeights(w_in, m));
-    const double* a = TensorBuffer<double>(duals);
-    const int64_t bad = FirstInvalidDual(a, inputs.labels.data(), n, *loss_);
-    OP_REQUIRES(context, bad < 0,
-                InvalidArgument("duals[", bad, "] = ", a[bad],
-                                " is not a valid dual of ", loss_->Name(),
-                                " for example_labels[", bad, "] = ",
-                                TensorBuffer<float>(context->input(5))[bad]));
+    const float* raw_labels = TensorBuffer<float>(context->input(5));
+    // The first dual of `a` that is not finite or outside the loss's domain,
+    // described; "" when there is none. For the input and after the epoch.
+    auto invalid_dual = [&](const double* a) {
+      const int64_t i = FirstInvalidDual(a, inputs.labels.data(), n, *loss_);
+      if (i < 0) return std::string();
+      std::ostringstream out;
+      out << "duals[" << i << "] = " << a[i] << " is not a valid dual of "
+          << loss_->Name() << " for example_labels[" << i
+          << "] = " << raw_labels[i];
+      return out.str();
+    };
+    const std::string input_error = invalid_dual(TensorBuffer<double>(duals));
+    OP_REQUIRES(context, input_error.empty(), InvalidArgument(input_error));
     auto* workers = context->device()->tensorflow_cpu_worker_threads();
     const ParallelFor pool = DevicePool(context);
 
@@ -77,17 +84,8 @@ class ResidentSolveOp : public OpKernel {
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
     if (options.num_inner_iterations > 0) {
       SolveResident(options, data, w, alpha);
-      const int64_t bad_after =
-          FirstInvalidDual(alpha, inputs.labels.data(), n, *loss_);
-      std::ostringstream dual_error;
-      if (bad_after >= 0) {
-        dual_error << "duals[" << bad_after << "] = " << alpha[bad_after]
-                   << " for example_labels[" << bad_after << "] = "
-                   << TensorBuffer<float>(context->input(5))[bad_after];
-      }
       OP_REQUIRES_OK(context, CheckEpochResult(loss_->Name(), w, m,
-                                               bad_after < 0,
-                                               dual_error.str()));
+                                               invalid_dual(alpha)));
     }
     if (!compute_objective_) return WriteObjective(nullptr, objective);
     const ObjectiveParts parts = EvaluateResident(
