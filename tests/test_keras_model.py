@@ -22,7 +22,9 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
 from sdca_testutil import dual_loss, primal_loss
+from tf_sdca import losses
 from tf_sdca.keras import InvalidInputError, LinearModel
+from tf_sdca.trainer import InMemorySdca
 
 
 def _objective(loss, w, b, x, y, l2, s=None):
@@ -147,7 +149,7 @@ def test_gap_tolerance_stops_early_with_a_certified_gap(cancer):
   # model's stored duals and w from its weights.
   w, b = _weights(model)
   primal = _objective("logistic_loss", w, b, x, y, 0.5)
-  state = model._sdca.get_state()  # pylint: disable=protected-access
+  state = model.sdca_state()
   assert state["keys"].shape == (len(y),)
   by_key = dict(zip(state["keys"].tolist(), state["values"][:, 0]))
   ids = tf.strings.as_string(tf.range(len(y), dtype=tf.int64))
@@ -258,12 +260,57 @@ def test_dict_features_with_preprocessing_layers_and_a_dataset():
                                       "user": 10_000}).fit(no_ids)
 
 
-def test_rows_reshuffled_across_batches_converge_much_faster():
+def test_in_memory_fit_runs_the_packed_engine_of_in_memory_sdca():
+  """fit on in-memory data is InMemorySdca's engine: a dict of a CSR matrix,
+  a categorical feature and a dense one gives the same gaps, bit for bit,
+  as InMemorySdca on the same rows laid out by hand (sparse features in
+  name order, then dense ones, then the bias), whatever batch_size says."""
+  features, y, cities = _categorical_data()
+  rng = np.random.default_rng(5)
+  n = len(y)
+  words = scipy.sparse.random(n, 50, density=0.1, random_state=3,
+                              format="csr", dtype=np.float32,
+                              data_rvs=lambda k: rng.uniform(0.5, 2.0, k))
+  x = {"age": features["age"], "city": features["city"], "words": words}
+  model = LinearModel(loss="logistic", l1=0.01, l2=1.0,
+                      categorical_features={
+                          "city": keras.layers.StringLookup(
+                              vocabulary=list(cities))})
+  history = model.fit(x, y, epochs=8, batch_size=64, shuffle=False,
+                      verbose=0)
+  city = keras.layers.StringLookup(vocabulary=list(cities))(
+      features["city"]).numpy().astype(np.int64)  # 31 ids: OOV first
+  # Row i: its city id, then its words' ids (offset by 31).
+  lengths = np.diff(words.indptr) + 1
+  indptr = np.concatenate([[0], np.cumsum(lengths)])
+  cols = np.empty(indptr[-1], np.int64)
+  vals = np.empty(indptr[-1], np.float32)
+  cols[indptr[:-1]] = city
+  vals[indptr[:-1]] = 1.0
+  rest = np.setdiff1d(np.arange(indptr[-1]), indptr[:-1])
+  cols[rest] = 31 + words.indices
+  vals[rest] = words.data
+  reference = InMemorySdca(loss="logistic", l1=0.01, l2=1.0)
+  ref = reference.fit(y, dense=np.hstack([features["age"],
+                                          np.ones((n, 1), np.float32)]),
+                      indptr=indptr, indices=cols, values=vals,
+                      num_features=81, epochs=8, verbose=0)
+  assert history.history["duality_gap"] == ref["duality_gap"]
+  assert history.history["loss"] == ref["loss"]
+  age, city_w, words_w, bias = model.get_weights()
+  shrunk = losses.shrink_l1(np.concatenate(
+      [reference.sparse_weights, reference.dense_weights]), 0.01, 1.0)
+  np.testing.assert_allclose(
+      np.concatenate([city_w.ravel(), words_w.ravel(), age.ravel(), bias]),
+      shrunk, rtol=1e-6, atol=1e-7)
+
+
+def test_adaptive_order_reshuffles_in_memory_batches():
   features, y, _ = _categorical_data()
   x = features["age"]
   gaps = {}
   for shuffle in (True, False):
-    model = LinearModel(loss="logistic", l2=1.0)
+    model = LinearModel(loss="logistic", l2=1.0, visit_order="adaptive")
     history = model.fit(x, y, batch_size=512, epochs=15,
                         shuffle=shuffle, verbose=0)
     gaps[shuffle] = history.history["duality_gap"][-1]

@@ -360,30 +360,9 @@ class InMemorySdca:
     return parts.numpy()
 
   def _objective_and_gap_from(self, parts):
-    """(primal, duality gap) from the op's objective parts.
-
-    The gap P(w) - D(alpha) is >= 0 for any weights and feasible duals, so a
-    negative or non-finite one means the parts are wrong (e.g. a step that
-    left the dual domain, or weights that are not w(alpha)), never that
-    training converged: that raises. Only float64 rounding of the sums can
-    leave a converged gap a little below zero (seen: -4e-15 of the primal);
-    such a gap, within 1e-9 of the parts' magnitude, is reported as 0.
-
-    Raises:
-      FloatingPointError: for a non-finite gap or one below zero by more
-        than rounding.
-    """
-    loss_sum, dual_sum, norm_sq, norm_1 = (float(v) for v in parts)
-    primal = loss_sum + 0.5 * self.l2 * norm_sq + self.l1 * norm_1
-    gap = loss_sum + dual_sum + self.l2 * norm_sq + self.l1 * norm_1
-    scale = abs(loss_sum) + abs(dual_sum) + self.l2 * norm_sq + self.l1 * norm_1
-    if not (np.isfinite(primal) and np.isfinite(gap) and
-            gap >= -1e-9 * scale):
-      raise FloatingPointError(
-          f"{self.loss}: invalid duality gap {gap!r} (loss sum {loss_sum!r}, "
-          f"dual loss sum {dual_sum!r}, |w|^2 {norm_sq!r}, |w|_1 "
-          f"{norm_1!r}): the weights and duals are not a primal-dual pair")
-    return primal, max(gap, 0.0)
+    """(primal, duality gap) from the op's objective parts (see
+    `objective_and_gap`)."""
+    return objective_and_gap(parts, self.loss, self.l1, self.l2)
 
   def _step(self, rows, sparse, dense, labels, weights, epoch, index):
     sp_args = ([], [], [], [], [])
@@ -460,6 +439,33 @@ class InMemorySdca:
     """Probabilities for logistic, rates for Poisson, `w.x` otherwise."""
     z = self.decision_function(**features)
     return losses.activation(self.loss, z)
+
+
+def objective_and_gap(parts, loss, l1, l2):
+  """(primal, duality gap) from the objective parts of `packed_solve` /
+  `resident_solve`: (sum s_i phi_i, sum s_i phi_i*, |w|^2, |w|_1).
+
+  The gap P(w) - D(alpha) is >= 0 for any weights and feasible duals, so a
+  negative or non-finite one means the parts are wrong (e.g. a step that
+  left the dual domain, or weights that are not w(alpha)), never that
+  training converged: that raises. Only float64 rounding of the sums can
+  leave a converged gap a little below zero (seen: -4e-15 of the primal);
+  such a gap, within 1e-9 of the parts' magnitude, is reported as 0.
+
+  Raises:
+    FloatingPointError: for a non-finite gap or one below zero by more
+      than rounding.
+  """
+  loss_sum, dual_sum, norm_sq, norm_1 = (float(v) for v in parts)
+  primal = loss_sum + 0.5 * l2 * norm_sq + l1 * norm_1
+  gap = loss_sum + dual_sum + l2 * norm_sq + l1 * norm_1
+  scale = abs(loss_sum) + abs(dual_sum) + l2 * norm_sq + l1 * norm_1
+  if not (np.isfinite(primal) and np.isfinite(gap) and gap >= -1e-9 * scale):
+    raise FloatingPointError(
+        f"{loss}: invalid duality gap {gap!r} (loss sum {loss_sum!r}, "
+        f"dual loss sum {dual_sum!r}, |w|^2 {norm_sq!r}, |w|_1 "
+        f"{norm_1!r}): the weights and duals are not a primal-dual pair")
+  return primal, max(gap, 0.0)
 
 
 def _views_of(table, parts):

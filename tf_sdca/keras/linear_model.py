@@ -2,11 +2,15 @@
 
 Keras habits (`compile`, `fit`, `evaluate`, `predict`, callbacks, `save` /
 `keras.models.load_model`, `export`) on a linear model whose training is not
-gradient descent but SDCA through `tf_sdca.SdcaModel`: each `fit` step hands
-a batch to the `TfSdca>Optimizer` op, which maximises the dual exactly,
-coordinate by coordinate, and the weights follow the duals. There is no
-learning rate; the duality gap, logged after every epoch, certifies how far
-the weights are from the optimum and can stop training (`fit(tol=...)`).
+gradient descent but SDCA, which maximises the dual exactly, coordinate by
+coordinate, while the weights follow the duals. `fit` on in-memory data
+(numpy, scipy sparse, tensors, dicts of them) validates and packs the rows
+once and runs each epoch as one `TfSdca>PackedSolve` call, the engine of
+`tf_sdca.trainer.InMemorySdca`; `fit` on a `tf.data.Dataset` streams its
+batches through `tf_sdca.SdcaModel` (the `TfSdca>Optimizer` op, duals kept by
+example id). There is no learning rate; the duality gap, logged after every
+epoch, certifies how far the weights are from the optimum and can stop
+training (`fit(tol=...)`).
 
 Example:
   >>> import numpy as np
@@ -26,18 +30,19 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import losses
+from tf_sdca import trainer
 from tf_sdca.ops import sdca_ops
 from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
-from tf_sdca import losses
 
 # Short loss names (the issue's and Keras users') and the op's names.
 # The name a non-dict input gets.
 DEFAULT_FEATURE = "features"
-# Rows per SDCA call when `fit` gets in-memory data and no batch_size: the op
-# is exact sequential SDCA inside a batch, so large batches lose nothing in
-# convergence and save per-step overhead.
+# Rows per batch when in-memory data is scored (evaluate, predict) or, with
+# the adaptive visiting order, trained in mini-batches.
 DEFAULT_BATCH_SIZE = 8192
-# Rows that stay together when in-memory data is reshuffled between epochs.
+# Rows that stay together when in-memory data is reshuffled between epochs
+# (mini-batches of the adaptive order).
 _SHUFFLE_CHUNK = 64
 
 
@@ -117,12 +122,16 @@ class LinearModel(keras.Model):
       must be 1 there; larger values are for several replicas each training
       1/num_loss_partitions of the data whose updates are summed (see
       `tf_sdca.SdcaModel`).
-    visit_order: order of the op's coordinate steps ('permutation',
-      'uniform', 'cyclic', 'adaptive').
-    seed: seed of the visiting order and of the batch shuffling.
+    visit_order: order of the coordinate steps ('permutation', 'uniform',
+      'cyclic' on packed rows; 'adaptive' trains in-memory data in
+      mini-batches through `SdcaModel`).
+    seed: seed of the visiting orders.
     gamma: smoothing of the smooth hinge loss.
-    num_threads: op threads (0: one solver shard; see g3doc/op.md).
-    num_table_shards: shards of the dual-state hash table.
+    num_threads: lock-free threads of each epoch over packed rows (0 or 1:
+      one; at most one per 4096 rows and per core, see
+      `tf_sdca.trainer.InMemorySdca`); for streamed batches, the op's
+      threads reading a batch.
+    num_table_shards: shards of the dual-state hash table (streaming).
     **kwargs: `keras.Model` arguments (`name`, ...).
   """
 
@@ -154,6 +163,9 @@ class LinearModel(keras.Model):
     self.bias = None
     self._sdca = None
     self._pending_state = None
+    self._packed = None     # _PackedRows of the last in-memory fit
+    self._row_duals = None  # (keys, float64 duals) saved by the last one
+    self._step_mode = None  # what the traced train_step does
     self._train_weight = 0.0
     self._gap_data = None
 
@@ -227,29 +239,27 @@ class LinearModel(keras.Model):
       if name not in x:
         raise InvalidInputError(f"the input has no feature {name!r}; the "
                                 f"model takes {[s[0] for s in self._spec]}")
-      value = x[name]
-      if kind == "categorical":
-        layer = self.categorical_features[name]
-        if not isinstance(layer, numbers.Integral):
-          value = layer(value)
-        if isinstance(value, tf.SparseTensor):
-          value = tf.SparseTensor(value.indices,
-                                  tf.cast(value.values, tf.int64),
-                                  value.dense_shape)
-        elif isinstance(value, tf.RaggedTensor):
-          value = tf.cast(value, tf.int64)
-        else:
-          value = tf.cast(value, tf.int64)
-          value = tf.reshape(value, [tf.shape(value)[0], -1])
-      elif isinstance(value, tf.SparseTensor):
-        value = tf.SparseTensor(value.indices,
-                                tf.cast(value.values, tf.float32),
-                                value.dense_shape)
-      else:
-        value = tf.cast(value, tf.float32)
-        value = tf.reshape(value, [tf.shape(value)[0], -1])
-      out[name] = value
+      out[name] = self._transform_one(name, kind, x[name])
     return out
+
+  def _transform_one(self, name, kind, value):
+    """One feature's model-side value (see `_transform`)."""
+    if kind == "categorical":
+      layer = self.categorical_features[name]
+      if not isinstance(layer, numbers.Integral):
+        value = layer(value)
+      if isinstance(value, tf.SparseTensor):
+        return tf.SparseTensor(value.indices, tf.cast(value.values, tf.int64),
+                               value.dense_shape)
+      if isinstance(value, tf.RaggedTensor):
+        return tf.cast(value, tf.int64)
+      value = tf.cast(value, tf.int64)
+      return tf.reshape(value, [tf.shape(value)[0], -1])
+    if isinstance(value, tf.SparseTensor):
+      return tf.SparseTensor(value.indices, tf.cast(value.values, tf.float32),
+                             value.dense_shape)
+    value = tf.cast(value, tf.float32)
+    return tf.reshape(value, [tf.shape(value)[0], -1])
 
   def _logits(self, features):
     """float32 `w.x + b` per example from the Keras weights."""
@@ -355,6 +365,8 @@ class LinearModel(keras.Model):
     return self.get_metrics_result()
 
   def train_step(self, data):
+    if self._step_mode == "packed":
+      return self._packed_step()
     x, y, sw = self._unpack(data)
     if self.example_id not in x:
       raise InvalidInputError(_MISSING_IDS.format(name=self.example_id))
@@ -382,6 +394,151 @@ class LinearModel(keras.Model):
   def predict_step(self, data):
     x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
     return self(x)
+
+  # ---------------------------------------------------------- packed rows
+  def _pack(self, x, y, sample_weight, class_weight):
+    """Validates in-memory training data and packs its rows once
+    (`TfSdca>PackRows`, as `InMemorySdca` does), with the state to train
+    from: the float64 weights of the model and one float64 dual per row
+    (those of the last in-memory fit or saved file on the same example ids,
+    else what the streaming state holds for them, else 0).
+
+    Raises:
+      InvalidInputError: for mismatched lengths, out-of-domain labels,
+        non-finite features, bad weights or repeated ids.
+    """
+    x = {name: _host(value) for name, value in self._as_dict(x).items()}
+    n = _num_rows(x)
+    labels = _labels(y, n, self.loss_type)
+    weights = _weights(sample_weight, n, labels, class_weight)
+    ids = x.pop(self.example_id, None)
+    self._build_spec(self._spec_of(x, rows_known=True))
+    self._check_values(x)
+    if ids is None:
+      ids = tf.range(n, dtype=tf.int64)
+    else:
+      ids = tf.reshape(_to_host(ids), [-1])
+      if int(tf.size(tf.unique(ids)[0])) != n:
+        raise InvalidInputError(f"feature {self.example_id!r} repeats an "
+                                "example id: each example needs its own")
+    self._ensure_sdca()
+    keys = self._sdca._keys({"example_ids": (
+        ids if ids.dtype == tf.string else tf.strings.as_string(ids))})
+    keys = keys.numpy()
+    duals = self._duals_for(keys)
+    # The weight table in the SdcaModel's slot order: the sparse and
+    # categorical features (in spec order), then the dense ones and the bias.
+    sparse, dense, num_sparse = [], [], 0
+    for name, kind, size, _, _ in self._spec:
+      value = x[name]
+      if kind == "dense":
+        dense.append(np.reshape(
+            tf.cast(value, tf.float32).numpy(), (n, -1)))
+        continue
+      if _is_scipy(value):
+        csr = value.tocsr()
+        part = (csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
+                csr.data.astype(np.float32, copy=False))
+      else:
+        part = _csr_of(self._transform_one(name, kind, value), n)
+      sparse.append((part[0], part[1] + num_sparse,
+                     None if kind == "categorical" else part[2]))
+      num_sparse += size
+    if self.bias is not None:
+      dense.append(np.ones((n, 1), np.float32))
+    table = np.concatenate([slot.numpy() for group in
+                            self._sdca._sparse + self._sdca._dense
+                            for slot in group.slots])
+    resident = trainer._Resident(
+        n, _merged_rows(n, sparse) if sparse else None,
+        np.concatenate(dense, axis=1) if dense else None, labels, weights,
+        num_sparse)
+    resident.pack(num_sparse, self.loss_type, self.gamma,
+                  trainer._choose_threads(self.num_threads, n))
+    metric_inputs = None
+    if self._compile_metrics is not None:
+      # Train metrics are computed on all rows after each epoch.
+      features = self._transform({name: _to_host(value)
+                                  for name, value in x.items()})
+      metric_inputs = (features, tf.constant(labels), tf.constant(weights))
+    return _PackedRows(resident.rows, keys, duals, table, weights,
+                       metric_inputs)
+
+  def _duals_for(self, keys):
+    """float64 duals of the rows with these example-id keys."""
+    for source in ((None if self._packed is None else
+                    (self._packed.keys, self._packed.duals)),
+                   self._row_duals):
+      if source is not None and np.array_equal(source[0], keys):
+        return np.array(source[1], np.float64)
+    self._flush_packed()
+    if sum(int(table.size()) for table in self._sdca._tables) == 0:
+      return np.zeros(keys.shape[0], np.float64)
+    state = self._sdca._lookup_state(tf.constant(keys))
+    return state[:, 0].numpy().astype(np.float64)
+
+  def _packed_step(self):
+    """One epoch over the packed rows (the traced `train_step` of an
+    in-memory `fit`): one `TfSdca>PackedSolve` call, seeded like
+    `InMemorySdca`'s epochs by the count of epochs and `minimize` calls so
+    far, then the new weights written to the model."""
+    p = self._packed
+    calls = self._sdca._calls
+    w, duals, parts = sdca_ops.packed_solve(
+        p.rows, p.table, p.duals, self.seed * 1_000_003 + calls,
+        loss_type=self.loss_type, l1=self.l1, l2=self.l2,
+        visit_order=self.visit_order, gamma=self.gamma)
+    p.table.assign(w)
+    p.duals.assign(duals)
+    p.parts.assign(parts)
+    calls.assign_add(1)
+    self._write_weights(w)
+    primal = parts[0] + 0.5 * self.l2 * parts[2] + self.l1 * parts[3]
+    self._loss_tracker.update_state(
+        tf.cast(primal / max(p.total_weight, 1e-300), tf.float32))
+    if p.metric_inputs is not None:
+      features, y, sw = p.metric_inputs
+      y_pred = self._activation(self._logits(features))[:, None]
+      self._compile_metrics.update_state(y[:, None], y_pred, sw)
+    return self.get_metrics_result()
+
+  def _write_weights(self, table):
+    """Splits the float64 weight table into the SdcaModel's slots and writes
+    the shrunk weights into the Keras variables."""
+    offset = 0
+    for group in self._sdca._sparse + self._sdca._dense:
+      for var, slot in zip(group.variables_, group.slots):
+        part = table[offset:offset + slot.shape[0]]
+        offset += slot.shape[0]
+        slot.assign(part)
+        var.assign(tf.reshape(tf.cast(
+            losses.shrink_l1(part, self.l1, self.l2), var.dtype), var.shape))
+
+  def _packed_gap(self):
+    """(objective per unit weight, relative gap) after the last epoch."""
+    p = self._packed
+    objective, gap = trainer.objective_and_gap(
+        p.parts.numpy(), self.loss_type, self.l1, self.l2)
+    return (objective / max(p.total_weight, 1e-300),
+            gap / max(abs(objective), 1e-300))
+
+  def _flush_packed(self):
+    """Writes the packed rows' duals into the SdcaModel's example state, so
+    that streaming, `duality_gap(data)` and saving see them (as float32,
+    the streaming state's type; saved files keep the float64 ones too)."""
+    p = self._packed
+    if p is None:
+      return
+    values = np.zeros((p.keys.shape[0], 4), np.float32)
+    values[:, 0] = p.duals.numpy()
+    values[:, 3] = p.example_weights
+    self._sdca._insert_state(tf.constant(p.keys), tf.constant(values))
+
+  def _leave_packed(self):
+    """Before streaming: the example state takes over the packed duals."""
+    self._flush_packed()
+    self._packed = None
+    self._row_duals = None
 
   # -------------------------------------------------------------- compile
   def compile(self, metrics=None, weighted_metrics=None, run_eagerly=False,
@@ -431,18 +588,7 @@ class LinearModel(keras.Model):
         domain labels, non-finite features, bad weights or repeated ids.
     """
     x = {name: _to_host(value) for name, value in self._as_dict(x).items()}
-    n = None
-    for name, value in x.items():
-      rows = value.shape[0] if value.shape.rank else None
-      if rows is None:
-        raise InvalidInputError(f"feature {name!r} must have a first "
-                                f"(example) dimension, got shape "
-                                f"{value.shape}")
-      if n is None:
-        n = int(rows)
-      elif rows != n:
-        raise InvalidInputError(f"feature {name!r} has {rows} rows but "
-                                f"{next(iter(x))!r} has {n}")
+    n = _num_rows(x)
     if y is not None:
       y = _labels(y, n, self.loss_type)
     if for_training or sample_weight is not None or class_weight:
@@ -477,7 +623,8 @@ class LinearModel(keras.Model):
       if name in self.categorical_features:
         kind = "categorical"
         size = _vocabulary_size(name, self.categorical_features[name])
-      elif isinstance(value, (tf.SparseTensor, tf.SparseTensorSpec)):
+      elif isinstance(value, (tf.SparseTensor, tf.SparseTensorSpec)) or \
+          _is_scipy(value):
         kind = "sparse"
         size = inner[0] if inner else None
       elif isinstance(value, (tf.RaggedTensor, tf.RaggedTensorSpec)):
@@ -494,7 +641,7 @@ class LinearModel(keras.Model):
       if size is None:
         raise InvalidInputError(f"feature {name!r} needs a known width, got "
                                 f"shape {value.shape}")
-      spec.append([name, kind, int(size), dtype.name,
+      spec.append([name, kind, int(size), tf.as_dtype(dtype).name,
                    [None if d is None else int(d) for d in inner]])
     return spec
 
@@ -509,6 +656,16 @@ class LinearModel(keras.Model):
           if bad.size:
             raise InvalidInputError(
                 f"feature {name!r} has id {ids[bad[0]]} outside [0, {size})")
+        continue
+      if _is_scipy(value):
+        bad = np.flatnonzero(~np.isfinite(value.data.astype(np.float64)))
+        if bad.size:
+          coo = value.tocoo()
+          finite = np.isfinite(coo.data.astype(np.float64))
+          at = np.flatnonzero(~finite)[0]
+          raise InvalidInputError(
+              f"feature {name!r}[{coo.row[at]}, {coo.col[at]}] = "
+              f"{coo.data[at]} is not finite")
         continue
       values = value.values if isinstance(value, tf.SparseTensor) else value
       if not values.dtype.is_floating and not values.dtype.is_integer and \
@@ -604,9 +761,11 @@ class LinearModel(keras.Model):
           "tf_sdca.SdcaModel to sum the updates of several replicas)")
     if not self.compiled:
       self.compile()
+    packed = False
     if isinstance(x, tf.data.Dataset):
       if y is not None or sample_weight is not None:
         raise ValueError("with a dataset, labels and weights come from it")
+      self._leave_packed()
       train = self._dataset(x, class_weight, for_training=True)
       gap_data, total = train, None
     else:
@@ -615,6 +774,15 @@ class LinearModel(keras.Model):
       if validation_split and validation_data is None:
         x, y, sample_weight, validation_data = _split(
             x, y, sample_weight, validation_split)
+      packed = self.visit_order in sdca_ops.PACKED_VISIT_ORDERS
+    if packed:
+      self._packed = self._pack(x, y, sample_weight, class_weight)
+      self._gap_data = None
+      measure, total = self._packed_gap, self._packed.total_weight
+      # One step per epoch: the step is a whole epoch over the packed rows.
+      train, steps_per_epoch = tf.data.Dataset.from_tensors(0).repeat(), 1
+    elif not isinstance(x, tf.data.Dataset):
+      self._leave_packed()
       rows, batch, total = self._in_memory(
           x, y, sample_weight, class_weight, batch_size, for_training=True)
       gap_data = rows.batch(batch).cache()
@@ -642,8 +810,17 @@ class LinearModel(keras.Model):
           vx, vy, vsw, None, validation_batch_size or batch_size)
       validation_data = rows.batch(batch)
     self._ensure_sdca()
+    if not packed:
+      def measure():
+        self._gap_data = gap_data
+        return self.duality_gap(gap_data)
+    # The traced step differs between packed rows and streamed batches, and
+    # captures one fit's packed rows.
+    if packed or self._step_mode != "batches":
+      self.train_function = None
+    self._step_mode = "packed" if packed else "batches"
     callbacks = list(callbacks or [])
-    callbacks.insert(0, _DualityGapLogger(self, gap_data, total, tol))
+    callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -688,15 +865,25 @@ class LinearModel(keras.Model):
 
     Args:
       data: the training data as a batched dataset of `(x, y[, s])` with
-        example ids; None uses the last `fit`'s.
+        example ids; None uses the last `fit`'s (its packed rows, for
+        in-memory data).
 
     Returns:
       `(objective, relative_gap)`: the regularised objective per unit of
       example weight and `(P(w) - D(alpha)) / P(w)`.
     """
+    if data is None and self._packed is not None:
+      p = self._packed
+      parts = sdca_ops.packed_solve(
+          p.rows, p.table, p.duals, 0, loss_type=self.loss_type, l1=self.l1,
+          l2=self.l2, num_passes=0, gamma=self.gamma)[2]
+      p.parts.assign(parts)
+      self._train_weight = p.total_weight
+      return self._packed_gap()
     data = self._gap_data if data is None else data
     if data is None or self._sdca is None:
       raise ValueError("duality_gap needs training data: call fit first")
+    self._flush_packed()
     primal = dual = weight = 0.0
     for batch in data:
       z, alpha, y, s = self._gap_batch(batch)
@@ -719,15 +906,36 @@ class LinearModel(keras.Model):
     return (self._sdca.linear_predictions(examples),
             self._sdca.example_state(examples)[:, 0], y, sw)
 
+  def sdca_state(self):
+    """The SDCA training state, as `tf_sdca.SdcaModel.get_state()` returns
+    it: every example's state row keyed by its id's fingerprint (the dual
+    in column 0, float32; in-memory fits' rows included) and the unshrunk
+    float64 weights (`slots`: one per feature, then the bias).
+
+    Raises:
+      ValueError: before the model has trained or loaded a state.
+    """
+    if self._sdca is None:
+      raise ValueError("the model has no SDCA state: fit or load it first")
+    self._flush_packed()
+    return self._sdca.get_state()
+
   # -------------------------------------------------------- save / export
   def save_own_variables(self, store):
     """Keras weights, then the SDCA state (duals and float64 weights), so
     that training resumes where it stopped after `load_model`."""
     super().save_own_variables(store)
+    self._flush_packed()
     state = (self._sdca.get_state() if self._sdca is not None else
              self._pending_state)
     if state is None:
       return
+    # The float64 duals of in-memory training, so that it resumes exactly.
+    rows = (self._row_duals if self._packed is None else
+            (self._packed.keys, self._packed.duals.numpy()))
+    if rows is not None:
+      store["sdca_row_keys"] = rows[0]
+      store["sdca_row_duals"] = rows[1]
     store["sdca_keys"] = state["keys"]
     store["sdca_values"] = state["values"]
     for i, slot in enumerate(state["slots"]):
@@ -752,6 +960,10 @@ class LinearModel(keras.Model):
                    slots=[np.asarray(store[k]) for k in slots])
       if "sdca_calls" in keys:  # absent from files saved before it existed
         state["calls"] = int(np.asarray(store["sdca_calls"])[0])
+      if "sdca_row_keys" in keys:
+        self._row_duals = (np.asarray(store["sdca_row_keys"]),
+                           np.asarray(store["sdca_row_duals"]))
+      self._packed = None
       self._train_weight = float(np.asarray(store["sdca_train_weight"])[0])
       if self._sdca is not None:
         self._sdca.set_state(state)
@@ -812,10 +1024,10 @@ class _DualityGapLogger(keras.callbacks.Callback):
   """Runs first at each epoch's end: replaces `loss` by the exact
   regularised objective, adds `duality_gap`, stops below `tol`."""
 
-  def __init__(self, model, data, total_weight, tol):
+  def __init__(self, model, measure, total_weight, tol):
     super().__init__()
     self._linear = model
-    self._data = data
+    self._measure = measure
     self._tol = tol
     self._watch = losses.ProgressWatch()
     if total_weight is not None:
@@ -823,8 +1035,7 @@ class _DualityGapLogger(keras.callbacks.Callback):
 
   def on_epoch_end(self, epoch, logs=None):
     model = self._linear
-    model._gap_data = self._data
-    objective, gap = model.duality_gap(self._data)
+    objective, gap = self._measure()
     if logs is not None:
       logs["loss"] = objective
       logs["duality_gap"] = gap
@@ -835,21 +1046,118 @@ class _DualityGapLogger(keras.callbacks.Callback):
       model.stop_training = True
 
 
+class _PackedRows:
+  """What an in-memory `fit` trains: the rows packed once, their example-id
+  keys, example weights and float64 duals, the float64 weight table (the
+  SdcaModel's slots end to end), the last epoch's objective parts, and the
+  inputs of the train metrics (None without compiled metrics)."""
+
+  def __init__(self, rows, keys, duals, table, example_weights,
+               metric_inputs):
+    self.rows = rows
+    self.keys = keys
+    self.example_weights = example_weights
+    self.total_weight = float(example_weights.sum(dtype=np.float64))
+    self.duals = tf.Variable(duals, trainable=False, dtype=tf.float64)
+    self.table = tf.Variable(table, trainable=False, dtype=tf.float64)
+    self.parts = tf.Variable(np.full(4, np.nan), trainable=False,
+                             dtype=tf.float64)
+    self.metric_inputs = metric_inputs
+
+
 # ------------------------------------------------------------------ helpers
+def _is_scipy(value):
+  try:
+    import scipy.sparse  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return False
+  return scipy.sparse.issparse(value)
+
+
+def _host(value):
+  """In-memory feature -> scipy sparse matrix (kept: packing reads its CSR
+  arrays) or what `_to_host` makes."""
+  return value if _is_scipy(value) else _to_host(value)
+
+
+def _num_rows(x):
+  """The common first dimension of in-memory features."""
+  n = None
+  for name, value in x.items():
+    rows = value.shape[0] if len(value.shape) else None
+    if rows is None:
+      raise InvalidInputError(f"feature {name!r} must have a first "
+                              f"(example) dimension, got shape "
+                              f"{value.shape}")
+    if n is None:
+      n = int(rows)
+    elif rows != n:
+      raise InvalidInputError(f"feature {name!r} has {rows} rows but "
+                              f"{next(iter(x))!r} has {n}")
+  return n
+
+
+def _csr_of(value, n):
+  """(indptr, int64 columns, float32 values) of a model-side feature: a
+  SparseTensor, a RaggedTensor of ids or dense ids `[n, k]`."""
+  if isinstance(value, tf.RaggedTensor):
+    return (value.row_splits.numpy().astype(np.int64),
+            value.flat_values.numpy().astype(np.int64), None)
+  if isinstance(value, tf.SparseTensor):
+    index = value.indices.numpy()
+    rows, cols = index[:, 0], index[:, 1]
+    values = value.values.numpy()
+    if rows.size and np.any(rows[1:] < rows[:-1]):
+      order = np.argsort(rows, kind="stable")
+      rows, cols, values = rows[order], cols[order], values[order]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return indptr, cols.astype(np.int64), values.astype(np.float32)
+  ids = value.numpy().reshape(n, -1)
+  k = ids.shape[1]
+  return (np.arange(0, n * k + 1, k, dtype=np.int64),
+          ids.ravel().astype(np.int64), None)
+
+
+def _merged_rows(n, parts):
+  """One CSR (indptr, indices, values or None) of several features' CSR
+  parts with their columns already offset: row i holds each part's entries
+  of row i, part after part."""
+  if len(parts) == 1:
+    return parts[0]
+  lengths = [np.diff(indptr) for indptr, _, _ in parts]
+  indptr = np.zeros(n + 1, np.int64)
+  np.cumsum(sum(lengths), out=indptr[1:])
+  indices = np.empty(indptr[-1], np.int64)
+  with_values = any(values is not None for _, _, values in parts)
+  values = np.empty(indptr[-1], np.float32) if with_values else None
+  start = indptr[:-1].copy()
+  for (part_ptr, part_ids, part_values), length in zip(parts, lengths):
+    # Entry e of row r goes to start[r] + (e - part_ptr[r]).
+    dest = (np.repeat(start - part_ptr[:-1], length) +
+            np.arange(part_ptr[-1], dtype=np.int64))
+    indices[dest] = part_ids
+    if with_values:
+      values[dest] = 1.0 if part_values is None else part_values
+    start += length
+  return indptr, indices, values
+
+
 def _to_host(value):
   """In-memory feature -> tf.Tensor or tf.SparseTensor."""
   if isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
     return value
-  try:
-    import scipy.sparse  # pylint: disable=import-outside-toplevel
-    if scipy.sparse.issparse(value):
-      coo = scipy.sparse.coo_matrix(value)
-      order = np.lexsort((coo.col, coo.row))
-      return tf.SparseTensor(
-          np.stack([coo.row[order], coo.col[order]], 1).astype(np.int64),
-          coo.data[order].astype(np.float32), coo.shape)
-  except ImportError:
-    pass
+  if _is_scipy(value):
+    csr = value.tocsr()
+    if not csr.has_sorted_indices:
+      csr = csr.sorted_indices()
+    # CSR with sorted indices is already in the SparseTensor's row-major
+    # order.
+    rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64),
+                     np.diff(csr.indptr))
+    return tf.SparseTensor(
+        np.stack([rows, csr.indices.astype(np.int64)], 1),
+        csr.data.astype(np.float32), csr.shape)
   array = np.asarray(value)
   if array.dtype.kind in "OUS":
     return tf.constant(array.astype(str))
@@ -924,12 +1232,14 @@ def _weights(sample_weight, n, y, class_weight):
 
 def _split(x, y, sample_weight, fraction):
   """Keras' validation_split: the last `fraction` of the rows."""
-  x = {k: _to_host(v) for k, v in (x.items() if isinstance(x, dict) else
-                                   [(DEFAULT_FEATURE, x)])}
+  x = {k: _host(v) for k, v in (x.items() if isinstance(x, dict) else
+                                 [(DEFAULT_FEATURE, x)])}
   n = int(next(iter(x.values())).shape[0])
   cut = int(n * (1.0 - fraction))
 
   def rows(value, lo, hi):
+    if _is_scipy(value):
+      return value.tocsr()[lo:hi]
     if isinstance(value, tf.SparseTensor):
       return tf.sparse.slice(value, [lo, 0], [hi - lo, value.dense_shape[1]])
     return value[lo:hi]
