@@ -503,3 +503,29 @@ def test_the_g3doc_examples_run(tmp_path, capsys):
   assert float(printed["objective"][0]) == pytest.approx(objective(w_loop),
                                                          rel=1e-5)
   assert best <= objective(w_loop) <= best * (1 + 1e-3)
+
+
+def test_in_memory_and_streamed_fits_continue_each_other():
+  """The duals of in-memory training reach the streaming state (and back):
+  switching doors continues the same dual ascent instead of restarting."""
+  rng = np.random.default_rng(8)
+  n = 2400
+  x = scipy.sparse.random(n, 100, density=0.05, random_state=1,
+                          format="csr", dtype=np.float32)
+  y = (rng.uniform(size=n) < 1 / (1 + np.exp(-x @ rng.normal(size=100) * 3))
+       ).astype(np.float32)
+  model = LinearModel(loss="logistic", l2=1.0)
+  packed = model.fit(x, y, epochs=4, verbose=0).history["duality_gap"]
+  assert model.duality_gap()[1] == packed[-1]
+  coo = x.tocoo()
+  sparse = tf.SparseTensor(np.stack([coo.row, coo.col], 1).astype(np.int64),
+                           coo.data, coo.shape)
+  stream = tf.data.Dataset.from_tensor_slices(
+      ({"features": sparse, "example_id": np.arange(n)}, y)).batch(600)
+  streamed = model.fit(stream, epochs=3, verbose=0).history["duality_gap"]
+  again = model.fit(x, y, epochs=3, verbose=0).history["duality_gap"]
+  gaps = packed + streamed + again
+  # Restarting from zero duals would put the first gap of each door back
+  # near the first epoch's.
+  assert all(b < a for a, b in zip(gaps, gaps[1:])), gaps
+  assert gaps[-1] < 1e-3 * gaps[0]
