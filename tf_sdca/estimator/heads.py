@@ -118,9 +118,11 @@ class BinaryClassHead(_Head):
         raise ValueError(f"with label_vocabulary the labels must be "
                          f"strings, got {labels.dtype.name}")
       ids = self.vocabulary_table.lookup(labels)
-      check = tf.debugging.assert_non_negative(
-          ids, message=f"labels must be in label_vocabulary "
-          f"{self.label_vocabulary}", data=[labels], summarize=5)
+      check = tf.debugging.Assert(
+          tf.reduce_all(ids >= 0),
+          ["labels must be in label_vocabulary (" +
+           ", ".join(self.label_vocabulary) + "); got",
+           tf.boolean_mask(labels, ids < 0)], summarize=5)
       with tf.control_dependencies([check]):
         return tf.cast(ids, tf.float32)
     if labels.dtype == tf.string:
