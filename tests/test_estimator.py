@@ -144,6 +144,81 @@ def test_soft_labels_reach_the_cross_entropy_optimum(tmp_path):
   assert _relative(w, best) < 1e-4
 
 
+def test_every_column_kind_trains_its_counts_encoding(tmp_path):
+  # Multi-valued inputs with repeated ids (counted twice), out-of-vocabulary
+  # values (dropped) and missing ones (''), through a vocabulary file, an
+  # identity, a hash bucket, a weighted categorical and an indicator column:
+  # the squared loss then has the ridge closed form on the counts matrix.
+  rng = np.random.default_rng(4)
+  n = 60
+  vocabulary = ["a", "b", "c", "d"]
+  vocabulary_file = tmp_path / "vocabulary.txt"
+  vocabulary_file.write_text("\n".join(vocabulary) + "\n")
+  words = rng.choice(vocabulary + ["zz", ""], (n, 3))
+  items = rng.integers(0, 6, (n, 2))
+  tags = rng.choice(["t1", "t2", "t3", "t4"], (n, 1))
+  colors = rng.choice(["red", "blue", "pink"], (n, 2))
+  weighted_ids = rng.choice(["x", "y"], (n, 2))
+  weighted_values = rng.uniform(0.5, 2.0, (n, 2)).astype(np.float32)
+  y = rng.normal(size=n).astype(np.float32)
+  index = np.stack(np.meshgrid(np.arange(n), np.arange(2), indexing="ij"),
+                   -1).reshape(-1, 2)
+
+  def input_fn():
+    return {"example_id": tf.range(n),
+            "word": tf.constant(words), "item": tf.constant(items),
+            "tag": tf.constant(tags), "color": tf.constant(colors),
+            "kind": tf.SparseTensor(index, weighted_ids.ravel(), [n, 2]),
+            "kind_weight": tf.SparseTensor(index, weighted_values.ravel(),
+                                           [n, 2])}, tf.constant(y)
+
+  columns = [
+      fc.categorical_column_with_vocabulary_file("word",
+                                                 str(vocabulary_file)),
+      fc.categorical_column_with_identity("item", num_buckets=6),
+      fc.categorical_column_with_hash_bucket("tag", hash_bucket_size=3),
+      fc.indicator_column(fc.categorical_column_with_vocabulary_list(
+          "color", ["red", "blue"])),
+      fc.weighted_categorical_column(
+          fc.categorical_column_with_vocabulary_list("kind", ["x", "y"]),
+          "kind_weight")]
+  regressor = estimator.LinearRegressor(columns, model_dir=str(tmp_path),
+                                        optimizer=_sdca(1.0))
+  regressor.train(input_fn, steps=3000, tol=1e-9)
+  # The counts matrix, in the columns' (sorted) order.
+  blocks = {}
+
+  def counts(ids, size, values=None):
+    out = np.zeros((n, size))
+    values = np.ones(ids.shape) if values is None else values
+    for (row, _), i, v in zip(np.ndindex(*ids.shape), ids.ravel(),
+                              values.ravel()):
+      if i >= 0:
+        out[row, i] += v
+    return out
+
+  blocks["color_indicator"] = counts(
+      np.vectorize({"red": 0, "blue": 1}.get)(colors, -1), 2)
+  blocks["item"] = counts(items, 6)
+  blocks["kind_weighted_by_kind_weight"] = counts(
+      np.vectorize({"x": 0, "y": 1}.get)(weighted_ids), 2, weighted_values)
+  blocks["tag"] = counts(
+      tf.strings.to_hash_bucket_fast(tags, 3).numpy(), 3)
+  blocks["word"] = counts(
+      np.vectorize(lambda w: vocabulary.index(w) if w in vocabulary
+                   else -1)(words), 4)
+  assert blocks["word"].max() >= 2  # some word repeats within a row
+  a = np.hstack([blocks[k] for k in sorted(blocks)] + [np.ones((n, 1))])
+  exact = np.linalg.solve(a.T @ a + np.eye(a.shape[1]), a.T @ y)
+  ours = np.concatenate(
+      [regressor.get_variable_value(f"linear/linear_model/{k}/weights")[:, 0]
+       for k in sorted(blocks)] + [regressor.get_variable_value(BIAS)])
+  assert _relative(ours, exact) < 1e-4
+  predictions = np.array([p["predictions"][0] for p in regressor.predict(
+      lambda: input_fn()[0])])
+  np.testing.assert_allclose(predictions, a @ exact, rtol=1e-3, atol=1e-3)
+
+
 def _mixed_problem(n=48, seed=2):
   rng = np.random.default_rng(seed)
   countries = np.array(["US", "IT", "GB", "MX", "FR"])
