@@ -317,6 +317,11 @@ def test_warm_start_loads_weights_from_tf_sdca_and_tf1_checkpoints(tmp_path):
   loaded = warm("d", prefix)
   for name in tf1:
     np.testing.assert_array_equal(loaded[name], 0.5)
+  # Resuming in a TF1 model_dir is refused: its duals are not there.
+  tf1_dir = estimator.LinearClassifier(
+      columns, model_dir=str(tmp_path / "tf1"), optimizer=_sdca())
+  with pytest.raises(ValueError, match="not a tf_sdca.estimator checkpoint"):
+    tf1_dir.train(_constant(features, y), steps=1)
 
 
 def test_evaluate_reports_tensorflows_classifier_metrics(tmp_path):
@@ -447,6 +452,17 @@ def test_feature_space_matches_in_memory_sdca_on_its_encoding(tmp_path):
        for k in names] + [classifier.get_variable_value(BIAS)])
   assert design.shape[1] == ours.size == 1 + 4 + 8 + 6 + 1
   assert _relative(ours, ref.dense_weights) < 1e-4
+  # The SavedModel runs the FeatureSpace's layers on raw values.
+  path = classifier.export_saved_model(
+      str(tmp_path / "export"),
+      estimator.export.build_raw_serving_input_receiver_fn(
+          {k: tf.TensorSpec([None], tf.constant(v).dtype)
+           for k, v in raw.items()}))
+  served = tf.saved_model.load(path.decode())
+  logits = served.signatures["predict"](
+      **{k: tf.constant(v) for k, v in raw.items()})["logits"].numpy()
+  np.testing.assert_allclose(logits[:, 0], design @ ours, rtol=1e-4,
+                             atol=1e-5)
 
 
 def test_run_config_checkpoints_and_cluster(tmp_path, monkeypatch):

@@ -64,10 +64,11 @@ def _is_feature_space(value):
       hasattr(value, "features")
 
 
-def _id_count(name, layer):
-  """Weight rows of a Keras layer that outputs integer ids."""
+def _id_count(name, layer, check_mode=True):
+  """Weight rows of a Keras layer that outputs integer ids (FeatureSpace
+  encodes its preprocessors' ids itself: `check_mode=False`)."""
   mode = getattr(layer, "output_mode", "int")
-  if mode != "int":
+  if check_mode and mode != "int":
     raise ValueError(
         f"feature {name!r}: a linear model wants the layer's integer ids "
         f"(output_mode='int'), got output_mode={mode!r}; the one-hot or "
@@ -153,6 +154,7 @@ class FeatureLayer(tf.Module):
     self.tables = {}
     self._resources = _Resources(self.tables)
     self._groups = None
+    self._feature_keys = None
 
   # ---------------------------------------------------------- structure
   @staticmethod
@@ -199,8 +201,8 @@ class FeatureLayer(tf.Module):
                                "output width")
             groups.append(Group(name, "dense", int(width)))
           else:
-            groups.append(Group(name, "sparse", _id_count(
-                name, _IntView(layer))))
+            groups.append(Group(name, "sparse",
+                                _id_count(name, layer, check_mode=False)))
         for cross in space.crosses:
           groups.append(Group(cross.name, "sparse",
                               int(space.crossers[cross.name].num_bins)))
@@ -217,12 +219,14 @@ class FeatureLayer(tf.Module):
   @property
   def feature_keys(self):
     """The raw features the columns read."""
-    keys = set(tf.feature_column.make_parse_example_spec(self._columns)) \
-        if self._columns else set()
-    keys.update(self._layers)
-    for space in self._spaces:
-      keys.update(space.features)
-    return keys
+    if self._feature_keys is None:
+      keys = set(tf.feature_column.make_parse_example_spec(self._columns)) \
+          if self._columns else set()
+      keys.update(self._layers)
+      for space in self._spaces:
+        keys.update(space.features)
+      self._feature_keys = frozenset(keys)
+    return self._feature_keys
 
   # -------------------------------------------------------- transformation
   def transform(self, features):
@@ -286,19 +290,6 @@ class FeatureLayer(tf.Module):
     keep = ids >= 0  # -1: out of vocabulary
     return ("sparse", tf.boolean_mask(tf.cast(rows, tf.int64), keep),
             tf.boolean_mask(ids, keep), tf.boolean_mask(values, keep))
-
-
-class _IntView:
-  """A FeatureSpace preprocessor seen as an id layer: FeatureSpace encodes
-  ids one-hot itself, so the preprocessor's own output mode is 'int'."""
-
-  def __init__(self, layer):
-    self._layer = layer
-
-  def __getattr__(self, name):
-    if name == "output_mode":
-      return "int"
-    return getattr(self._layer, name)
 
 
 def sdca_columns(rows, ids, values, num_rows):

@@ -390,6 +390,11 @@ class _LinearEstimator:
     if path is None or path == self._loaded:
       return
     names = set(checkpoints.variables(path)) - {checkpoints.GLOBAL_STEP}
+    if not names:
+      raise ValueError(
+          f"{path!r} is not a tf_sdca.estimator checkpoint (a TensorFlow 1 "
+          "estimator's?): start from its weights with "
+          "warm_start_from=<it> and a new model_dir")
     if names != set(self._model.weights):
       raise ValueError(
           f"the checkpoint {path!r} holds the weights {sorted(names)}, this "
@@ -427,7 +432,7 @@ class _LinearEstimator:
                        f"{type(features).__name__}")
     needed = self._layer.feature_keys
     weight = self._head.weight_column
-    known = needed | {self._optimizer.example_id_column}
+    known = set(needed) | {self._optimizer.example_id_column}
     if weight is not None:
       known.add(weight)
       if mode != ModeKeys.PREDICT:
