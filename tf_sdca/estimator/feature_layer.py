@@ -118,9 +118,9 @@ class FeatureLayer(tf.Module):
       integer output}`, or an adapted `keras.utils.FeatureSpace`.
 
   Raises:
-    ValueError: for an empty list, a column type a linear SDCA model cannot
-      train (embeddings, sequences, numeric columns of rank > 1), or two
-      groups with one name.
+    ValueError: for an empty list or a column type a linear SDCA model
+      cannot train (embeddings, sequences, numeric columns of rank > 1);
+      `groups` raises it for two groups with one name.
   """
 
   def __init__(self, feature_columns):

@@ -607,8 +607,9 @@ class _LinearEstimator:
         _LOG.info("loss = %g, step = %d%s", loss, step,
                   f", duality_gap = {logs['duality_gap']:.3g}"
                   if "duality_gap" in logs else "")
-      stop = any(bool(hook.after_step(step, logs)) for hook in hooks
-                 if hasattr(hook, "after_step"))
+      # Every hook sees every step, even after one asked to stop.
+      stop = any([bool(hook.after_step(step, logs)) for hook in hooks
+                  if hasattr(hook, "after_step")])
       if "duality_gap" in logs and abs(logs["duality_gap"]) < tol:
         _LOG.info("Stopping at step %d: relative duality gap %.3g < tol "
                   "%g", step, logs["duality_gap"], tol)
