@@ -21,12 +21,9 @@ TF_VERSION = "2.21.0"
 SOURCES = [
     "kernels/ops/sdca_ops.cc",
     "kernels/kernels/sdca_kernels.cc",
-    "kernels/kernels/resident_kernel.cc",
-    "kernels/kernels/resident_inputs.cc",
-    "kernels/kernels/packed_kernel.cc",
+    "kernels/kernels/packed_rows_kernels.cc",
     "kernels/core/loss.cc",
-    "kernels/core/solver.cc",
-    "kernels/core/resident.cc",
+    "kernels/core/packed_rows.cc",
 ]
 
 

@@ -17,7 +17,6 @@ _LAZY = {
     "sdca_fprint": ("tf_sdca.ops", "sdca_fprint"),
     "pack_rows": ("tf_sdca.ops", "pack_rows"),
     "packed_solve": ("tf_sdca.ops", "packed_solve"),
-    "resident_solve": ("tf_sdca.ops", "resident_solve"),
     "sdca_optimizer": ("tf_sdca.ops", "sdca_optimizer"),
     "sdca_shrink_l1": ("tf_sdca.ops", "sdca_shrink_l1"),
     "SdcaModel": ("tf_sdca.sdca_model", "SdcaModel"),

@@ -1,4 +1,4 @@
-// Helpers shared by the kernels of TfSdca>Optimizer, TfSdca>ResidentSolve and
+// Helpers shared by the kernels of TfSdca>Optimizer, TfSdca>PackRows and
 // TfSdca>PackedSolve: attribute checks, rank checks, the CPU device's pool.
 #ifndef TF_SDCA_KERNELS_KERNELS_KERNEL_UTIL_H_
 #define TF_SDCA_KERNELS_KERNELS_KERNEL_UTIL_H_
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "kernels/core/loss.h"
-#include "kernels/core/resident.h"
-#include "kernels/core/solver.h"
+#include "kernels/core/packed_rows.h"
+#include "kernels/core/solver_options.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/errors.h"
@@ -55,9 +55,8 @@ inline ::tensorflow::Status CheckRank(const ::tensorflow::Tensor& t, int rank,
   return absl::OkStatus();
 }
 
-// Attributes common to TfSdca>ResidentSolve and TfSdca>PackedSolve:
-// loss_type (with gamma), visit_order, l1, l2, num_loss_partitions,
-// num_passes, compute_objective.
+// The attributes of TfSdca>PackedSolve: loss_type (with gamma),
+// visit_order, l1, l2, num_loss_partitions, num_passes, compute_objective.
 inline ::tensorflow::Status ReadEpochAttrs(
     ::tensorflow::OpKernelConstruction* context, SolverOptions* options,
     std::unique_ptr<DualLossUpdater>* loss, bool* compute_objective) {

@@ -2,12 +2,18 @@
 //
 // The optimizer kernel validates every input (reporting the argument, the
 // position and the bad value), turns the batch into one compact CSR layout
-// over "slots" (positions in the batch's concatenated weights), and hands it
-// to the TensorFlow-independent solver in kernels/core/.
+// over "slots" (positions in the batch's concatenated weights: sparse
+// groups, then dense ones), and solves it as every door does: packed into
+// one record per row and solved by the passes of kernels/core/packed_rows.h
+// on one thread, with the batch's weights as the table. Its float32 state
+// is only the wire format: the solve runs on float64 duals and weights, the
+// new duals rounded to float32 (so that the weights stay w(alpha) of the
+// duals stored).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -15,8 +21,9 @@
 
 #include "kernels/core/fingerprint.h"
 #include "kernels/core/loss.h"
+#include "kernels/core/packed_rows.h"
 #include "kernels/core/random.h"
-#include "kernels/core/solver.h"
+#include "kernels/core/solver_options.h"
 #include "kernels/kernels/kernel_util.h"
 #include "kernels/kernels/feature_index_map.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -50,15 +57,22 @@ Status CheckFinite(const float* v, int64_t n, const std::string& name) {
   return absl::OkStatus();
 }
 
-// The batch in the solver's layout, owning its arrays.
+// The batch as the rows to pack (ResidentData), owning its arrays: slots
+// are the ids of a weight table made of the batch's sparse weights (group
+// after group) and then its dense ones.
 struct Batch {
   int64_t num_examples = 0;
   int64_t num_sparse_slots = 0;
   int64_t num_slots = 0;
   std::vector<int64_t> row_ptr;
-  std::vector<uint32_t> slots;
+  std::vector<int32_t> slots;
   std::vector<float> values;  // empty when every value is 1.0
-  std::vector<DenseBlock> dense;
+  // [num_examples, dense_dim]: the dense groups side by side (the input
+  // tensor itself when there is one group, else dense_copy).
+  const float* dense = nullptr;
+  int64_t dense_dim = 0;
+  std::vector<float> dense_copy;
+  std::vector<int64_t> dense_offsets;  // first slot of each dense group
   std::vector<double> labels;
   std::vector<double> squared_norms;
   std::vector<double> w0;
@@ -126,15 +140,19 @@ class OptimizerOp : public OpKernel {
     ComputeSquaredNorms(&batch);
 
     const int64_t n = batch.num_examples;
-    ExamplesView view;
-    view.num_examples = n;
-    view.row_ptr = batch.row_ptr.data();
-    view.slots = batch.slots.data();
-    view.values = batch.values.empty() ? nullptr : batch.values.data();
-    view.dense = batch.dense;
-    view.labels = batch.labels.data();
-    view.weights = context->input(WeightsIndex()).flat<float>().data();
-    view.squared_norms = batch.squared_norms.data();
+    const float* example_weights =
+        context->input(WeightsIndex()).flat<float>().data();
+    ResidentData data;
+    data.num_examples = n;
+    data.num_sparse_features = batch.num_sparse_slots;
+    data.row_ptr = batch.row_ptr.data();
+    data.ids = batch.slots.data();
+    data.values = batch.values.empty() ? nullptr : batch.values.data();
+    data.dense = batch.dense;
+    data.dense_dim = batch.dense_dim;
+    data.labels = batch.labels.data();
+    data.example_weights = example_weights;
+    data.squared_norms = batch.squared_norms.data();
 
     SolverOptions options = options_;
     // The order is a function of the attr seed, the caller's call index and
@@ -150,16 +168,22 @@ class OptimizerOp : public OpKernel {
     }
     options.seed = MixSeed(seed_, digest, static_cast<uint64_t>(call_index));
 
-    std::vector<double> primal(n), dual_loss(n), delta(batch.num_slots);
-    SolverState state;
-    state.duals = duals.data();
-    state.primal_losses = primal.data();
-    state.dual_losses = dual_loss.data();
-    state.delta = delta.data();
     const auto t3 = Clock::now();
-    Solve(options, view, batch.w0.data(), batch.num_slots, &state);
+    PackedRows rows;
+    std::string error;
+    OP_REQUIRES(context, rows.Pack(data, 1, threads, parallel_for, &error),
+                InvalidArgument(error));
     const auto t4 = Clock::now();
-    OP_REQUIRES(context, state.error.empty(), InvalidArgument(state.error));
+    std::vector<double> w = batch.w0;
+    std::vector<double> primal(n), dual_loss(n);
+    StateRecord record;
+    record.primal_losses = primal.data();
+    record.dual_losses = dual_loss.data();
+    rows.Solve(options, w.data(), duals.data(), &record);
+    const auto t5 = Clock::now();
+    OP_REQUIRES(context, record.error.empty(), InvalidArgument(record.error));
+    std::vector<double> delta(batch.num_slots);
+    for (int64_t j = 0; j < batch.num_slots; ++j) delta[j] = w[j] - batch.w0[j];
     // Every step was finite, but the float32 outputs may still overflow
     // (weights near the float32 limit): never return a non-finite weight.
     auto check_weight = [&](const char* name, int g, int64_t k,
@@ -179,12 +203,11 @@ class OptimizerOp : public OpKernel {
     OP_REQUIRES_OK(context, context->allocate_output(
                                 0, TensorShape({n, 4}), &state_out));
     auto out = state_out->matrix<float>();
-    const float* weights = view.weights;
     for (int64_t i = 0; i < n; ++i) {
-      out(i, 0) = static_cast<float>(duals[i]);
+      out(i, 0) = static_cast<float>(duals[i]);  // exact: rounded by the step
       out(i, 1) = static_cast<float>(primal[i]);
       out(i, 2) = static_cast<float>(dual_loss[i]);
-      out(i, 3) = weights[i];
+      out(i, 3) = example_weights[i];
     }
     OpOutputList sparse_out;
     OP_REQUIRES_OK(context,
@@ -209,7 +232,7 @@ class OptimizerOp : public OpKernel {
       Tensor* d;
       OP_REQUIRES_OK(context, dense_out.allocate(g, w.shape(), &d));
       float* dst = d->flat<float>().data();
-      const int64_t first = batch.dense[g].slot_offset;
+      const int64_t first = batch.dense_offsets[g];
       for (int64_t k = 0; k < w.NumElements(); ++k) {
         OP_REQUIRES_OK(context, check_weight("dense_weights", g, k, first + k));
         dst[k] = delta[first + k];
@@ -217,10 +240,10 @@ class OptimizerOp : public OpKernel {
     }
     VLOG(1) << "TfSdca>Optimizer " << n << " examples, "
             << batch.slots.size() << " sparse entries, " << batch.num_slots
-            << " slots; ms: examples "
-            << ms(t0, t1) << ", sparse " << ms(t1, t2) << ", dense+norms "
-            << ms(t2, t3) << ", solve " << ms(t3, t4) << ", outputs "
-            << ms(t4, Clock::now());
+            << " slots; ms: examples " << ms(t0, t1) << ", sparse "
+            << ms(t1, t2) << ", dense+norms " << ms(t2, t3) << ", pack "
+            << ms(t3, t4) << ", solve " << ms(t4, t5) << ", outputs "
+            << ms(t5, Clock::now());
   }
 
  private:
@@ -291,7 +314,7 @@ class OptimizerOp : public OpKernel {
   Status ReadSparse(OpKernelContext* context, int64_t threads,
                     const ParallelFor& parallel_for, Batch* batch) const {
     const int64_t n = batch->num_examples;
-    std::vector<std::vector<uint32_t>> slots_of(num_sparse_);
+    std::vector<std::vector<int32_t>> slots_of(num_sparse_);
     batch->sparse_offsets.assign(num_sparse_ + 1, 0);
     bool any_values = false;
     bool all_sorted = true;
@@ -335,9 +358,11 @@ class OptimizerOp : public OpKernel {
       TF_RETURN_IF_ERROR(
           CheckFinite(sp_w.flat<float>().data(), u, "sparse_weights" + tag));
       batch->sparse_offsets[g + 1] = batch->sparse_offsets[g] + u;
-      if (batch->sparse_offsets[g + 1] >= (int64_t{1} << 32)) {
+      // Slots are the packed records' int32 ids.
+      if (batch->sparse_offsets[g + 1] >
+          std::numeric_limits<int32_t>::max()) {
         return tensorflow::errors::Unimplemented(
-            "more than 2^32 distinct sparse features in one batch");
+            "more than 2^31 - 1 distinct sparse features in one batch");
       }
       FeatureIndexMap map;
       std::string why;
@@ -346,8 +371,8 @@ class OptimizerOp : public OpKernel {
       }
       const int64_t* e = ex.flat<int64_t>().data();
       const int64_t* f = ids.flat<int64_t>().data();
-      const uint32_t offset = static_cast<uint32_t>(batch->sparse_offsets[g]);
-      std::vector<uint32_t>& out = slots_of[g];
+      const int32_t offset = static_cast<int32_t>(batch->sparse_offsets[g]);
+      std::vector<int32_t>& out = slots_of[g];
       out.resize(nnz);
       const int64_t chunks =
           std::max<int64_t>(1, std::min<int64_t>(threads, nnz / 65536));
@@ -374,7 +399,7 @@ class OptimizerOp : public OpKernel {
                 f[k] < 0 ? " must be >= 0" : " is not in sparse_indices" + tag);
             return;
           }
-          out[k] = offset + static_cast<uint32_t>(pos);
+          out[k] = offset + static_cast<int32_t>(pos);
         }
       });
       for (const Status& status : errors) TF_RETURN_IF_ERROR(status);
@@ -411,7 +436,7 @@ class OptimizerOp : public OpKernel {
           batch->slots[at] = slots_of[g][k];
           if (any_values) batch->values[at] = v ? v[k] : 1.0f;
         }
-        std::vector<uint32_t>().swap(slots_of[g]);
+        std::vector<int32_t>().swap(slots_of[g]);
       }
     }
     MergeDuplicates(threads, parallel_for, batch);
@@ -441,7 +466,7 @@ class OptimizerOp : public OpKernel {
       for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
         const uint32_t mark = static_cast<uint32_t>(i + 1);
         for (int64_t k = batch->row_ptr[i]; k < batch->row_ptr[i + 1]; ++k) {
-          const uint32_t s = batch->slots[k];
+          const int32_t s = batch->slots[k];
           if (stamp[s] == mark) {
             repeated_in[c].push_back(i);
             break;
@@ -454,7 +479,7 @@ class OptimizerOp : public OpKernel {
     for (const auto& r : repeated_in) repeated.insert(repeated.end(), r.begin(), r.end());
     if (repeated.empty()) return;
     if (batch->values.empty()) batch->values.assign(batch->slots.size(), 1.0f);
-    std::vector<std::pair<uint32_t, float>> row;
+    std::vector<std::pair<int32_t, float>> row;
     int64_t write = 0;
     size_t next = 0;
     int64_t start = 0;
@@ -494,6 +519,7 @@ class OptimizerOp : public OpKernel {
   Status ReadDense(OpKernelContext* context, Batch* batch) const {
     const int64_t n = batch->num_examples;
     int64_t offset = batch->num_sparse_slots;
+    std::vector<const float*> groups;
     for (int g = 0; g < num_dense_; ++g) {
       const std::string tag = "[" + std::to_string(g) + "]";
       const Tensor& x = context->input(DenseFeaturesIndex() + g);
@@ -513,17 +539,38 @@ class OptimizerOp : public OpKernel {
           CheckFinite(x.flat<float>().data(), n * d, "dense_features" + tag));
       TF_RETURN_IF_ERROR(
           CheckFinite(w.flat<float>().data(), d, "dense_weights" + tag));
-      batch->dense.push_back(DenseBlock{x.flat<float>().data(), d, offset});
+      groups.push_back(x.flat<float>().data());
+      batch->dense_offsets.push_back(offset);
       const float* wd = w.flat<float>().data();
       batch->w0.insert(batch->w0.end(), wd, wd + d);
       offset += d;
     }
     batch->num_slots = offset;
+    const int64_t dim = offset - batch->num_sparse_slots;
+    batch->dense_dim = dim;
+    if (groups.size() == 1) {
+      batch->dense = groups[0];
+      return absl::OkStatus();
+    }
+    // Several groups (or none): side by side in one row-major copy.
+    batch->dense_copy.resize(std::max<int64_t>(1, n * dim));
+    float* dst = batch->dense_copy.data();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int g = 0; g < num_dense_; ++g) {
+        const int64_t d = (g + 1 < num_dense_ ? batch->dense_offsets[g + 1]
+                                              : offset) -
+                          batch->dense_offsets[g];
+        std::memcpy(dst, groups[g] + i * d, d * sizeof(float));
+        dst += d;
+      }
+    }
+    batch->dense = batch->dense_copy.data();
     return absl::OkStatus();
   }
 
   static void ComputeSquaredNorms(Batch* batch) {
     const int64_t n = batch->num_examples;
+    const int64_t dim = batch->dense_dim;
     batch->squared_norms.assign(n, 0.0);
     for (int64_t i = 0; i < n; ++i) {
       double sq = 0.0;
@@ -534,11 +581,9 @@ class OptimizerOp : public OpKernel {
           sq += static_cast<double>(batch->values[k]) * batch->values[k];
         }
       }
-      for (const DenseBlock& block : batch->dense) {
-        const float* row = block.data + i * block.dim;
-        for (int64_t d = 0; d < block.dim; ++d) {
-          sq += static_cast<double>(row[d]) * row[d];
-        }
+      const float* row = batch->dense + i * dim;
+      for (int64_t d = 0; d < dim; ++d) {
+        sq += static_cast<double>(row[d]) * row[d];
       }
       batch->squared_norms[i] = sq;
     }

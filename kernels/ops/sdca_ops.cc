@@ -139,7 +139,7 @@ Status OptimizerShapeFn(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-// Ranks of the six data inputs of ResidentSolve and PackRows (inputs 0-5).
+// Ranks of the six data inputs of PackRows.
 Status DataRanks(InferenceContext* c) {
   static const char* const kNames[] = {"row_ptr",        "feature_ids",
                                        "feature_values", "dense_features",
@@ -165,11 +165,6 @@ Status EpochShapes(InferenceContext* c, int first) {
   return absl::OkStatus();
 }
 
-Status ResidentShapeFn(InferenceContext* c) {
-  TF_RETURN_IF_ERROR(DataRanks(c));
-  return EpochShapes(c, 6);
-}
-
 Status PackRowsShapeFn(InferenceContext* c) {
   TF_RETURN_IF_ERROR(DataRanks(c));
   c->set_output(0, c->Scalar());
@@ -184,8 +179,8 @@ Status PackedSolveShapeFn(InferenceContext* c) {
 
 using ::tensorflow::register_op::OpDefBuilderWrapper;
 
-// The six data inputs of ResidentSolve and PackRows (`op` is the builder
-// REGISTER_OP would make, a temporary living to the end of the statement).
+// The six data inputs of PackRows (`op` is the builder REGISTER_OP would
+// make, a temporary living to the end of the statement).
 OpDefBuilderWrapper& DataInputs(OpDefBuilderWrapper&& op) {
   return op.Input("row_ptr: int64")
       .Input("feature_ids: int32")
@@ -196,9 +191,8 @@ OpDefBuilderWrapper& DataInputs(OpDefBuilderWrapper&& op) {
 }
 
 // The state inputs, the outputs and the attributes of one epoch call
-// (ResidentSolve, PackedSolve); `visit_order` is that attribute's spec.
-OpDefBuilderWrapper& EpochCall(OpDefBuilderWrapper& op,
-                               const char* visit_order) {
+// (PackedSolve).
+OpDefBuilderWrapper& EpochCall(OpDefBuilderWrapper& op) {
   return op.Input("weights: double")
       .Input("duals: double")
       .Input("seed: int64")
@@ -212,7 +206,8 @@ OpDefBuilderWrapper& EpochCall(OpDefBuilderWrapper& op,
       .Attr("l2: float")
       .Attr("num_loss_partitions: int >= 1 = 1")
       .Attr("num_passes: int >= 0 = 1")
-      .Attr(visit_order)
+      .Attr("visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} = "
+            "'permutation'")
       .Attr("gamma: float = 1.0")
       .Attr("compute_objective: bool = true");
 }
@@ -258,7 +253,10 @@ Minimises sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1 over the batch's
 features, starting from the given weights and per-example duals, and returns
 the new duals and the change of the (unshrunk) weights: exact sequential SDCA
 over the batch on one thread (CoCoA+ with sigma = num_loss_partitions; the
-caller adds the changes of the partitions).
+caller adds the changes of the partitions). The batch is solved as
+TfSdca>PackedSolve solves packed rows (the same step and visiting orders),
+in float64; each new dual is rounded to float32, the state's format, before
+the weights move by it, so that they stay w(alpha) of the duals returned.
 
 sparse_example_indices: per sparse group, the example (row) of each entry.
 sparse_feature_indices: per sparse group, the int64 feature id of each entry.
@@ -298,42 +296,6 @@ num_threads: threads reading the batch (mapping ids to slots); 0 = the CPU
   device's threads. The solve itself runs on one thread.
 )doc");
 
-static ::tensorflow::InitOnStartupMarker const register_resident_solve =
-    ::tensorflow::InitOnStartupMarker{} <<
-    EpochCall(DataInputs(OpDefBuilderWrapper("TfSdca>ResidentSolve")),
-              "visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} "
-              "= 'permutation'")
-    .SetShapeFn(ResidentShapeFn)
-    .Doc(R"doc(
-Runs SDCA passes over a whole data set held in memory (one call per epoch).
-
-Minimises sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1 where the weights
-are one table: the sparse ids index its first rows directly, the dense
-columns follow. No id mapping, no per-call state conversion: the duals are a
-float64 vector indexed by row.
-
-row_ptr: [n + 1] CSR row offsets into feature_ids ([0] with no sparse part).
-feature_ids: int32 sparse feature ids, row by row, in [0, m - d). Ids repeated
-  inside a row are summed.
-feature_values: their values, or [0] for all 1.0.
-dense_features: [n, d] dense features (d may be 0).
-example_weights: [n] weights s_i >= 0.
-example_labels: [n] labels in the loss's domain.
-weights: [m] unshrunk float64 weights (sparse table, then dense).
-duals: [n] float64 duals.
-seed: scalar; the visiting order of pass p is a function of (seed, p).
-out_weights: the new unshrunk weights (with num_loss_partitions = K, the
-  input plus 1/K of the local change).
-out_duals: the new duals.
-objective: [4] at (out_weights, out_duals): sum_i s_i phi_i(w.x_i), sum_i
-  s_i phi_i*(-alpha_i), |w|^2 and |w|_1 of the shrunk weights; the primal is
-  [0] + l2/2 [2] + l1 [3], the duality gap [0] + [1] + l2 [2] + l1 [3].
-  NaN when compute_objective is false.
-num_passes: passes over the rows in this call (0: only the objective).
-The passes run on one thread (threads: TfSdca>PackRows / PackedSolve); the
-objective uses the CPU device's threads.
-)doc");
-
 static ::tensorflow::InitOnStartupMarker const register_pack_rows =
     ::tensorflow::InitOnStartupMarker{} <<
     DataInputs(OpDefBuilderWrapper("TfSdca>PackRows"))
@@ -347,15 +309,22 @@ static ::tensorflow::InitOnStartupMarker const register_pack_rows =
     .SetIsStateful()
     .SetShapeFn(PackRowsShapeFn)
     .Doc(R"doc(
-Validates a data set once and packs it for TfSdca>PackedSolve.
+Validates a data set held in memory once and packs it for TfSdca>PackedSolve.
 
-The inputs are those of TfSdca>ResidentSolve and are checked the same way
-(argument, position and value named on error). Every row becomes one
-contiguous record (row index, |x_i|^2, label, weight, ids, values, dense
-part), so that an epoch in a random order reads one place per row (and the
-row's dual) instead of eight, and no input is validated again per epoch. The records are a copy: the inputs may
-change or be freed afterwards.
+Every input is checked (argument, position and value named on error). Every
+row becomes one contiguous record (row index, |x_i|^2, label, weight, ids,
+values, dense part), so that an epoch in a random order reads one place per
+row (and the row's dual) instead of eight arrays, and no input is validated
+again per epoch. The records are a copy: the inputs may change or be freed
+afterwards.
 
+row_ptr: [n + 1] CSR row offsets into feature_ids ([0] with no sparse part).
+feature_ids: int32 sparse feature ids, row by row, in
+  [0, num_sparse_features). Ids repeated inside a row are summed.
+feature_values: their values, or [0] for all 1.0.
+dense_features: [n, d] dense features (d may be 0).
+example_weights: [n] weights s_i >= 0.
+example_labels: [n] labels in the loss's domain.
 rows: a handle that owns the packed rows (freed with the last reference).
 loss_type: the loss whose label domain the labels are checked against;
   PackedSolve must use the same loss (and gamma).
@@ -374,24 +343,39 @@ num_threads: threads that each TfSdca>PackedSolve on these rows runs. With
 
 static ::tensorflow::InitOnStartupMarker const register_packed_solve =
     ::tensorflow::InitOnStartupMarker{} <<
-    EpochCall(OpDefBuilderWrapper("TfSdca>PackedSolve").Input("rows: resource"),
-              "visit_order: {'permutation', 'uniform', 'cyclic'} = "
-              "'permutation'")
+    EpochCall(OpDefBuilderWrapper("TfSdca>PackedSolve").Input("rows: resource"))
     .SetIsStateful()
     .SetShapeFn(PackedSolveShapeFn)
     .Doc(R"doc(
-TfSdca>ResidentSolve on rows packed by TfSdca>PackRows: the same passes, the
-same arithmetic and the same results for the same seed (one shard), with the
-data read from the packed records. Rows packed with num_threads > 1 are
-solved by that many threads (see TfSdca>PackRows): each takes a share of
-the pass's permutation ('permutation'), of the rows in order ('cyclic'), or
-draws with replacement from its own block of rows ('uniform').
+Runs SDCA passes over rows packed by TfSdca>PackRows (one call per epoch).
+
+Minimises sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1 where the weights
+are one table: the sparse ids index its first rows directly, the dense
+columns follow. The duals are a float64 vector indexed by row. Rows packed
+with num_threads > 1 are solved by that many threads (see TfSdca>PackRows):
+each takes a share of the pass's permutation ('permutation'), of the rows in
+order ('cyclic'), or draws from its own block of rows ('uniform',
+'adaptive').
 
 rows: the handle from TfSdca>PackRows.
 weights: [m] unshrunk float64 weights, m = num_sparse_features + d.
 duals: [n] float64 duals, one per packed row.
 seed: scalar; the visiting order of pass p is a function of (seed, p).
-out_weights, out_duals, objective: as in TfSdca>ResidentSolve.
+out_weights: the new unshrunk weights (with num_loss_partitions = K, the
+  input plus 1/K of the local change).
+out_duals: the new duals.
+objective: [4] at (out_weights, out_duals): sum_i s_i phi_i(w.x_i), sum_i
+  s_i phi_i*(-alpha_i), |w|^2 and |w|_1 of the shrunk weights; the primal is
+  [0] + l2/2 [2] + l1 [3], the duality gap [0] + [1] + l2 [2] + l1 [3].
+  NaN when compute_objective is false.
+loss_type: the loss the rows were packed for (with the same gamma).
+num_loss_partitions: number of solvers whose changes are added (CoCoA+
+  sigma).
+num_passes: passes over the rows in this call (0: only the objective).
+visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
+  with replacement), 'cyclic' (row order) or 'adaptive' (draws by the dual
+  residual, half uniform).
+The objective uses the CPU device's threads.
 )doc");
 
 REGISTER_OP("TfSdca>ShrinkL1")

@@ -1,5 +1,5 @@
 // Standalone driver of PackedRows packed for several threads (lock-free
-// threads over one weight table, kernels/core/resident.h), for
+// threads over one weight table, kernels/core/packed_rows.h), for
 // ThreadSanitizer and as a plain correctness check. For 2 and 4 threads,
 // every loss, with and without L1 and explicit values, and every visiting
 // order, it solves a problem with "hot" ids (in every 4th row) and "cold"
@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "kernels/core/loss.h"
-#include "kernels/core/resident.h"
-#include "kernels/core/solver.h"
+#include "kernels/core/packed_rows.h"
+#include "kernels/core/solver_options.h"
 
 namespace {
 
@@ -203,7 +203,7 @@ int main() {
                             LossType::kHinge,    LossType::kSmoothHinge,
                             LossType::kAbsolute, LossType::kPoisson};
   const VisitOrder orders[] = {VisitOrder::kPermutation, VisitOrder::kUniform,
-                               VisitOrder::kCyclic};
+                               VisitOrder::kCyclic, VisitOrder::kAdaptive};
   for (const LossType type : types) {
     const auto loss = MakeLossUpdater(type, 1.0);
     const std::vector<double> labels = Labels(type);

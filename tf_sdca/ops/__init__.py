@@ -4,6 +4,5 @@ from tf_sdca.ops.sdca_ops import VISIT_ORDERS
 from tf_sdca.ops.sdca_ops import sdca_fprint
 from tf_sdca.ops.sdca_ops import pack_rows
 from tf_sdca.ops.sdca_ops import packed_solve
-from tf_sdca.ops.sdca_ops import resident_solve
 from tf_sdca.ops.sdca_ops import sdca_optimizer
 from tf_sdca.ops.sdca_ops import sdca_shrink_l1

@@ -61,7 +61,11 @@ def sdca_optimizer(sparse_example_indices,
   """Runs SDCA on one mini-batch; the inputs of `tf.raw_ops.SdcaOptimizerV2`.
 
   Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1` over the batch,
-  starting from the given (unshrunk) weights and duals.
+  starting from the given (unshrunk) weights and duals. The batch is packed
+  and solved as `packed_solve` solves packed rows (the same coordinate step
+  and visiting orders, float64 weights and duals); each new dual is rounded
+  to float32, the format of `example_state_data`, before the weights move by
+  it, so that the returned deltas are exactly those of the returned duals.
 
   Args:
     sparse_example_indices: list (one per sparse feature group) of int64
@@ -208,7 +212,7 @@ def sdca_fprint(example_ids, name=None):
 
 def _data_tensors(row_ptr, feature_ids, feature_values, dense_features,
                   example_weights, example_labels):
-  """The data inputs of ResidentSolve / PackRows as tensors of their dtypes."""
+  """The data inputs of PackRows as tensors of their dtypes."""
   return (
       tf.convert_to_tensor(row_ptr, tf.int64, name="row_ptr"),
       tf.convert_to_tensor(feature_ids, tf.int32, name="feature_ids"),
@@ -222,7 +226,7 @@ def _data_tensors(row_ptr, feature_ids, feature_values, dense_features,
 def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
                 num_passes, visit_order, gamma, compute_objective):
   """(weights, duals, seed) as tensors and the attributes of one epoch call
-  (ResidentSolve / PackedSolve)."""
+  (PackedSolve)."""
   state = (tf.convert_to_tensor(weights, tf.float64, name="weights"),
            tf.convert_to_tensor(duals, tf.float64, name="duals"),
            tf.convert_to_tensor(seed, tf.int64, name="seed"))
@@ -233,79 +237,26 @@ def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
   return state, attrs
 
 
-def resident_solve(row_ptr, feature_ids, feature_values, dense_features,
-                   example_weights, example_labels, weights, duals, seed,
-                   loss_type, l1, l2, num_loss_partitions=1, num_passes=1,
-                   visit_order="permutation", gamma=1.0,
-                   compute_objective=True, name=None):
-  """SDCA passes over a whole in-memory data set: one call per epoch, one
-  thread (several threads: `pack_rows` / `packed_solve`).
-
-  The weights are one float64 table: sparse ids index its first `m - d` rows
-  directly, the `d` dense columns follow; the duals are a float64 vector
-  indexed by row. No id mapping or state conversion happens per call, which
-  makes this the fast path of `tf_sdca.trainer.InMemorySdca`.
-
-  Args:
-    row_ptr: int64 `[n + 1]` CSR row offsets (`[0]`-shaped: no sparse part).
-    feature_ids: int32 `[nnz]` sparse ids, row by row (repeats are summed).
-    feature_values: float `[nnz]` values, or an empty vector for all 1.0.
-    dense_features: float `[n, d]` (d may be 0).
-    example_weights: float `[n]`, >= 0.
-    example_labels: float `[n]`, in the loss's domain.
-    weights: float64 `[m]` unshrunk weights.
-    duals: float64 `[n]`.
-    seed: int; pass p visits rows in an order that depends on (seed, p).
-    loss_type: one of `LOSSES`.
-    l1, l2: regularisation (the objective of `sdca_optimizer`).
-    num_loss_partitions: CoCoA+ sigma; the weights move by 1/K of the local
-      change.
-    num_passes: passes in this call (0: only evaluate the objective).
-    visit_order: one of `VISIT_ORDERS`.
-    gamma: smooth-hinge smoothing.
-    compute_objective: evaluate the objective parts after the passes.
-    name: op name.
-
-  Returns:
-    `(weights, duals, objective)`: the new weights and duals and, at them,
-    float64 `[4]` = (sum s_i phi_i(w.x_i), sum s_i phi_i*(-alpha_i), |w|^2,
-    |w|_1) of the shrunk weights (NaN when not computed). The primal is
-    `o[0] + l2/2 o[2] + l1 o[3]`, the duality gap `o[0] + o[1] + l2 o[2] +
-    l1 o[3]`.
-
-  Raises:
-    ValueError: on bad options.
-    tf.errors.InvalidArgumentError: on bad inputs (shapes, ids outside the
-      table, NaN or inf, labels outside the loss's domain, negative weights).
-  """
-  _check_options(loss_type, l1, l2, num_loss_partitions, max(num_passes, 1),
-                 visit_order, gamma, 0)
-  with tf.name_scope(name or "resident_solve"):
-    state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
-                               num_loss_partitions, num_passes, visit_order,
-                               gamma, compute_objective)
-    return load_ops().tf_sdca_resident_solve(
-        *_data_tensors(row_ptr, feature_ids, feature_values, dense_features,
-                       example_weights, example_labels),
-        *state, **attrs)
-
-
-PACKED_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
+# Every visiting order runs on packed rows (the name predates the adaptive
+# order's move onto them).
+PACKED_VISIT_ORDERS = VISIT_ORDERS
 
 
 def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
               example_weights, example_labels, num_sparse_features,
               loss_type, gamma=1.0, num_threads=1, name=None):
-  """Validates a data set once and packs it for `packed_solve`.
+  """Validates a data set held in memory once and packs it for
+  `packed_solve`.
 
-  Takes the data inputs of `resident_solve` and checks them the same way.
+  The weights of `packed_solve` are one float64 table: sparse ids index its
+  first `num_sparse_features` rows directly, the `d` dense columns follow.
   Each row becomes one contiguous record (row index, |x_i|^2, label, weight,
   ids, values, dense part), so that an epoch visiting rows in a random order
-  reads one place per row (and its dual) instead of eight arrays, and
-  nothing is validated again per epoch: on 1M Criteo-shaped rows an epoch of
-  `packed_solve` takes ~0.6x the time of `resident_solve`. The records are
-  a copy of the inputs (~192 bytes per Criteo row of 26 ids and 14 dense
-  values).
+  reads one place per row (and its dual) instead of eight arrays (~0.6x the
+  time per epoch on 1M Criteo-shaped rows), and nothing is validated again
+  per epoch. The records are a copy of the inputs (~192 bytes per Criteo
+  row of 26 ids and 14 dense values). `tf_sdca.sdca_optimizer` solves each
+  mini-batch the same way.
 
   With `num_threads > 1` every `packed_solve` on the rows runs that many
   threads over one shared weight table, lock-free (asynchronous SDCA with
@@ -318,8 +269,12 @@ def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
   ~0.7x the time of one, and need ~5% more epochs for the same gap.
 
   Args:
-    row_ptr, feature_ids, feature_values, dense_features, example_weights,
-      example_labels: as in `resident_solve`.
+    row_ptr: int64 `[n + 1]` CSR row offsets (`[0]`-shaped: no sparse part).
+    feature_ids: int32 `[nnz]` sparse ids, row by row (repeats are summed).
+    feature_values: float `[nnz]` values, or an empty vector for all 1.0.
+    dense_features: float `[n, d]` (d may be 0).
+    example_weights: float `[n]`, >= 0.
+    example_labels: float `[n]`, in the loss's domain.
     num_sparse_features: sparse ids must be in `[0, num_sparse_features)`;
       the weight table of `packed_solve` has `num_sparse_features + d`
       entries.
@@ -335,7 +290,9 @@ def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
 
   Raises:
     ValueError: on bad options.
-    tf.errors.InvalidArgumentError: on bad inputs, as `resident_solve`.
+    tf.errors.InvalidArgumentError: on bad inputs (shapes, ids outside the
+      table, NaN or inf, labels outside the loss's domain, negative weights);
+      the message names the argument, the position and the value.
   """
   _check_options(loss_type, 0.0, 1.0, 1, 1, "permutation", gamma, 0)
   if int(num_sparse_features) < 0:
@@ -356,33 +313,40 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                  num_loss_partitions=1, num_passes=1,
                  visit_order="permutation", gamma=1.0,
                  compute_objective=True, name=None):
-  """`resident_solve` on rows packed by `pack_rows`: one call per epoch.
+  """SDCA passes over rows packed by `pack_rows`: one call per epoch.
 
-  Same passes, same arithmetic, same results for the same seed as
-  `resident_solve` with one thread; only `weights` and `duals` are
-  validated per call. Rows packed with `num_threads > 1` are solved by that
-  many threads (see `pack_rows`).
+  Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1`; only
+  `weights` and `duals` are validated per call. Rows packed with
+  `num_threads > 1` are solved by that many threads (see `pack_rows`).
 
   Args:
     rows: the handle returned by `pack_rows`.
     weights: float64 `[num_sparse_features + d]` unshrunk weights.
     duals: float64 `[n]`, one per packed row.
-    seed, loss_type, l1, l2, num_loss_partitions, num_passes, gamma,
-      compute_objective: as in `resident_solve`.
-    visit_order: one of `PACKED_VISIT_ORDERS`.
+    seed: int; pass p visits rows in an order that depends on (seed, p).
+    loss_type: one of `LOSSES`, the one the rows were packed for.
+    l1, l2: regularisation (the objective of `sdca_optimizer`).
+    num_loss_partitions: CoCoA+ sigma; the weights move by 1/K of the local
+      change.
+    num_passes: passes in this call (0: only evaluate the objective).
+    visit_order: one of `VISIT_ORDERS` ('adaptive': draws by the dual
+      residual, half uniform; each pass first sweeps all rows for it).
+    gamma: smooth-hinge smoothing (the packing's).
+    compute_objective: evaluate the objective parts after the passes.
     name: op name.
 
   Returns:
-    `(weights, duals, objective)` as `resident_solve`.
+    `(weights, duals, objective)`: the new weights and duals and, at them,
+    float64 `[4]` = (sum s_i phi_i(w.x_i), sum s_i phi_i*(-alpha_i), |w|^2,
+    |w|_1) of the shrunk weights (NaN when not computed). The primal is
+    `o[0] + l2/2 o[2] + l1 o[3]`, the duality gap `o[0] + o[1] + l2 o[2] +
+    l1 o[3]`.
 
   Raises:
     ValueError: on bad options.
     tf.errors.InvalidArgumentError: on bad weights or duals, or rows packed
       for another loss.
   """
-  if visit_order not in PACKED_VISIT_ORDERS:
-    raise ValueError(f"visit_order must be one of {PACKED_VISIT_ORDERS}, "
-                     f"got {visit_order!r}")
   _check_options(loss_type, l1, l2, num_loss_partitions, max(num_passes, 1),
                  visit_order, gamma, 0)
   with tf.name_scope(name or "packed_solve"):

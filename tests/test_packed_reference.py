@@ -1,7 +1,8 @@
-"""TfSdca>ResidentSolve: a cyclic pass equals a float64 reference of SDCA
-step by step (every loss, L1, values, weights, CoCoA+), the duality gap goes
-to zero, the objective parts are exact, agreement with the batch op and
-with several shards, repeated ids, and every bad input."""
+"""TfSdca>PackRows / TfSdca>PackedSolve, the engine every door solves on: a
+cyclic pass equals a float64 reference of SDCA step by step (every loss, L1,
+values, weights, CoCoA+), the duality gap goes to zero, the objective parts
+are exact, InMemorySdca's doors (one thread, two threads, mini-batches)
+reach one optimum, repeated ids, and every bad input."""
 import warnings
 
 import numpy as np
@@ -11,7 +12,7 @@ import tensorflow as tf
 from sdca_testutil import (BINARY, LOSSES, dual_loss, internal_label,
                            make_problem, primal_loss, reference_dual_step,
                            shrink)
-from tf_sdca import resident_solve
+from tf_sdca import pack_rows, packed_solve
 
 
 def _csr(problem):
@@ -20,15 +21,30 @@ def _csr(problem):
           problem["ids"].ravel().astype(np.int32))
 
 
+def _solve(row_ptr, feature_ids, feature_values, dense_features,
+           example_weights, example_labels, weights, duals, seed, loss_type,
+           num_sparse_features=None, gamma=1.0, **kwargs):
+  """Packs the rows (a weight table of num_sparse_features sparse ids,
+  default: all but the dense columns) and runs one packed_solve."""
+  if num_sparse_features is None:
+    num_sparse_features = np.shape(weights)[0] - np.shape(dense_features)[1]
+  rows = pack_rows(row_ptr, feature_ids, feature_values, dense_features,
+                   example_weights, example_labels,
+                   num_sparse_features=num_sparse_features,
+                   loss_type=loss_type, gamma=gamma)
+  return packed_solve(rows, weights, duals, seed, loss_type=loss_type,
+                      gamma=gamma, **kwargs)
+
+
 def _call(problem, w, a, use_values=True, **kwargs):
   row_ptr, ids = _csr(problem)
   values = (problem["values"].ravel() if use_values
             else np.zeros(0, np.float32))
   kwargs.setdefault("l1", 0.0)
   kwargs.setdefault("l2", 1.0)
-  return resident_solve(row_ptr, ids, values, problem["dense"],
-                        problem["weights"], problem["labels"], w, a,
-                        seed=kwargs.pop("seed", 0), **kwargs)
+  return _solve(row_ptr, ids, values, problem["dense"], problem["weights"],
+                problem["labels"], w, a, seed=kwargs.pop("seed", 0),
+                num_sparse_features=problem["vocab"], **kwargs)
 
 
 def _reference_pass(problem, loss, w, a, l1, l2, partitions=1,
@@ -104,10 +120,14 @@ def test_duality_gap_goes_to_zero(loss, l1):
   # Smooth losses converge linearly, hinge and absolute deviation (not
   # smooth) sublinearly.
   limit = 1e-6 if loss in ("hinge_loss", "absolute_loss") else 1e-10
+  row_ptr, ids = _csr(problem)
+  rows = pack_rows(row_ptr, ids, problem["values"].ravel(), problem["dense"],
+                   problem["weights"], problem["labels"],
+                   num_sparse_features=problem["vocab"], loss_type=loss)
   gaps = []
   for epoch in range(3000):
-    w, a, parts = _call(problem, w, a, loss_type=loss, l1=l1, l2=l2,
-                        seed=epoch)
+    w, a, parts = packed_solve(rows, w, a, seed=epoch, loss_type=loss, l1=l1,
+                               l2=l2)
     p = parts.numpy()
     l1f, l2f = float(np.float32(l1)), float(np.float32(l2))  # float attrs
     primal = p[0] + 0.5 * l2f * p[2] + l1f * p[3]
@@ -118,7 +138,7 @@ def test_duality_gap_goes_to_zero(loss, l1):
   assert gaps[-1] < limit, (loss, gaps[::20])
 
 
-def test_agrees_with_the_batch_op_and_with_two_threads():
+def test_one_thread_two_threads_and_mini_batches_reach_one_optimum():
   from tf_sdca.trainer import InMemorySdca
   rng = np.random.default_rng(5)
   n, k, vocab = 8192, 5, 500  # 2 threads need >= 2 * 4096 rows
@@ -127,19 +147,21 @@ def test_agrees_with_the_batch_op_and_with_two_threads():
   z = dense @ [1.0, -1.0, 0.5] + rng.normal(size=vocab)[ids].sum(1)
   y = (rng.random(n) < 1 / (1 + np.exp(-z))).astype(np.float32)
   optima = []
-  # Two threads: lock-free over packed rows; in place, one thread (with a
-  # warning).
-  for batch_size, threads, pack in [(None, 0, True), (None, 2, True),
-                                    (None, 2, False), (1500, 0, True)]:
+  # Packed rows with one thread, two lock-free threads and the adaptive
+  # order; mini-batches through TfSdca>Optimizer.
+  for batch_size, threads, order in [(None, 0, "permutation"),
+                                     (None, 2, "permutation"),
+                                     (None, 2, "adaptive"),
+                                     (1500, 0, "permutation")]:
     model = InMemorySdca("logistic_loss", l2=5.0, num_threads=threads,
-                         pack=pack)
+                         visit_order=order)
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
       history = model.fit(y, dense=dense, ids=ids, num_features=vocab,
                           epochs=300, batch_size=batch_size, tol=1e-9,
                           verbose=0)
     said = [str(w.message) for w in caught]
-    assert any("run on one thread" in m for m in said) == (not pack), said
+    assert not any("one thread" in m for m in said), said
     assert history["duality_gap"][-1] < 1e-9
     optima.append(history["loss"][-1])
   np.testing.assert_allclose(optima, optima[0], rtol=1e-8)
@@ -218,13 +240,14 @@ def _bad(problem, **override):
     (lambda p, a: a.update(row_ptr=a["row_ptr"][:-1]),
      r"row_ptr has 40 entries; it must have 41"),
     (lambda p, a: a.update(duals=np.zeros(39)),
-     r"duals has 39 entries but example_weights has 40"),
+     r"duals has 39 entries but the packed rows are 40"),
     (lambda p, a: a.update(feature_values=np.ones(7, np.float32)),
      r"feature_values has 7 entries; it must have 120"),
     (lambda p, a: a.update(dense_features=np.ones(40, np.float32)),
      r"dense_features must have rank 2"),
     (lambda p, a: a.update(weights=np.zeros(2)),
-     r"weights has 2 entries, fewer than the 3 columns"),
+     r"weights has 2 entries; the packed rows need 28 \(25 sparse \+ 3 "
+     r"dense\)"),
 ])
 @pytest.mark.parametrize("traced", [False, True])
 def test_bad_inputs_name_the_argument_and_value(change, message, traced):
@@ -233,8 +256,8 @@ def test_bad_inputs_name_the_argument_and_value(change, message, traced):
   args = {k: (v.copy() if isinstance(v, np.ndarray) else v)
           for k, v in args.items()}
   change(problem, args)
-  run = lambda: resident_solve(**args, loss_type="logistic_loss", l1=0.0,
-                               l2=1.0)
+  run = lambda: _solve(**args, num_sparse_features=problem["vocab"],
+                       loss_type="logistic_loss", l1=0.0, l2=1.0)
   if traced:
     run = tf.function(run)
   with pytest.raises((tf.errors.InvalidArgumentError, ValueError),

@@ -1,14 +1,14 @@
-// SDCA epochs over a whole data set held in memory ("resident" data).
-//
-// The batch solver (solver.h) serves TensorFlow's op interface: every call
-// maps feature ids to slots, merges duplicates and converts the state. When
-// the whole data set stays in memory across epochs none of that is needed:
-// the weight vector is the full table (sparse ids index it directly, dense
-// columns follow), the duals are a float64 array indexed by row, and an
-// epoch is one call. This file is that path; it is independent of
-// TensorFlow (kernels/tests/resident_bench_main.cc drives it without TF).
-#ifndef TF_SDCA_KERNELS_CORE_RESIDENT_H_
-#define TF_SDCA_KERNELS_CORE_RESIDENT_H_
+// The SDCA engine: rows packed into one record each, and the passes of one
+// coordinate step over them (one thread, or lock-free threads sharing one
+// weight table). Every door solves here: TfSdca>PackRows / PackedSolve (a
+// data set packed once, one call per epoch: InMemorySdca, tf-sdca train)
+// and TfSdca>Optimizer (each mini-batch packed per call, its ids mapped to
+// slots of the batch's weights: SdcaModel, SDCAOptimizer, the Keras model).
+// The weight vector is one table (sparse ids index it directly, dense
+// columns follow), the duals a float64 array indexed by row. Independent of
+// TensorFlow (kernels/tests/ drive it without TF).
+#ifndef TF_SDCA_KERNELS_CORE_PACKED_ROWS_H_
+#define TF_SDCA_KERNELS_CORE_PACKED_ROWS_H_
 
 #include <cstdint>
 #include <memory>
@@ -16,15 +16,17 @@
 #include <vector>
 
 #include "kernels/core/loss.h"
-#include "kernels/core/solver.h"
+#include "kernels/core/solver_options.h"
 
 namespace tf_sdca {
 
-// Non-owning view of the data. Row i's sparse entries are
-// [row_ptr[i], row_ptr[i + 1]) of `ids` (and `values`, nullptr meaning all
-// 1.0); its dense part is dense[i * dense_dim, (i + 1) * dense_dim). Weight
-// slot of sparse id j is j, of dense column d is num_sparse_features + d.
-// Ids inside a row must be distinct (ValidateResident checks it).
+// Non-owning view of a data set held in memory (the rows to pack). Row i's
+// sparse entries are [row_ptr[i], row_ptr[i + 1]) of `ids` (and `values`,
+// nullptr meaning all 1.0); its dense part is
+// dense[i * dense_dim, (i + 1) * dense_dim). Weight slot of sparse id j is
+// j, of dense column d is num_sparse_features + d. An id repeated in a row
+// means the sum of its values (|x_i|^2 must count it so: PrepareResidentRows
+// does).
 struct ResidentData {
   int64_t num_examples = 0;
   int64_t num_sparse_features = 0;
@@ -68,34 +70,36 @@ bool PrepareResidentRows(const ResidentData& data, int64_t begin, int64_t end,
 int64_t FirstInvalidDual(const double* duals, const double* labels,
                          int64_t n, const DualLossUpdater& loss);
 
-// Runs options.num_inner_iterations passes over all rows. `weights`
-// ([data.num_slots()], unshrunk) and `duals` ([num_examples]) are read and
-// updated in place. With num_loss_partitions = K > 1 the change made to the
-// weights is 1/K of the local solve's (CoCoA+ adding: the caller sums the
-// changes of K workers). One thread (threads: PackedRows).
-void SolveResident(const SolverOptions& options, const ResidentData& data,
-                   double* weights, double* duals);
+// What TfSdca>Optimizer keeps of a solve besides the weights and duals: its
+// example state is float32 and holds each example's losses.
+struct StateRecord {
+  // [num_examples] out: s_i phi_i(x_i . shrink(w)) at the weights row i's
+  // last visit saw (rows no pass visited: at the weights after the passes,
+  // before the CoCoA+ scaling); 0 for s_i <= 0.
+  double* primal_losses = nullptr;
+  // [num_examples] out: s_i phi_i*(-alpha_i) at the new duals; 0 for
+  // s_i <= 0.
+  double* dual_losses = nullptr;
+  // Out: empty, or the first step (in visiting order) whose dual rounded to
+  // float32, or whose weight change, is not finite: the loss, the row, the
+  // step's inputs and its exact dual. The passes stop there; the weights,
+  // duals and losses must not be used.
+  std::string error;
+};
 
-// The objective parts at (weights, duals). Rows are split into `chunks`
-// pieces run through `parallel_for` (any pool: they are independent).
-ObjectiveParts EvaluateResident(const SolverOptions& options,
-                                const ResidentData& data,
-                                const double* weights, const double* duals,
-                                int64_t chunks,
-                                const ParallelFor& parallel_for);
-
-// The rows of a data set packed into one buffer, for many epochs over data
-// that stays in memory (TfSdca>PackRows, TfSdca>PackedSolve). Each row is one
-// record in row order:
+// The rows of a data set packed into one buffer: a data set packed once for
+// many epochs (TfSdca>PackRows, TfSdca>PackedSolve) or a mini-batch packed
+// for one call (TfSdca>Optimizer). Each row is one record in row order:
 //   row index (int64) | |x_i|^2 (float64) | converted label (float64) |
 //   example weight (float32) | nnz (int32) | nnz int32 ids |
 //   [nnz float32 values] | dense_dim float32 | padding to 8 bytes
 // (192 bytes for a Criteo row of 26 ids and 14 dense values). A step then
 // reads one contiguous record (and its dual, duals[row], from an array of
 // 8 bytes per row) instead of eight arrays at eight places: on 1M
-// Criteo-shaped rows in a random order an epoch takes ~0.6x the time of the
-// pass over separate arrays, with the same arithmetic (RowStep), so the same
-// results bit for bit.
+// Criteo-shaped rows in a random order an epoch took ~0.6x the time of a
+// pass over separate arrays (g3doc/op.md). Every pass takes the same
+// coordinate step (RowStep in packed_rows.cc) and the same visiting orders
+// (visit_order.h).
 //
 // Packed for num_threads > 1, the rows are solved by that many threads at
 // once over one shared weight table, lock-free: each thread takes a share
@@ -162,16 +166,23 @@ class PackedRows {
   bool CheckDuals(const double* duals, const DualLossUpdater& loss,
                   std::string* error) const;
 
-  // options.num_inner_iterations passes (orders kPermutation, kUniform or
-  // kCyclic); `weights` ([num_slots()], unshrunk) and `duals` ([n]) updated
-  // in place. With one thread: like SolveResident with the same options and
-  // data, bit for bit. With num_threads() > 1 the threads run on their own
-  // std::threads; each takes a contiguous share of the pass's permutation
-  // (kPermutation), of the rows in order (kCyclic), or draws with
-  // replacement from its own contiguous block of rows (kUniform), so that no
-  // two threads update the same dual.
-  void Solve(const SolverOptions& options, double* weights,
-             double* duals) const;
+  // options.num_inner_iterations passes in options.order; `weights`
+  // ([num_slots()], unshrunk) and `duals` ([n]) updated in place. With
+  // num_loss_partitions = K > 1 the weights move by 1/K of the local solve's
+  // change (CoCoA+ adding: the caller sums the changes of K workers). With
+  // num_threads() > 1 the threads run on their own std::threads; each takes
+  // a contiguous share of the pass's permutation (kPermutation), of the rows
+  // in order (kCyclic), or draws with replacement from its own contiguous
+  // block of rows (kUniform; kAdaptive with the block's adaptive
+  // probabilities), so that no two threads update the same dual.
+  //
+  // With `record` (one thread only: TfSdca>Optimizer), every new dual is
+  // rounded to float32 before the weights move by it, so that the weights
+  // stay w(alpha) of the duals the op's float32 state stores; the rows'
+  // losses are written to `record`, and the passes stop at the first step
+  // whose dual or weight change is not finite (record->error).
+  void Solve(const SolverOptions& options, double* weights, double* duals,
+             StateRecord* record = nullptr) const;
 
   // Like Solve, but with num_threads() > 1 the threads' rows are visited on
   // the calling thread in lockstep: every thread's k-th row before any
@@ -181,7 +192,8 @@ class PackedRows {
   void SolveLockstep(const SolverOptions& options, double* weights,
                      double* duals) const;
 
-  // Like EvaluateResident.
+  // The objective parts at (weights, duals). Rows are split into `chunks`
+  // pieces run through `parallel_for` (any pool: they are independent).
   ObjectiveParts Evaluate(const SolverOptions& options, const double* weights,
                           const double* duals, int64_t chunks,
                           const ParallelFor& parallel_for) const;
@@ -207,6 +219,22 @@ class PackedRows {
   };
   static_assert(sizeof(SplitHeader) == 40, "split records: 40 bytes");
 
+  // scores[i] = AdaptiveScore (visit_order.h) of row i for rows
+  // [begin, end), at the unshrunk `weights` (hot slots read from the
+  // table) and `duals`.
+  void AdaptiveScores(const SolverOptions& options, const double* weights,
+                      const double* duals, int64_t begin, int64_t end,
+                      double* scores) const;
+  // Calls fn(header, nnz, num_cold, row) for row i's record: its sparse
+  // entries are nnz ids, the first num_cold table ids, the others indices
+  // into hot_ids_.
+  template <class Fn>
+  void VisitRecord(int64_t i, const Fn& fn) const;
+  // x_i . shrink(w) of row i, shrinking by `shrinkage` on the fly.
+  double Margin(int64_t i, const double* weights, double shrinkage) const;
+  // The one-thread passes of Solve (with `record` as there).
+  void SolveOneThread(const SolverOptions& options, double* weights,
+                      double* duals, StateRecord* record) const;
   // Chooses hot_ids_ and fills hot_index (id -> hot index or -1).
   void ChooseHotIds(const ResidentData& data, std::vector<int32_t>* hot_index);
   void SolveSplit(const SolverOptions& options, bool lockstep,
@@ -233,4 +261,4 @@ class PackedRows {
 
 }  // namespace tf_sdca
 
-#endif  // TF_SDCA_KERNELS_CORE_RESIDENT_H_
+#endif  // TF_SDCA_KERNELS_CORE_PACKED_ROWS_H_

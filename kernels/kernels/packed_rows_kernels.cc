@@ -1,5 +1,5 @@
 // CPU kernels of TfSdca>PackRows and TfSdca>PackedSolve: the data set is
-// validated and packed once (kernels/core/resident.h, PackedRows) into a
+// validated and packed once (kernels/core/packed_rows.h, PackedRows) into a
 // resource that the handle owns; each epoch is then one PackedSolve call
 // that validates only the weights and duals.
 #include <algorithm>
@@ -7,12 +7,12 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/core/loss.h"
-#include "kernels/core/resident.h"
-#include "kernels/core/solver.h"
+#include "kernels/core/packed_rows.h"
+#include "kernels/core/solver_options.h"
 #include "kernels/kernels/kernel_util.h"
-#include "kernels/kernels/resident_inputs.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_base.h"
 #include "tensorflow/core/framework/resource_handle.h"
@@ -27,11 +27,124 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::ResourceBase;
 using ::tensorflow::ResourceHandle;
+using ::tensorflow::Status;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 using ::tensorflow::errors::InvalidArgument;
 
 namespace {
+
+// The input's buffer. Not Tensor::flat: inputs that alias numpy arrays (by
+// DLPack, which InMemorySdca uses so that the data set is copied only into
+// the packed records) need not have Eigen's alignment; the loops reading
+// them are scalar.
+template <typename T>
+const T* TensorBuffer(const ::tensorflow::Tensor& t) {
+  return reinterpret_cast<const T*>(t.tensor_data().data());
+}
+
+// The data set of PackRows' inputs 0-5 (row_ptr, feature_ids,
+// feature_values, dense_features, example_weights, example_labels),
+// validated: every shape, row_ptr, ids in
+// [0, num_sparse_features), finite values and dense features, example
+// weights finite and >= 0, labels in the loss's domain (the error names the
+// argument, the position and the value). `data` points into the input
+// tensors and into `norms` / `labels` (|x_i|^2 and converted labels), which
+// must outlive it.
+struct DataInputs {
+  ResidentData data;
+  std::vector<double> norms;
+  std::vector<double> labels;
+};
+
+// Uses the CPU device's threads.
+Status ReadDataInputs(OpKernelContext* context, int64_t num_sparse_features,
+                      const DualLossUpdater& loss, DataInputs* inputs) {
+  const Tensor& row_ptr = context->input(0);
+  const Tensor& ids = context->input(1);
+  const Tensor& values = context->input(2);
+  const Tensor& dense = context->input(3);
+  const Tensor& example_weights = context->input(4);
+  const Tensor& labels = context->input(5);
+  TF_RETURN_IF_ERROR(CheckRank(row_ptr, 1, "row_ptr"));
+  TF_RETURN_IF_ERROR(CheckRank(ids, 1, "feature_ids"));
+  TF_RETURN_IF_ERROR(CheckRank(values, 1, "feature_values"));
+  TF_RETURN_IF_ERROR(CheckRank(dense, 2, "dense_features"));
+  TF_RETURN_IF_ERROR(CheckRank(example_weights, 1, "example_weights"));
+  TF_RETURN_IF_ERROR(CheckRank(labels, 1, "example_labels"));
+  const int64_t n = example_weights.dim_size(0);
+  const int64_t d = dense.dim_size(1);
+  const int64_t nnz = ids.dim_size(0);
+  if (labels.dim_size(0) != n) {
+    return InvalidArgument("example_labels has ", labels.dim_size(0),
+                           " entries but example_weights has ", n);
+  }
+  if (dense.dim_size(0) != n && d != 0) {
+    return InvalidArgument("dense_features has ", dense.dim_size(0),
+                           " rows but example_weights has ", n);
+  }
+  const bool has_sparse = row_ptr.dim_size(0) > 0;
+  if (has_sparse && row_ptr.dim_size(0) != n + 1) {
+    return InvalidArgument("row_ptr has ", row_ptr.dim_size(0),
+                           " entries; it must have ", n + 1,
+                           " (example_weights has ", n,
+                           " rows) or 0 (no sparse features)");
+  }
+  if (!has_sparse && nnz != 0) {
+    return InvalidArgument("feature_ids has ", nnz,
+                           " entries but row_ptr is empty");
+  }
+  if (values.dim_size(0) != 0 && values.dim_size(0) != nnz) {
+    return InvalidArgument("feature_values has ", values.dim_size(0),
+                           " entries; it must have ", nnz,
+                           " (one per feature_ids entry) or 0");
+  }
+  ResidentData& data = inputs->data;
+  data.num_examples = n;
+  data.num_sparse_features = num_sparse_features;
+  data.row_ptr = has_sparse ? TensorBuffer<int64_t>(row_ptr) : nullptr;
+  data.ids = TensorBuffer<int32_t>(ids);
+  data.values =
+      values.dim_size(0) > 0 ? TensorBuffer<float>(values) : nullptr;
+  data.dense = TensorBuffer<float>(dense);
+  data.dense_dim = d;
+  data.example_weights = TensorBuffer<float>(example_weights);
+  std::string why;
+  if (!ValidateRowPtr(data, nnz, &why)) return InvalidArgument(why);
+  // Validation and |x_i|^2 by chunks of rows on the CPU device's threads;
+  // the first error in row order is reported.
+  auto* workers = context->device()->tensorflow_cpu_worker_threads();
+  inputs->norms.resize(n);
+  const int64_t chunks = std::max<int64_t>(
+      1, std::min<int64_t>(workers->num_threads, n / 16384));
+  std::vector<std::string> errors(chunks);
+  DevicePool(context)(chunks, [&](int64_t c) {
+    PrepareResidentRows(data, n * c / chunks, n * (c + 1) / chunks,
+                        inputs->norms.data(), &errors[c]);
+  });
+  for (const std::string& error : errors) {
+    if (!error.empty()) return InvalidArgument(error);
+  }
+  data.squared_norms = inputs->norms.data();
+  const float* s = data.example_weights;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(std::isfinite(s[i]) && s[i] >= 0)) {
+      return InvalidArgument("example_weights[", i, "] = ", s[i],
+                             " must be finite and >= 0");
+    }
+  }
+  inputs->labels.resize(n);
+  const float* y = TensorBuffer<float>(labels);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!loss.ConvertLabel(y[i], &inputs->labels[i], &why)) {
+      return InvalidArgument("example_labels[", i, "] = ", y[i], " ", why,
+                             " for ", loss.Name());
+    }
+  }
+  data.labels = inputs->labels.data();
+  return absl::OkStatus();
+}
+
 
 // The packed rows and the loss they were validated for. The rows are read
 // only after packing, so solves on one handle may run concurrently.
@@ -74,9 +187,9 @@ class PackRowsOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* context) override {
-    ResidentInputs inputs;
-    OP_REQUIRES_OK(context, ReadResidentInputs(context, num_sparse_features_,
-                                               *loss_, &inputs));
+    DataInputs inputs;
+    OP_REQUIRES_OK(context, ReadDataInputs(context, num_sparse_features_,
+                                           *loss_, &inputs));
     auto* resource = new PackedRowsResource(loss_type_, gamma_);
     // The handle owns the resource: it is freed with the last handle tensor.
     ResourceHandle handle = ResourceHandle::MakeRefCountingHandle(
@@ -106,9 +219,6 @@ class PackedSolveOp : public OpKernel {
   explicit PackedSolveOp(OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, ReadEpochAttrs(context, &options_, &loss_,
                                            &compute_objective_));
-    OP_REQUIRES(context, options_.order != VisitOrder::kAdaptive,
-                InvalidArgument("visit_order 'adaptive' is not supported by "
-                                "TfSdca>PackedSolve (use ResidentSolve)"));
     OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type_));
     OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma_));
   }

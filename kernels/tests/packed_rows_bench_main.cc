@@ -1,26 +1,26 @@
-// Speed and thread scaling of the resident-data solver (kernels/core/
-// resident.h) on generated Criteo-shaped rows, without TensorFlow.
+// Speed and thread scaling of the SDCA engine (kernels/core/packed_rows.h)
+// on generated Criteo-shaped rows, without TensorFlow.
 //
-//   g++ -O3 -std=c++17 -pthread -I. kernels/core/loss.cc kernels/core/solver.cc \
-//       kernels/core/resident.cc kernels/tests/resident_bench_main.cc \
-//       -o /tmp/resident_bench
-//   /tmp/resident_bench [rows=1000000] [epochs=10] [threads=1,2,4,8,16]
-//                       [packed | lockstep]
+//   g++ -O3 -std=c++17 -pthread -I. kernels/core/*.cc
+//       kernels/tests/packed_rows_bench_main.cc -o /tmp/packed_rows_bench
+//   /tmp/packed_rows_bench [rows=1000000] [epochs=10] [threads=1,2,4,8,16]
+//                          [lockstep | record]
 //
 // Rows: 26 categorical fields with Zipf-distributed values hashed into 2^20
 // buckets, 13 uniform counts in [0, 1] and an intercept; labels drawn from a
 // logistic ground truth. Logistic loss, l2 = 1. For each thread count it
 // trains `epochs` epochs from zero through PackedRows packed for that many
 // threads (lock-free threads over split records) and prints the seconds per
-// epoch, rows/s and the relative duality gap after each epoch, so that the
-// speed of more threads can be weighed against their slower convergence
-// per epoch. Without `packed` it trains in place (SolveResident, one
-// thread; the thread counts are ignored). With `packed` a last
-// column prints how far the weights are from w(alpha) = sum_i s_i alpha_i
-// x_i / l2 (relative; ~1e-15 means no update was lost). `lockstep` is
-// `packed` with the threads' rows interleaved one at a time on one core
-// (PackedRows::SolveLockstep): the convergence of T truly parallel threads
-// on a machine with fewer cores (its times are one core's).
+// epoch, rows/s, the relative duality gap after each epoch, and how far the
+// weights are from w(alpha) = sum_i s_i alpha_i x_i / l2 (relative; ~1e-15
+// means no update was lost), so that the speed of more threads can be
+// weighed against their slower convergence per epoch. `lockstep` interleaves
+// the threads' rows one at a time on one core (PackedRows::SolveLockstep):
+// the convergence of T truly parallel threads on a machine with fewer cores
+// (its times are one core's). `record` solves on one thread as
+// TfSdca>Optimizer does (a StateRecord: duals rounded to float32, the rows'
+// losses recorded), to weigh what that costs against the plain pass (the
+// thread counts are ignored).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,8 +34,8 @@
 
 #include "kernels/core/loss.h"
 #include "kernels/core/random.h"
-#include "kernels/core/resident.h"
-#include "kernels/core/solver.h"
+#include "kernels/core/packed_rows.h"
+#include "kernels/core/solver_options.h"
 
 namespace {
 
@@ -161,14 +161,13 @@ int main(int argc, char** argv) {
               static_cast<long long>(rows), std::thread::hardware_concurrency());
   const std::string mode = argc > 4 ? argv[4] : "";
   const bool lockstep = mode == "lockstep";
-  const bool packed = mode == "packed" || lockstep;
-  std::printf("threads epoch   seconds     rows/s   rel.gap%s\n",
-              packed ? "  w drift" : "");
+  const bool record = mode == "record";
+  std::printf("threads epoch   seconds     rows/s   rel.gap  w drift%s\n",
+              record ? "  (float32 duals, losses recorded)" : "");
   for (const int threads : thread_counts) {
     tf_sdca::PackedRows rows_packed;
-    if (packed && !rows_packed.Pack(view, threads, 2,
-                                    tf_sdca::StdThreadParallelFor(2),
-                                    &error)) {
+    if (!rows_packed.Pack(view, record ? 1 : threads, 2,
+                          tf_sdca::StdThreadParallelFor(2), &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }
@@ -176,34 +175,36 @@ int main(int argc, char** argv) {
     options.loss = loss.get();
     options.l2 = 1.0;
     std::vector<double> w(view.num_slots(), 0.0), duals(d.n, 0.0);
+    std::vector<double> primal(d.n), dual_losses(d.n);
+    tf_sdca::StateRecord state;
+    state.primal_losses = primal.data();
+    state.dual_losses = dual_losses.data();
     double total = 0.0;
     for (int epoch = 0; epoch < epochs; ++epoch) {
       options.seed = static_cast<uint64_t>(epoch);
       const auto start = std::chrono::steady_clock::now();
       if (lockstep) {
         rows_packed.SolveLockstep(options, w.data(), duals.data());
-      } else if (packed) {
-        rows_packed.Solve(options, w.data(), duals.data());
       } else {
-        tf_sdca::SolveResident(options, view, w.data(), duals.data());
+        rows_packed.Solve(options, w.data(), duals.data(),
+                          record ? &state : nullptr);
       }
       const double seconds = std::chrono::duration<double>(
                                  std::chrono::steady_clock::now() - start)
                                  .count();
       total += seconds;
-      const tf_sdca::ObjectiveParts parts = tf_sdca::EvaluateResident(
-          options, view, w.data(), duals.data(), std::max(threads, 1),
+      const tf_sdca::ObjectiveParts parts = rows_packed.Evaluate(
+          options, w.data(), duals.data(), std::max(threads, 1),
           tf_sdca::StdThreadParallelFor(std::max(threads, 1)));
-      const double primal = parts.primal_loss + 0.5 * parts.l2_norm_sq;
+      const double primal_value = parts.primal_loss + 0.5 * parts.l2_norm_sq;
       const double gap = parts.primal_loss + parts.dual_loss +
                          parts.l2_norm_sq;
-      std::printf("%7d %5d %9.3f %10.0f %9.2e", threads, epoch + 1, seconds,
-                  rows / seconds, gap / primal);
-      if (packed) std::printf("  %.1e", Drift(view, w, duals, options.l2));
-      std::printf("\n");
+      std::printf("%7d %5d %9.3f %10.0f %9.2e  %.1e\n", record ? 1 : threads,
+                  epoch + 1, seconds, rows / seconds, gap / primal_value,
+                  Drift(view, w, duals, options.l2));
     }
-    std::printf("%7d total %9.3f %10.0f (mean rows/s)\n", threads, total,
-                rows * epochs / total);
+    std::printf("%7d total %9.3f %10.0f (mean rows/s)\n",
+                record ? 1 : threads, total, rows * epochs / total);
     std::fflush(stdout);
   }
   return 0;

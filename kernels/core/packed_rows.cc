@@ -1,4 +1,4 @@
-#include "kernels/core/resident.h"
+#include "kernels/core/packed_rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +22,7 @@
 #include "kernels/core/random.h"
 #include "kernels/core/smooth_hinge_loss.h"
 #include "kernels/core/squared_loss.h"
+#include "kernels/core/visit_order.h"
 
 namespace tf_sdca {
 
@@ -110,13 +111,13 @@ struct SharedAccess {
   }
 };
 
-// One coordinate step on a row, specialised for the loss (no virtual calls),
-// for L1 and for explicit sparse values. Shared by the pass over separate
-// arrays (FastPass), the pass over packed rows (PackedPass) and the threaded
-// pass over split records (SplitPass), so that the first two do
-// bit-identical arithmetic. A step is: the margin summed over the row's
-// parts (AddSparse / AddDense, four partial sums to break the add chain),
-// the dual update (Update), the weights' change (ApplySparse / ApplyDense).
+// The coordinate step of every solve, specialised for the loss (no virtual
+// calls), for L1 and for explicit sparse values: the pass over packed
+// records (PackedPass: the epoch ops and the mini-batch op) and the
+// threaded pass over split records (SplitPass) compose it. A step is: the
+// margin summed over the row's parts (AddSparse / AddDense, four partial
+// sums to break the add chain), the dual update (Update), the weights'
+// change (ApplySparse / ApplyDense).
 template <class Loss, bool kHasL1, bool kHasValues>
 class RowStep {
  public:
@@ -167,19 +168,35 @@ class RowStep {
     for (; c < dd; ++c) sums->s0 += x[c] * Effective(wd[c]);
   }
 
+  // q = sigma s |x|^2 / l2 of a row (the curvature of its dual step).
+  double Q(double s, double norm) const { return sigma_ * s * norm * inv_l2_; }
+
   // The dual step of a row with margin wx (label converted, s its weight
   // > 0, norm |x|^2): updates *dual and returns the coefficient of x in the
   // weights' change (0.0: no change).
+  //
+  // kFloat32Duals (TfSdca>Optimizer, whose state holds float32 duals) rounds
+  // the new dual to float32 before the weights move by it, so that they
+  // stay exactly w(alpha) of the duals stored; a step whose rounded dual or
+  // coefficient is not finite (an exact dual beyond float32, e.g. Poisson
+  // with a tiny |x|^2 / l2 and a huge margin) then changes nothing and
+  // returns NaN, for the caller to report. (Without it a non-finite step is
+  // written and the epoch ops report it after the call, CheckEpochResult.)
+  template <bool kFloat32Duals = false>
   double Update(double label, double s, double norm, double wx,
                 double* dual) const {
-    const double q = sigma_ * s * norm * inv_l2_;
+    const double q = Q(s, norm);
     const double old_dual = *dual;
-    const double new_dual =
-        loss_.Loss::ComputeUpdatedDual(label, old_dual, wx, q);
+    double new_dual = loss_.Loss::ComputeUpdatedDual(label, old_dual, wx, q);
+    if (kFloat32Duals) new_dual = static_cast<float>(new_dual);
     const double change = new_dual - old_dual;
     if (change == 0.0) return 0.0;
+    const double coef = sigma_ * s * change * inv_l2_;
+    if (kFloat32Duals && !(std::isfinite(new_dual) && std::isfinite(coef))) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
     *dual = new_dual;
-    return sigma_ * s * change * inv_l2_;
+    return coef;
   }
 
   // w[ids[e]] += coef * values[e]. Repeated ids in a row are added twice,
@@ -200,19 +217,24 @@ class RowStep {
 
   // The whole step on a row with sparse entries ids/values[0, nnz) and
   // dense part x[0, dd), one thread owning the sparse weights w and the
-  // dense weights wd.
-  void operator()(const int32_t* __restrict ids,
-                  const float* __restrict values, int64_t nnz,
-                  const float* __restrict x, int64_t dd, double label,
-                  double s, double norm, double* dual, double* __restrict w,
-                  double* __restrict wd) const {
+  // dense weights wd. Returns Update's coefficient; *margin is the margin
+  // the step saw.
+  template <bool kFloat32Duals = false>
+  double Take(const int32_t* __restrict ids, const float* __restrict values,
+              int64_t nnz, const float* __restrict x, int64_t dd,
+              double label, double s, double norm, double* dual,
+              double* __restrict w, double* __restrict wd,
+              double* margin) const {
     Sums sums;
     AddSparse<PlainAccess>(ids, values, nnz, w, &sums);
     AddDense(x, dd, wd, &sums);
-    const double coef = Update(label, s, norm, sums.Total(), dual);
-    if (coef == 0.0) return;
+    *margin = sums.Total();
+    const double coef =
+        Update<kFloat32Duals>(label, s, norm, *margin, dual);
+    if (coef == 0.0 || (kFloat32Duals && std::isnan(coef))) return coef;
     ApplySparse<PlainAccess>(ids, values, nnz, coef, w);
     ApplyDense(x, dd, coef, wd);
+    return coef;
   }
 
  private:
@@ -220,74 +242,6 @@ class RowStep {
   const double sigma_;
   const double inv_l2_;
   const double shrinkage_;
-};
-
-// One pass over the separate arrays of ResidentData.
-template <class Loss, bool kHasL1, bool kHasValues>
-class FastPass {
- public:
-  FastPass(const Loss& loss, const SolverOptions& options,
-           const ResidentData& data, double sigma)
-      : step_(loss, options, sigma), d_(data) {}
-
-  // Visits rows order[0..n) (or 0..n when order is nullptr).
-  void Run(const int64_t* order, int64_t count, double* __restrict w,
-           double* __restrict duals) const {
-    const int64_t* __restrict row_ptr = d_.row_ptr;
-    const int32_t* __restrict ids = d_.ids;
-    const float* __restrict values = d_.values;
-    const float* __restrict dense = d_.dense;
-    const int64_t dd = d_.dense_dim;
-    double* __restrict wd = w + d_.num_sparse_features;
-    const bool sparse = row_ptr != nullptr;
-    // Prefetch distances, in rows: a row's own data (ids, dense part,
-    // scalars) is fetched kRowAhead rows before its visit, its weights
-    // kWeightAhead rows before (by then its ids are in cache).
-    constexpr int64_t kRowAhead = 8, kWeightAhead = 3;
-    auto row_of = [order](int64_t k) { return order ? order[k] : k; };
-    for (int64_t k = 0; k < count; ++k) {
-      if (k + 2 * kRowAhead < count && sparse) {
-        __builtin_prefetch(row_ptr + row_of(k + 2 * kRowAhead));
-      }
-      if (k + kRowAhead < count) {
-        const int64_t j = row_of(k + kRowAhead);
-        if (sparse) {
-          __builtin_prefetch(ids + row_ptr[j]);
-          __builtin_prefetch(ids + row_ptr[j + 1] - 1);
-          if (kHasValues) {
-            __builtin_prefetch(values + row_ptr[j]);
-            __builtin_prefetch(values + row_ptr[j + 1] - 1);
-          }
-        }
-        if (dd > 0) {
-          __builtin_prefetch(dense + j * dd);
-          __builtin_prefetch(dense + (j + 1) * dd - 1);
-        }
-        __builtin_prefetch(d_.labels + j);
-        __builtin_prefetch(d_.example_weights + j);
-        __builtin_prefetch(d_.squared_norms + j);
-        __builtin_prefetch(duals + j, 1);
-      }
-      if (k + kWeightAhead < count && sparse) {
-        const int64_t j = row_of(k + kWeightAhead);
-        for (int64_t e = row_ptr[j]; e < row_ptr[j + 1]; ++e) {
-          __builtin_prefetch(w + ids[e], 1);
-        }
-      }
-      const int64_t i = row_of(k);
-      const double s = d_.example_weights[i];
-      if (s <= 0.0) continue;
-      const int64_t begin = sparse ? row_ptr[i] : 0;
-      const int64_t end = sparse ? row_ptr[i + 1] : 0;
-      step_(ids + begin, kHasValues ? values + begin : nullptr, end - begin,
-            dense + i * dd, dd, d_.labels[i], s, d_.squared_norms[i],
-            duals + i, w, wd);
-    }
-  }
-
- private:
-  const RowStep<Loss, kHasL1, kHasValues> step_;
-  const ResidentData& d_;
 };
 
 // Prefetches for visit k of the records at byte offsets visit[0, count):
@@ -317,18 +271,26 @@ __attribute__((always_inline)) inline void PrefetchAhead(
   }
 }
 
-// One pass over packed records (PackedRows), visiting the records at byte
-// offsets visit[0..count) of `buffer`.
+// One pass over packed records (PackedRows) on one thread, visiting the
+// records at byte offsets visit[0..count) of `buffer`.
+//
+// kRecord is TfSdca>Optimizer's pass (PackedRows::Solve with a StateRecord):
+// new duals rounded to float32 (RowStep::Update), each visited row's
+// weighted primal loss at the margin its step saw written to primal[row],
+// and a stop at the first step whose float32 dual or weight change is not
+// finite. Run returns that visit's k (and its margin in *failed_margin), or
+// -1.
 template <class Loss, bool kHasL1, bool kHasValues>
 class PackedPass {
  public:
   PackedPass(const Loss& loss, const SolverOptions& options, double sigma)
-      : step_(loss, options, sigma) {}
+      : loss_(loss), step_(loss, options, sigma) {}
 
-  template <class Header>
-  void Run(char* buffer, const int64_t* visit, int64_t count, int64_t dd,
-           int64_t num_sparse, double* __restrict w,
-           double* __restrict duals) const {
+  template <class Header, bool kRecord>
+  int64_t Run(const char* buffer, const int64_t* visit, int64_t count,
+              int64_t dd, int64_t num_sparse, double* __restrict w,
+              double* __restrict duals, double* __restrict primal,
+              double* failed_margin) const {
     double* __restrict wd = w + num_sparse;
     for (int64_t k = 0; k < count; ++k) {
       PrefetchAhead<Header>(buffer, visit, k, count, w, duals,
@@ -340,12 +302,23 @@ class PackedPass {
       const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
       const float* values = reinterpret_cast<const float*>(ids + nnz);
       const float* x = kHasValues ? values + nnz : values;
-      step_(ids, values, nnz, x, dd, h->label, s, h->norm, duals + h->row, w,
-            wd);
+      double wx;
+      const double coef = step_.template Take<kRecord>(
+          ids, values, nnz, x, dd, h->label, s, h->norm, duals + h->row, w,
+          wd, &wx);
+      if (kRecord) {
+        primal[h->row] = s * loss_.Loss::PrimalLoss(wx, h->label);
+        if (std::isnan(coef)) {
+          *failed_margin = wx;
+          return k;
+        }
+      }
     }
+    return -1;
   }
 
  private:
+  const Loss& loss_;
   const RowStep<Loss, kHasL1, kHasValues> step_;
 };
 
@@ -498,32 +471,6 @@ void Dispatch(const SolverOptions& options, bool has_values,
 #undef TF_SDCA_PASS
 }
 
-// Fisher-Yates on a[0, n): the same draws whatever T is.
-template <typename T>
-void Shuffle(T* a, int64_t n, Rng* rng) {
-  for (int64_t k = n - 1; k > 0; --k) std::swap(a[k], a[rng->Below(k + 1)]);
-}
-
-Rng PassRng(const SolverOptions& options, int pass) {
-  return Rng(MixSeed(options.seed, 0, static_cast<uint64_t>(pass)));
-}
-
-// Fills *out with the rows of pass `pass` in visiting order (kPermutation
-// or kUniform), each given as item(row): the row itself, or where its
-// record lies. The draws depend on (seed, pass) only.
-template <class Item>
-void FillPassOrder(const SolverOptions& options, int64_t n, int pass,
-                   const Item& item, std::vector<int64_t>* out) {
-  Rng rng = PassRng(options, pass);
-  out->resize(n);
-  if (options.order == VisitOrder::kUniform) {
-    for (int64_t k = 0; k < n; ++k) (*out)[k] = item(rng.Below(n));
-  } else {
-    for (int64_t k = 0; k < n; ++k) (*out)[k] = item(k);
-    Shuffle(out->data(), n, &rng);
-  }
-}
-
 // Runs passes() with CoCoA+ adding for K = num_loss_partitions: the passes
 // solve against w + K * (local change) and the weights keep 1/K of it.
 template <class Passes>
@@ -540,33 +487,6 @@ void WithPartitionScaling(const SolverOptions& options, int64_t m,
   }
 }
 
-// Shrinks the weights for evaluation and accumulates their norms.
-std::vector<double> ShrunkWeights(const SolverOptions& options,
-                                  const double* weights, int64_t m,
-                                  ObjectiveParts* parts) {
-  const double shrinkage = options.l1 / options.l2;
-  std::vector<double> shrunk(m);
-  for (int64_t j = 0; j < m; ++j) {
-    const double v = ShrinkL1(weights[j], shrinkage);
-    shrunk[j] = v;
-    parts->l2_norm_sq += v * v;
-    parts->l1_norm += std::fabs(v);
-  }
-  return shrunk;
-}
-
-// x.w of one row (sparse entries, then the dense part).
-double RowMargin(const int32_t* ids, const float* values, int64_t nnz,
-                 const float* x, int64_t dd, const double* w,
-                 const double* wd) {
-  double wx = 0.0;
-  for (int64_t e = 0; e < nnz; ++e) {
-    wx += (values ? values[e] : 1.0) * w[ids[e]];
-  }
-  for (int64_t k = 0; k < dd; ++k) wx += x[k] * wd[k];
-  return wx;
-}
-
 // Runs row_losses(begin, end, &primal, &dual) over `chunks` pieces of
 // [0, n) and adds the sums to *parts.
 template <class Body>
@@ -581,43 +501,6 @@ void SumLosses(int64_t n, int64_t chunks, const ParallelFor& parallel_for,
     parts->primal_loss += primal[c];
     parts->dual_loss += dual[c];
   }
-}
-
-// The adaptive order goes through the batch solver (which draws it), whose
-// slots are here the full weight table.
-void SolveThroughBatchSolver(const SolverOptions& options,
-                             const ResidentData& data, double* weights,
-                             double* duals) {
-  const int64_t n = data.num_examples;
-  const int64_t m = data.num_slots();
-  ExamplesView view;
-  view.num_examples = n;
-  std::vector<int64_t> empty_rows;
-  if (data.row_ptr != nullptr) {
-    view.row_ptr = data.row_ptr;
-  } else {
-    empty_rows.assign(n + 1, 0);
-    view.row_ptr = empty_rows.data();
-  }
-  // Ids are validated non-negative: as slots they are the same bits.
-  view.slots = reinterpret_cast<const uint32_t*>(data.ids);
-  view.values = data.values;
-  if (data.dense_dim > 0) {
-    view.dense.push_back(
-        DenseBlock{data.dense, data.dense_dim, data.num_sparse_features});
-  }
-  view.labels = data.labels;
-  view.weights = data.example_weights;
-  view.squared_norms = data.squared_norms;
-  std::vector<double> primal(n), dual_loss(n), delta(m);
-  SolverState state;
-  state.duals = duals;
-  state.primal_losses = primal.data();
-  state.dual_losses = dual_loss.data();
-  state.delta = delta.data();
-  std::vector<double> w0(weights, weights + m);
-  Solve(options, view, w0.data(), m, &state);
-  for (int64_t j = 0; j < m; ++j) weights[j] = w0[j] + delta[j];
 }
 
 }  // namespace
@@ -697,67 +580,6 @@ int64_t FirstInvalidDual(const double* duals, const double* labels,
     }
   }
   return -1;
-}
-
-void SolveResident(const SolverOptions& options, const ResidentData& data,
-                   double* weights, double* duals) {
-  if (data.num_examples == 0) return;
-  if (options.order == VisitOrder::kAdaptive) {
-    SolveThroughBatchSolver(options, data, weights, duals);
-    return;
-  }
-  const int64_t n = data.num_examples;
-  const double partitions = static_cast<double>(options.num_loss_partitions);
-  WithPartitionScaling(options, data.num_slots(), weights, [&] {
-    std::vector<int64_t> order;
-    for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
-      // Cyclic: rows in order, without an order array.
-      const int64_t* visit = nullptr;
-      if (options.order != VisitOrder::kCyclic) {
-        FillPassOrder(options, n, pass, [](int64_t i) { return i; }, &order);
-        visit = order.data();
-      }
-      Dispatch(options, data.values != nullptr,
-               [&](const auto& loss, auto l1, auto values) {
-                 using Loss = std::decay_t<decltype(loss)>;
-                 FastPass<Loss, decltype(l1)::value, decltype(values)::value>(
-                     loss, options, data, partitions)
-                     .Run(visit, n, weights, duals);
-               });
-    }
-  });
-}
-
-ObjectiveParts EvaluateResident(const SolverOptions& options,
-                                const ResidentData& d, const double* weights,
-                                const double* duals, int64_t chunks,
-                                const ParallelFor& parallel_for) {
-  ObjectiveParts parts;
-  const std::vector<double> shrunk =
-      ShrunkWeights(options, weights, d.num_slots(), &parts);
-  const double* w = shrunk.data();
-  const double* wd = w + d.num_sparse_features;
-  const DualLossUpdater& loss = *options.loss;
-  SumLosses(d.num_examples, chunks, parallel_for,
-            [&](int64_t begin, int64_t end, double* primal, double* dual) {
-              double p = 0.0, q = 0.0;
-              for (int64_t i = begin; i < end; ++i) {
-                const double s = d.example_weights[i];
-                if (s <= 0.0) continue;
-                const int64_t first = d.row_ptr ? d.row_ptr[i] : 0;
-                const int64_t last = d.row_ptr ? d.row_ptr[i + 1] : 0;
-                const double wx = RowMargin(
-                    d.ids + first, d.values ? d.values + first : nullptr,
-                    last - first, d.dense + i * d.dense_dim, d.dense_dim, w,
-                    wd);
-                p += s * loss.PrimalLoss(wx, d.labels[i]);
-                q += s * loss.DualLoss(duals[i], d.labels[i]);
-              }
-              *primal = p;
-              *dual = q;
-            },
-            &parts);
-  return parts;
 }
 
 // ------------------------------------------------------------ PackedRows
@@ -992,31 +814,151 @@ bool PackedRows::CheckDuals(const double* duals, const DualLossUpdater& loss,
   return false;
 }
 
+template <class Fn>
+void PackedRows::VisitRecord(int64_t i, const Fn& fn) const {
+  const char* record = buffer_.get() + offsets_[i];
+  if (num_threads_ == 1) {
+    const Header* h = reinterpret_cast<const Header*>(record);
+    fn(h, h->nnz, h->nnz);
+  } else {
+    const SplitHeader* h = reinterpret_cast<const SplitHeader*>(record);
+    fn(h, h->num_cold + h->num_hot, h->num_cold);
+  }
+}
+
+double PackedRows::Margin(int64_t i, const double* weights,
+                          double shrinkage) const {
+  double wx = 0.0;
+  VisitRecord(i, [&](const auto* h, int64_t nnz, int64_t cold) {
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const float* values = reinterpret_cast<const float*>(ids + nnz);
+    const float* x = has_values_ ? values + nnz : values;
+    const double* wd = weights + num_sparse_features_;
+    auto sum = [&](auto effective) {
+      for (int64_t e = 0; e < nnz; ++e) {
+        const int32_t slot = e < cold ? ids[e] : hot_ids_[ids[e]];
+        wx += (has_values_ ? values[e] : 1.0) * effective(weights[slot]);
+      }
+      for (int64_t c = 0; c < dense_dim_; ++c) wx += x[c] * effective(wd[c]);
+    };
+    if (shrinkage > 0.0) {
+      sum([shrinkage](double w) { return ShrinkL1(w, shrinkage); });
+    } else {
+      sum([](double w) { return w; });
+    }
+  });
+  return wx;
+}
+
+void PackedRows::AdaptiveScores(const SolverOptions& options,
+                                const double* weights, const double* duals,
+                                int64_t begin, int64_t end,
+                                double* scores) const {
+  const double shrinkage = options.l1 / options.l2;
+  for (int64_t i = begin; i < end; ++i) {
+    VisitRecord(i, [&](const auto* h, int64_t, int64_t) {
+      // The record's norm: with threads, the scaled one the step's q uses.
+      scores[i] = AdaptiveScore(*options.loss, options.l2, h->weight, h->norm,
+                                h->label, duals[i],
+                                Margin(i, weights, shrinkage));
+    });
+  }
+}
+
 void PackedRows::Solve(const SolverOptions& options, double* weights,
-                       double* duals) const {
-  const int64_t n = num_examples_;
-  if (n == 0) return;
+                       double* duals, StateRecord* record) const {
+  if (num_examples_ == 0) return;
   if (num_threads_ > 1) return SolveSplit(options, false, weights, duals);
+  SolveOneThread(options, weights, duals, record);
+}
+
+void PackedRows::SolveOneThread(const SolverOptions& options,
+                                double* weights, double* duals,
+                                StateRecord* record) const {
+  const int64_t n = num_examples_;
   const double partitions = static_cast<double>(options.num_loss_partitions);
+  double* primal = record != nullptr ? record->primal_losses : nullptr;
+  if (record != nullptr) {
+    std::fill(primal, primal + n, std::numeric_limits<double>::quiet_NaN());
+  }
+  const int64_t* failed = nullptr;  // the visit whose step failed
+  double failed_margin = 0.0;
   WithPartitionScaling(options, num_slots(), weights, [&] {
     std::vector<int64_t> visit;
+    std::vector<double> scores;
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
-      // The rows in the order SolveResident visits them, as record offsets.
+      // The rows to visit, as record offsets (cyclic: all, in order).
       const int64_t* offsets = offsets_.data();
       if (options.order != VisitOrder::kCyclic) {
-        FillPassOrder(options, n, pass,
-                      [this](int64_t i) { return offsets_[i]; }, &visit);
+        if (options.order == VisitOrder::kAdaptive) {
+          scores.resize(n);
+          AdaptiveScores(options, weights, duals, 0, n, scores.data());
+        }
+        visit.resize(n);
+        Rng rng = PassRng(options.seed, 0, pass);
+        FillVisitOrder(options.order, 0, n, scores.data(), &rng,
+                       [this](int64_t i) { return offsets_[i]; },
+                       visit.data());
         offsets = visit.data();
       }
       Dispatch(options, has_values_,
                [&](const auto& loss, auto l1, auto values) {
                  using Loss = std::decay_t<decltype(loss)>;
-                 PackedPass<Loss, decltype(l1)::value,
-                            decltype(values)::value>(loss, options, partitions)
-                     .template Run<Header>(buffer_.get(), offsets, n,
-                                           dense_dim_, num_sparse_features_,
-                                           weights, duals);
+                 const PackedPass<Loss, decltype(l1)::value,
+                                  decltype(values)::value>
+                     packed_pass(loss, options, partitions);
+                 if (record == nullptr) {
+                   packed_pass.template Run<Header, false>(
+                       buffer_.get(), offsets, n, dense_dim_,
+                       num_sparse_features_, weights, duals, nullptr,
+                       nullptr);
+                   return;
+                 }
+                 const int64_t k = packed_pass.template Run<Header, true>(
+                     buffer_.get(), offsets, n, dense_dim_,
+                     num_sparse_features_, weights, duals, primal,
+                     &failed_margin);
+                 if (k >= 0) failed = offsets + k;
                });
+      if (failed != nullptr) {
+        // The step's inputs, for the caller's error (the dual is as it was).
+        const Header* h =
+            reinterpret_cast<const Header*>(buffer_.get() + *failed);
+        const DualLossUpdater& loss = *options.loss;
+        const double q = partitions * h->weight * h->norm * (1.0 / options.l2);
+        const double dual = duals[h->row];
+        std::ostringstream out;
+        out.precision(17);
+        out << loss.Name() << ": the dual step of example " << h->row
+            << " (label " << h->label << " as the loss uses it, dual "
+            << dual << ", margin w.x = " << failed_margin
+            << ", q = s |x|^2 / l2 = " << q << ") gives the dual "
+            << loss.ComputeUpdatedDual(h->label, dual, failed_margin, q)
+            << ", which float32 state cannot hold or whose weight change "
+               "overflows; rescale the features or raise l2";
+        record->error = out.str();
+        return;
+      }
+    }
+    if (record == nullptr) return;
+    // The rows' losses, before the CoCoA+ scaling (at the weights the local
+    // solve reached, as the visited rows' primal losses are).
+    const DualLossUpdater& loss = *options.loss;
+    const double shrinkage = options.l1 / options.l2;
+    for (int64_t i = 0; i < n; ++i) {
+      const Header* h =
+          reinterpret_cast<const Header*>(buffer_.get() + offsets_[i]);
+      const double s = h->weight;
+      if (s <= 0.0) {
+        primal[i] = 0.0;
+        record->dual_losses[i] = 0.0;
+        continue;
+      }
+      if (std::isnan(primal[i])) {
+        primal[i] = s * loss.PrimalLoss(Margin(i, weights, shrinkage),
+                                        h->label);
+      }
+      record->dual_losses[i] = s * loss.DualLoss(duals[i], h->label);
     }
   });
 }
@@ -1025,7 +967,7 @@ void PackedRows::SolveLockstep(const SolverOptions& options, double* weights,
                                double* duals) const {
   if (num_examples_ == 0) return;
   if (num_threads_ > 1) return SolveSplit(options, true, weights, duals);
-  Solve(options, weights, duals);
+  SolveOneThread(options, weights, duals, nullptr);
 }
 
 void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
@@ -1037,27 +979,38 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
   const double partitions = static_cast<double>(options.num_loss_partitions);
   const ParallelFor run_threads = StdThreadParallelFor(threads);
   auto first_row = [&](int64_t t) { return n * t / threads; };
+  auto offset_of = [this](int64_t i) { return offsets_[i]; };
   WithPartitionScaling(options, num_slots(), weights, [&] {
     std::vector<int64_t> visit;
+    std::vector<double> scores;
     std::vector<double> shared_hot(num_hot + dense_dim_);
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
       // Cyclic: the rows in order, without an order array.
       const int64_t* order = offsets_.data();
       if (options.order == VisitOrder::kPermutation) {
-        FillPassOrder(options, n, pass,
-                      [this](int64_t i) { return offsets_[i]; }, &visit);
-        order = visit.data();
-      } else if (options.order == VisitOrder::kUniform) {
-        // Each thread draws within its own block of rows.
+        // One permutation of all rows, cut into the threads' shares.
         visit.resize(n);
+        Rng rng = PassRng(options.seed, 0, pass);
+        FillVisitOrder(options.order, 0, n, nullptr, &rng, offset_of,
+                       visit.data());
         order = visit.data();
-        for (int64_t t = 0; t < threads; ++t) {
-          Rng rng(MixSeed(options.seed, t + 1, static_cast<uint64_t>(pass)));
-          const int64_t lo = first_row(t), rows = first_row(t + 1) - lo;
-          for (int64_t k = lo; k < lo + rows; ++k) {
-            visit[k] = offsets_[lo + rng.Below(rows)];
-          }
+      } else if (options.order != VisitOrder::kCyclic) {
+        // Each thread draws within its own block of rows.
+        if (options.order == VisitOrder::kAdaptive) {
+          scores.resize(n);
+          run_threads(threads, [&](int64_t t) {
+            AdaptiveScores(options, weights, duals, first_row(t),
+                           first_row(t + 1), scores.data());
+          });
         }
+        visit.resize(n);
+        for (int64_t t = 0; t < threads; ++t) {
+          Rng rng = PassRng(options.seed, t + 1, pass);
+          FillVisitOrder(options.order, first_row(t), first_row(t + 1),
+                         scores.data(), &rng, offset_of,
+                         visit.data() + first_row(t));
+        }
+        order = visit.data();
       }
       for (int64_t h = 0; h < num_hot; ++h) {
         shared_hot[h] = weights[hot_ids_[h]];
@@ -1118,42 +1071,24 @@ ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
                                     const double* duals, int64_t chunks,
                                     const ParallelFor& parallel_for) const {
   ObjectiveParts parts;
-  const std::vector<double> shrunk =
-      ShrunkWeights(options, weights, num_slots(), &parts);
-  const double* w = shrunk.data();
-  const double* wd = w + num_sparse_features_;
+  const double shrinkage = options.l1 / options.l2;
+  for (int64_t j = 0; j < num_slots(); ++j) {
+    const double v = ShrinkL1(weights[j], shrinkage);
+    parts.l2_norm_sq += v * v;
+    parts.l1_norm += std::fabs(v);
+  }
   const DualLossUpdater& loss = *options.loss;
-  // Adds record h's weighted losses (either layout: its sparse entries are
-  // nnz ids, the first `cold` of them table ids, the others hot indices).
-  auto add_row = [&](const auto* h, int64_t nnz, int64_t cold, int64_t i,
-                     double* primal, double* dual) {
-    const double s = h->weight;
-    if (s <= 0.0) return;
-    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-    const float* values = reinterpret_cast<const float*>(ids + nnz);
-    const float* x = has_values_ ? values + nnz : values;
-    if (!has_values_) values = nullptr;
-    double wx = RowMargin(ids, values, cold, x, dense_dim_, w, wd);
-    for (int64_t e = cold; e < nnz; ++e) {
-      wx += (values ? values[e] : 1.0) * w[hot_ids_[ids[e]]];
-    }
-    *primal += s * loss.PrimalLoss(wx, h->label);
-    *dual += s * loss.DualLoss(duals[i], h->label);
-  };
   SumLosses(num_examples_, chunks, parallel_for,
             [&](int64_t begin, int64_t end, double* primal, double* dual) {
               double p = 0.0, q = 0.0;
               for (int64_t i = begin; i < end; ++i) {
-                const char* record = buffer_.get() + offsets_[i];
-                if (num_threads_ == 1) {
-                  const Header* h = reinterpret_cast<const Header*>(record);
-                  add_row(h, h->nnz, h->nnz, i, &p, &q);
-                } else {
-                  const SplitHeader* h =
-                      reinterpret_cast<const SplitHeader*>(record);
-                  add_row(h, h->num_cold + h->num_hot, h->num_cold, i, &p,
-                          &q);
-                }
+                VisitRecord(i, [&](const auto* h, int64_t, int64_t) {
+                  const double s = h->weight;
+                  if (s <= 0.0) return;
+                  p += s * loss.PrimalLoss(Margin(i, weights, shrinkage),
+                                           h->label);
+                  q += s * loss.DualLoss(duals[i], h->label);
+                });
               }
               *primal = p;
               *dual = q;

@@ -1,0 +1,82 @@
+// What every SDCA solve of the core is told (the loss, the regularisation,
+// CoCoA+'s sigma, the passes and their visiting order), and the pieces the
+// solve, the visiting orders and the kernels share: ShrinkL1 and ParallelFor.
+#ifndef TF_SDCA_KERNELS_CORE_SOLVER_OPTIONS_H_
+#define TF_SDCA_KERNELS_CORE_SOLVER_OPTIONS_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/core/loss.h"
+
+namespace tf_sdca {
+
+// How a pass chooses the rows it visits (visit_order.h draws them).
+enum class VisitOrder { kPermutation, kUniform, kCyclic, kAdaptive };
+
+// "permutation", "uniform", "cyclic", "adaptive"; false for another name.
+inline bool ParseVisitOrder(const char* name, VisitOrder* order) {
+  const std::string s(name);
+  if (s == "permutation") {
+    *order = VisitOrder::kPermutation;
+  } else if (s == "uniform") {
+    *order = VisitOrder::kUniform;
+  } else if (s == "cyclic") {
+    *order = VisitOrder::kCyclic;
+  } else if (s == "adaptive") {
+    *order = VisitOrder::kAdaptive;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+struct SolverOptions {
+  const DualLossUpdater* loss = nullptr;
+  double l1 = 0.0;
+  double l2 = 1.0;
+  int num_loss_partitions = 1;
+  int num_inner_iterations = 1;
+  VisitOrder order = VisitOrder::kPermutation;
+  uint64_t seed = 0;
+};
+
+// Runs fn(k) for every k in [0, n), possibly concurrently.
+using ParallelFor =
+    std::function<void(int64_t n, const std::function<void(int64_t)>& fn)>;
+
+// A ParallelFor on std::thread (n calls on min(n, num_threads) threads that
+// run at the same time), for use outside TensorFlow and for the lock-free
+// threads, which must run at the same time.
+inline ParallelFor StdThreadParallelFor(int num_threads) {
+  return [num_threads](int64_t n, const std::function<void(int64_t)>& fn) {
+    const int64_t workers = std::min<int64_t>(std::max(num_threads, 1), n);
+    if (workers <= 1) {
+      for (int64_t k = 0; k < n; ++k) fn(k);
+      return;
+    }
+    std::vector<std::thread> threads;
+    threads.reserve(workers);
+    for (int64_t w = 0; w < workers; ++w) {
+      threads.emplace_back([w, workers, n, &fn] {
+        for (int64_t k = w; k < n; k += workers) fn(k);
+      });
+    }
+    for (auto& t : threads) t.join();
+  };
+}
+
+// Soft thresholding used for L1: sign(w) max(|w| - l1 / l2, 0).
+inline double ShrinkL1(double w, double shrinkage) {
+  if (w > shrinkage) return w - shrinkage;
+  if (w < -shrinkage) return w + shrinkage;
+  return 0.0;
+}
+
+}  // namespace tf_sdca
+
+#endif  // TF_SDCA_KERNELS_CORE_SOLVER_OPTIONS_H_

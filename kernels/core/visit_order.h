@@ -1,0 +1,95 @@
+// The one generator of SDCA's visiting orders: every pass of the core (one
+// thread or lock-free threads over packed rows, for the epoch ops and for
+// the mini-batch op alike) draws the rows it visits here.
+//
+// The draws are a function of (seed, stream, pass) only, from a fully
+// specified generator (random.h), so a visiting order is the same on every
+// platform and in every process.
+#ifndef TF_SDCA_KERNELS_CORE_VISIT_ORDER_H_
+#define TF_SDCA_KERNELS_CORE_VISIT_ORDER_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/core/loss.h"
+#include "kernels/core/random.h"
+#include "kernels/core/solver_options.h"
+
+namespace tf_sdca {
+
+// The draws of pass `pass` of `stream`: stream 0 is a whole pass's order,
+// stream t + 1 lock-free thread t's draws from its own block of rows.
+inline Rng PassRng(uint64_t seed, uint64_t stream, int pass) {
+  return Rng(MixSeed(seed, stream, static_cast<uint64_t>(pass)));
+}
+
+// The adaptive order's weight of a row: its dual residual |alpha_i +
+// phi_i'(w.x_i)| (zero at the optimum) scaled by s_i sqrt(|x_i|^2 + l2
+// gamma), gamma the strong convexity of phi* (Csiba, Qu and Richtarik,
+// "Stochastic Dual Coordinate Ascent with Adaptive Probabilities", ICML
+// 2015). 0 for a row with s_i <= 0 or a non-finite weight.
+inline double AdaptiveScore(const DualLossUpdater& loss, double l2, double s,
+                            double norm, double label, double dual,
+                            double wx) {
+  if (!(s > 0.0)) return 0.0;
+  const double kappa = dual + loss.PrimalLossDerivative(wx, label);
+  const double p = s * std::sqrt(norm + l2 * loss.DualStrongConvexity()) *
+                   std::fabs(kappa);
+  return std::isfinite(p) ? p : 0.0;
+}
+
+// Writes the rows of [begin, end) that one pass visits, in visiting order,
+// to out[0, end - begin), each as item(row) (the row itself, or where its
+// record lies):
+//   kCyclic      the rows in order;
+//   kPermutation a uniformly random permutation (Fisher-Yates);
+//   kUniform     end - begin draws with replacement;
+//   kAdaptive    end - begin draws with replacement, row i with probability
+//                half scores[i] / sum(scores) and half uniform, so that
+//                every row keeps a positive probability (scores[i]:
+//                AdaptiveScore at the pass's start; indexed by row).
+template <class Item>
+void FillVisitOrder(VisitOrder order, int64_t begin, int64_t end,
+                    const double* scores, Rng* rng, const Item& item,
+                    int64_t* out) {
+  const int64_t n = end - begin;
+  switch (order) {
+    case VisitOrder::kCyclic:
+      for (int64_t k = 0; k < n; ++k) out[k] = item(begin + k);
+      return;
+    case VisitOrder::kPermutation:
+      for (int64_t k = 0; k < n; ++k) out[k] = item(begin + k);
+      for (int64_t k = n - 1; k > 0; --k) {
+        std::swap(out[k], out[rng->Below(k + 1)]);
+      }
+      return;
+    case VisitOrder::kUniform:
+      for (int64_t k = 0; k < n; ++k) out[k] = item(begin + rng->Below(n));
+      return;
+    case VisitOrder::kAdaptive: {
+      double total = 0.0;
+      for (int64_t i = begin; i < end; ++i) total += scores[i];
+      const double uniform = total > 0.0 ? total / n : 1.0;
+      std::vector<double> cumulative(n);
+      double running = 0.0;
+      for (int64_t k = 0; k < n; ++k) {
+        running += 0.5 * scores[begin + k] + 0.5 * uniform;
+        cumulative[k] = running;
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        const double u = rng->Uniform() * running;
+        const int64_t pick =
+            std::upper_bound(cumulative.begin(), cumulative.end(), u) -
+            cumulative.begin();
+        out[k] = item(begin + std::min(pick, n - 1));
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace tf_sdca
+
+#endif  // TF_SDCA_KERNELS_CORE_VISIT_ORDER_H_
