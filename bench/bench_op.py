@@ -232,9 +232,10 @@ class StderrCapture:
 
 
 _PHASES = re.compile(
-    r"TfSdca>Optimizer (\d+) examples, (\d+) sparse entries, (\d+) slots, "
-    r"(\d+) shards; ms: examples ([\d.e+-]+), sparse ([\d.e+-]+), "
-    r"dense\+norms ([\d.e+-]+), solve ([\d.e+-]+), outputs ([\d.e+-]+)")
+    r"TfSdca>Optimizer (\d+) examples, (\d+) sparse entries, (\d+) slots; "
+    r"ms: examples ([\d.e+-]+), sparse ([\d.e+-]+), "
+    r"dense\+norms ([\d.e+-]+), pack ([\d.e+-]+), solve ([\d.e+-]+), "
+    r"outputs ([\d.e+-]+)")
 
 
 def print_phases(text):
@@ -245,13 +246,12 @@ def print_phases(text):
     return
   v = np.array(calls, dtype=np.float64)
   print(f"  {len(calls)} calls, {v[:, 0].mean():,.0f} examples, "
-        f"{v[:, 2].mean():,.0f} slots, {v[:, 3].max():.0f} shard(s) per call;"
-        " mean ms per call:")
+        f"{v[:, 2].mean():,.0f} slots per call; mean ms per call:")
   names = ("reading examples", "sparse ids -> slots", "dense + norms",
-           "solve", "outputs")
-  total = v[:, 4:].sum(axis=1).mean()
+           "packing the rows", "solve", "outputs")
+  total = v[:, 3:].sum(axis=1).mean()
   for k, name in enumerate(names):
-    ms = v[:, 4 + k].mean()
+    ms = v[:, 3 + k].mean()
     print(f"    {name:22s}{ms:8.1f} ms  {100 * ms / total:5.1f}%")
   print(f"    {'total (in kernel)':22s}{total:8.1f} ms")
 
@@ -265,7 +265,8 @@ def main():
   parser.add_argument("--bucket-bits", type=int, default=20)
   parser.add_argument("--threads", type=int, default=0,
                       help="TensorFlow intra-op threads, and num_threads of "
-                      "our op (0 = TensorFlow's default, one solver shard)")
+                      "our op (0 = TensorFlow's default): the threads that "
+                      "read each batch; our solve is one thread")
   parser.add_argument("--profile", action="store_true",
                       help="also show where the time goes")
   parser.add_argument("--profile-batches", type=int, default=2)
@@ -290,13 +291,11 @@ def main():
   prep_s = time.perf_counter() - t0
   n = labels.shape[0]
   intra = tf.config.threading.get_intra_op_parallelism_threads()
-  shards = ("one solver shard" if args.threads <= 1 else
-            f"{args.threads} solver shards")
   print(f"TensorFlow {tf.__version__}, numpy {np.__version__}, Python "
         f"{platform.python_version()}; {os.cpu_count()} cores "
         f"({platform.processor() or platform.machine()}); TF intra-op threads "
         f"{intra or f'default ({os.cpu_count()})'}; tf_sdca num_threads "
-        f"{args.threads} ({shards})")
+        f"{args.threads} (reading the batch; the solve is one thread)")
   print(f"{n:,} rows x (13 dense + 26 categorical), 2^{args.bucket_bits} "
         f"buckets, click rate {labels.mean():.3f}; batches of "
         f"{args.batch_size:,} ({len(batches)} per epoch, "
