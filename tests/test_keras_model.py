@@ -305,7 +305,10 @@ def test_in_memory_fit_runs_the_packed_engine_of_in_memory_sdca():
       shrunk, rtol=1e-6, atol=1e-7)
 
 
-def test_adaptive_order_reshuffles_in_memory_batches():
+def test_adaptive_order_trains_in_memory_data_on_packed_rows():
+  # Packed rows take every visiting order: in-memory data trains one epoch
+  # per step whatever batch_size and shuffle say (once, in mini-batches,
+  # fixed batches in a random order stalled near 1e-3 here).
   features, y, _ = _categorical_data()
   x = features["age"]
   gaps = {}
@@ -313,9 +316,9 @@ def test_adaptive_order_reshuffles_in_memory_batches():
     model = LinearModel(loss="logistic", l2=1.0, visit_order="adaptive")
     history = model.fit(x, y, batch_size=512, epochs=15,
                         shuffle=shuffle, verbose=0)
-    gaps[shuffle] = history.history["duality_gap"][-1]
-  # Fixed batches visited in a random order stall near 1e-3 here.
-  assert gaps[True] < 1e-7 < 1e-5 < gaps[False]
+    gaps[shuffle] = history.history["duality_gap"]
+  assert gaps[True] == gaps[False]
+  assert gaps[True][-1] < 1e-7
 
 
 def test_callbacks_see_the_gap_and_save_checkpoints(cancer, tmp_path):

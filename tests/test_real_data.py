@@ -70,9 +70,9 @@ PROBLEMS = {
     "squared-diabetes": (
         "squared_loss", lambda: _standardised(load_diabetes()), 1.0),
 }
-# The doors onto the three solvers: packed rows (the default), the arrays
-# in place, and mini-batches for TfSdca>Optimizer.
-PATHS = {"packed": {}, "in_place": {"pack": False},
+# The doors onto the one engine: packed rows (the default), packed rows in
+# the adaptive order, and mini-batches for TfSdca>Optimizer.
+PATHS = {"packed": {}, "adaptive": {"visit_order": "adaptive"},
          "minibatch": {"batch_size": 450}}
 
 

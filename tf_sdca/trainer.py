@@ -3,16 +3,14 @@
 `InMemorySdca` is the fastest way to train a linear model with tf_sdca when the
 data fits in memory: no example-id hashing (the dual of row `i` lives at
 `duals[i]`, float64, 8 bytes per example), weights kept as float64 numpy
-arrays (no drift from float32 accumulation), and by default the rows
-validated and packed once per `fit` (`TfSdca>PackRows`: one contiguous record
-per row, ~192 bytes for a Criteo row) and one `TfSdca>PackedSolve` call per
-epoch, which visits every row once in a random order and returns the new
-weights, the duals and the exact duality gap; with `num_threads > 1` that
+arrays (no drift from float32 accumulation), the rows validated and packed
+once per `fit` (`TfSdca>PackRows`: one contiguous record per row, ~192 bytes
+for a Criteo row) and one `TfSdca>PackedSolve` call per epoch, which visits
+every row once in a random order (or as `visit_order` says) and returns the
+new weights, the duals and the exact duality gap; with `num_threads > 1` that
 many threads share the epoch lock-free (see `tf_sdca.pack_rows`). With
-`pack=False` or `visit_order='adaptive'` each epoch is a
-`TfSdca>ResidentSolve` call that reads the numpy arrays in place (DLPack, no
-copy). With `batch_size < n` the
-rows are dealt into mini-batches handed to the `TfSdca>Optimizer` op instead.
+`batch_size < n` the rows are dealt into mini-batches handed to the
+`TfSdca>Optimizer` op instead, which packs and solves each batch the same way.
 
 Example:
   >>> import numpy as np
@@ -68,16 +66,13 @@ class InMemorySdca:
       the time per epoch with 2 threads on Criteo-shaped rows, results vary
       in the last bits between runs), at most one per 4096 rows and one
       per core; 3 or more need more epochs than one thread (a warning says
-      so, and says when fewer threads than asked are used). Without
-      packed rows (`pack=False`, the adaptive order) an epoch runs on one
-      thread (a warning says so); mini-batches use them to read each batch.
-      The exact objective uses TensorFlow's intra-op threads.
-    pack: with all rows in one call and visit order 'permutation',
-      'uniform' or 'cyclic', validate and pack the rows once per `fit`
+      so, and says when fewer threads than asked are used). Mini-batches
+      use them to read each batch. The exact objective uses TensorFlow's
+      intra-op threads.
+    pack: deprecated and ignored: the rows are always packed once per `fit`
       (`tf_sdca.pack_rows`: a copy of the data, ~192 bytes per Criteo row of
-      26 ids and 14 dense values) and train through `packed_solve`, ~1.5x
-      faster per epoch; False reads the arrays in place every epoch
-      (`resident_solve`, no copy).
+      26 ids and 14 dense values). False (which read the arrays in place
+      every epoch, ~1.5x slower) warns.
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
@@ -93,7 +88,11 @@ class InMemorySdca:
     self.seed = int(seed)
     self.gamma = float(gamma)
     self.num_threads = int(num_threads)
-    self.pack = bool(pack)
+    if not pack:
+      warnings.warn(
+          "InMemorySdca(pack=False) is deprecated and ignored: the rows are "
+          "always packed (one engine; the in-place path was ~1.5x slower per "
+          "epoch)", DeprecationWarning, stacklevel=2)
     self.sparse_weights = None  # float64 [num_features], unshrunk
     self.dense_weights = None   # float64 [d], unshrunk
     self._table = None          # the last op call's weight table
@@ -192,10 +191,8 @@ class InMemorySdca:
       epochs: maximum number of passes.
       batch_size: rows per op call. Default: all rows, packed once and one
         `TfSdca>PackedSolve` call per epoch (the fast path; a copy of the
-        data as packed records) or, with `pack=False` or the adaptive
-        order, one `TfSdca>ResidentSolve` call reading the arrays in place.
-        Smaller values deal the rows into mini-batches for
-        `TfSdca>Optimizer`.
+        data as packed records). Smaller values deal the rows into
+        mini-batches for `TfSdca>Optimizer`.
       tol: stop when the relative duality gap (gap / primal) is below it.
       verbose: 1 shows a Keras progress bar per epoch, 0 is silent.
       initial_epoch: the epoch to start at (resuming: set `duals` and the
@@ -250,20 +247,11 @@ class InMemorySdca:
     # The first epoch's time includes preparing (and packing) the data.
     prepare_start = time.perf_counter()
     one_call = batch_size >= n
-    packed = (self.pack and one_call and
-              self.visit_order in sdca_ops.PACKED_VISIT_ORDERS)
-    # Packing computes |x_i|^2 once, so unsorted rows need no sorted copy.
-    resident = _Resident(n, csr, dense, labels, weights, num_features,
-                         width=None if ids is None or packed
-                         else np.shape(ids)[1])
-    if packed:
-      resident.pack(num_features or 0, self.loss, self.gamma,
-                    _choose_threads(self.num_threads, n))
-    elif one_call and self.num_threads > 1:
-      warnings.warn(
-          f"num_threads={self.num_threads}: epochs over rows read in place "
-          "(pack=False or visit_order='adaptive') run on one thread; "
-          "threads need packed rows", UserWarning, stacklevel=2)
+    # Packed also for mini-batches: the exact objective after each epoch is
+    # a PackedSolve call without passes.
+    resident = _Resident(n, csr, dense, labels, weights, num_features)
+    resident.pack(num_features or 0, self.loss, self.gamma,
+                  _choose_threads(self.num_threads, n) if one_call else 1)
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
@@ -334,10 +322,9 @@ class InMemorySdca:
     return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
   def _resident_call(self, resident, epoch, passes):
-    """One `TfSdca>PackedSolve` call on the packed rows (or, when they are
-    not packed, `TfSdca>ResidentSolve` on the arrays): `passes` passes over
-    every row (and nothing else), or with `passes=0` the exact objective
-    parts at the current weights and duals."""
+    """One `TfSdca>PackedSolve` call on the packed rows: `passes` passes
+    over every row (and nothing else), or with `passes=0` the exact
+    objective parts at the current weights and duals."""
     # Inputs by DLPack (no copy: the op copies them into its outputs).
     options = dict(
         weights=_aliased(self._weight_table()),
@@ -345,10 +332,7 @@ class InMemorySdca:
         seed=self.seed * 1_000_003 + epoch, loss_type=self.loss, l1=self.l1,
         l2=self.l2, num_passes=passes, visit_order=self.visit_order,
         gamma=self.gamma, compute_objective=passes == 0)
-    if resident.rows is not None:
-      w, duals, parts = sdca_ops.packed_solve(resident.rows, **options)
-    else:
-      w, duals, parts = sdca_ops.resident_solve(*resident.tensors, **options)
+    w, duals, parts = sdca_ops.packed_solve(resident.rows, **options)
     if passes:
       w = self._table = w.numpy()
       k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
@@ -442,8 +426,8 @@ class InMemorySdca:
 
 
 def objective_and_gap(parts, loss, l1, l2):
-  """(primal, duality gap) from the objective parts of `packed_solve` /
-  `resident_solve`: (sum s_i phi_i, sum s_i phi_i*, |w|^2, |w|_1).
+  """(primal, duality gap) from the objective parts of `packed_solve`:
+  (sum s_i phi_i, sum s_i phi_i*, |w|^2, |w|_1).
 
   The gap P(w) - D(alpha) is >= 0 for any weights and feasible duals, so a
   negative or non-finite one means the parts are wrong (e.g. a step that
@@ -492,17 +476,11 @@ def _aliased(array):
 
 
 class _Resident:
-  """The data in `TfSdca>ResidentSolve`'s layout, built once per `fit`, and
-  optionally packed for `TfSdca>PackedSolve`.
+  """The data as `TfSdca>PackRows`' inputs (numpy memory aliased by DLPack,
+  CSR indices as int32), built once per `fit`, then packed for
+  `TfSdca>PackedSolve`."""
 
-  Fixed-width ids given with `width` are handed over as they are when every
-  row's ids are sorted, else as a row-sorted copy (ResidentSolve computes
-  |x_i|^2 every call, fastest on sorted rows); CSR indices are passed as
-  int32.
-  """
-
-  def __init__(self, n, csr, dense, labels, weights, num_features,
-               width=None):
+  def __init__(self, n, csr, dense, labels, weights, num_features):
     if csr is None:
       row_ptr = np.zeros(0, np.int64)
       ids = np.zeros(0, np.int32)
@@ -518,8 +496,6 @@ class _Resident:
                        int(indices.max()) >= num_features):
         raise ValueError(f"sparse ids must be in [0, {num_features}), got "
                          f"values in [{indices.min()}, {indices.max()}]")
-      if width is not None and width > 1 and n:
-        ids = _rows_sorted(ids.reshape(n, width)).ravel()
       if values is None:
         values = np.zeros(0, np.float32)
     if dense is None:
@@ -531,8 +507,7 @@ class _Resident:
   def pack(self, num_features, loss, gamma, num_threads):
     """Validates and packs the rows once (`TfSdca>PackRows`) for
     `num_threads` threads; epochs then go through `TfSdca>PackedSolve`. The
-    packed copy replaces the aliased tensors (a row-sorted copy of the ids,
-    if one was made, is freed)."""
+    packed copy replaces the aliased tensors."""
     self.rows = sdca_ops.pack_rows(*self.tensors,
                                    num_sparse_features=num_features,
                                    loss_type=loss, gamma=gamma,
@@ -572,16 +547,3 @@ def _choose_threads(num_threads, n):
         "the measurements of g3doc/benchmarks.md): compare with "
         "num_threads=2 on your data", UserWarning, stacklevel=3)
   return threads
-
-
-def _rows_sorted(ids):
-  """`ids` if every row is non-decreasing (checked in chunks), else a copy
-  with each row sorted. (Rows with a repeated id, e.g. a hash collision, are
-  merged by the op itself; only unsorted rows would make it merge every
-  row.)"""
-  step = 1 << 18
-  for start in range(0, ids.shape[0], step):
-    block = ids[start:start + step]
-    if not (block[:, 1:] >= block[:, :-1]).all():
-      return np.sort(ids, axis=1)
-  return ids
