@@ -275,21 +275,21 @@ __attribute__((always_inline)) inline void PrefetchAhead(
 // records at byte offsets visit[0..count) of `buffer`.
 //
 // kRecord is TfSdca>Optimizer's pass (PackedRows::Solve with a StateRecord):
-// new duals rounded to float32 (RowStep::Update), each visited row's
-// weighted primal loss at the margin its step saw written to primal[row],
-// and a stop at the first step whose float32 dual or weight change is not
-// finite. Run returns that visit's k (and its margin in *failed_margin), or
-// -1.
+// new duals rounded to float32 (RowStep::Update), the margin each visited
+// row's step saw written to margins[row] (its primal loss is computed once
+// after the passes: in the loop it cost ~5% of the op's solve), and a stop
+// at the first step whose float32 dual or weight change is not finite. Run
+// returns that visit's k (and its margin in *failed_margin), or -1.
 template <class Loss, bool kHasL1, bool kHasValues>
 class PackedPass {
  public:
   PackedPass(const Loss& loss, const SolverOptions& options, double sigma)
-      : loss_(loss), step_(loss, options, sigma) {}
+      : step_(loss, options, sigma) {}
 
   template <class Header, bool kRecord>
   int64_t Run(const char* buffer, const int64_t* visit, int64_t count,
               int64_t dd, int64_t num_sparse, double* __restrict w,
-              double* __restrict duals, double* __restrict primal,
+              double* __restrict duals, double* __restrict margins,
               double* failed_margin) const {
     double* __restrict wd = w + num_sparse;
     for (int64_t k = 0; k < count; ++k) {
@@ -307,7 +307,7 @@ class PackedPass {
           ids, values, nnz, x, dd, h->label, s, h->norm, duals + h->row, w,
           wd, &wx);
       if (kRecord) {
-        primal[h->row] = s * loss_.Loss::PrimalLoss(wx, h->label);
+        margins[h->row] = wx;
         if (std::isnan(coef)) {
           *failed_margin = wx;
           return k;
@@ -318,7 +318,6 @@ class PackedPass {
   }
 
  private:
-  const Loss& loss_;
   const RowStep<Loss, kHasL1, kHasValues> step_;
 };
 
@@ -877,6 +876,8 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
                                 StateRecord* record) const {
   const int64_t n = num_examples_;
   const double partitions = static_cast<double>(options.num_loss_partitions);
+  // The margin at each row's last visit (NaN: not visited), turned into
+  // its primal loss in place after the passes.
   double* primal = record != nullptr ? record->primal_losses : nullptr;
   if (record != nullptr) {
     std::fill(primal, primal + n, std::numeric_limits<double>::quiet_NaN());
@@ -954,10 +955,9 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
         record->dual_losses[i] = 0.0;
         continue;
       }
-      if (std::isnan(primal[i])) {
-        primal[i] = s * loss.PrimalLoss(Margin(i, weights, shrinkage),
-                                        h->label);
-      }
+      const double wx =
+          std::isnan(primal[i]) ? Margin(i, weights, shrinkage) : primal[i];
+      primal[i] = s * loss.PrimalLoss(wx, h->label);
       record->dual_losses[i] = s * loss.DualLoss(duals[i], h->label);
     }
   });
