@@ -140,7 +140,8 @@ class RowStep {
 
   // Adds sum_e values[e] * w[ids[e]] over e in [0, nnz).
   template <class Access>
-  __attribute__((always_inline)) void AddSparse(const int32_t* __restrict ids,
+  __attribute__((always_inline))
+  void AddSparse(const int32_t* __restrict ids,
                  const float* __restrict values, int64_t nnz,
                  const double* w, Sums* sums) const {
     auto term = [&](int64_t e) {
@@ -158,7 +159,8 @@ class RowStep {
   }
 
   // Adds x[0, dd) . wd.
-  __attribute__((always_inline)) void AddDense(const float* __restrict x, int64_t dd,
+  __attribute__((always_inline))
+  void AddDense(const float* __restrict x, int64_t dd,
                 const double* __restrict wd, Sums* sums) const {
     int64_t c = 0;
     for (; c + 3 < dd; c += 4) {
@@ -185,7 +187,8 @@ class RowStep {
   // returns NaN, for the caller to report. (Without it a non-finite step is
   // written and the epoch ops report it after the call, CheckEpochResult.)
   template <bool kFloat32Duals = false>
-  __attribute__((always_inline)) double Update(double label, double s, double norm, double wx,
+  __attribute__((always_inline))
+  double Update(double label, double s, double norm, double wx,
                 double* dual) const {
     const double q = Q(s, norm);
     const double old_dual = *dual;
@@ -204,7 +207,8 @@ class RowStep {
   // w[ids[e]] += coef * values[e]. Repeated ids in a row are added twice,
   // which is what their summed value means.
   template <class Access>
-  __attribute__((always_inline)) void ApplySparse(const int32_t* __restrict ids,
+  __attribute__((always_inline))
+  void ApplySparse(const int32_t* __restrict ids,
                    const float* __restrict values, int64_t nnz, double coef,
                    double* w) const {
     for (int64_t e = 0; e < nnz; ++e) {
@@ -212,7 +216,8 @@ class RowStep {
     }
   }
 
-  __attribute__((always_inline)) void ApplyDense(const float* __restrict x, int64_t dd, double coef,
+  __attribute__((always_inline))
+  void ApplyDense(const float* __restrict x, int64_t dd, double coef,
                   double* __restrict wd) const {
     for (int64_t c = 0; c < dd; ++c) wd[c] += coef * x[c];
   }
@@ -222,7 +227,8 @@ class RowStep {
   // dense weights wd. Returns Update's coefficient; *margin is the margin
   // the step saw.
   template <bool kFloat32Duals = false>
-  __attribute__((always_inline)) double Take(const int32_t* __restrict ids, const float* __restrict values,
+  __attribute__((always_inline))
+  double Take(const int32_t* __restrict ids, const float* __restrict values,
               int64_t nnz, const float* __restrict x, int64_t dd,
               double label, double s, double norm, double* dual,
               double* __restrict w, double* __restrict wd,
@@ -378,7 +384,8 @@ class SplitPass {
   void Begin() { Merge(0, size_); }
 
   // Solves the k-th row of this thread's share.
-  __attribute__((always_inline)) inline void Visit(int64_t k) {
+  __attribute__((always_inline))
+  inline void Visit(int64_t k) {
     // The hot weights are in this thread's copy: prefetch only cold ones.
     PrefetchAhead<Header>(s_.buffer, visit_, k, count_, s_.w, s_.duals,
                           [](const Header* h) { return h->num_cold; });
