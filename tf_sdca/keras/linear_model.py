@@ -38,12 +38,9 @@ from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
 # Short loss names (the issue's and Keras users') and the op's names.
 # The name a non-dict input gets.
 DEFAULT_FEATURE = "features"
-# Rows per batch when in-memory data is scored (evaluate, predict) or, with
-# the adaptive visiting order, trained in mini-batches.
+# Rows per batch when in-memory data is scored (evaluate, predict, the
+# validation data of fit).
 DEFAULT_BATCH_SIZE = 8192
-# Rows that stay together when in-memory data is reshuffled between epochs
-# (mini-batches of the adaptive order).
-_SHUFFLE_CHUNK = 64
 
 
 class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
@@ -123,8 +120,7 @@ class LinearModel(keras.Model):
       1/num_loss_partitions of the data whose updates are summed (see
       `tf_sdca.SdcaModel`).
     visit_order: order of the coordinate steps ('permutation', 'uniform',
-      'cyclic' on packed rows; 'adaptive' trains in-memory data in
-      mini-batches through `SdcaModel`).
+      'cyclic', 'adaptive'; see `tf_sdca.sdca_optimizer`).
     seed: seed of the visiting orders.
     gamma: smoothing of the smooth hinge loss.
     num_threads: lock-free threads of each epoch over packed rows (0 or 1:
@@ -578,33 +574,24 @@ class LinearModel(keras.Model):
     self.compile(**config)
 
   # ----------------------------------------------------------------- data
-  def _in_memory(self, x, y=None, sample_weight=None, class_weight=None,
-                 batch_size=None, for_training=False):
-    """Checks in-memory data; returns (dataset of rows, batch size, total
-    example weight or None).
+  def _in_memory(self, x, y=None, sample_weight=None, batch_size=None):
+    """Checks in-memory data to score (evaluate, predict, validation);
+    returns (dataset of rows, batch size, total example weight or None).
 
     Raises:
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
-        domain labels, non-finite features, bad weights or repeated ids.
+        domain labels, non-finite features or bad weights.
     """
     x = {name: _to_host(value) for name, value in self._as_dict(x).items()}
     n = _num_rows(x)
     if y is not None:
       y = _labels(y, n, self.loss_type)
-    if for_training or sample_weight is not None or class_weight:
-      sample_weight = _weights(sample_weight, n, y, class_weight)
+    if sample_weight is not None:
+      sample_weight = _weights(sample_weight, n, y, None)
     spec = self._spec_of({k: v for k, v in x.items()
                           if k != self.example_id}, rows_known=True)
     self._build_spec(spec)
     self._check_values(x)
-    if for_training:
-      if self.example_id in x:
-        ids = x[self.example_id]
-        if tf.size(tf.unique(tf.reshape(ids, [-1]))[0]) != n:
-          raise InvalidInputError(f"feature {self.example_id!r} repeats an "
-                                  "example id: each example needs its own")
-      else:
-        x[self.example_id] = tf.range(n, dtype=tf.int64)
     parts = (x,) if y is None else (
         (x, y) if sample_weight is None else (x, y, sample_weight))
     rows = tf.data.Dataset.from_tensor_slices(parts)
@@ -717,9 +704,15 @@ class LinearModel(keras.Model):
           validation_batch_size=None, validation_freq=1, tol=None):
     """Trains by SDCA; Keras' `fit` with a duality-gap stop.
 
-    After every epoch the exact duality gap is computed over the training
-    data (one extra pass without updates) and logged as `duality_gap`
-    (relative: gap / primal objective), and `loss` becomes the regularised
+    In-memory data is validated and packed once, and every epoch is one
+    step: one `TfSdca>PackedSolve` call visiting every row (the engine of
+    `tf_sdca.trainer.InMemorySdca`, with the same results). A dataset is
+    streamed batch by batch through `tf_sdca.SdcaModel`.
+
+    After every epoch the exact duality gap over the training data is
+    logged as `duality_gap` (relative: gap / primal objective; for packed
+    rows computed by the epoch's call, for a dataset by a pass over it
+    without updates), and `loss` becomes the regularised
     objective per unit of example weight at the epoch's end weights
     (`sum s_i loss_i + l1 |w|_1 + l2/2 |w|^2) / sum s_i`). Training stops
     after the first epoch whose gap is below `tol`: the objective is then
@@ -729,18 +722,15 @@ class LinearModel(keras.Model):
       x: features (see the class docstring) or a `tf.data.Dataset` of
         `(features, labels[, sample_weight])` batches.
       y: labels (not with a dataset).
-      batch_size: rows per SDCA step for in-memory data (default
-        `DEFAULT_BATCH_SIZE`; SDCA is exact within a batch, so larger
-        batches only save overhead).
+      batch_size: rows per batch of in-memory `validation_data` (training
+        visits single rows, so it does not change training).
       epochs: maximum number of passes.
       verbose: Keras' progress output ("auto", 0, 1, 2).
       callbacks: Keras callbacks (EarlyStopping, ModelCheckpoint, ...).
       validation_split: fraction of in-memory rows (the last ones) held out.
       validation_data: `(x, y[, sample_weight])` or a dataset.
-      shuffle: deal the rows of in-memory data, in chunks of 64, into new
-        random batches every epoch (SDCA converges much faster than over
-        fixed batches; the op visits a batch's rows in a random order).
-        False keeps fixed batches in the data's order.
+      shuffle: unused (Keras compatibility): in-memory rows are visited in
+        the order `visit_order` draws every epoch; a dataset in its own.
       class_weight: `{class: weight}` multiplying the example weights.
       sample_weight: `[n]` example weights (>= 0).
       initial_epoch, steps_per_epoch, validation_steps,
@@ -761,53 +751,31 @@ class LinearModel(keras.Model):
           "tf_sdca.SdcaModel to sum the updates of several replicas)")
     if not self.compiled:
       self.compile()
-    packed = False
-    if isinstance(x, tf.data.Dataset):
-      if y is not None or sample_weight is not None:
-        raise ValueError("with a dataset, labels and weights come from it")
-      self._leave_packed()
-      train = self._dataset(x, class_weight, for_training=True)
-      gap_data, total = train, None
-    else:
+    del shuffle
+    packed = not isinstance(x, tf.data.Dataset)
+    if packed:
       if y is None:
         raise ValueError("fit needs labels y")
       if validation_split and validation_data is None:
         x, y, sample_weight, validation_data = _split(
             x, y, sample_weight, validation_split)
-      packed = self.visit_order in sdca_ops.PACKED_VISIT_ORDERS
-    if packed:
       self._packed = self._pack(x, y, sample_weight, class_weight)
       self._gap_data = None
       measure, total = self._packed_gap, self._packed.total_weight
       # One step per epoch: the step is a whole epoch over the packed rows.
       train, steps_per_epoch = tf.data.Dataset.from_tensors(0).repeat(), 1
-    elif not isinstance(x, tf.data.Dataset):
+    else:
+      if y is not None or sample_weight is not None:
+        raise ValueError("with a dataset, labels and weights come from it")
       self._leave_packed()
-      rows, batch, total = self._in_memory(
-          x, y, sample_weight, class_weight, batch_size, for_training=True)
-      gap_data = rows.batch(batch).cache()
-      train = gap_data
-      if shuffle:
-        # Chunks of rows are dealt into new batches every epoch. Fixed
-        # batches in a shuffled order are a poor SDCA order: on 2000 rows
-        # with l2 = 1 and batches of 512 the gap was 1e-4 after 40 epochs,
-        # 1e-11 with chunks of 64 (or single rows) reshuffled; pure numpy
-        # SDCA behaves the same. Chunks keep tf.data's per-element cost low.
-        n = int(rows.cardinality())
-        chunks = rows.batch(_SHUFFLE_CHUNK).cache()
-        train = chunks.shuffle(
-            -(-n // _SHUFFLE_CHUNK), seed=self.seed,
-            reshuffle_each_iteration=True).rebatch(batch)
-        # rebatch hides the number of batches, which Keras needs.
-        train = train.apply(tf.data.experimental.assert_cardinality(
-            -(-n // batch)))
-      train = train.prefetch(tf.data.AUTOTUNE)
+      train = self._dataset(x, class_weight, for_training=True)
+      gap_data, total = train, None
     if validation_data is not None and not isinstance(
         validation_data, tf.data.Dataset):
       vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(
           tuple(validation_data))
       rows, batch, _ = self._in_memory(
-          vx, vy, vsw, None, validation_batch_size or batch_size)
+          vx, vy, vsw, validation_batch_size or batch_size)
       validation_data = rows.batch(batch)
     self._ensure_sdca()
     if not packed:
@@ -824,7 +792,7 @@ class LinearModel(keras.Model):
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
-        shuffle=False,  # done above, batch by batch
+        shuffle=False,
         steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
         validation_freq=validation_freq)
 
@@ -838,7 +806,7 @@ class LinearModel(keras.Model):
     if not self.compiled:
       self.compile()
     if not isinstance(x, tf.data.Dataset):
-      rows, batch, _ = self._in_memory(x, y, sample_weight, None, batch_size)
+      rows, batch, _ = self._in_memory(x, y, sample_weight, batch_size)
       x = rows.batch(batch)
     else:
       x = self._dataset(x)
