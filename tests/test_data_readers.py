@@ -15,6 +15,7 @@ from tf_sdca import metrics
 from tf_sdca.data import cache, criteo, libsvm
 from tf_sdca.data import category_token, generate_criteo_arrays
 from tf_sdca.data import write_criteo_tsv
+from tf_sdca.ops import sdca_ops
 
 
 def _expected_ids(values, bits):
@@ -240,14 +241,34 @@ def test_interrupted_training_resumes_to_the_uninterrupted_model(
       np.testing.assert_array_equal(a[key], b[key])
 
 
+def test_train_packs_the_rows_by_default(generated, tmp_path, monkeypatch):
+  """Plain `train` packs the rows once (TfSdca>PackRows) and runs every
+  epoch, and the exact gap after it, through PackedSolve; `--no-pack` reads
+  the arrays in place (ResidentSolve) instead."""
+  data = os.path.join(generated, "part-00000.tsv")
+  calls = {"pack_rows": 0, "packed_solve": 0, "resident_solve": 0}
+  for name in calls:
+    def counted(*args, _op=getattr(sdca_ops, name), _name=name, **kwargs):
+      calls[_name] += 1
+      return _op(*args, **kwargs)
+    monkeypatch.setattr(sdca_ops, name, counted)
+  assert _train(data, str(tmp_path / "default")) == 0
+  # One pack; per epoch one solve and one exact gap (4 epochs).
+  assert calls == {"pack_rows": 1, "packed_solve": 8, "resident_solve": 0}
+  calls.update(dict.fromkeys(calls, 0))
+  assert _train(data, str(tmp_path / "in_place"), "--no-pack") == 0
+  assert calls == {"pack_rows": 0, "packed_solve": 0, "resident_solve": 8}
+
+
 def test_packed_training_resumes_to_the_in_place_model(generated, tmp_path,
                                                        monkeypatch):
-  """`train --pack` (PackedSolve), interrupted and resumed, ends at the same
-  weights and duals as training in place: the CLI sorts every row's ids, so
-  both paths do the same steps in the same order."""
+  """`train` (packed rows, PackedSolve), interrupted and resumed, ends at
+  the same weights and duals as `train --no-pack` (in place): the CLI sorts
+  every row's ids, so both paths do the same steps in the same order.
+  `--pack`, the default, is still accepted."""
   data = os.path.join(generated, "part-00000.tsv")
   whole = str(tmp_path / "whole")
-  assert _train(data, whole) == 0
+  assert _train(data, whole, "--no-pack") == 0
   packed = str(tmp_path / "packed")
   assert _train_interrupted(monkeypatch, 1, data, packed, "--pack") == (130, 0)
   with np.load(os.path.join(whole, "checkpoint.npz")) as a, \

@@ -9,6 +9,7 @@ A model directory holds:
 Both files are replaced atomically (written to a temporary file, then
 renamed) after every epoch.
 """
+import argparse
 import json
 import os
 import sys
@@ -42,17 +43,20 @@ def add_parsers(sub):
                      help="stop when the relative duality gap is below this")
   train.add_argument("--batch-size", type=int, default=None,
                      help="rows per op call; default: all rows, one "
-                     "ResidentSolve (PackedSolve with --pack) call per "
+                     "PackedSolve (ResidentSolve with --no-pack) call per "
                      "epoch (fastest); smaller batches go through the "
                      "mini-batch op")
   train.add_argument("--threads", type=int, default=0,
-                     help="threads per epoch (0 or 1: one); with --pack "
-                     "lock-free threads over the packed rows (~0.7x the "
-                     "time per epoch with 2); without, one thread")
-  train.add_argument("--pack", action="store_true",
-                     help="pack the rows once (TfSdca>PackRows) for ~1.5x "
-                     "faster epochs, at ~192 more bytes per Criteo row of "
-                     "memory; default: read the arrays in place")
+                     help="threads per epoch (0 or 1: one): lock-free "
+                     "threads over the packed rows (~0.7x the time per "
+                     "epoch with 2); with --no-pack, one thread")
+  train.add_argument("--pack", action=argparse.BooleanOptionalAction,
+                     default=True,
+                     help="pack the rows once (TfSdca>PackRows, the "
+                     "default; --pack is accepted for old scripts) for "
+                     "~1.5x faster epochs than reading the arrays in place, "
+                     "at ~192 more bytes per Criteo row while packing; "
+                     "--no-pack reads them in place (TfSdca>ResidentSolve)")
   train.add_argument("--seed", type=int, default=0)
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
@@ -252,7 +256,7 @@ def train(args):
   labels, features = _features(args.format, arrays, meta)
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        seed=meta["seed"], num_threads=args.threads,
-                       pack=getattr(args, "pack", False))
+                       pack=getattr(args, "pack", True))
   if ckpt is not None:
     model.sparse_weights = ckpt["sparse_weights"]
     model.dense_weights = ckpt["dense_weights"]
