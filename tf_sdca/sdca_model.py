@@ -161,8 +161,7 @@ class _Weights(tf.Module):
       parts = tf.dynamic_partition(local, part, len(self.slots))
     out = []
     for var, slot, idx in zip(self.variables_, self.slots, parts):
-      values = tf.gather(slot, idx)
-      values = tf.sign(values) * tf.maximum(tf.abs(values) - shrink, 0.0)
+      values = _shrink_l1(tf.gather(slot, idx), shrink)
       values = tf.reshape(tf.cast(values, var.dtype),
                           [-1] + var.shape[1:].as_list())
       out.append(var.scatter_update(tf.IndexedSlices(values, idx)))
@@ -172,33 +171,146 @@ class _Weights(tf.Module):
     return tf.concat(self.slots, axis=0) if len(self.slots) > 1 else \
         self.slots[0]
 
+  def distinct_ids(self, ids):
+    """The distinct values of a batch's int64 `ids` (all in `[0, size)`),
+    which the op gets with their weights.
+
+    tf.unique hashes every entry: on 50k Criteo-shaped rows (1.3M ids, a
+    2^20-row table) it took 71-129 ms of a 240 ms `minimize`. Marking the
+    ids in a table-sized vector (DenseBincount with binary output) and
+    listing the marked rows takes ~4 ms; it reads the whole table, so it is
+    used only when the table has at most 4x as many rows as the batch has
+    entries (a 2^24-row table and a small batch keep tf.unique). Passing the
+    whole table instead made the op 1.6x slower (its slots no longer fit
+    the cache).
+    """
+    if self.size >= 2**31:
+      return tf.unique(ids)[0]
+    entries = tf.compat.dimension_value(ids.shape[0])
+    if entries is None:
+      entries = tf.size(ids, out_type=tf.int64)
+
+    def mark():
+      marks = tf.raw_ops.DenseBincount(
+          input=tf.cast(ids, tf.int32), size=self.size,
+          weights=tf.zeros([0], tf.int32), binary_output=True)
+      return tf.reshape(tf.where(marks > 0), [-1])
+
+    return _static_or_cond(entries * _MARK_TABLE_FACTOR >= self.size, mark,
+                           lambda: tf.unique(ids)[0])
+
+  def apply_delta(self, rows, delta):
+    """Adds the op's float32 `delta` of distinct `rows` to the float64
+    slots, and appends the rows to those `update_variables` will write.
+
+    Returns:
+      The assignment of the rows to write (after the update).
+    """
+    with tf.control_dependencies(self.scatter_add(
+        rows, tf.cast(delta, tf.float64))):
+      # Not deduplicated per step (a row written twice gets one value):
+      # only a list longer than the table, after many steps without
+      # update_weights, is.
+      pending = tf.concat([self.touched, rows], 0)
+    pending = _static_or_cond(
+        tf.size(pending, out_type=tf.int64) > self.size,
+        lambda: tf.unique(pending)[0], lambda: pending)
+    return self.touched.assign(pending)
+
+  def assign_add_all(self, delta):
+    """Adds `delta` (all rows, float64) to the slots."""
+    if len(self.slots) == 1:
+      return [self.slots[0].assign_add(delta)]
+    out, start = [], 0
+    for s in self.slots:
+      size = s.shape[0]
+      out.append(s.assign_add(delta[start:start + size]))
+      start += size
+    return out
+
 
 # A weight table at most this many times larger than a batch's sparse
 # entries is marked whole to find the batch's distinct ids.
 _MARK_TABLE_FACTOR = 4
 
 
-def _distinct_ids(ids, size):
-  """The distinct values of int64 `ids`, all in `[0, size)`.
+def _static_or_cond(pred, true_fn, false_fn):
+  """`true_fn()` or `false_fn()` chosen in Python when `pred` is known when
+  the step is built (a Python bool, or any value eagerly), else `tf.cond`."""
+  value = pred if isinstance(pred, bool) else tf.get_static_value(pred)
+  if value is not None:
+    return true_fn() if value else false_fn()
+  return tf.cond(pred, true_fn, false_fn)
 
-  tf.unique hashes every entry: on 50k Criteo-shaped rows (1.3M ids, a
-  2^20-row table) it took 120 ms of a 240 ms `minimize`. Counting the ids
-  in a table-sized vector (bincount) and listing the nonzero rows took
-  17 ms; it reads the whole table, so it is used only when the table is
-  not much larger than the batch (a 2^24-row table and a small batch keep
-  tf.unique).
+
+def _shrink_l1(values, shrink):
+  """`sign(u) max(|u| - shrink, 0)`; `u` itself without L1 (no ops to run:
+  the two differ at most in the sign of a zero)."""
+  if shrink == 0:
+    return values
+  return tf.sign(values) * tf.maximum(tf.abs(values) - shrink, 0.0)
+
+
+# Keys that DenseHashTable reserves for its empty and deleted buckets. An
+# example whose fingerprint is one of them is stored under that key + 2
+# (`_table_keys`): one more 64-bit collision, as likely as any other.
+_EMPTY_KEY = -2**63
+_DELETED_KEY = -2**63 + 1
+# Buckets of a table emptied by a restore (a power of 2, DenseHashTable's
+# default; it grows as keys arrive).
+_RESTORE_BUCKETS = 2**17
+
+
+def _table_keys(keys):
+  """int64 fingerprints as keys of `_ExampleStateTable`."""
+  return tf.where(keys <= _DELETED_KEY, keys + 2, keys)
+
+
+class _ExampleStateTable(tf.lookup.experimental.DenseHashTable):
+  """The `[4]` state rows of examples by key: a DenseHashTable (open
+  addressing; a lookup and an insert of 50k keys in a table of 1M took 0.5
+  and 0.4 ms, against 2.6 and 7.2 ms for a MutableHashTable) that
+  checkpoints as the MutableHashTable it replaced did: `-keys` and
+  `-values` of its entries only, restored by emptying the table and
+  inserting them. Checkpoints written before therefore restore, and
+  checkpoints written now restore into the older model.
   """
-  if size >= 2**31:
-    return tf.unique(ids)[0]
 
-  def mark():
-    counts = tf.math.bincount(tf.cast(ids, tf.int32), minlength=size,
-                              maxlength=size, dtype=tf.int32)
-    return tf.reshape(tf.where(counts > 0), [-1])
+  def __init__(self, name):
+    super().__init__(key_dtype=tf.int64, value_dtype=tf.float32,
+                     default_value=tf.zeros([4], tf.float32),
+                     empty_key=_EMPTY_KEY, deleted_key=_DELETED_KEY,
+                     name=name)
 
-  return tf.cond(
-      tf.size(ids, out_type=tf.int64) * _MARK_TABLE_FACTOR >= size, mark,
-      lambda: tf.unique(ids)[0])
+  def entries(self):
+    """(keys `[m]`, values `[m, 4]`) of the stored examples."""
+    keys, values = self.export()  # every bucket
+    keys = tf.reshape(keys, [-1])
+    values = tf.reshape(values, [-1, 4])
+    used = keys > _DELETED_KEY
+    return tf.boolean_mask(keys, used), tf.boolean_mask(values, used)
+
+  def replace(self, keys, values):
+    """Empties the table, then stores `values` under `keys`."""
+    empty = tf.raw_ops.LookupTableImportV2(
+        table_handle=self.resource_handle,
+        keys=tf.fill([_RESTORE_BUCKETS, 1], tf.constant(_EMPTY_KEY, tf.int64)),
+        values=tf.zeros([_RESTORE_BUCKETS, 4], tf.float32))
+    with tf.control_dependencies([empty]):
+      return self.insert(_table_keys(keys), values)
+
+  def _serialize_to_tensors(self):
+    keys, values = self.entries()
+    return {"-keys": keys, "-values": values}
+
+  def _restore_from_tensors(self, restored_tensors):
+    return self.replace(restored_tensors["-keys"],
+                        restored_tensors["-values"])
+
+  def _copy_trackable_to_cpu(self, object_map):
+    if self not in object_map:
+      object_map[self] = _ExampleStateTable(self._name)
+    object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
 
 
 def _cumsum(values):
@@ -252,10 +364,7 @@ class SdcaModel(tf.Module):
       self._check_examples(examples)
     with tf.init_scope():
       self._tables = [
-          tf.lookup.experimental.MutableHashTable(
-              key_dtype=tf.int64, value_dtype=tf.float32,
-              default_value=tf.zeros([4], tf.float32),
-              name=f"sdca_example_state_{i}")
+          _ExampleStateTable(name=f"sdca_example_state_{i}")
           for i in range(self._options["num_table_shards"])]
       # Mixed into the op's seed: each minimize call visits its batch in a
       # fresh order, even when the batch's duals repeat (all zero in a first
@@ -326,7 +435,7 @@ class SdcaModel(tf.Module):
   # ---------------------------------------------------------------- state
   def _keys(self, examples):
     ids = tf.convert_to_tensor(examples["example_ids"], tf.string)
-    return sdca_ops.sdca_fprint(ids)[:, 0]
+    return _table_keys(sdca_ops.sdca_fprint(ids)[:, 0])
 
   def _shards(self, keys):
     return tf.cast(tf.math.floormod(keys, len(self._tables)), tf.int32)
@@ -398,21 +507,20 @@ class SdcaModel(tf.Module):
                               if v] or [0])
       for g, (col, weights) in enumerate(zip(examples["sparse_features"],
                                              self._sparse)):
-        # Checked before finding the distinct ids (which assumes them in
-        # range), on the extremes only: a clearer message than a failed
-        # gather or partition.
+        # Checked on the extremes before the ids index anything: a clearer
+        # message than a failed gather or the op's "not in sparse_indices".
+        # (The min of no ids is the largest int64, the max the smallest.)
         ids = col.feature_indices
-        low = tf.reduce_min(tf.concat([ids, [0]], 0))
-        high = tf.reduce_max(tf.concat([ids, [-1]], 0))
         in_range = [
             tf.debugging.assert_non_negative(
-                low, message=f"sparse_features[{g}] has a negative id"),
+                tf.reduce_min(ids),
+                message=f"sparse_features[{g}] has a negative id"),
             tf.debugging.assert_less(
-                high, tf.constant(weights.size, tf.int64),
+                tf.reduce_max(ids), tf.constant(weights.size, tf.int64),
                 message=f"sparse_features[{g}] has an id >= {weights.size}, "
                 "the rows of its weight variable")]
         with tf.control_dependencies(in_range):
-          uniq = _distinct_ids(ids, weights.size)
+          uniq = weights.distinct_ids(ids)
         ex_idx.append(col.example_indices)
         feat_idx.append(col.feature_indices)
         if g < last_with_values:
@@ -438,11 +546,9 @@ class SdcaModel(tf.Module):
       with tf.control_dependencies([new_state]):
         updates.append(self._calls.assign_add(1))
       for weights, uniq, delta in zip(self._sparse, uniq_ids, d_sparse):
-        updates += weights.scatter_add(uniq, tf.cast(delta, tf.float64))
-        updates.append(weights.touched.assign(
-            tf.unique(tf.concat([weights.touched, uniq], 0))[0]))
+        updates.append(weights.apply_delta(uniq, delta))
       for weights, delta in zip(self._dense, d_dense):
-        updates += self._dense_assign_add(weights, tf.cast(delta, tf.float64))
+        updates += weights.assign_add_all(tf.cast(delta, tf.float64))
       if global_step is not None:
         with tf.control_dependencies(updates):
           updates.append(global_step.assign_add(1))
@@ -453,17 +559,6 @@ class SdcaModel(tf.Module):
   def _dense_matrix(x):
     x = tf.convert_to_tensor(x, tf.float32)
     return tf.reshape(x, [-1, 1]) if x.shape.rank == 1 else x
-
-  @staticmethod
-  def _dense_assign_add(weights, delta):
-    if len(weights.slots) == 1:
-      return [weights.slots[0].assign_add(delta)]
-    out, start = [], 0
-    for s in weights.slots:
-      size = s.shape[0]
-      out.append(s.assign_add(delta[start:start + size]))
-      start += size
-    return out
 
   @_plain_python
   def update_weights(self, train_op):
@@ -492,7 +587,7 @@ class SdcaModel(tf.Module):
           assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
       for weights in self._dense:
         for var, slot in zip(weights.variables_, weights.slots):
-          shrunk = tf.sign(slot) * tf.maximum(tf.abs(slot) - shrink, 0.0)
+          shrunk = _shrink_l1(slot.read_value(), shrink)
           assigns.append(var.assign(tf.reshape(tf.cast(shrunk, var.dtype),
                                                var.shape)))
       return tf.group(*assigns)
@@ -592,7 +687,7 @@ class SdcaModel(tf.Module):
     """
     keys, values = [], []
     for table in self._tables:
-      k, v = table.export()
+      k, v = table.entries()
       keys.append(k.numpy())
       values.append(v.numpy())
     return dict(keys=np.concatenate(keys),
@@ -611,20 +706,20 @@ class SdcaModel(tf.Module):
                        f"model {len(slots)}")
     for slot, value in zip(slots, state["slots"]):
       slot.assign(np.reshape(value, slot.shape))
-    for table in self._tables:
-      k, _ = table.export()
-      table.remove(k)
-    keys = tf.constant(state["keys"], tf.int64)
+    keys = _table_keys(tf.constant(state["keys"], tf.int64))
     values = tf.constant(np.reshape(state["values"], [-1, 4]), tf.float32)
-    for op in self._insert_state(keys, values):
-      del op
+    shard = self._shards(keys)
+    for i, table in enumerate(self._tables):
+      mine = tf.equal(shard, i)
+      table.replace(tf.boolean_mask(keys, mine),
+                    tf.boolean_mask(values, mine))
     if "calls" in state:
       self._calls.assign(int(state["calls"]))
     shrink = (self._options["symmetric_l1_regularization"] /
               self._options["symmetric_l2_regularization"])
     for weights in self._sparse + self._dense:
       for var, slot in zip(weights.variables_, weights.slots):
-        shrunk = tf.sign(slot) * tf.maximum(tf.abs(slot) - shrink, 0.0)
+        shrunk = _shrink_l1(slot.read_value(), shrink)
         var.assign(tf.reshape(tf.cast(shrunk, var.dtype), var.shape))
 
   @_plain_python
@@ -642,7 +737,7 @@ class SdcaModel(tf.Module):
     """
     total = tf.zeros([4], tf.float64)
     for table in self._tables:
-      _, values = table.export()
+      _, values = table.entries()
       total += tf.reduce_sum(tf.cast(values, tf.float64), axis=0)
     r1, r2 = self._regularization()
     return (total[1] + total[2] + r1 + r2) / total[3]
