@@ -17,14 +17,14 @@ batch (so that all see the same machine conditions):
     called once per batch.
 
 Prints rows/s of each, the ratios to `SdcaOptimizerV2` (same run), each
-model's training objective, and per-phase mean times: for
-`SdcaOptimizerV2` its glue and op; for `SdcaModel` (eager) the op,
-`minimize`'s time outside it, and `update_weights`. `--profile` adds,
-for both `SdcaModel` peers, the time per op type over a few more batches
-(TensorFlow's profiler) and what is left outside the ops' kernels.
+model's training objective, mean times per phase (`SdcaOptimizerV2`: glue
+and op; `SdcaModel` eager: `minimize` and `update_weights`), and then, for
+both `SdcaModel` peers, TensorFlow's profiler over a few more batches: the
+time of each op type's kernels and what is left outside them (Python,
+dispatch).
 
   python bench/bench_sdca_model.py [--rows 1000000] [--batch-size 50000]
-                                   [--epochs 1] [--profile]
+                                   [--epochs 3] [--profile-batches 5]
 """
 import argparse
 import collections
@@ -49,7 +49,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import suite  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tf_sdca  # pylint: disable=g-import-not-at-top,wrong-import-position
-from tf_sdca import sdca_model as sdca_model_module  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 L2 = 1.0
 THEIRS, EAGER, GRAPH = ("SdcaOptimizerV2", "SdcaModel eager",
@@ -127,24 +126,6 @@ class TheirPeer:
     return self.w_sparse, self.w_dense
 
 
-class OpTimer:
-  """Accumulates the time of `tf_sdca.sdca_optimizer` calls made by
-  `SdcaModel` (eagerly the op has run when the call returns)."""
-
-  def __init__(self):
-    self.seconds = 0.0
-    self.enabled = False
-    self._op = sdca_model_module.sdca_ops.sdca_optimizer
-
-  def __call__(self, *args, **kwargs):
-    if not self.enabled:
-      return self._op(*args, **kwargs)
-    t0 = time.perf_counter()
-    out = self._op(*args, **kwargs)
-    self.seconds += time.perf_counter() - t0
-    return out
-
-
 def _model(table):
   sparse = tf.Variable(tf.zeros([table]))
   dense = tf.Variable(tf.zeros([13]))
@@ -159,24 +140,17 @@ class EagerPeer:
   """SdcaModel.minimize + update_weights, eagerly."""
   name = EAGER
 
-  def __init__(self, table, op_timer):
+  def __init__(self, table):
     self.model, self.sparse, self.dense = _model(table)
-    self.op_timer = op_timer
-    # minimize's time outside the op, the op, update_weights.
-    self.times = dict(minimize_glue=0.0, op=0.0, update_weights=0.0)
+    self.times = dict(minimize=0.0, update_weights=0.0)
 
   def step(self, b):
-    self.op_timer.seconds = 0.0
-    self.op_timer.enabled = True
     t0 = time.perf_counter()
     train_op = self.model.minimize(examples=b["examples"])
     t1 = time.perf_counter()
-    self.op_timer.enabled = False
     self.model.update_weights(train_op)
-    t2 = time.perf_counter()
-    self.times["minimize_glue"] += t1 - t0 - self.op_timer.seconds
-    self.times["op"] += self.op_timer.seconds
-    self.times["update_weights"] += t2 - t1
+    self.times["minimize"] += t1 - t0
+    self.times["update_weights"] += time.perf_counter() - t1
 
   def weights(self):
     return self.sparse.numpy(), self.dense.numpy()
@@ -276,12 +250,11 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--rows", type=int, default=1_000_000)
   parser.add_argument("--batch-size", type=int, default=50_000)
-  parser.add_argument("--epochs", type=int, default=1)
+  parser.add_argument("--epochs", type=int, default=3)
   parser.add_argument("--bucket-bits", type=int, default=20)
-  parser.add_argument("--profile", action="store_true",
-                      help="also show the SdcaModel peers' time per op type "
-                      "(TensorFlow's profiler)")
-  parser.add_argument("--profile-batches", type=int, default=5)
+  parser.add_argument("--profile-batches", type=int, default=5,
+                      help="batches profiled per SdcaModel peer, after the "
+                      "timed epochs")
   args = parser.parse_args()
 
   t0 = time.perf_counter()
@@ -297,13 +270,11 @@ def main():
         f"batch), {args.epochs} epoch(s); logistic, l2 = {L2}; data prepared "
         f"in {time.perf_counter() - t0:.1f} s (not timed)")
 
-  op_timer = OpTimer()
-  sdca_model_module.sdca_ops.sdca_optimizer = op_timer
   # Warm-up (tracing, first-call costs) on throwaway peers, one batch each.
-  for peer in (TheirPeer(n, table), EagerPeer(table, op_timer),
+  for peer in (TheirPeer(n, table), EagerPeer(table),
                GraphPeer(table)):
     peer.step(batches[0])
-  peers = [TheirPeer(n, table), EagerPeer(table, op_timer), GraphPeer(table)]
+  peers = [TheirPeer(n, table), EagerPeer(table), GraphPeer(table)]
   peers[2].trace([batches[0], batches[-1]])
   for _ in range(args.epochs):
     for b in batches:
@@ -326,15 +297,13 @@ def main():
     parts = ", ".join(f"{k} {1e3 * v / steps:.1f}"
                       for k, v in peer.times.items())
     print(f"  {peer.name:24s}{parts}")
-  if args.profile:
-    some = batches[:args.profile_batches]
-    print(f"\nTensorFlow's profiler over {len(some)} more batch(es) per "
-          "SdcaModel peer (mean per batch):")
-    with tempfile.TemporaryDirectory() as logdir:
-      for peer in peers[1:]:
-        wall, ops = profile_ops(peer, some, logdir)
-        print_profile(peer.name, wall, ops, len(some))
-
+  some = batches[:args.profile_batches]
+  print(f"\nWhere an SdcaModel step's time goes: TensorFlow's profiler over "
+        f"{len(some)} more batches per peer, mean ms per batch:")
+  with tempfile.TemporaryDirectory() as logdir:
+    for peer in peers[1:]:
+      wall, ops = profile_ops(peer, some, logdir)
+      print_profile(peer.name, wall, ops, len(some))
 
 if __name__ == "__main__":
   main()

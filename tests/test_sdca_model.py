@@ -511,6 +511,10 @@ def test_a_feature_id_outside_its_variable_is_an_error():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=rf"sparse_features\[0\] has an id >= {VOCAB}"):
     model.minimize(examples=bad)
+  negative = dict(ex, sparse_features=[SparseFeatureColumn([0, 1], [3, -1])])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"sparse_features\[0\] has an id .* < 0"):
+    model.minimize(examples=negative)
 
 
 @pytest.mark.parametrize("loss", LOSSES)

@@ -32,6 +32,7 @@ Example:
   ...   model.update_weights(model.minimize())
 """
 import collections
+import functools
 import math
 import numbers
 
@@ -141,15 +142,16 @@ class _Weights(tf.Module):
     return tf.dynamic_stitch(
         positions, [tf.gather(s, p) for s, p in zip(self.slots, pieces)])
 
-  def scatter_add(self, ids, deltas):
+  def scatter_update(self, ids, values):
+    """Writes float64 `values` at distinct global rows `ids`."""
     if len(self.slots) == 1:
-      return [self.slots[0].scatter_add(tf.IndexedSlices(deltas, ids))]
+      return [self.slots[0].scatter_update(tf.IndexedSlices(values, ids))]
     part, local = self._partition(ids)
     n = len(self.slots)
     idx = tf.dynamic_partition(local, part, n)
-    vals = tf.dynamic_partition(deltas, part, n)
-    return [s.scatter_add(tf.IndexedSlices(d, i))
-            for s, i, d in zip(self.slots, idx, vals)]
+    vals = tf.dynamic_partition(values, part, n)
+    return [s.scatter_update(tf.IndexedSlices(v, i))
+            for s, i, v in zip(self.slots, idx, vals)]
 
   def update_variables(self, rows, shrink):
     """Writes shrink(slot) of global `rows` into the user's variables
@@ -192,22 +194,27 @@ class _Weights(tf.Module):
 
     def mark():
       marks = tf.raw_ops.DenseBincount(
-          input=tf.cast(ids, tf.int32), size=self.size,
+          input=ids, size=tf.constant(self.size, tf.int64),
           weights=tf.zeros([0], tf.int32), binary_output=True)
       return tf.reshape(tf.where(marks > 0), [-1])
 
     return _static_or_cond(entries * _MARK_TABLE_FACTOR >= self.size, mark,
                            lambda: tf.unique(ids)[0])
 
-  def apply_delta(self, rows, delta):
+  def apply_delta(self, rows, start, delta):
     """Adds the op's float32 `delta` of distinct `rows` to the float64
-    slots, and appends the rows to those `update_variables` will write.
+    slots, whose values at those rows were `start` (gathered for the op),
+    and appends the rows to those `update_variables` will write.
+
+    Writing `start + delta` is the scatter-add, bit for bit (the rows are
+    distinct and nothing else writes them in between), and took 0.45 ms
+    for 120k rows against 2.2 ms for ResourceScatterAdd.
 
     Returns:
       The assignment of the rows to write (after the update).
     """
-    with tf.control_dependencies(self.scatter_add(
-        rows, tf.cast(delta, tf.float64))):
+    with tf.control_dependencies(self.scatter_update(
+        rows, start + tf.cast(delta, tf.float64))):
       # Not deduplicated per step (a row written twice gets one value):
       # only a list longer than the table, after many steps without
       # update_weights, is.
@@ -311,6 +318,20 @@ class _ExampleStateTable(tf.lookup.experimental.DenseHashTable):
     if self not in object_map:
       object_map[self] = _ExampleStateTable(self._name)
     object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
+
+
+def _batch_tensors(examples):
+  """The fields of a batch that `minimize` reads, as tensors of the op's
+  dtypes (so that a compiled step is traced per structure, not per value)."""
+  def floats(x):
+    return tf.convert_to_tensor(x, tf.float32)
+  return dict(
+      sparse_features=[SparseFeatureColumn(*col)
+                       for col in examples["sparse_features"]],
+      dense_features=[floats(x) for x in examples["dense_features"]],
+      example_weights=floats(examples["example_weights"]),
+      example_labels=floats(examples["example_labels"]),
+      example_ids=tf.convert_to_tensor(examples["example_ids"], tf.string))
 
 
 def _cumsum(values):
@@ -488,72 +509,96 @@ class SdcaModel(tf.Module):
       raise ValueError("no examples: pass examples= or give them to the "
                        "constructor")
     self._check_examples(examples)
-    with tf.name_scope(name or "sdca_minimize"):
-      keys = self._keys(examples)
-      # An id twice in one batch would give the op two duals for one table
-      # row: one would be lost and the weights would stop being w(alpha).
-      unique_check = tf.debugging.assert_equal(
-          tf.size(tf.unique(keys)[0]), tf.size(keys),
-          message="example_ids must be unique within a batch")
-      with tf.control_dependencies([unique_check]):
-        state = self._lookup_state(keys)
-      ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
-      groups_with_values = []
-      for col in examples["sparse_features"]:
-        groups_with_values.append(col.feature_values is not None)
-      # The op takes values for the first groups only; groups without
-      # values get explicit ones when a later group has values.
-      last_with_values = max([i + 1 for i, v in enumerate(groups_with_values)
-                              if v] or [0])
-      for g, (col, weights) in enumerate(zip(examples["sparse_features"],
-                                             self._sparse)):
-        # Checked on the extremes before the ids index anything: a clearer
-        # message than a failed gather or the op's "not in sparse_indices".
-        # (The min of no ids is the largest int64, the max the smallest.)
-        ids = col.feature_indices
-        in_range = [
-            tf.debugging.assert_non_negative(
-                tf.reduce_min(ids),
-                message=f"sparse_features[{g}] has a negative id"),
-            tf.debugging.assert_less(
-                tf.reduce_max(ids), tf.constant(weights.size, tf.int64),
-                message=f"sparse_features[{g}] has an id >= {weights.size}, "
-                "the rows of its weight variable")]
-        with tf.control_dependencies(in_range):
-          uniq = weights.distinct_ids(ids)
-        ex_idx.append(col.example_indices)
-        feat_idx.append(col.feature_indices)
-        if g < last_with_values:
-          feat_val.append(col.feature_values if col.feature_values is not None
-                          else tf.ones_like(col.feature_indices, tf.float32))
-        uniq_ids.append(uniq)
-        sp_weights.append(tf.cast(weights.gather(uniq), tf.float32))
-      dense = [self._dense_matrix(x) for x in examples["dense_features"]]
-      dense_w = [tf.cast(w.all_rows(), tf.float32) for w in self._dense]
-      o = self._options
-      new_state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
-          ex_idx, feat_idx, feat_val, dense,
-          examples["example_weights"], examples["example_labels"], uniq_ids,
-          sp_weights, dense_w, state, loss_type=o["loss_type"],
-          l1=o["symmetric_l1_regularization"],
-          l2=o["symmetric_l2_regularization"],
-          num_loss_partitions=o["num_loss_partitions"],
-          num_inner_iterations=o["num_inner_iterations"],
-          adaptive=o["adaptive"], visit_order=o["visit_order"],
-          seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
-          call_index=self._calls.read_value())
-      updates = self._insert_state(keys, new_state)
-      with tf.control_dependencies([new_state]):
-        updates.append(self._calls.assign_add(1))
-      for weights, uniq, delta in zip(self._sparse, uniq_ids, d_sparse):
-        updates.append(weights.apply_delta(uniq, delta))
-      for weights, delta in zip(self._dense, d_dense):
-        updates += weights.assign_add_all(tf.cast(delta, tf.float64))
+    if tf.executing_eagerly():
+      # One call of the step compiled for the batch's structure: run op by
+      # op, Python and eager dispatch of its ~40 ops took ~5 of ~43 ms per
+      # 50k-row batch, and TensorFlow's executor overlaps the independent
+      # ones.
+      state = self._compiled("minimize", self._minimize_step)(
+          _batch_tensors(examples))
       if global_step is not None:
-        with tf.control_dependencies(updates):
-          updates.append(global_step.assign_add(1))
+        global_step.assign_add(1)
+      return state
+    with tf.name_scope(name or "sdca_minimize"):
+      return self._minimize_step(examples, global_step)
+
+  def _compiled(self, key, fn):
+    """`fn` as a tf.function of this model, built once (traced per batch
+    structure; a second batch shape makes its sizes unknown, not another
+    trace per shape)."""
+    functions = self.__dict__.setdefault("_functions_", {})
+    if key not in functions:
+      functions[key] = tf.function(fn, reduce_retracing=True,
+                                   autograph=False)
+    return functions[key]
+
+  def _minimize_step(self, examples, global_step=None):
+    """The ops of `minimize` (in a graph or a tf.function being traced)."""
+    keys = self._keys(examples)
+    # An id twice in one batch would give the op two duals for one table
+    # row: one would be lost and the weights would stop being w(alpha).
+    unique_check = tf.debugging.assert_equal(
+        tf.size(tf.unique(keys)[0]), tf.size(keys),
+        message="example_ids must be unique within a batch")
+    with tf.control_dependencies([unique_check]):
+      state = self._lookup_state(keys)
+    ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
+    start_values = []
+    groups_with_values = []
+    for col in examples["sparse_features"]:
+      groups_with_values.append(col.feature_values is not None)
+    # The op takes values for the first groups only; groups without
+    # values get explicit ones when a later group has values.
+    last_with_values = max([i + 1 for i, v in enumerate(groups_with_values)
+                            if v] or [0])
+    for g, (col, weights) in enumerate(zip(examples["sparse_features"],
+                                           self._sparse)):
+      # Checked before the ids index anything: a clearer message than a
+      # failed gather or the op's "not in sparse_indices". One pass: as
+      # uint64 a negative id is above every row (the max of no ids is 0).
+      ids = col.feature_indices
+      in_range = tf.debugging.assert_less(
+          tf.reduce_max(tf.bitcast(ids, tf.uint64)),
+          tf.constant(weights.size, tf.uint64),
+          message=f"sparse_features[{g}] has an id >= {weights.size} or "
+          f"< 0, outside the rows of its weight variable")
+      with tf.control_dependencies([in_range]):
+        uniq = weights.distinct_ids(ids)
+      ex_idx.append(col.example_indices)
+      feat_idx.append(col.feature_indices)
+      if g < last_with_values:
+        feat_val.append(col.feature_values if col.feature_values is not None
+                        else tf.ones_like(col.feature_indices, tf.float32))
+      uniq_ids.append(uniq)
+      start_values.append(weights.gather(uniq))
+      sp_weights.append(tf.cast(start_values[-1], tf.float32))
+    dense = [self._dense_matrix(x) for x in examples["dense_features"]]
+    dense_w = [tf.cast(w.all_rows(), tf.float32) for w in self._dense]
+    o = self._options
+    new_state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
+        ex_idx, feat_idx, feat_val, dense,
+        examples["example_weights"], examples["example_labels"], uniq_ids,
+        sp_weights, dense_w, state, loss_type=o["loss_type"],
+        l1=o["symmetric_l1_regularization"],
+        l2=o["symmetric_l2_regularization"],
+        num_loss_partitions=o["num_loss_partitions"],
+        num_inner_iterations=o["num_inner_iterations"],
+        adaptive=o["adaptive"], visit_order=o["visit_order"],
+        seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
+        call_index=self._calls.read_value())
+    updates = self._insert_state(keys, new_state)
+    with tf.control_dependencies([new_state]):
+      updates.append(self._calls.assign_add(1))
+    for weights, uniq, start, delta in zip(self._sparse, uniq_ids,
+                                           start_values, d_sparse):
+      updates.append(weights.apply_delta(uniq, start, delta))
+    for weights, delta in zip(self._dense, d_dense):
+      updates += weights.assign_add_all(tf.cast(delta, tf.float64))
+    if global_step is not None:
       with tf.control_dependencies(updates):
-        return tf.identity(new_state, name="train_op")
+        updates.append(global_step.assign_add(1))
+    with tf.control_dependencies(updates):
+      return tf.identity(new_state, name="train_op")
 
   @staticmethod
   def _dense_matrix(x):
@@ -576,21 +621,30 @@ class SdcaModel(tf.Module):
       return an `Operation`, and automatic control dependencies already
       order the writes.
     """
+    if tf.executing_eagerly():
+      self._compiled("update_weights",
+                     functools.partial(self._update_step, group=False))()
+      return None
     with tf.control_dependencies([train_op]):
-      shrink = (self._options["symmetric_l1_regularization"] /
-                self._options["symmetric_l2_regularization"])
-      assigns = []
-      for weights in self._sparse:
-        rows = weights.touched.read_value()
-        written = weights.update_variables(rows, shrink)
-        with tf.control_dependencies(written):
-          assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
-      for weights in self._dense:
-        for var, slot in zip(weights.variables_, weights.slots):
-          shrunk = _shrink_l1(slot.read_value(), shrink)
-          assigns.append(var.assign(tf.reshape(tf.cast(shrunk, var.dtype),
-                                               var.shape)))
-      return tf.group(*assigns)
+      return self._update_step()
+
+  def _update_step(self, group=True):
+    """The ops of `update_weights`; their grouped op, or None without
+    `group` (a compiled step cannot return an Operation)."""
+    shrink = (self._options["symmetric_l1_regularization"] /
+              self._options["symmetric_l2_regularization"])
+    assigns = []
+    for weights in self._sparse:
+      rows = weights.touched.read_value()
+      written = weights.update_variables(rows, shrink)
+      with tf.control_dependencies(written):
+        assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
+    for weights in self._dense:
+      for var, slot in zip(weights.variables_, weights.slots):
+        shrunk = _shrink_l1(slot.read_value(), shrink)
+        assigns.append(var.assign(tf.reshape(tf.cast(shrunk, var.dtype),
+                                             var.shape)))
+    return tf.group(*assigns) if group else None
 
   # ----------------------------------------------------------- evaluate
   def _shrink(self, w):
