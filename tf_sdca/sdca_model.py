@@ -182,9 +182,9 @@ class _Weights(tf.Module):
     ids in a table-sized vector (DenseBincount with binary output) and
     listing the marked rows takes ~4 ms; it reads the whole table, so it is
     used only when the table has at most 4x as many rows as the batch has
-    entries (a 2^24-row table and a small batch keep tf.unique). Passing the
-    whole table instead made the op 1.6x slower (its slots no longer fit
-    the cache).
+    entries (a 2^24-row table and a small batch keep tf.unique). The op
+    needs the distinct ids, not the whole table: with a slot per table row
+    its slots stop fitting the cache (g3doc/benchmarks.md).
     """
     if self.size >= 2**31:
       return tf.unique(ids)[0]
@@ -263,9 +263,6 @@ def _shrink_l1(values, shrink):
 # (`_table_keys`): one more 64-bit collision, as likely as any other.
 _EMPTY_KEY = -2**63
 _DELETED_KEY = -2**63 + 1
-# Buckets of a table emptied by a restore (a power of 2, DenseHashTable's
-# default; it grows as keys arrive).
-_RESTORE_BUCKETS = 2**17
 
 
 def _table_keys(keys):
@@ -299,11 +296,8 @@ class _ExampleStateTable(tf.lookup.experimental.DenseHashTable):
 
   def replace(self, keys, values):
     """Empties the table, then stores `values` under `keys`."""
-    empty = tf.raw_ops.LookupTableImportV2(
-        table_handle=self.resource_handle,
-        keys=tf.fill([_RESTORE_BUCKETS, 1], tf.constant(_EMPTY_KEY, tf.int64)),
-        values=tf.zeros([_RESTORE_BUCKETS, 4], tf.float32))
-    with tf.control_dependencies([empty]):
+    stored, _ = self.entries()
+    with tf.control_dependencies([self.remove(stored)]):
       return self.insert(_table_keys(keys), values)
 
   def _serialize_to_tensors(self):
@@ -381,6 +375,8 @@ class SdcaModel(tf.Module):
     self._dense = [_Weights(v, f"dense_{i}") for i, v in
                    enumerate(variables["dense_features_weights"])]
     self._examples = examples
+    # The compiled steps of eager calls: not state, not checkpointed.
+    self._functions = self._no_dependency({})
     if examples is not None:
       self._check_examples(examples)
     with tf.init_scope():
@@ -510,10 +506,9 @@ class SdcaModel(tf.Module):
                        "constructor")
     self._check_examples(examples)
     if tf.executing_eagerly():
-      # One call of the step compiled for the batch's structure: run op by
-      # op, Python and eager dispatch of its ~40 ops took ~5 of ~43 ms per
-      # 50k-row batch, and TensorFlow's executor overlaps the independent
-      # ones.
+      # One call of the step compiled for the batch's structure, not ~40
+      # ops dispatched one by one from Python; TensorFlow's executor also
+      # overlaps the independent ones.
       state = self._compiled("minimize", self._minimize_step)(
           _batch_tensors(examples))
       if global_step is not None:
@@ -526,11 +521,10 @@ class SdcaModel(tf.Module):
     """`fn` as a tf.function of this model, built once (traced per batch
     structure; a second batch shape makes its sizes unknown, not another
     trace per shape)."""
-    functions = self.__dict__.setdefault("_functions_", {})
-    if key not in functions:
-      functions[key] = tf.function(fn, reduce_retracing=True,
-                                   autograph=False)
-    return functions[key]
+    if key not in self._functions:
+      self._functions[key] = tf.function(fn, reduce_retracing=True,
+                                         autograph=False)
+    return self._functions[key]
 
   def _minimize_step(self, examples, global_step=None):
     """The ops of `minimize` (in a graph or a tf.function being traced)."""
