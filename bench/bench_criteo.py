@@ -2,6 +2,7 @@
 
   python bench/bench_criteo.py [--rows 10000000] [--files 20] [--epochs 5]
                                [--dir /tmp/tf_sdca_bench] [--keep]
+                               [--no-pack]
 
 Generates `--rows` Criteo-shaped rows as TSV files (the last file held out),
 then, each in a fresh process so that its peak RSS is its own:
@@ -11,7 +12,8 @@ then, each in a fresh process so that its peak RSS is its own:
   3. `tf-sdca evaluate` on the held-out file,
 and prints rows/s end to end (wall time of the process / rows processed),
 rows/s of the SDCA epochs alone, peak RSS, and log loss / AUC of the model
-and of the ground truth on the held-out rows.
+and of the ground truth on the held-out rows. `train` packs the rows (its
+default); `--no-pack` passes `--no-pack` to it (arrays read in place).
 """
 import argparse
 import json
@@ -58,6 +60,8 @@ def main():
   parser.add_argument("--dir", default="/tmp/tf_sdca_bench")
   parser.add_argument("--keep", action="store_true",
                       help="keep the generated files and the model")
+  parser.add_argument("--no-pack", action="store_true",
+                      help="train with --no-pack (arrays read in place)")
   args = parser.parse_args()
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   data_dir = os.path.join(args.dir, f"data-{args.rows}")
@@ -72,14 +76,15 @@ def main():
   train, test = files[:-1], files[-1]
   size = sum(os.path.getsize(f) for f in train)
   common = ["--model-dir", model_dir, "--bucket-bits", str(args.bucket_bits)]
-  first, _, rss_first = _run(["train", *train, *common, "--epochs", "1",
-                              "--tol", "0", "--quiet"])
+  pack = ["--no-pack"] if args.no_pack else []
+  first, _, rss_first = _run(["train", *train, *common, *pack, "--epochs",
+                              "1", "--tol", "0", "--quiet"])
   with open(os.path.join(model_dir, "model.json")) as f:
     meta = json.load(f)
   with open(os.path.join(model_dir, "cache", "manifest.json")) as f:
     parse_seconds = json.load(f)["parse_seconds"]
   rows = meta["rows"]
-  later, _, rss_later = _run(["train", *train, *common, "--resume",
+  later, _, rss_later = _run(["train", *train, *common, *pack, "--resume",
                               "--epochs", str(args.epochs), "--tol", "0",
                               "--quiet"])
   with open(os.path.join(model_dir, "model.json")) as f:
@@ -95,7 +100,8 @@ def main():
   sdca_rate = np.mean([h["rows_per_sec"] for h in cached]) if cached else 0
   print(f"\n{rows:,} training rows in {len(train)} files ({size / 1e9:.2f} "
         f"GB of text), {labels.shape[0]:,} held out; 2^{args.bucket_bits} "
-        "buckets, logistic, l2 = 10")
+        f"buckets, logistic, l2 = 10; rows "
+        f"{'read in place' if args.no_pack else 'packed'}")
   print(f"first epoch (parse + cache + SDCA): {first:.0f} s -> "
         f"{rows / first:,.0f} rows/s end to end (parsing {parse_seconds:.0f}"
         f" s, {rows / parse_seconds:,.0f} rows/s); peak RSS "
