@@ -11,7 +11,7 @@ then, each in a fresh process so that its peak RSS is its own:
   3. `tf-sdca evaluate` on the held-out file,
 and prints rows/s end to end (wall time of the process / rows processed),
 rows/s of the SDCA epochs alone, peak RSS, and log loss / AUC of the model
-and of the ground truth on the held-out rows.
+and of the ground truth on the held-out rows. `train` packs the rows.
 """
 import argparse
 import json
@@ -72,8 +72,8 @@ def main():
   train, test = files[:-1], files[-1]
   size = sum(os.path.getsize(f) for f in train)
   common = ["--model-dir", model_dir, "--bucket-bits", str(args.bucket_bits)]
-  first, _, rss_first = _run(["train", *train, *common, "--epochs", "1",
-                              "--tol", "0", "--quiet"])
+  first, _, rss_first = _run(["train", *train, *common, "--epochs",
+                              "1", "--tol", "0", "--quiet"])
   with open(os.path.join(model_dir, "model.json")) as f:
     meta = json.load(f)
   with open(os.path.join(model_dir, "cache", "manifest.json")) as f:
@@ -95,7 +95,7 @@ def main():
   sdca_rate = np.mean([h["rows_per_sec"] for h in cached]) if cached else 0
   print(f"\n{rows:,} training rows in {len(train)} files ({size / 1e9:.2f} "
         f"GB of text), {labels.shape[0]:,} held out; 2^{args.bucket_bits} "
-        "buckets, logistic, l2 = 10")
+        f"buckets, logistic, l2 = 10; rows packed")
   print(f"first epoch (parse + cache + SDCA): {first:.0f} s -> "
         f"{rows / first:,.0f} rows/s end to end (parsing {parse_seconds:.0f}"
         f" s, {rows / parse_seconds:,.0f} rows/s); peak RSS "

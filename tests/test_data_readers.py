@@ -15,6 +15,7 @@ from tf_sdca import metrics
 from tf_sdca.data import cache, criteo, libsvm
 from tf_sdca.data import category_token, generate_criteo_arrays
 from tf_sdca.data import write_criteo_tsv
+from tf_sdca.ops import sdca_ops
 
 
 def _expected_ids(values, bits):
@@ -240,21 +241,19 @@ def test_interrupted_training_resumes_to_the_uninterrupted_model(
       np.testing.assert_array_equal(a[key], b[key])
 
 
-def test_packed_training_resumes_to_the_in_place_model(generated, tmp_path,
-                                                       monkeypatch):
-  """`train --pack` (PackedSolve), interrupted and resumed, ends at the same
-  weights and duals as training in place: the CLI sorts every row's ids, so
-  both paths do the same steps in the same order."""
+def test_train_packs_the_rows_by_default(generated, tmp_path, monkeypatch):
+  """Plain `train` packs the rows once (TfSdca>PackRows) and runs every
+  epoch, and the exact gap after it, through PackedSolve."""
   data = os.path.join(generated, "part-00000.tsv")
-  whole = str(tmp_path / "whole")
-  assert _train(data, whole) == 0
-  packed = str(tmp_path / "packed")
-  assert _train_interrupted(monkeypatch, 1, data, packed, "--pack") == (130, 0)
-  with np.load(os.path.join(whole, "checkpoint.npz")) as a, \
-      np.load(os.path.join(packed, "checkpoint.npz")) as b:
-    assert int(a["epoch"]) == int(b["epoch"]) == 4
-    for key in ("sparse_weights", "dense_weights", "duals"):
-      np.testing.assert_array_equal(a[key], b[key])
+  calls = {"pack_rows": 0, "packed_solve": 0}
+  for name in calls:
+    def counted(*args, _op=getattr(sdca_ops, name), _name=name, **kwargs):
+      calls[_name] += 1
+      return _op(*args, **kwargs)
+    monkeypatch.setattr(sdca_ops, name, counted)
+  assert _train(data, str(tmp_path / "default")) == 0
+  # One pack; per epoch one solve and one exact gap (4 epochs).
+  assert calls == {"pack_rows": 1, "packed_solve": 8}
 
 
 def test_two_threads_resume_close_to_one_thread(generated, tmp_path,

@@ -317,6 +317,41 @@ def test_checkpoint_restore_in_a_new_process_continues_identically(tmp_path):
                                 uninterrupted)
 
 
+def _hash_table_model(monkeypatch):
+  """A model whose example state lives in MutableHashTables, as it did
+  before DenseHashTable: what older checkpoints hold."""
+  from tf_sdca import sdca_model  # pylint: disable=import-outside-toplevel
+  with monkeypatch.context() as patch:
+    patch.setattr(sdca_model, "_ExampleStateTable", lambda name: (
+        tf.lookup.experimental.MutableHashTable(
+            tf.int64, tf.float32, tf.zeros([4], tf.float32), name=name)))
+    return _checkpoint_setup()
+
+
+@pytest.mark.parametrize("written_by", ["MutableHashTable", "DenseHashTable"])
+def test_checkpoints_restore_across_the_example_state_tables(
+    tmp_path, monkeypatch, written_by):
+  """A checkpoint of a model whose example state was in MutableHashTables
+  restores into today's model and continues exactly as the writer does;
+  today's checkpoints restore into such a model too (the same `-keys` and
+  `-values` tensors)."""
+  old = _hash_table_model(monkeypatch)
+  new = _checkpoint_setup()
+  writer, reader = (old, new) if written_by == "MutableHashTable" else (
+      new, old)
+  batches, model, variables = writer
+  _train(model, batches, 2)
+  model.minimize(examples=batches[1])  # rows not yet written: saved too
+  tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+  _train(model, batches, 2)
+  _, restored, restored_variables = reader
+  tf.train.Checkpoint(model=restored).read(
+      str(tmp_path / "ckpt")).assert_existing_objects_matched()
+  assert sum(int(t.size()) for t in restored._tables) == N
+  _train(restored, batches, 2)
+  np.testing.assert_array_equal(_flat(restored_variables), _flat(variables))
+
+
 def test_training_inside_a_tf_function_loop():
   x, ids, y, s = _data("logistic_loss", seed=7)
   ex = _examples(x, ids, y, s)
@@ -476,6 +511,10 @@ def test_a_feature_id_outside_its_variable_is_an_error():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=rf"sparse_features\[0\] has an id >= {VOCAB}"):
     model.minimize(examples=bad)
+  negative = dict(ex, sparse_features=[SparseFeatureColumn([0, 1], [3, -1])])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"sparse_features\[0\] has an id .* < 0"):
+    model.minimize(examples=negative)
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -594,3 +633,72 @@ def test_a_batch_can_be_a_tf_function_argument():
   for eager, graph in zip(*weights):
     np.testing.assert_allclose(eager, graph, rtol=1e-6)
   assert np.abs(weights[1][0]).max() > 0
+
+
+def _stream(model, batches, steps, compiled):
+  def step(examples):
+    model.update_weights(model.minimize(examples=examples))
+  if compiled:
+    # Unknown batch sizes: the step is built once for every batch, and the
+    # model chooses between its paths inside the graph (tf.cond).
+    step = tf.function(step, reduce_retracing=True)
+    step.get_concrete_function(tf.nest.map_structure(
+        lambda t: None if t is None else tf.TensorSpec(
+            [None] + t.shape[1:].as_list(), t.dtype), batches[0]))
+  for k in range(steps):
+    step(batches[k % len(batches)])
+
+
+def _tensor_batches(x, ids, y, s, sizes):
+  out, start = [], 0
+  for size in sizes:
+    ex = _examples(x, ids, y, s, rows=np.arange(start, start + size))
+    col = ex["sparse_features"][0]
+    out.append(dict(
+        sparse_features=[SparseFeatureColumn(col.example_indices,
+                                             col.feature_indices)],
+        dense_features=[tf.constant(v) for v in ex["dense_features"]],
+        example_weights=tf.constant(ex["example_weights"]),
+        example_labels=tf.constant(ex["example_labels"]),
+        example_ids=tf.constant(ex["example_ids"])))
+    start += size
+  return out
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_marked_and_hashed_distinct_ids_give_identical_weights(
+    compiled, monkeypatch):
+  """A batch's distinct feature ids are found by marking a table at most 4x
+  its entries, by tf.unique in a larger one: the same steps either way, bit
+  for bit, eagerly and in a tf.function that does not know the batch
+  sizes (the choice is then made in the graph)."""
+  from tf_sdca import sdca_model  # pylint: disable=import-outside-toplevel
+  x, ids, y, s = _data("logistic_loss", seed=31)
+  batches = _tensor_batches(x, ids, y, s, [20, 35, 25])
+  results = []
+  for factor in (10**6, 0):  # every table marked; none
+    monkeypatch.setattr(sdca_model, "_MARK_TABLE_FACTOR", factor)
+    model, variables = _model(None, "logistic_loss", partitioned=True)
+    _stream(model, batches, 7, compiled)
+    results.append((_flat(variables), model.get_state()))
+  (w_marked, st_marked), (w_hashed, st_hashed) = results
+  np.testing.assert_array_equal(w_marked, w_hashed)
+  for a, b in zip(st_marked["slots"], st_hashed["slots"]):
+    np.testing.assert_array_equal(a, b)
+  assert np.abs(w_marked).max() > 0
+
+
+def test_rows_to_write_stay_bounded_without_update_weights():
+  """Steps without update_weights append the rows they change; the list is
+  deduplicated once it outgrows the table, and the next update_weights
+  writes them all."""
+  x, ids, y, s = _data("squared_loss", seed=32)
+  ex = _examples(x, ids, y, s)
+  model, variables = _model(ex, "squared_loss")
+  for _ in range(12):
+    model.minimize()
+    assert model._sparse[0].touched.numpy().size <= 2 * VOCAB
+  model.update_weights(model.minimize())
+  np.testing.assert_allclose(_flat(variables)[:VOCAB],
+                             model._sparse[0].slots[0].numpy(), rtol=1e-6)
+  assert model._sparse[0].touched.numpy().size == 0

@@ -3,7 +3,7 @@
   tf-sdca generate --rows N --out DIR [--files K] [--seed S]
   tf-sdca train DATA... --model-dir DIR [--format criteo|libsvm] [--loss L]
                 [--l1 X] [--l2 X] [--epochs E] [--tol T] [--batch-size B]
-                [--threads T] [--pack] [--bucket-bits K] [--resume]
+                [--threads T] [--bucket-bits K] [--resume]
                 [--skip-bad-lines]
   tf-sdca evaluate DATA... --model-dir DIR
   tf-sdca predict DATA... --model-dir DIR --out FILE
@@ -12,8 +12,9 @@
 
 `generate` writes Criteo-shaped synthetic click logs (TSV, known ground
 truth). `train` parses the files once into a binary cache in the model
-directory (later runs memory-map it), trains by SDCA with a progress bar
-(rows/s; the exact duality gap after each epoch) and checkpoints the weights
+directory (later runs memory-map it), trains by SDCA on the rows packed once
+(`TfSdca>PackRows`) with a progress
+bar (rows/s; the exact duality gap after each epoch) and checkpoints the weights
 and the dual state after every epoch, atomically: a Ctrl-C or a kill loses at
 most the current epoch, and `--resume` continues to the same model an
 uninterrupted run gives. `evaluate` prints log loss, AUC and accuracy;

@@ -9,6 +9,7 @@ A model directory holds:
 Both files are replaced atomically (written to a temporary file, then
 renamed) after every epoch.
 """
+import argparse
 import json
 import os
 import sys
@@ -42,17 +43,15 @@ def add_parsers(sub):
                      help="stop when the relative duality gap is below this")
   train.add_argument("--batch-size", type=int, default=None,
                      help="rows per op call; default: all rows, one "
-                     "ResidentSolve (PackedSolve with --pack) call per "
-                     "epoch (fastest); smaller batches go through the "
-                     "mini-batch op")
+                     "PackedSolve call per epoch (fastest); smaller batches "
+                     "go through the mini-batch op")
   train.add_argument("--threads", type=int, default=0,
-                     help="threads per epoch (0 or 1: one); with --pack "
-                     "lock-free threads over the packed rows (~0.7x the "
-                     "time per epoch with 2); without, one thread")
-  train.add_argument("--pack", action="store_true",
-                     help="pack the rows once (TfSdca>PackRows) for ~1.5x "
-                     "faster epochs, at ~192 more bytes per Criteo row of "
-                     "memory; default: read the arrays in place")
+                     help="threads per epoch (0 or 1: one): lock-free "
+                     "threads over the packed rows (~0.7x the time per "
+                     "epoch with 2)")
+  # The rows are always packed (TfSdca>PackRows); --pack is still accepted
+  # from scripts written when it was an option.
+  train.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)
   train.add_argument("--seed", type=int, default=0)
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
@@ -251,8 +250,7 @@ def train(args):
     ckpt = None
   labels, features = _features(args.format, arrays, meta)
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
-                       seed=meta["seed"], num_threads=args.threads,
-                       pack=getattr(args, "pack", False))
+                       seed=meta["seed"], num_threads=args.threads)
   if ckpt is not None:
     model.sparse_weights = ckpt["sparse_weights"]
     model.dense_weights = ckpt["dense_weights"]

@@ -32,6 +32,7 @@ Example:
   ...   model.update_weights(model.minimize())
 """
 import collections
+import functools
 import math
 import numbers
 
@@ -141,15 +142,16 @@ class _Weights(tf.Module):
     return tf.dynamic_stitch(
         positions, [tf.gather(s, p) for s, p in zip(self.slots, pieces)])
 
-  def scatter_add(self, ids, deltas):
+  def scatter_update(self, ids, values):
+    """Writes float64 `values` at distinct global rows `ids`."""
     if len(self.slots) == 1:
-      return [self.slots[0].scatter_add(tf.IndexedSlices(deltas, ids))]
+      return [self.slots[0].scatter_update(tf.IndexedSlices(values, ids))]
     part, local = self._partition(ids)
     n = len(self.slots)
     idx = tf.dynamic_partition(local, part, n)
-    vals = tf.dynamic_partition(deltas, part, n)
-    return [s.scatter_add(tf.IndexedSlices(d, i))
-            for s, i, d in zip(self.slots, idx, vals)]
+    vals = tf.dynamic_partition(values, part, n)
+    return [s.scatter_update(tf.IndexedSlices(v, i))
+            for s, i, v in zip(self.slots, idx, vals)]
 
   def update_variables(self, rows, shrink):
     """Writes shrink(slot) of global `rows` into the user's variables
@@ -161,8 +163,7 @@ class _Weights(tf.Module):
       parts = tf.dynamic_partition(local, part, len(self.slots))
     out = []
     for var, slot, idx in zip(self.variables_, self.slots, parts):
-      values = tf.gather(slot, idx)
-      values = tf.sign(values) * tf.maximum(tf.abs(values) - shrink, 0.0)
+      values = _shrink_l1(tf.gather(slot, idx), shrink)
       values = tf.reshape(tf.cast(values, var.dtype),
                           [-1] + var.shape[1:].as_list())
       out.append(var.scatter_update(tf.IndexedSlices(values, idx)))
@@ -172,33 +173,159 @@ class _Weights(tf.Module):
     return tf.concat(self.slots, axis=0) if len(self.slots) > 1 else \
         self.slots[0]
 
+  def distinct_ids(self, ids):
+    """The distinct values of a batch's int64 `ids` (all in `[0, size)`),
+    which the op gets with their weights.
+
+    tf.unique hashes every entry: on 50k Criteo-shaped rows (1.3M ids, a
+    2^20-row table) it took 71-129 ms of a 240 ms `minimize`. Marking the
+    ids in a table-sized vector (DenseBincount with binary output) and
+    listing the marked rows takes ~4 ms; it reads the whole table, so it is
+    used only when the table has at most 4x as many rows as the batch has
+    entries (a 2^24-row table and a small batch keep tf.unique). The op
+    needs the distinct ids, not the whole table: with a slot per table row
+    its slots stop fitting the cache (g3doc/benchmarks.md).
+    """
+    if self.size >= 2**31:
+      return tf.unique(ids)[0]
+    entries = tf.compat.dimension_value(ids.shape[0])
+    if entries is None:
+      entries = tf.size(ids, out_type=tf.int64)
+
+    def mark():
+      marks = tf.raw_ops.DenseBincount(
+          input=ids, size=tf.constant(self.size, tf.int64),
+          weights=tf.zeros([0], tf.int32), binary_output=True)
+      return tf.reshape(tf.where(marks > 0), [-1])
+
+    return _static_or_cond(entries * _MARK_TABLE_FACTOR >= self.size, mark,
+                           lambda: tf.unique(ids)[0])
+
+  def apply_delta(self, rows, start, delta):
+    """Adds the op's float32 `delta` of distinct `rows` to the float64
+    slots, whose values at those rows were `start` (gathered for the op),
+    and appends the rows to those `update_variables` will write.
+
+    Writing `start + delta` is the scatter-add, bit for bit (the rows are
+    distinct and nothing else writes them in between), and took 0.45 ms
+    for 120k rows against 2.2 ms for ResourceScatterAdd.
+
+    Returns:
+      The assignment of the rows to write (after the update).
+    """
+    with tf.control_dependencies(self.scatter_update(
+        rows, start + tf.cast(delta, tf.float64))):
+      # Not deduplicated per step (a row written twice gets one value):
+      # only a list longer than the table, after many steps without
+      # update_weights, is.
+      pending = tf.concat([self.touched, rows], 0)
+    pending = _static_or_cond(
+        tf.size(pending, out_type=tf.int64) > self.size,
+        lambda: tf.unique(pending)[0], lambda: pending)
+    return self.touched.assign(pending)
+
+  def assign_add_all(self, delta):
+    """Adds `delta` (all rows, float64) to the slots."""
+    if len(self.slots) == 1:
+      return [self.slots[0].assign_add(delta)]
+    out, start = [], 0
+    for s in self.slots:
+      size = s.shape[0]
+      out.append(s.assign_add(delta[start:start + size]))
+      start += size
+    return out
+
 
 # A weight table at most this many times larger than a batch's sparse
 # entries is marked whole to find the batch's distinct ids.
 _MARK_TABLE_FACTOR = 4
 
 
-def _distinct_ids(ids, size):
-  """The distinct values of int64 `ids`, all in `[0, size)`.
+def _static_or_cond(pred, true_fn, false_fn):
+  """`true_fn()` or `false_fn()` chosen in Python when `pred` is known when
+  the step is built (a Python bool, or any value eagerly), else `tf.cond`."""
+  value = pred if isinstance(pred, bool) else tf.get_static_value(pred)
+  if value is not None:
+    return true_fn() if value else false_fn()
+  return tf.cond(pred, true_fn, false_fn)
 
-  tf.unique hashes every entry: on 50k Criteo-shaped rows (1.3M ids, a
-  2^20-row table) it took 120 ms of a 240 ms `minimize`. Counting the ids
-  in a table-sized vector (bincount) and listing the nonzero rows took
-  17 ms; it reads the whole table, so it is used only when the table is
-  not much larger than the batch (a 2^24-row table and a small batch keep
-  tf.unique).
+
+def _shrink_l1(values, shrink):
+  """`sign(u) max(|u| - shrink, 0)`; `u` itself without L1 (no ops to run:
+  the two differ at most in the sign of a zero)."""
+  if shrink == 0:
+    return values
+  return tf.sign(values) * tf.maximum(tf.abs(values) - shrink, 0.0)
+
+
+# Keys that DenseHashTable reserves for its empty and deleted buckets. An
+# example whose fingerprint is one of them is stored under that key + 2
+# (`_table_keys`): one more 64-bit collision, as likely as any other.
+_EMPTY_KEY = -2**63
+_DELETED_KEY = -2**63 + 1
+
+
+def _table_keys(keys):
+  """int64 fingerprints as keys of `_ExampleStateTable`."""
+  return tf.where(keys <= _DELETED_KEY, keys + 2, keys)
+
+
+class _ExampleStateTable(tf.lookup.experimental.DenseHashTable):
+  """The `[4]` state rows of examples by key: a DenseHashTable (open
+  addressing; a lookup and an insert of 50k keys in a table of 1M took 0.5
+  and 0.4 ms, against 2.6 and 7.2 ms for a MutableHashTable) that
+  checkpoints as the MutableHashTable it replaced did: `-keys` and
+  `-values` of its entries only, restored by emptying the table and
+  inserting them. Checkpoints written before therefore restore, and
+  checkpoints written now restore into the older model.
   """
-  if size >= 2**31:
-    return tf.unique(ids)[0]
 
-  def mark():
-    counts = tf.math.bincount(tf.cast(ids, tf.int32), minlength=size,
-                              maxlength=size, dtype=tf.int32)
-    return tf.reshape(tf.where(counts > 0), [-1])
+  def __init__(self, name):
+    super().__init__(key_dtype=tf.int64, value_dtype=tf.float32,
+                     default_value=tf.zeros([4], tf.float32),
+                     empty_key=_EMPTY_KEY, deleted_key=_DELETED_KEY,
+                     name=name)
 
-  return tf.cond(
-      tf.size(ids, out_type=tf.int64) * _MARK_TABLE_FACTOR >= size, mark,
-      lambda: tf.unique(ids)[0])
+  def entries(self):
+    """(keys `[m]`, values `[m, 4]`) of the stored examples."""
+    keys, values = self.export()  # every bucket
+    keys = tf.reshape(keys, [-1])
+    values = tf.reshape(values, [-1, 4])
+    used = keys > _DELETED_KEY
+    return tf.boolean_mask(keys, used), tf.boolean_mask(values, used)
+
+  def replace(self, keys, values):
+    """Empties the table, then stores `values` under `keys`."""
+    stored, _ = self.entries()
+    with tf.control_dependencies([self.remove(stored)]):
+      return self.insert(_table_keys(keys), values)
+
+  def _serialize_to_tensors(self):
+    keys, values = self.entries()
+    return {"-keys": keys, "-values": values}
+
+  def _restore_from_tensors(self, restored_tensors):
+    return self.replace(restored_tensors["-keys"],
+                        restored_tensors["-values"])
+
+  def _copy_trackable_to_cpu(self, object_map):
+    if self not in object_map:
+      object_map[self] = _ExampleStateTable(self._name)
+    object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
+
+
+def _batch_tensors(examples):
+  """The fields of a batch that `minimize` reads, as tensors of the op's
+  dtypes (so that a compiled step is traced per structure, not per value)."""
+  def floats(x):
+    return tf.convert_to_tensor(x, tf.float32)
+  return dict(
+      sparse_features=[SparseFeatureColumn(*col)
+                       for col in examples["sparse_features"]],
+      dense_features=[floats(x) for x in examples["dense_features"]],
+      example_weights=floats(examples["example_weights"]),
+      example_labels=floats(examples["example_labels"]),
+      example_ids=tf.convert_to_tensor(examples["example_ids"], tf.string))
 
 
 def _cumsum(values):
@@ -248,14 +375,13 @@ class SdcaModel(tf.Module):
     self._dense = [_Weights(v, f"dense_{i}") for i, v in
                    enumerate(variables["dense_features_weights"])]
     self._examples = examples
+    # The compiled steps of eager calls: not state, not checkpointed.
+    self._functions = self._no_dependency({})
     if examples is not None:
       self._check_examples(examples)
     with tf.init_scope():
       self._tables = [
-          tf.lookup.experimental.MutableHashTable(
-              key_dtype=tf.int64, value_dtype=tf.float32,
-              default_value=tf.zeros([4], tf.float32),
-              name=f"sdca_example_state_{i}")
+          _ExampleStateTable(name=f"sdca_example_state_{i}")
           for i in range(self._options["num_table_shards"])]
       # Mixed into the op's seed: each minimize call visits its batch in a
       # fresh order, even when the batch's duals repeat (all zero in a first
@@ -326,7 +452,7 @@ class SdcaModel(tf.Module):
   # ---------------------------------------------------------------- state
   def _keys(self, examples):
     ids = tf.convert_to_tensor(examples["example_ids"], tf.string)
-    return sdca_ops.sdca_fprint(ids)[:, 0]
+    return _table_keys(sdca_ops.sdca_fprint(ids)[:, 0])
 
   def _shards(self, keys):
     return tf.cast(tf.math.floormod(keys, len(self._tables)), tf.int32)
@@ -379,91 +505,99 @@ class SdcaModel(tf.Module):
       raise ValueError("no examples: pass examples= or give them to the "
                        "constructor")
     self._check_examples(examples)
-    with tf.name_scope(name or "sdca_minimize"):
-      keys = self._keys(examples)
-      # An id twice in one batch would give the op two duals for one table
-      # row: one would be lost and the weights would stop being w(alpha).
-      unique_check = tf.debugging.assert_equal(
-          tf.size(tf.unique(keys)[0]), tf.size(keys),
-          message="example_ids must be unique within a batch")
-      with tf.control_dependencies([unique_check]):
-        state = self._lookup_state(keys)
-      ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
-      groups_with_values = []
-      for col in examples["sparse_features"]:
-        groups_with_values.append(col.feature_values is not None)
-      # The op takes values for the first groups only; groups without
-      # values get explicit ones when a later group has values.
-      last_with_values = max([i + 1 for i, v in enumerate(groups_with_values)
-                              if v] or [0])
-      for g, (col, weights) in enumerate(zip(examples["sparse_features"],
-                                             self._sparse)):
-        # Checked before finding the distinct ids (which assumes them in
-        # range), on the extremes only: a clearer message than a failed
-        # gather or partition.
-        ids = col.feature_indices
-        low = tf.reduce_min(tf.concat([ids, [0]], 0))
-        high = tf.reduce_max(tf.concat([ids, [-1]], 0))
-        in_range = [
-            tf.debugging.assert_non_negative(
-                low, message=f"sparse_features[{g}] has a negative id"),
-            tf.debugging.assert_less(
-                high, tf.constant(weights.size, tf.int64),
-                message=f"sparse_features[{g}] has an id >= {weights.size}, "
-                "the rows of its weight variable")]
-        with tf.control_dependencies(in_range):
-          uniq = _distinct_ids(ids, weights.size)
-        ex_idx.append(col.example_indices)
-        feat_idx.append(col.feature_indices)
-        if g < last_with_values:
-          feat_val.append(col.feature_values if col.feature_values is not None
-                          else tf.ones_like(col.feature_indices, tf.float32))
-        uniq_ids.append(uniq)
-        sp_weights.append(tf.cast(weights.gather(uniq), tf.float32))
-      dense = [self._dense_matrix(x) for x in examples["dense_features"]]
-      dense_w = [tf.cast(w.all_rows(), tf.float32) for w in self._dense]
-      o = self._options
-      new_state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
-          ex_idx, feat_idx, feat_val, dense,
-          examples["example_weights"], examples["example_labels"], uniq_ids,
-          sp_weights, dense_w, state, loss_type=o["loss_type"],
-          l1=o["symmetric_l1_regularization"],
-          l2=o["symmetric_l2_regularization"],
-          num_loss_partitions=o["num_loss_partitions"],
-          num_inner_iterations=o["num_inner_iterations"],
-          adaptive=o["adaptive"], visit_order=o["visit_order"],
-          seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
-          call_index=self._calls.read_value())
-      updates = self._insert_state(keys, new_state)
-      with tf.control_dependencies([new_state]):
-        updates.append(self._calls.assign_add(1))
-      for weights, uniq, delta in zip(self._sparse, uniq_ids, d_sparse):
-        updates += weights.scatter_add(uniq, tf.cast(delta, tf.float64))
-        updates.append(weights.touched.assign(
-            tf.unique(tf.concat([weights.touched, uniq], 0))[0]))
-      for weights, delta in zip(self._dense, d_dense):
-        updates += self._dense_assign_add(weights, tf.cast(delta, tf.float64))
+    if tf.executing_eagerly():
+      # One call of the step compiled for the batch's structure, not ~40
+      # ops dispatched one by one from Python; TensorFlow's executor also
+      # overlaps the independent ones.
+      state = self._compiled("minimize", self._minimize_step)(
+          _batch_tensors(examples))
       if global_step is not None:
-        with tf.control_dependencies(updates):
-          updates.append(global_step.assign_add(1))
+        global_step.assign_add(1)
+      return state
+    with tf.name_scope(name or "sdca_minimize"):
+      return self._minimize_step(examples, global_step)
+
+  def _compiled(self, key, fn):
+    """`fn` as a tf.function of this model, built once (traced per batch
+    structure; a second batch shape makes its sizes unknown, not another
+    trace per shape)."""
+    if key not in self._functions:
+      self._functions[key] = tf.function(fn, reduce_retracing=True,
+                                         autograph=False)
+    return self._functions[key]
+
+  def _minimize_step(self, examples, global_step=None):
+    """The ops of `minimize` (in a graph or a tf.function being traced)."""
+    keys = self._keys(examples)
+    # An id twice in one batch would give the op two duals for one table
+    # row: one would be lost and the weights would stop being w(alpha).
+    unique_check = tf.debugging.assert_equal(
+        tf.size(tf.unique(keys)[0]), tf.size(keys),
+        message="example_ids must be unique within a batch")
+    with tf.control_dependencies([unique_check]):
+      state = self._lookup_state(keys)
+    ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
+    start_values = []
+    groups_with_values = []
+    for col in examples["sparse_features"]:
+      groups_with_values.append(col.feature_values is not None)
+    # The op takes values for the first groups only; groups without
+    # values get explicit ones when a later group has values.
+    last_with_values = max([i + 1 for i, v in enumerate(groups_with_values)
+                            if v] or [0])
+    for g, (col, weights) in enumerate(zip(examples["sparse_features"],
+                                           self._sparse)):
+      # Checked before the ids index anything: a clearer message than a
+      # failed gather or the op's "not in sparse_indices". One pass: as
+      # uint64 a negative id is above every row (the max of no ids is 0).
+      ids = col.feature_indices
+      in_range = tf.debugging.assert_less(
+          tf.reduce_max(tf.bitcast(ids, tf.uint64)),
+          tf.constant(weights.size, tf.uint64),
+          message=f"sparse_features[{g}] has an id >= {weights.size} or "
+          f"< 0, outside the rows of its weight variable")
+      with tf.control_dependencies([in_range]):
+        uniq = weights.distinct_ids(ids)
+      ex_idx.append(col.example_indices)
+      feat_idx.append(col.feature_indices)
+      if g < last_with_values:
+        feat_val.append(col.feature_values if col.feature_values is not None
+                        else tf.ones_like(col.feature_indices, tf.float32))
+      uniq_ids.append(uniq)
+      start_values.append(weights.gather(uniq))
+      sp_weights.append(tf.cast(start_values[-1], tf.float32))
+    dense = [self._dense_matrix(x) for x in examples["dense_features"]]
+    dense_w = [tf.cast(w.all_rows(), tf.float32) for w in self._dense]
+    o = self._options
+    new_state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
+        ex_idx, feat_idx, feat_val, dense,
+        examples["example_weights"], examples["example_labels"], uniq_ids,
+        sp_weights, dense_w, state, loss_type=o["loss_type"],
+        l1=o["symmetric_l1_regularization"],
+        l2=o["symmetric_l2_regularization"],
+        num_loss_partitions=o["num_loss_partitions"],
+        num_inner_iterations=o["num_inner_iterations"],
+        adaptive=o["adaptive"], visit_order=o["visit_order"],
+        seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
+        call_index=self._calls.read_value())
+    updates = self._insert_state(keys, new_state)
+    with tf.control_dependencies([new_state]):
+      updates.append(self._calls.assign_add(1))
+    for weights, uniq, start, delta in zip(self._sparse, uniq_ids,
+                                           start_values, d_sparse):
+      updates.append(weights.apply_delta(uniq, start, delta))
+    for weights, delta in zip(self._dense, d_dense):
+      updates += weights.assign_add_all(tf.cast(delta, tf.float64))
+    if global_step is not None:
       with tf.control_dependencies(updates):
-        return tf.identity(new_state, name="train_op")
+        updates.append(global_step.assign_add(1))
+    with tf.control_dependencies(updates):
+      return tf.identity(new_state, name="train_op")
 
   @staticmethod
   def _dense_matrix(x):
     x = tf.convert_to_tensor(x, tf.float32)
     return tf.reshape(x, [-1, 1]) if x.shape.rank == 1 else x
-
-  @staticmethod
-  def _dense_assign_add(weights, delta):
-    if len(weights.slots) == 1:
-      return [weights.slots[0].assign_add(delta)]
-    out, start = [], 0
-    for s in weights.slots:
-      size = s.shape[0]
-      out.append(s.assign_add(delta[start:start + size]))
-      start += size
-    return out
 
   @_plain_python
   def update_weights(self, train_op):
@@ -481,21 +615,30 @@ class SdcaModel(tf.Module):
       return an `Operation`, and automatic control dependencies already
       order the writes.
     """
+    if tf.executing_eagerly():
+      self._compiled("update_weights",
+                     functools.partial(self._update_step, group=False))()
+      return None
     with tf.control_dependencies([train_op]):
-      shrink = (self._options["symmetric_l1_regularization"] /
-                self._options["symmetric_l2_regularization"])
-      assigns = []
-      for weights in self._sparse:
-        rows = weights.touched.read_value()
-        written = weights.update_variables(rows, shrink)
-        with tf.control_dependencies(written):
-          assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
-      for weights in self._dense:
-        for var, slot in zip(weights.variables_, weights.slots):
-          shrunk = tf.sign(slot) * tf.maximum(tf.abs(slot) - shrink, 0.0)
-          assigns.append(var.assign(tf.reshape(tf.cast(shrunk, var.dtype),
-                                               var.shape)))
-      return tf.group(*assigns)
+      return self._update_step()
+
+  def _update_step(self, group=True):
+    """The ops of `update_weights`; their grouped op, or None without
+    `group` (a compiled step cannot return an Operation)."""
+    shrink = (self._options["symmetric_l1_regularization"] /
+              self._options["symmetric_l2_regularization"])
+    assigns = []
+    for weights in self._sparse:
+      rows = weights.touched.read_value()
+      written = weights.update_variables(rows, shrink)
+      with tf.control_dependencies(written):
+        assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
+    for weights in self._dense:
+      for var, slot in zip(weights.variables_, weights.slots):
+        shrunk = _shrink_l1(slot.read_value(), shrink)
+        assigns.append(var.assign(tf.reshape(tf.cast(shrunk, var.dtype),
+                                             var.shape)))
+    return tf.group(*assigns) if group else None
 
   # ----------------------------------------------------------- evaluate
   def _shrink(self, w):
@@ -592,7 +735,7 @@ class SdcaModel(tf.Module):
     """
     keys, values = [], []
     for table in self._tables:
-      k, v = table.export()
+      k, v = table.entries()
       keys.append(k.numpy())
       values.append(v.numpy())
     return dict(keys=np.concatenate(keys),
@@ -611,20 +754,20 @@ class SdcaModel(tf.Module):
                        f"model {len(slots)}")
     for slot, value in zip(slots, state["slots"]):
       slot.assign(np.reshape(value, slot.shape))
-    for table in self._tables:
-      k, _ = table.export()
-      table.remove(k)
-    keys = tf.constant(state["keys"], tf.int64)
+    keys = _table_keys(tf.constant(state["keys"], tf.int64))
     values = tf.constant(np.reshape(state["values"], [-1, 4]), tf.float32)
-    for op in self._insert_state(keys, values):
-      del op
+    shard = self._shards(keys)
+    for i, table in enumerate(self._tables):
+      mine = tf.equal(shard, i)
+      table.replace(tf.boolean_mask(keys, mine),
+                    tf.boolean_mask(values, mine))
     if "calls" in state:
       self._calls.assign(int(state["calls"]))
     shrink = (self._options["symmetric_l1_regularization"] /
               self._options["symmetric_l2_regularization"])
     for weights in self._sparse + self._dense:
       for var, slot in zip(weights.variables_, weights.slots):
-        shrunk = tf.sign(slot) * tf.maximum(tf.abs(slot) - shrink, 0.0)
+        shrunk = _shrink_l1(slot.read_value(), shrink)
         var.assign(tf.reshape(tf.cast(shrunk, var.dtype), var.shape))
 
   @_plain_python
@@ -642,7 +785,7 @@ class SdcaModel(tf.Module):
     """
     total = tf.zeros([4], tf.float64)
     for table in self._tables:
-      _, values = table.export()
+      _, values = table.entries()
       total += tf.reduce_sum(tf.cast(values, tf.float64), axis=0)
     r1, r2 = self._regularization()
     return (total[1] + total[2] + r1 + r2) / total[3]

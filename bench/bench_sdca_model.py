@@ -1,0 +1,309 @@
+"""Benchmark: streaming batches through `tf_sdca.SdcaModel` against
+`tf.raw_ops.SdcaOptimizerV2` driven by a plain numpy loop.
+
+The same generated Criteo-shaped rows (13 dense + 26 hashed categorical
+features, 2^20 buckets, logistic loss, l2 = 1) are cut into consecutive
+batches, built once as tensors (what a `tf.data` pipeline hands over) and
+streamed, epoch after epoch, through three peers that alternate batch by
+batch (so that all see the same machine conditions):
+
+  - `SdcaOptimizerV2`: TensorFlow's op with the cheapest glue a numpy loop
+    gives it: the batch's distinct ids are computed once, outside the
+    timing; each step gathers their weights from a float64 numpy vector,
+    reads the batch's state rows by row number (no hashing), calls the op
+    and scatter-adds the deltas back;
+  - `SdcaModel eager`: `model.update_weights(model.minimize(examples=b))`;
+  - `SdcaModel tf.function`: the same two calls inside a `tf.function`
+    called once per batch.
+
+Prints rows/s of each, the ratios to `SdcaOptimizerV2` (same run), each
+model's training objective, mean times per phase (`SdcaOptimizerV2`: glue
+and op; `SdcaModel` eager: `minimize` and `update_weights`), and then, for
+both `SdcaModel` peers, TensorFlow's profiler over a few more batches: the
+time of each op type's kernels and what is left outside them (Python,
+dispatch).
+
+  python bench/bench_sdca_model.py [--rows 1000000] [--batch-size 50000]
+                                   [--epochs 3] [--profile-batches 5]
+"""
+import argparse
+import collections
+import glob
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+# numpy's OpenBLAS threads spin after a BLAS call and steal a core from
+# whichever op runs next; no peer should pay for that.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+import suite  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tf_sdca  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+L2 = 1.0
+THEIRS, EAGER, GRAPH = ("SdcaOptimizerV2", "SdcaModel eager",
+                        "SdcaModel tf.function")
+
+
+def prepare(rows, batch_size, bucket_bits):
+  """Generated rows cut into batches of tensors (built once).
+
+  TensorFlow's op rejects an id repeated inside a row, so a rare in-row
+  hash collision moves to a spare bucket (for every peer).
+  """
+  data = tf_sdca.data.generate_criteo_arrays(rows, num_buckets=1 << bucket_bits,
+                                             seed=0)
+  ids, table, _ = suite.dedupe_row_ids(data["cat_ids"], 1 << bucket_bits)
+  dense = (data["dense"] / np.maximum(data["dense"].max(axis=0), 1e-6)
+           ).astype(np.float32)
+  labels = data["labels"].astype(np.float32)
+  batches = []
+  for start in range(0, rows, batch_size):
+    stop = min(rows, start + batch_size)
+    b_ids = ids[start:stop].ravel().astype(np.int64)
+    ex = np.repeat(np.arange(stop - start, dtype=np.int64), ids.shape[1])
+    examples = dict(
+        sparse_features=[tf_sdca.SparseFeatureColumn(tf.constant(ex),
+                                                     tf.constant(b_ids))],
+        dense_features=[tf.constant(dense[start:stop])],
+        example_weights=tf.ones([stop - start]),
+        example_labels=tf.constant(labels[start:stop]),
+        example_ids=tf.strings.as_string(tf.range(start, stop)))
+    batches.append(dict(rows=slice(start, stop), ids=b_ids,
+                        uniq=np.unique(b_ids),
+                        uniq_tensor=tf.constant(np.unique(b_ids)),
+                        examples=examples))
+  return labels, dense, ids, table, batches
+
+
+class TheirPeer:
+  """SdcaOptimizerV2 with a numpy loop: weights and state in numpy."""
+  name = THEIRS
+
+  def __init__(self, n, table):
+    self.w_sparse = np.zeros(table, np.float64)
+    self.w_dense = np.zeros(13, np.float64)
+    self.state = np.zeros((n, 4), np.float32)
+    self.times = dict(glue=0.0, op=0.0)
+
+  def step(self, b):
+    t0 = time.perf_counter()
+    ex = b["examples"]
+    col = ex["sparse_features"][0]
+    sparse_w = tf.constant(self.w_sparse[b["uniq"]].astype(np.float32))
+    dense_w = tf.constant(self.w_dense.astype(np.float32))
+    state = tf.constant(self.state[b["rows"]])
+    t1 = time.perf_counter()
+    out = tf.raw_ops.SdcaOptimizerV2(
+        sparse_example_indices=[col.example_indices],
+        sparse_feature_indices=[col.feature_indices],
+        sparse_feature_values=[], dense_features=ex["dense_features"],
+        example_weights=ex["example_weights"],
+        example_labels=ex["example_labels"], sparse_indices=[b["uniq_tensor"]],
+        sparse_weights=[sparse_w], dense_weights=[dense_w],
+        example_state_data=state, loss_type="logistic_loss", l1=0.0, l2=L2,
+        num_loss_partitions=1, num_inner_iterations=1, adaptive=False)
+    new_state, d_sparse, d_dense = (out[0].numpy(), out[1][0].numpy(),
+                                    out[2][0].numpy())
+    t2 = time.perf_counter()
+    self.state[b["rows"]] = new_state
+    self.w_sparse[b["uniq"]] += d_sparse
+    self.w_dense += d_dense
+    self.times["glue"] += time.perf_counter() - t2 + t1 - t0
+    self.times["op"] += t2 - t1
+
+  def weights(self):
+    return self.w_sparse, self.w_dense
+
+
+def _model(table):
+  sparse = tf.Variable(tf.zeros([table]))
+  dense = tf.Variable(tf.zeros([13]))
+  model = tf_sdca.SdcaModel(
+      None, dict(sparse_features_weights=[sparse],
+                 dense_features_weights=[dense]),
+      dict(loss_type="logistic_loss", symmetric_l2_regularization=L2))
+  return model, sparse, dense
+
+
+class EagerPeer:
+  """SdcaModel.minimize + update_weights, eagerly."""
+  name = EAGER
+
+  def __init__(self, table):
+    self.model, self.sparse, self.dense = _model(table)
+    self.times = dict(minimize=0.0, update_weights=0.0)
+
+  def step(self, b):
+    t0 = time.perf_counter()
+    train_op = self.model.minimize(examples=b["examples"])
+    t1 = time.perf_counter()
+    self.model.update_weights(train_op)
+    self.times["minimize"] += t1 - t0
+    self.times["update_weights"] += time.perf_counter() - t1
+
+  def weights(self):
+    return self.sparse.numpy(), self.dense.numpy()
+
+
+class GraphPeer:
+  """SdcaModel.minimize + update_weights in a tf.function, one call per
+  batch."""
+  name = GRAPH
+
+  def __init__(self, table):
+    self.model, self.sparse, self.dense = _model(table)
+    model = self.model
+
+    @tf.function(reduce_retracing=True)
+    def step(examples):
+      model.update_weights(model.minimize(examples=examples))
+
+    self._step = step
+    self.times = dict(call=0.0)
+
+  def trace(self, batches):
+    """Builds the function for the batches' shapes before any timing."""
+    for b in batches:
+      self._step.get_concrete_function(b["examples"])
+
+  def step(self, b):
+    t0 = time.perf_counter()
+    self._step(b["examples"])
+    self.times["call"] += time.perf_counter() - t0
+
+  def weights(self):
+    return self.sparse.numpy(), self.dense.numpy()
+
+
+def objective(peer, labels, dense, ids):
+  """The training objective P(w)/n at the peer's weights (float64)."""
+  w_sparse, w_dense = (np.asarray(w, np.float64) for w in peer.weights())
+  z = dense.astype(np.float64) @ w_dense + w_sparse[ids].sum(axis=1)
+  y = 2.0 * labels - 1.0
+  return float((np.logaddexp(0.0, -y * z).sum() +
+                0.5 * L2 * (w_sparse @ w_sparse + w_dense @ w_dense)) /
+               len(labels))
+
+
+def profile_ops(peer, batches, logdir):
+  """Runs `peer` on `batches` under TensorFlow's profiler; returns (wall
+  seconds, {op type: seconds}) summed over the steps: the kernels of eager
+  ops ("EagerLocalExecute: <type>") and of the ops a tf.function runs on
+  TensorFlow's threads ("<name>:<type>"; they may overlap each other)."""
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  shutil.rmtree(logdir, ignore_errors=True)
+  tf.profiler.experimental.start(logdir)
+  t0 = time.perf_counter()
+  for b in batches:
+    peer.step(b)
+  wall = time.perf_counter() - t0
+  tf.profiler.experimental.stop()
+  ops = collections.Counter()
+  for path in glob.glob(os.path.join(logdir, "**", "*.xplane.pb"),
+                        recursive=True):
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+      space.ParseFromString(f.read())
+    for plane in space.planes:
+      names = {k: v.name for k, v in plane.event_metadata.items()}
+      for line in plane.lines:
+        for event in line.events:
+          name = names[event.metadata_id]
+          if name.startswith("EagerLocalExecute: "):
+            op = name[len("EagerLocalExecute: "):]
+            if op.startswith("__inference"):
+              continue  # a tf.function: its ops are counted one by one
+          elif (line.name.startswith("tf_Compute") and ":" in name and
+                "::" not in name):
+            op = name.rsplit(":", 1)[1]
+          else:
+            continue
+          ops[op] += event.duration_ps * 1e-12
+  return wall, ops
+
+
+def print_profile(name, wall, ops, steps, top=12):
+  total = sum(ops.values())
+  print(f"  {name}: {1e3 * wall / steps:.1f} ms per batch; its ops' kernels "
+        f"{1e3 * total / steps:.1f} ms")
+  rest = total
+  for op, seconds in ops.most_common(top):
+    print(f"    {op:36s}{1e3 * seconds / steps:7.2f} ms")
+    rest -= seconds
+  print(f"    {'other ops':36s}{1e3 * rest / steps:7.2f} ms")
+  print(f"    {'outside the kernels (Python, dispatch)':36s}"
+        f"{1e3 * (wall - total) / steps:7.2f} ms")
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--rows", type=int, default=1_000_000)
+  parser.add_argument("--batch-size", type=int, default=50_000)
+  parser.add_argument("--epochs", type=int, default=3)
+  parser.add_argument("--bucket-bits", type=int, default=20)
+  parser.add_argument("--profile-batches", type=int, default=5,
+                      help="batches profiled per SdcaModel peer, after the "
+                      "timed epochs")
+  args = parser.parse_args()
+
+  t0 = time.perf_counter()
+  labels, dense, ids, table, batches = prepare(args.rows, args.batch_size,
+                                               args.bucket_bits)
+  n = labels.shape[0]
+  print(f"TensorFlow {tf.__version__}, numpy {np.__version__}, Python "
+        f"{platform.python_version()}; {os.cpu_count()} cores; load average "
+        f"{os.getloadavg()[0]:.1f}")
+  print(f"{n:,} rows x (13 dense + 26 categorical), 2^{args.bucket_bits} "
+        f"buckets; batches of {args.batch_size:,} ({len(batches)} per epoch, "
+        f"{np.mean([len(b['uniq']) for b in batches]):,.0f} distinct ids per "
+        f"batch), {args.epochs} epoch(s); logistic, l2 = {L2}; data prepared "
+        f"in {time.perf_counter() - t0:.1f} s (not timed)")
+
+  # Warm-up (tracing, first-call costs) on throwaway peers, one batch each.
+  for peer in (TheirPeer(n, table), EagerPeer(table),
+               GraphPeer(table)):
+    peer.step(batches[0])
+  peers = [TheirPeer(n, table), EagerPeer(table), GraphPeer(table)]
+  peers[2].trace([batches[0], batches[-1]])
+  for _ in range(args.epochs):
+    for b in batches:
+      for peer in peers:
+        peer.step(b)
+
+  rows = n * args.epochs
+  steps = len(batches) * args.epochs
+  theirs = sum(peers[0].times.values())
+  print(f"\n{'peer':24s}{'rows/s':>12s}{'ms/batch':>10s}{'vs TF':>8s}"
+        f"{'P(w)/n':>11s}")
+  for peer in peers:
+    total = sum(peer.times.values())
+    print(f"{peer.name:24s}{rows / total:12,.0f}{1e3 * total / steps:10.1f}"
+          f"{theirs / total:7.1f}x{objective(peer, labels, dense, ids):11.6f}")
+  print("(vs TF: SdcaOptimizerV2's time / the peer's, same run; P(w)/n: the "
+        "training objective at the peer's weights)")
+  print("\nMean ms per batch:")
+  for peer in peers:
+    parts = ", ".join(f"{k} {1e3 * v / steps:.1f}"
+                      for k, v in peer.times.items())
+    print(f"  {peer.name:24s}{parts}")
+  some = batches[:args.profile_batches]
+  print(f"\nWhere an SdcaModel step's time goes: TensorFlow's profiler over "
+        f"{len(some)} more batches per peer, mean ms per batch:")
+  with tempfile.TemporaryDirectory() as logdir:
+    for peer in peers[1:]:
+      wall, ops = profile_ops(peer, some, logdir)
+      print_profile(peer.name, wall, ops, len(some))
+
+if __name__ == "__main__":
+  main()
