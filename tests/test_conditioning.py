@@ -1,6 +1,6 @@
 """Every training door says when conditioning makes progress slow: raw
 breast_cancer (features up to 4,254, l2 = 1) barely moves the gap, and the
-trainer and the Keras model warn once, pointing to standardisation; the same
+trainer, the Keras model and the estimator warn once, pointing to standardisation; the same
 data standardised trains without the warning."""
 import warnings
 
@@ -61,3 +61,29 @@ def test_keras_model_warns_on_raw_features(breast_cancer):
   model = LinearModel(loss="logistic", l2=1.0)
   model.compile()
   assert _warnings_of(lambda: model.fit(z, y, epochs=14, verbose=0)) == []
+
+
+def test_estimator_warns_on_raw_features_when_it_watches_the_gap(
+    breast_cancer, tmp_path):
+  """With `tol` the estimator computes the gap once per pass, and says when
+  it stalls, as the other doors do."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from tf_sdca import estimator  # pylint: disable=import-outside-toplevel
+  x, y = breast_cancer
+
+  def train(features, model_dir):
+    columns = [tf.feature_column.numeric_column("x", shape=(30,))]
+    clf = estimator.LinearClassifier(
+        columns, model_dir=str(model_dir),
+        optimizer=estimator.LinearSDCA("example_id",
+                                       symmetric_l2_regularization=1.0))
+    data = {"x": tf.constant(features),
+            "example_id": tf.as_string(tf.range(len(y)))}
+    # One batch of every row per step: a step is a pass.
+    return _warnings_of(lambda: clf.train(
+        lambda: (data, tf.constant(y)), steps=14, tol=1e-12))
+
+  raw = train(x, tmp_path / "raw")
+  assert len(raw) == 1 and "Standardise" in raw[0]
+  z = (x - x.mean(0)) / x.std(0)
+  assert train(z, tmp_path / "standardised") == []

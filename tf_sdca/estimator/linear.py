@@ -25,10 +25,12 @@ import numbers
 import os
 import tempfile
 import time
+import warnings
 
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import losses
 from tf_sdca.estimator import checkpoints
 from tf_sdca.estimator import export as export_lib
 from tf_sdca.estimator import heads
@@ -589,6 +591,7 @@ class _LinearEstimator:
     rows_since_gap, examples_seen = 0, 0
     every_steps = self._config.save_checkpoints_steps
     every_secs = self._config.save_checkpoints_secs
+    watch = losses.ProgressWatch()  # once per pass, with tol
     for features, labels in source.batches():
       if last is not None and step >= last:
         break
@@ -603,6 +606,9 @@ class _LinearEstimator:
         gap, examples_seen = self._relative_gap()
         rows_since_gap = 0
         logs["duality_gap"] = gap
+        slow = watch.update(gap)
+        if slow:
+          warnings.warn(slow, UserWarning, stacklevel=2)
       if step % self._config.log_step_count_steps == 0:
         _LOG.info("loss = %g, step = %d%s", loss, step,
                   f", duality_gap = {logs['duality_gap']:.3g}"
