@@ -298,12 +298,15 @@ def main():
                       for k, v in peer.times.items())
     print(f"  {peer.name:24s}{parts}")
   some = batches[:args.profile_batches]
+  if not some:
+    return
   print(f"\nWhere an SdcaModel step's time goes: TensorFlow's profiler over "
         f"{len(some)} more batches per peer, mean ms per batch:")
   with tempfile.TemporaryDirectory() as logdir:
     for peer in peers[1:]:
       wall, ops = profile_ops(peer, some, logdir)
       print_profile(peer.name, wall, ops, len(some))
+
 
 if __name__ == "__main__":
   main()
