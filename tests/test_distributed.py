@@ -2,6 +2,18 @@
 is the op's solve over the whole table, the in-process CoCoA+ simulation
 reaches the single-process optimum, and real worker processes on loopback
 do too."""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
 import numpy as np
 import pytest
 
@@ -95,3 +107,230 @@ def test_simulated_rounds_and_bytes_per_round():
   assert sent["union"] == pytest.approx(2 * 7 / 8 * plus.weights.size * 8)
   most = max(s.touched.size for s in plus.shards) + 14
   assert sent["gather"] == pytest.approx(7 * most * 8)
+
+
+# ------------------------------------------------- real processes, loopback
+# Every test below starts worker processes (each ~8 s of TensorFlow start-up
+# on a loaded 2-core machine) and tags them with a unique environment
+# variable, then checks that no process carrying the tag is left.
+
+def _tagged_env(**extra):
+  tag = uuid.uuid4().hex
+  env = dict(os.environ, TF_SDCA_TEST_TAG=tag, TF_CPP_MIN_LOG_LEVEL="3",
+             PYTHONPATH=os.pathsep.join(
+                 [_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(
+                     os.pathsep) if p]), **extra)
+  return env, tag
+
+
+def _processes_with_tag(tag):
+  """Pids of live processes whose environment carries the tag."""
+  found = []
+  needle = f"TF_SDCA_TEST_TAG={tag}".encode()
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/environ", "rb") as f:
+        if needle in f.read().split(b"\0"):
+          with open(f"/proc/{entry}/stat") as stat:
+            if stat.read().split(") ")[-1][0] != "Z":
+              found.append(int(entry))
+    except OSError:
+      continue
+  return found
+
+
+def _assert_nothing_left(tag, addresses=()):
+  assert _processes_with_tag(tag) == []
+  for address in addresses:  # nobody listens on the cluster's ports
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as s:
+      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      s.bind((host, int(port)))
+
+
+def _cli(args, env, timeout=240):
+  return subprocess.run([sys.executable, "-m", "tf_sdca.cli"] + args,
+                        env=env, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def _addresses(text):
+  return re.findall(r"127\.0\.0\.1:\d+", text)
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CLI_OPTIONS = ["--bucket-bits", "12", "--l2", "100", "--tol", "1e-10",
+                "--epochs", "500"]
+
+
+@pytest.fixture(scope="module")
+def criteo_files(tmp_path_factory):
+  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
+  out = str(tmp_path_factory.mktemp("criteo"))
+  commands.generate(argparse.Namespace(rows=4000, out=out, files=4, seed=0))
+  return sorted(glob.glob(os.path.join(out, "part-*.tsv")))
+
+
+@pytest.fixture(scope="module")
+def two_workers_model(criteo_files, tmp_path_factory):
+  """`tf-sdca train --local-cluster 2`, uninterrupted."""
+  model_dir = str(tmp_path_factory.mktemp("two_workers"))
+  env, tag = _tagged_env()
+  result = _cli(["train", *criteo_files, "--model-dir", model_dir,
+                 "--local-cluster", "2", *_CLI_OPTIONS], env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  _assert_nothing_left(tag, _addresses(result.stdout))
+  return model_dir
+
+
+def _model(model_dir):
+  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
+  return commands.load_model(model_dir)
+
+
+def test_local_cluster_of_two_reaches_the_single_process_optimum(
+    criteo_files, two_workers_model, tmp_path):
+  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
+  single_dir = str(tmp_path / "single")
+  parser = argparse.ArgumentParser()
+  commands.add_parsers(parser.add_subparsers(dest="command"))
+  args = parser.parse_args(["train", *criteo_files, "--model-dir", single_dir,
+                            *_CLI_OPTIONS, "--tol", "1e-13", "--quiet"])
+  assert commands.train(args) == 0
+  meta1, ckpt1 = _model(single_dir)
+  meta2, ckpt2 = _model(two_workers_model)
+  assert meta2["distributed"]["workers"] == 2 and meta2["rows"] == 4000
+  assert meta2["scale"] == meta1["scale"]  # one feature layout
+  objective1 = meta1["history"][-1]["loss"] * 4000
+  gap1 = meta1["history"][-1]["duality_gap"] * objective1
+  objective2 = meta2["history"][-1]["loss"] * 4000
+  gap2 = meta2["history"][-1]["duality_gap"] * objective2
+  assert gap2 <= 1e-10 * objective2
+  assert objective2 == pytest.approx(objective1, rel=1e-6)
+  # Each primal is above the other's dual: the certificates agree.
+  assert objective2 >= objective1 - gap1 - 1e-12 * objective1
+  assert objective1 >= objective2 - gap2 - 1e-12 * objective1
+  np.testing.assert_allclose(ckpt2["sparse_weights"], ckpt1["sparse_weights"],
+                             atol=1e-4)
+  np.testing.assert_allclose(ckpt2["dense_weights"], ckpt1["dense_weights"],
+                             atol=1e-4)
+  # Bytes per round (K = 2): the exchange sending fewer bytes was chosen,
+  # and each round sent it plus the gap's two numbers (and, gathering, the
+  # two lengths).
+  dist = meta2["distributed"]
+  choices = dict(allreduce=dist["table_size"] * 8,  # 2 (K-1)/K = 1
+                 allgather=dist["largest_shard"] * 8)
+  assert dist["exchange"] == min(choices, key=choices.get)
+  assert dist["bytes_per_round"] == choices[dist["exchange"]]
+  overhead = 16 + (16 if dist["exchange"] == "allgather" else 0)
+  assert all(h["bytes_sent"] == dist["bytes_per_round"] + overhead
+             for h in meta2["history"])
+
+
+def test_killed_worker_stops_the_cluster_and_resume_gives_the_same_model(
+    criteo_files, two_workers_model, tmp_path):
+  model_dir = str(tmp_path / "killed")
+  env, tag = _tagged_env(TF_SDCA_TEST_KILL="1:5")  # worker 1, round 5
+  start = time.monotonic()
+  killed = _cli(["train", *criteo_files, "--model-dir", model_dir,
+                 "--local-cluster", "2", *_CLI_OPTIONS, "--quiet"], env)
+  assert killed.returncode == 1
+  assert "worker 1 of 2 failed (killed by SIGKILL)" in killed.stderr
+  assert "after round 4; continue with the same command and --resume" in (
+      killed.stderr)
+  # The survivor saw its collective fail and stopped by itself.
+  assert "a collective with the other workers failed" in killed.stderr
+  assert time.monotonic() - start < 120
+  _assert_nothing_left(tag, _addresses(killed.stderr))
+  with open(os.path.join(model_dir, "cocoa", "state.json")) as f:
+    assert json.load(f)["round"] == 4
+
+  env, tag = _tagged_env()
+  resumed = _cli(["train", *criteo_files, "--model-dir", model_dir,
+                  "--local-cluster", "2", *_CLI_OPTIONS, "--resume"], env)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert "resumed after round 4" in resumed.stdout
+  _assert_nothing_left(tag, _addresses(resumed.stdout))
+  meta_r, ckpt_r = _model(model_dir)
+  meta_u, ckpt_u = _model(two_workers_model)
+  # The same rounds from the same state with the same seeds: bit for bit.
+  assert meta_r["epochs_done"] == meta_u["epochs_done"]
+  np.testing.assert_array_equal(ckpt_r["sparse_weights"],
+                                ckpt_u["sparse_weights"])
+  np.testing.assert_array_equal(ckpt_r["dense_weights"],
+                                ckpt_u["dense_weights"])
+  assert [h["duality_gap"] for h in meta_r["history"]] == [
+      h["duality_gap"] for h in meta_u["history"]]
+
+
+def _sparse_dense_weighted(n=3000, vocab=400, seed=1):
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(1, 9, size=n)
+  indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+  indices = rng.zipf(1.3, size=indptr[-1]) % vocab
+  values = rng.uniform(0.2, 1.5, size=indptr[-1]).astype(np.float32)
+  dense = np.hstack([rng.normal(size=(n, 4)) / 2, np.ones((n, 1))]).astype(
+      np.float32)
+  weights = rng.choice([0.0, 0.5, 1.0, 2.0], size=n,
+                       p=[0.05, 0.2, 0.55, 0.2]).astype(np.float32)
+  margin = dense[:, 0] - dense[:, 1] + rng.normal(size=n)
+  labels = (margin > 0).astype(np.float32)
+  return dict(labels=labels, dense=dense, indptr=indptr, indices=indices,
+              values=values, example_weights=weights), vocab
+
+
+def test_python_entry_point_with_sparse_dense_and_example_weights(tmp_path):
+  from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
+  data, vocab = _sparse_dense_weighted()
+  l2 = 20.0
+  model = InMemorySdca("logistic", l2=l2)
+  history = model.fit(data["labels"], dense=data["dense"],
+                      indptr=data["indptr"], indices=data["indices"],
+                      values=data["values"], num_features=vocab,
+                      example_weights=data["example_weights"], epochs=500,
+                      tol=1e-13, verbose=0)
+  total = float(data["example_weights"].sum())
+  objective = history["loss"][-1] * total
+  gap = history["duality_gap"][-1] * objective
+  env, tag = _tagged_env()
+  result = launch.train_local_cluster(
+      2, **data, num_features=vocab, model_dir=str(tmp_path), l2=l2,
+      tol=1e-11, max_rounds=3000, checkpoint_every=50, env=env,
+      timeout=240)
+  _assert_nothing_left(tag, result["addresses"])
+  last = result["history"][-1]
+  dist_objective = last["loss"] * total
+  dist_gap = last["duality_gap"] * dist_objective
+  assert dist_gap <= 1e-11 * dist_objective
+  assert dist_objective == pytest.approx(objective, rel=1e-6)
+  assert dist_objective >= objective - gap - 1e-12 * objective
+  assert objective >= dist_objective - dist_gap - 1e-12 * objective
+  np.testing.assert_allclose(result["sparse_weights"], model.sparse_weights,
+                             atol=1e-4)
+  np.testing.assert_allclose(result["dense_weights"], model.dense_weights,
+                             atol=1e-4)
+
+
+def test_worker_without_the_op_library_is_a_clear_error_in_bounded_time(
+    tmp_path):
+  from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
+  # Worker 1 imports a copy of tf_sdca without _sdca_ops.so.
+  copy = tmp_path / "no_op" / "tf_sdca"
+  shutil.copytree(os.path.join(_ROOT, "tf_sdca"), copy,
+                  ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+  data = _criteo(400, 8)
+  env, tag = _tagged_env()
+  start = time.monotonic()
+  with pytest.raises(launch.LocalClusterError) as error:
+    launch.train_local_cluster(
+        2, **data, num_features=256, model_dir=str(tmp_path / "model"),
+        l2=10.0, env=env, startup_timeout=60, timeout=120,
+        worker_envs=[None, {"PYTHONPATH": str(copy.parent)}])
+  assert time.monotonic() - start < 90
+  message = str(error.value)
+  assert "op library did not load on worker 1 (127.0.0.1:" in message
+  assert "_sdca_ops.so is missing" in message  # worker 1's own reason
+  assert error.value.returncodes == [3, 3]  # both stopped by themselves
+  _assert_nothing_left(tag, _addresses(message))

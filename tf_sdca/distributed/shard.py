@@ -72,8 +72,10 @@ class Shard:
                loss="logistic", l1=0.0, l2=1.0, gamma=1.0, num_shards=1,
                combine="add", num_passes=1, seed=0, index=0):
     self.loss = losses.op_name(loss)
-    sdca_ops._check_options(self.loss, l1, l2, 1, num_passes, "permutation",  # pylint: disable=protected-access
-                            gamma, 0)
+    if not (l1 >= 0 and l2 > 0 and gamma > 0 and int(num_passes) >= 1):
+      raise ValueError(f"need l1 >= 0, l2 > 0, gamma > 0 and num_passes >= "
+                       f"1, got l1={l1}, l2={l2}, gamma={gamma}, "
+                       f"num_passes={num_passes}")
     if combine not in COMBINES:
       raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
     if int(num_shards) < 1 or not 0 <= int(index) < int(num_shards):

@@ -1,0 +1,221 @@
+"""`tf-sdca train` across processes: under a multi-task `TF_CONFIG`, or
+with `--local-cluster K`.
+
+  tf-sdca train FILES --model-dir DIR                     # in every process,
+                                                          # each with TF_CONFIG
+  tf-sdca train FILES --model-dir DIR --local-cluster K   # K local workers
+
+The files are dealt to the workers in K blocks of consecutive files (worker
+k reads block k; give at least K files), each worker parses its own into
+`cache/worker-k/` of the model directory (or of `--cache-dir`) and trains
+them as its fixed shard (`tf_sdca.distributed.train`). `--epochs` bounds
+the rounds (a round is `--local-passes` passes over every shard). The
+chief writes `model.json` and `checkpoint.npz` as the one-process command
+does (so `tf-sdca evaluate / predict / export` read the model as they are),
+and the round-by-round state in `cocoa/`; `--resume` continues it (with the
+same K and files).
+"""
+import os
+import sys
+
+import numpy as np
+
+_EXIT_FAILED = 1
+
+
+def add_arguments(parser):
+  """Adds the distributed options to the `train` subparser."""
+  group = parser.add_argument_group(
+      "training across processes (TF_CONFIG or --local-cluster)")
+  group.add_argument("--local-cluster", type=int, default=None, metavar="K",
+                     help="start K worker processes on 127.0.0.1 (free "
+                     "ports, each with its own TF_CONFIG) and train with "
+                     "CoCoA+ across them")
+  group.add_argument("--local-passes", type=int, default=1, metavar="H",
+                     help="SDCA passes over each worker's rows per round")
+  group.add_argument("--exchange", default="auto",
+                     choices=("auto", "allreduce", "allgather"),
+                     help="how the workers add their changes: all-reduce of "
+                     "the touched table, all-gather of each worker's "
+                     "touched rows, or whichever sends fewer bytes")
+  group.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
+                     help="checkpoint every N rounds (and at the end)")
+  group.add_argument("--startup-timeout", type=float, default=120.0,
+                     metavar="S", help="seconds to wait for every worker")
+
+
+def wanted(args):
+  """Whether `tf-sdca train` must run across processes."""
+  from tf_sdca.distributed import cluster  # pylint: disable=import-outside-toplevel
+  return bool(getattr(args, "local_cluster", None)) or (
+      cluster.cluster_spec_from_env() is not None)
+
+
+def guard_single_process_resume(args):
+  """Raises ValueError when a one-process `--resume` targets a model that
+  workers trained (its duals are spread over the workers' files)."""
+  state = os.path.join(args.model_dir, "cocoa", "state.json")
+  if getattr(args, "resume", False) and os.path.exists(state):
+    raise ValueError(f"{args.model_dir} was trained across processes; resume "
+                     "it the same way (--local-cluster K or TF_CONFIG)")
+
+
+def train(args):
+  """`tf-sdca train` across processes; returns the exit status."""
+  if args.local_cluster:
+    return _launch(args)
+  return _work(args)
+
+
+def _worker_argv(args):
+  """`tf-sdca train` arguments for every worker of a local cluster."""
+  argv = ["train", *args.data, "--model-dir", args.model_dir,
+          "--format", args.format, "--bucket-bits", str(args.bucket_bits),
+          "--loss", args.loss, "--l1", repr(args.l1), "--l2", repr(args.l2),
+          "--epochs", str(args.epochs), "--tol", repr(args.tol),
+          "--seed", str(args.seed), "--local-passes", str(args.local_passes),
+          "--exchange", args.exchange,
+          "--checkpoint-every", str(args.checkpoint_every),
+          "--startup-timeout", repr(args.startup_timeout)]
+  for flag in ("skip_bad_lines", "resume", "overwrite", "quiet"):
+    if getattr(args, flag, False):
+      argv.append("--" + flag.replace("_", "-"))
+  if args.cache_dir:
+    argv += ["--cache-dir", args.cache_dir]
+  return argv
+
+
+def _launch(args):
+  from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
+  if args.local_cluster < 2:
+    raise ValueError(f"--local-cluster must be >= 2, got {args.local_cluster}")
+  os.makedirs(args.model_dir, exist_ok=True)
+  log_dir = os.path.join(args.model_dir, "cocoa", "logs")
+  try:
+    info = launch.run_workers(
+        [["cli"] + _worker_argv(args)] * args.local_cluster, log_dir,
+        echo_chief=not args.quiet)
+  except launch.LocalClusterError as error:
+    print(f"tf-sdca train: {error}\n{_resume_hint(args.model_dir)}",
+          file=sys.stderr)
+    return _EXIT_FAILED
+  if not args.quiet:
+    print(f"{args.local_cluster} workers on {', '.join(info['addresses'])} "
+          f"finished in {info['seconds']:.1f} s; logs in {log_dir}")
+  return 0
+
+
+def _resume_hint(model_dir):
+  from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+  try:
+    history = training.read_model(model_dir)["history"]
+  except FileNotFoundError:
+    return "No round was checkpointed; start again."
+  done = history[-1]["round"] if history else 0
+  return (f"{model_dir} holds the checkpoint after round {done}; continue "
+          "with the same command and --resume.")
+
+
+def _work(args):
+  """One worker of a `TF_CONFIG` cluster."""
+  # The data modules run TensorFlow ops when imported (tf.constant), which
+  # starts TensorFlow's runtime; the strategy must configure it first.
+  from tf_sdca import losses  # pylint: disable=import-outside-toplevel
+  from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
+  model_dir = args.model_dir
+  state_dir = os.path.join(model_dir, "cocoa")
+  if ((os.path.exists(os.path.join(state_dir, "state.json")) or
+       os.path.exists(os.path.join(model_dir, "model.json"))) and
+      not (args.resume or args.overwrite)):
+    raise ValueError(f"{model_dir} already has a model: pass --resume to "
+                     "continue it or --overwrite to replace it")
+  loss = losses.op_name(args.loss)
+  options = dict(format=args.format, bucket_bits=args.bucket_bits,
+                 files=len(args.data), loss=loss, l1=args.l1, l2=args.l2,
+                 epochs=args.epochs, tol=args.tol, seed=args.seed,
+                 local_passes=args.local_passes, exchange=args.exchange,
+                 checkpoint_every=args.checkpoint_every,
+                 resume=bool(args.resume), overwrite=bool(args.overwrite))
+  try:
+    cluster = cluster_lib.Cluster(startup_timeout=args.startup_timeout)
+    cluster.join(None, options)  # this process loaded the op to get here
+    from tf_sdca import commands  # pylint: disable=import-outside-toplevel
+    from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
+    from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+    if len(args.data) < cluster.size:
+      raise ValueError(f"{len(args.data)} file(s) for {cluster.size} "
+                       "workers: each worker reads whole files, give at "
+                       "least one per worker")
+    files = np.array_split(np.asarray(args.data, dtype=object),
+                           cluster.size)[cluster.index].tolist()
+    verbose = 0 if (args.quiet or not cluster.is_chief) else 1
+    cache_root = args.cache_dir or os.path.join(model_dir, "cache")
+    arrays, info = cache.load_or_build(
+        files, args.format, os.path.join(cache_root,
+                                         f"worker-{cluster.index}"),
+        args.bucket_bits, args.skip_bad_lines, verbose)
+    meta = dict(format=args.format, loss=loss, l1=args.l1, l2=args.l2,
+                gamma=1.0, seed=args.seed, bucket_bits=args.bucket_bits,
+                num_features=(1 << args.bucket_bits
+                              if args.format == "criteo" else None),
+                scale=None, rows=None, epochs_done=0, history=[])
+    _agree_on_features(cluster, args.format, arrays, meta)
+    labels, features = commands._features(  # pylint: disable=protected-access
+        args.format, arrays, meta)
+    result = training.train(
+        labels, **features, model_dir=model_dir, loss=loss, l1=args.l1,
+        l2=args.l2, max_rounds=args.epochs, tol=args.tol,
+        local_passes=args.local_passes, seed=args.seed,
+        exchange=args.exchange, checkpoint_every=args.checkpoint_every,
+        resume=args.resume, verbose=0 if args.quiet else 1, cluster=cluster)
+  except cluster_lib.ClusterError as error:
+    print(f"tf-sdca train: {error}", file=sys.stderr)
+    return _EXIT_FAILED
+  if cluster.is_chief:
+    _write_model(model_dir, meta, result, len(args.data))
+    last = result.history[-1] if result.history else None
+    if last and not args.quiet:
+      print(f"trained {last['round']} round(s) on {cluster.size} workers; "
+            f"loss {last['loss']:.6f}, relative duality gap "
+            f"{last['duality_gap']:.2e}; model in {model_dir}")
+  return 0
+
+
+def _agree_on_features(cluster, fmt, arrays, meta):
+  """Makes the feature layout every worker's `_features` builds the same:
+  Criteo's dense scale is the maximum over all workers' rows; LIBSVM's
+  table size is one more than the largest id of any worker."""
+  if fmt == "criteo":
+    top = np.full(13, 1e-6)
+    for part in arrays["dense"]:
+      if part.shape[0]:
+        top = np.maximum(top, part.max(axis=0))
+    gathered = cluster.all_gather(top)
+    meta["scale"] = np.max(np.stack(gathered), axis=0).astype(
+        np.float32).tolist()
+  else:
+    largest = max((int(part.max()) for part in arrays["indices"]
+                   if part.size), default=-1)
+    gathered = cluster.all_gather(np.array([largest], np.float64))
+    meta["num_features"] = int(max(g[0] for g in gathered)) + 1
+
+
+def _write_model(model_dir, meta, result, num_files):
+  """`model.json` and `checkpoint.npz` as the one-process `tf-sdca train`
+  writes them (without duals: they stay in the workers' files)."""
+  from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+  meta = dict(meta, rows=result.total_rows, epochs_done=result.rounds,
+              history=[dict(epoch=h["round"], loss=h["loss"],
+                            duality_gap=h["duality_gap"],
+                            seconds=h["seconds"], bytes_sent=h["bytes_sent"])
+                       for h in result.history],
+              distributed=dict(workers=result.num_workers, files=num_files,
+                               exchange=result.exchange,
+                               table_size=result.table_size,
+                               largest_shard=result.largest_shard,
+                               bytes_per_round=result.bytes_per_round))
+  training._atomic_savez(  # pylint: disable=protected-access
+      os.path.join(model_dir, "checkpoint.npz"),
+      sparse_weights=result.sparse_weights,
+      dense_weights=result.dense_weights, epoch=result.rounds)
+  training._atomic_json(os.path.join(model_dir, "model.json"), meta)  # pylint: disable=protected-access

@@ -1,0 +1,401 @@
+"""Synchronous CoCoA+ rounds across the workers of a `TF_CONFIG` cluster.
+
+Run `train` in every worker process, each with its own rows (a fixed
+shard). A round: every worker solves its shard's local subproblem against
+the round's weights with sigma = K (`Shard.solve`, H passes of the packed
+rows), the changes are summed across the workers (one all-reduce or one
+all-gather), and the exact duality gap is summed from the workers' parts
+(one all-reduce of two numbers); every worker sees the same bits, so all
+stop at the same round. Duals never leave their worker; they are
+checkpointed by it.
+
+Weights layout: the sorted sparse ids that some worker's rows touch (found
+once at start by an all-gather of every shard's ids), then the dense
+columns. Exchange, chosen once at start by the bytes it sends:
+
+  - "allreduce": ring all-reduce of that table, 2 (K-1)/K (|U| + d) 8 bytes
+    a worker a round (the whole hash table when every bucket is touched);
+  - "allgather": ring all-gather of each worker's own touched rows,
+    (K-1) max_k (|T_k| + d) 8 bytes (the ids were sent once at start):
+    smaller when shards touch few rows of a large table.
+
+Model directory (`model_dir/cocoa/`): `state.json` (the last complete
+round, the history, the options), `weights-RRRRRR.npz` (the chief) and
+`worker-KKKK-RRRRRR.npz` (each worker's duals). Every file is written to a
+temporary name and renamed; the chief moves `state.json` to round r only
+after every worker has written round r (a barrier), and files of rounds
+older than the previous checkpoint are deleted after that, so a kill at
+any moment leaves `state.json` pointing at a complete round.
+"""
+import glob
+import json
+import os
+import signal
+import time
+
+import numpy as np
+
+from tf_sdca import losses
+from tf_sdca.distributed import shard as shard_lib
+from tf_sdca.trainer import objective_and_gap
+
+EXCHANGES = ("auto", "allreduce", "allgather")
+_STATE = "state.json"
+
+
+class Result:
+  """What `train` returns on every worker.
+
+  Attributes:
+    sparse_weights: float64 `[num_features]`, unshrunk (`InMemorySdca`'s
+      layout; zero where no row has the id).
+    dense_weights: float64 `[d]`, unshrunk.
+    duals: float64, this worker's rows' duals.
+    history: list of per-round dicts: `round`, `loss` (primal / total
+      weight), `duality_gap` (relative), `seconds`, `solve_seconds`,
+      `exchange_seconds`, `bytes_sent` (this worker, this round).
+    exchange: "allreduce" or "allgather".
+    table_size: entries of the exchanged table (touched ids + dense).
+    largest_shard: entries the largest shard touches.
+    bytes_per_round: what the exchange sends per worker per round (the
+      gap's all-reduce adds 2 (K-1)/K 16 bytes).
+    num_workers: K.
+    total_rows: rows of all workers.
+    index: this worker's rank.
+  """
+
+  def __init__(self, **fields):
+    self.__dict__.update(fields)
+
+  @property
+  def rounds(self):
+    return self.history[-1]["round"] if self.history else 0
+
+
+def bytes_per_round(exchange, num_workers, table_size, largest_shard):
+  """Bytes a worker sends per round for an exchange (ring algorithms; the
+  all-gather pads every part to the largest)."""
+  k = num_workers
+  if exchange == "allreduce":
+    return 2.0 * (k - 1) / k * table_size * 8
+  return (k - 1) * largest_shard * 8.0
+
+
+def train(labels, dense=None, ids=None, indptr=None, indices=None,
+          values=None, example_weights=None, num_features=None,
+          model_dir=None, loss="logistic", l1=0.0, l2=1.0, gamma=1.0,
+          max_rounds=100, tol=1e-4, local_passes=1, seed=0, exchange="auto",
+          checkpoint_every=1, resume=False, startup_timeout=120.0,
+          verbose=1, cluster=None):
+  """Trains one model with the other workers of the `TF_CONFIG` cluster.
+
+  Every worker calls it with its own rows and the same options; the rows
+  are this worker's fixed shard for the whole training. It must come
+  before any TensorFlow op runs in the process (or pass a `cluster` made
+  first): the strategy configures TensorFlow's runtime for collectives,
+  which TensorFlow allows only before the runtime starts.
+
+  Args:
+    labels, dense, ids, indptr, indices, values, example_weights: this
+      worker's rows, as `tf_sdca.trainer.InMemorySdca.fit` takes them.
+    num_features: the sparse table's size (the same on every worker).
+    model_dir: directory for checkpoints (shared by the workers, e.g. a
+      network file system; None: no checkpoints).
+    loss, l1, l2, gamma: the objective `sum_i s_i loss_i + l2/2 |w|^2 +
+      l1 |w|_1` over all workers' rows.
+    max_rounds: most rounds (each: `local_passes` passes over every shard).
+    tol: stop when the relative duality gap of the whole problem is below.
+    local_passes: H, SDCA passes over the shard per round.
+    seed: visiting orders depend on (seed, round, worker, pass) only.
+    exchange: "auto" (the fewer bytes), "allreduce" or "allgather".
+    checkpoint_every: write a checkpoint every this many rounds (and at the
+      end).
+    resume: continue from the checkpoint in `model_dir` (the same workers,
+      rows and options); without one, start afresh.
+    startup_timeout: seconds to wait for every worker to start.
+    verbose: 1 prints one line per round on the chief.
+    cluster: a `tf_sdca.distributed.cluster.Cluster` (default: one from
+      `TF_CONFIG`); if already joined, its own start-up check stands.
+
+  Returns:
+    A `Result` (the same weights on every worker).
+
+  Raises:
+    tf_sdca.distributed.cluster.ClusterError: a worker lacks the op library,
+      has other options or bad rows, or died during training (the
+      checkpoint of the last complete round stays in `model_dir`).
+    ValueError: on bad options.
+  """
+  from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops import _loader  # pylint: disable=import-outside-toplevel
+  loss = losses.op_name(loss)
+  if exchange not in EXCHANGES:
+    raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+  if int(max_rounds) < 0 or int(checkpoint_every) < 1:
+    raise ValueError(f"need max_rounds >= 0 and checkpoint_every >= 1, got "
+                     f"{max_rounds}, {checkpoint_every}")
+  # The op library first, so that a worker without it says so to everyone
+  # (through `join`) instead of failing alone.
+  op_error = None
+  try:
+    _loader.load_ops()
+  except ImportError as error:
+    op_error = str(error)
+  if cluster is None:
+    cluster = cluster_lib.Cluster(startup_timeout=startup_timeout)
+  options = dict(loss=loss, l1=float(l1), l2=float(l2), gamma=float(gamma),
+                 max_rounds=int(max_rounds), tol=tol,
+                 local_passes=int(local_passes), seed=int(seed),
+                 exchange=exchange, checkpoint_every=int(checkpoint_every),
+                 num_features=None if num_features is None else int(
+                     num_features), num_workers=cluster.size)
+  if not cluster.joined:
+    cluster.join(op_error, options)
+
+  log = (lambda text: print(text, flush=True)) if (
+      verbose and cluster.is_chief) else (lambda text: None)
+  shard, error = None, None
+  try:
+    shard = shard_lib.Shard(
+        labels, dense=dense, ids=ids, indptr=indptr, indices=indices,
+        values=values, example_weights=example_weights,
+        num_features=num_features, loss=loss, l1=l1, l2=l2, gamma=gamma,
+        num_shards=cluster.size, combine="add", num_passes=local_passes,
+        seed=seed, index=cluster.index)
+  except Exception as e:  # pylint: disable=broad-except
+    error = e
+  # Everyone learns whether every shard could be built, and the shapes.
+  facts = np.zeros((4, cluster.size))
+  facts[:, cluster.index] = ((1, 0, 0, 0) if shard is None else
+                             (0, shard.num_dense, shard.n,
+                              shard.total_weight))
+  facts = cluster.all_reduce(facts.ravel()).reshape(4, cluster.size)
+  if error is not None:
+    raise error
+  failed = np.flatnonzero(facts[0]).tolist()
+  if failed:
+    raise cluster_lib.ClusterError(
+        f"workers {failed} could not pack their rows (see their logs)")
+  if (facts[1] != facts[1, 0]).any():
+    raise cluster_lib.ClusterError(
+        f"the workers' rows have different numbers of dense columns: "
+        f"{facts[1].astype(int).tolist()}")
+  total_rows, total_weight = int(facts[2].sum()), float(facts[3].sum())
+
+  # The table: every id some shard touches, then the dense columns.
+  touched = cluster.all_gather(shard.touched.astype(np.float64))
+  touched = [t.astype(np.int64) for t in touched]
+  table_ids = np.unique(np.concatenate(touched)) if touched else np.zeros(
+      0, np.int64)
+  positions = [np.concatenate([np.searchsorted(table_ids, t),
+                               table_ids.size + np.arange(shard.num_dense)])
+               for t in touched]
+  own = positions[cluster.index]
+  table_size = table_ids.size + shard.num_dense
+  largest = max(p.size for p in positions)
+  if exchange == "auto":
+    exchange = min(("allreduce", "allgather"), key=lambda e: bytes_per_round(
+        e, cluster.size, table_size, largest))
+  layout = dict(exchange=exchange, table_size=int(table_size),
+                largest_shard=int(largest), num_workers=cluster.size,
+                total_rows=total_rows,
+                bytes_per_round=bytes_per_round(exchange, cluster.size,
+                                                table_size, largest))
+  log(f"{cluster.size} workers, {total_rows:,} rows; table {table_size:,} "
+      f"rows ({table_ids.size:,} touched ids + {shard.num_dense} dense); "
+      f"largest shard touches {largest:,}; exchange: {exchange}, "
+      f"{layout['bytes_per_round'] / 2**20:.2f} MB per worker per round")
+
+  weights = np.zeros(table_size)
+  history = []
+  state_dir = None if model_dir is None else os.path.join(model_dir, "cocoa")
+  if state_dir is not None:
+    os.makedirs(state_dir, exist_ok=True)
+    restored = None
+    if resume:
+      restored = _restore(state_dir, cluster, options, table_ids, shard)
+    if restored is not None:
+      weights, history = restored
+      log(f"resumed after round {history[-1]['round'] if history else 0}")
+    else:
+      if cluster.is_chief:
+        _remove_checkpoints(state_dir)
+      # Nobody writes before the chief is done: the first checkpoint
+      # comes after collectives that wait for the chief.
+  start_round = history[-1]["round"] if history else 0
+
+  kill_at = _test_kill_round(cluster.index)
+  stopped = bool(history) and history[-1]["duality_gap"] < tol
+  for round_index in range(start_round, max_rounds if not stopped else 0):
+    start = time.perf_counter()
+    delta = shard.solve(weights[own], round_index)
+    solved = time.perf_counter()
+    if kill_at == round_index + 1:  # test hook: die mid-round, unannounced
+      os.kill(os.getpid(), signal.SIGKILL)
+    sent_before = cluster.bytes_sent
+    if exchange == "allreduce":
+      change = np.zeros(table_size)
+      change[own] = delta
+      weights = weights + cluster.all_reduce(change)
+    else:
+      weights = weights.copy()
+      for place, part in zip(positions, cluster.all_gather(delta)):
+        weights[place] += part  # in worker order: the same bits everywhere
+    exchanged = time.perf_counter()
+    loss_part, dual_part = shard.evaluate(weights[own])
+    loss_sum, dual_sum = cluster.all_reduce(np.array([loss_part, dual_part]))
+    primal, gap = objective_and_gap(
+        (loss_sum, dual_sum) + shard_lib.norms(weights, l1, l2), loss, l1, l2)
+    history.append(dict(
+        round=round_index + 1, loss=primal / total_weight,
+        duality_gap=gap / max(abs(primal), 1e-300),
+        seconds=time.perf_counter() - start, solve_seconds=solved - start,
+        exchange_seconds=exchanged - solved,
+        bytes_sent=cluster.bytes_sent - sent_before))
+    done = (history[-1]["duality_gap"] < tol or
+            round_index + 1 == max_rounds)
+    log(f"round {round_index + 1}: loss {history[-1]['loss']:.6f}, relative "
+        f"duality gap {history[-1]['duality_gap']:.3e} (solve "
+        f"{solved - start:.3f} s, exchange {exchanged - solved:.3f} s, "
+        f"{history[-1]['bytes_sent'] / 2**20:.2f} MB sent)")
+    if state_dir is not None and (done or
+                                  (round_index + 1) % checkpoint_every == 0):
+      _checkpoint(state_dir, cluster, options, layout, table_ids, weights,
+                  shard, history)
+    if done:
+      break
+
+  sparse = np.zeros(0 if num_features is None else int(num_features))
+  sparse[table_ids] = weights[:table_ids.size]
+  return Result(sparse_weights=sparse,
+                dense_weights=weights[table_ids.size:].copy(),
+                duals=shard.duals, history=history, index=cluster.index,
+                **layout)
+
+
+def _test_kill_round(index):
+  """The round in which this worker SIGKILLs itself after its local solve,
+  from TF_SDCA_TEST_KILL="worker:round" (tests only), or None."""
+  spec = os.environ.get("TF_SDCA_TEST_KILL")
+  if not spec:
+    return None
+  worker, round_number = (int(v) for v in spec.split(":"))
+  return round_number if worker == index else None
+
+
+def _atomic_savez(path, **arrays):
+  temporary = path + ".tmp.npz"
+  np.savez(temporary, **arrays)
+  os.replace(temporary, path)
+
+
+def _atomic_json(path, value):
+  temporary = path + ".tmp"
+  with open(temporary, "w") as f:
+    json.dump(value, f, indent=1)
+  os.replace(temporary, path)
+
+
+def _checkpoint(state_dir, cluster, options, layout, table_ids, weights,
+                shard, history):
+  """Writes round r: every worker its duals, the chief the weights; after a
+  barrier the chief points `state.json` at r; then files older than the
+  previous checkpoint go."""
+  round_number = history[-1]["round"]
+  _atomic_savez(os.path.join(state_dir, _worker_file(cluster.index,
+                                                     round_number)),
+                duals=shard.duals, round=round_number)
+  if cluster.is_chief:
+    _atomic_savez(os.path.join(state_dir, _weights_file(round_number)),
+                  table_ids=table_ids, weights=weights, round=round_number)
+  cluster.barrier()  # every file of round r is in place
+  if cluster.is_chief:
+    previous = _read_state(state_dir)
+    _atomic_json(os.path.join(state_dir, _STATE), dict(
+        round=round_number, options=options, layout=layout, history=history,
+        previous_round=None if previous is None else previous["round"]))
+    keep = {round_number} | ({previous["round"]} if previous else set())
+  else:
+    keep = None
+  # Each worker deletes its own old files; the chief also old weights. A
+  # worker may run ahead of the chief's state.json, so it keeps the last
+  # two checkpoints: state.json names one of them whatever happens.
+  mine = sorted(glob.glob(os.path.join(
+      state_dir, f"worker-{cluster.index:04d}-*.npz")))
+  for path in mine[:-2]:
+    os.remove(path)
+  if keep is not None:
+    for path in glob.glob(os.path.join(state_dir, "weights-*.npz")):
+      if int(os.path.basename(path)[8:14]) not in keep:
+        os.remove(path)
+
+
+def _remove_checkpoints(state_dir):
+  """Deletes a previous training's state (a fresh start in its directory:
+  its round numbers would mix with the new ones)."""
+  for pattern in (_STATE, "weights-*.npz", "worker-*.npz"):
+    for path in glob.glob(os.path.join(state_dir, pattern)):
+      os.remove(path)
+
+
+def _worker_file(index, round_number):
+  return f"worker-{index:04d}-{round_number:06d}.npz"
+
+
+def _weights_file(round_number):
+  return f"weights-{round_number:06d}.npz"
+
+
+def _read_state(state_dir):
+  path = os.path.join(state_dir, _STATE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def _restore(state_dir, cluster, options, table_ids, shard):
+  """(weights, history) of the checkpoint, with this worker's duals set, or
+  None without a checkpoint."""
+  from tf_sdca.distributed.cluster import ClusterError  # pylint: disable=import-outside-toplevel
+  state = _read_state(state_dir)
+  if state is None:
+    return None
+  if state["options"] != json.loads(json.dumps(options)):
+    changed = {k: (state["options"].get(k), v) for k, v in options.items()
+               if state["options"].get(k) != v}
+    raise ClusterError(f"--resume: the checkpoint in {state_dir} was "
+                       f"written with other options (saved, now): {changed}")
+  round_number = state["round"]
+  with np.load(os.path.join(state_dir, _weights_file(round_number))) as f:
+    saved_ids, weights = f["table_ids"], f["weights"]
+  if not np.array_equal(saved_ids, table_ids):
+    raise ClusterError("--resume: the workers' rows are not those of the "
+                       "checkpoint (their ids differ)")
+  with np.load(os.path.join(state_dir, _worker_file(cluster.index,
+                                                    round_number))) as f:
+    duals = f["duals"]
+  if duals.shape != (shard.n,):
+    raise ClusterError(f"--resume: worker {cluster.index} has {shard.n} rows,"
+                       f" its checkpoint {duals.shape[0]}")
+  shard.duals = duals
+  return weights, state["history"]
+
+
+def read_model(model_dir, num_features=None):
+  """The last checkpoint in `model_dir`: a dict of `sparse_weights`,
+  `dense_weights`, `history` and the layout (`exchange`, `table_size`,
+  `bytes_per_round`, `num_workers`, ...), as the chief's `train` returned
+  them."""
+  state_dir = os.path.join(model_dir, "cocoa")
+  state = _read_state(state_dir)
+  if state is None:
+    raise FileNotFoundError(f"no distributed checkpoint in {model_dir}")
+  with np.load(os.path.join(state_dir, _weights_file(state["round"]))) as f:
+    table_ids, weights = f["table_ids"], f["weights"]
+  size = num_features or state["options"]["num_features"] or 0
+  sparse = np.zeros(size)
+  sparse[table_ids] = weights[:table_ids.size]
+  return dict(state["layout"], sparse_weights=sparse,
+              dense_weights=weights[table_ids.size:].copy(),
+              history=state["history"])
