@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from tf_sdca import losses
+from tf_sdca.distributed import command as distributed_command
 
 _BINARY = losses.BINARY
 
@@ -60,6 +61,7 @@ def add_parsers(sub):
   train.add_argument("--overwrite", action="store_true",
                      help="replace a model already in --model-dir")
   train.add_argument("--quiet", action="store_true")
+  distributed_command.add_arguments(train)
 
   evaluate = sub.add_parser("evaluate", help="log loss, AUC, accuracy")
   _data_args(evaluate)
@@ -218,6 +220,9 @@ def load_model(model_dir):
 
 def train(args):
   """`tf-sdca train`."""
+  if distributed_command.wanted(args):
+    return distributed_command.train(args)
+  distributed_command.guard_single_process_resume(args)
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   os.makedirs(args.model_dir, exist_ok=True)
