@@ -334,3 +334,25 @@ def test_worker_without_the_op_library_is_a_clear_error_in_bounded_time(
   assert "_sdca_ops.so is missing" in message  # worker 1's own reason
   assert error.value.returncodes == [3, 3]  # both stopped by themselves
   _assert_nothing_left(tag, _addresses(message))
+
+
+@pytest.mark.skipif(not os.environ.get("TF_SDCA_SLOW_TESTS"),
+                    reason="~15 s of waiting; TF_SDCA_SLOW_TESTS=1 runs it")
+def test_worker_whose_peer_never_starts_stops_after_the_startup_timeout(
+    tmp_path):
+  from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
+  addresses = [f"127.0.0.1:{p}" for p in launch.free_ports(2)]
+  env, tag = _tagged_env(TF_CONFIG=launch.tf_config(addresses, 0))
+  code = ("import numpy as np\n"
+          "from tf_sdca.distributed import training\n"
+          "training.train(np.ones(8, np.float32), dense=np.ones((8, 1)),"
+          " startup_timeout=5)\n")
+  start = time.monotonic()
+  result = subprocess.run([sys.executable, "-c", code], env=env,
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == -9  # the watchdog's SIGKILL
+  assert (f"not every worker of {addresses!r} joined within 5 s"
+          in result.stderr)
+  assert time.monotonic() - start < 60
+  time.sleep(0.5)  # the watchdog exits once its parent is gone
+  _assert_nothing_left(tag, addresses)
