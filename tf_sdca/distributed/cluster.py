@@ -216,9 +216,7 @@ class Cluster:
   def _collective(self, function, values):
     try:
       return function(tf.constant(values)).numpy()
-    except (tf.errors.UnavailableError, tf.errors.AbortedError,
-            tf.errors.CancelledError, tf.errors.DeadlineExceededError,
-            tf.errors.InternalError, tf.errors.FailedPreconditionError) as e:
+    except tf.errors.OpError as e:  # whatever the peer's death looks like
       raise ClusterError(
           f"worker {self.index}: a collective with the other workers "
           f"failed, a worker has probably died: {_first_line(e)}") from e
@@ -255,9 +253,13 @@ class _Watchdog:
 
 
 def _first_line(error):
-  """The message of a TensorFlow error without its graph trace."""
+  """The telling line of a TensorFlow error (e.g. `Collective ops is
+  aborted by: Socket closed`), without its graph trace."""
   text = getattr(error, "message", None) or str(error)
   lines = [line.strip() for line in text.splitlines() if line.strip()]
-  useful = [line for line in lines if "aborted" in line.lower() or
-            "unavailable" in line.lower() or "error" in line.lower()]
-  return (useful or lines or [type(error).__name__])[0][:300]
+  for pattern in ("aborted by", "grpc_message", "remote target",
+                  "unavailable", "deadline", "error"):
+    for line in lines:
+      if pattern in line.lower() and line != "Graph execution error:":
+        return line[:300]
+  return (lines or [type(error).__name__])[0][:300]
