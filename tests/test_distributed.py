@@ -361,3 +361,65 @@ def test_worker_whose_peer_never_starts_stops_after_the_startup_timeout(
   assert time.monotonic() - start < 60
   time.sleep(0.5)  # the watchdog exits once its parent is gone
   _assert_nothing_left(tag, addresses)
+
+
+class _OneWorker:
+  """The parts of a Cluster that checkpointing uses, for one worker."""
+  index, size, is_chief = 0, 1, True
+
+  def barrier(self):
+    pass
+
+
+class _Duals:
+  def __init__(self, n):
+    self.n = n
+    self.duals = np.zeros(n)
+
+
+def test_checkpoints_keep_a_complete_round_whatever_fails(tmp_path,
+                                                          monkeypatch):
+  from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+  state_dir = str(tmp_path)
+  cluster, shard = _OneWorker(), _Duals(5)
+  options, layout = dict(l2=1.0), dict(exchange="allreduce")
+  table_ids = np.arange(3)
+  history = []
+  for r in range(1, 6):
+    shard.duals = np.full(5, float(r))
+    history.append(dict(round=r, duality_gap=1.0 / r))
+    training._checkpoint(state_dir, cluster, options, layout, table_ids,  # pylint: disable=protected-access
+                         np.full(4, float(r)), shard, history)
+  # Only the last two rounds' files are kept.
+  assert sorted(os.listdir(state_dir)) == [
+      "state.json", "weights-000004.npz", "weights-000005.npz",
+      "worker-0000-000004.npz", "worker-0000-000005.npz"]
+  # Round 6 dies before state.json moves: a half-written file stays
+  # behind, round 6's duals are written, state.json still names round 5.
+  with open(os.path.join(state_dir, "weights-000006.npz.tmp.npz"), "wb") as f:
+    f.write(b"half")
+
+  def die(*args):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(training, "_atomic_json", die)
+  shard.duals = np.full(5, 6.0)
+  history.append(dict(round=6, duality_gap=1.0 / 6))
+  with pytest.raises(KeyboardInterrupt):
+    training._checkpoint(state_dir, cluster, options, layout, table_ids,  # pylint: disable=protected-access
+                         np.full(4, 6.0), shard, history)
+  monkeypatch.undo()
+  fresh = _Duals(5)
+  weights, restored = training._restore(state_dir, cluster, options,  # pylint: disable=protected-access
+                                        table_ids, fresh)
+  assert restored[-1]["round"] == 5
+  np.testing.assert_array_equal(weights, np.full(4, 5.0))
+  np.testing.assert_array_equal(fresh.duals, np.full(5, 5.0))
+  # Other options or other rows are refused, not silently mixed.
+  from tf_sdca.distributed.cluster import ClusterError  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ClusterError, match="other options"):
+    training._restore(state_dir, cluster, dict(l2=2.0), table_ids, fresh)  # pylint: disable=protected-access
+  with pytest.raises(ClusterError, match="ids differ"):
+    training._restore(state_dir, cluster, options, np.arange(4), fresh)  # pylint: disable=protected-access
+  with pytest.raises(ClusterError, match="has 4 rows"):
+    training._restore(state_dir, cluster, options, table_ids, _Duals(4))  # pylint: disable=protected-access
