@@ -104,7 +104,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     loss, l1, l2, gamma: the objective `sum_i s_i loss_i + l2/2 |w|^2 +
       l1 |w|_1` over all workers' rows.
     max_rounds: most rounds (each: `local_passes` passes over every shard).
-    tol: stop when the relative duality gap of the whole problem is below.
+    tol: stop when the relative duality gap of the whole problem is below
+      (None: run `max_rounds`).
     local_passes: H, SDCA passes over the shard per round.
     seed: visiting orders depend on (seed, round, worker, pass) only.
     exchange: "auto" (the fewer bytes), "allreduce" or "allgather".
@@ -225,6 +226,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   start_round = history[-1]["round"] if history else 0
 
   kill_at = _test_kill_round(cluster.index)
+  tol = -np.inf if tol is None else float(tol)  # None: all max_rounds
   stopped = bool(history) and history[-1]["duality_gap"] < tol
   for round_index in range(start_round, max_rounds if not stopped else 0):
     start = time.perf_counter()
