@@ -341,8 +341,7 @@ def test_worker_without_the_op_library_is_a_clear_error_in_bounded_time(
   _assert_nothing_left(tag, _addresses(message))
 
 
-@pytest.mark.skipif(not os.environ.get("TF_SDCA_SLOW_TESTS"),
-                    reason="~15 s of waiting; TF_SDCA_SLOW_TESTS=1 runs it")
+@pytest.mark.slow  # ~15 s of waiting: pytest --run-slow runs it
 def test_worker_whose_peer_never_starts_stops_after_the_startup_timeout(
     tmp_path):
   from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
