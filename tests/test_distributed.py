@@ -17,6 +17,7 @@ import uuid
 import numpy as np
 import pytest
 
+from tf_sdca import files
 from tf_sdca import packed_solve, pack_rows
 from tf_sdca.data import generate_criteo_arrays
 from tf_sdca.distributed import shard as shard_lib
@@ -401,7 +402,7 @@ def test_checkpoints_keep_a_complete_round_whatever_fails(tmp_path,
   def die(*args):
     raise KeyboardInterrupt
 
-  monkeypatch.setattr(training, "_atomic_json", die)
+  monkeypatch.setattr(files, "save_json_atomically", die)
   shard.duals = np.full(5, 6.0)
   history.append(dict(round=6, duality_gap=1.0 / 6))
   with pytest.raises(KeyboardInterrupt):

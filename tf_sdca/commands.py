@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from tf_sdca import files
 from tf_sdca import losses
 from tf_sdca.distributed import command as distributed_command
 
@@ -193,17 +194,8 @@ def _features(fmt, arrays, meta):
 
 
 # ------------------------------------------------------------------ train
-def _atomic_save_npz(path, **arrays):
-  temporary = path + ".tmp.npz"
-  np.savez(temporary, **arrays)
-  os.replace(temporary, path)
 
 
-def _atomic_save_json(path, value):
-  temporary = path + ".tmp"
-  with open(temporary, "w") as f:
-    json.dump(value, f, indent=1)
-  os.replace(temporary, path)
 
 
 def load_model(model_dir):
@@ -266,10 +258,11 @@ def train(args):
     meta["history"].append(dict(epoch=epoch + 1, loss=history["loss"][-1],
                                 duality_gap=history["duality_gap"][-1],
                                 rows_per_sec=history["rows_per_sec"][-1]))
-    _atomic_save_npz(ckpt_path, sparse_weights=model.sparse_weights,
-                     dense_weights=model.dense_weights, duals=model.duals,
-                     epoch=epoch + 1)
-    _atomic_save_json(meta_path, meta)
+    files.save_npz_atomically(
+        ckpt_path, sparse_weights=model.sparse_weights,
+        dense_weights=model.dense_weights, duals=model.duals,
+        epoch=epoch + 1)
+    files.save_json_atomically(meta_path, meta)
     if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):
       raise KeyboardInterrupt  # test hook: an interruption after saving
 

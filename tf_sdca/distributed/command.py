@@ -20,6 +20,8 @@ import sys
 
 import numpy as np
 
+from tf_sdca import files
+
 _EXIT_FAILED = 1
 
 
@@ -214,8 +216,8 @@ def _write_model(model_dir, meta, result, num_files):
                                table_size=result.table_size,
                                largest_shard=result.largest_shard,
                                bytes_per_round=result.bytes_per_round))
-  training._atomic_savez(  # pylint: disable=protected-access
+  files.save_npz_atomically(
       os.path.join(model_dir, "checkpoint.npz"),
       sparse_weights=result.sparse_weights,
       dense_weights=result.dense_weights, epoch=result.rounds)
-  training._atomic_json(os.path.join(model_dir, "model.json"), meta)  # pylint: disable=protected-access
+  files.save_json_atomically(os.path.join(model_dir, "model.json"), meta)

@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+from tf_sdca import files
 from tf_sdca import losses
 from tf_sdca.distributed import shard as shard_lib
 from tf_sdca.trainer import objective_and_gap
@@ -285,17 +286,8 @@ def _test_kill_round(index):
   return round_number if worker == index else None
 
 
-def _atomic_savez(path, **arrays):
-  temporary = path + ".tmp.npz"
-  np.savez(temporary, **arrays)
-  os.replace(temporary, path)
 
 
-def _atomic_json(path, value):
-  temporary = path + ".tmp"
-  with open(temporary, "w") as f:
-    json.dump(value, f, indent=1)
-  os.replace(temporary, path)
 
 
 def _checkpoint(state_dir, cluster, options, layout, table_ids, weights,
@@ -304,16 +296,17 @@ def _checkpoint(state_dir, cluster, options, layout, table_ids, weights,
   barrier the chief points `state.json` at r; then files older than the
   previous checkpoint go."""
   round_number = history[-1]["round"]
-  _atomic_savez(os.path.join(state_dir, _worker_file(cluster.index,
-                                                     round_number)),
-                duals=shard.duals, round=round_number)
+  files.save_npz_atomically(
+      os.path.join(state_dir, _worker_file(cluster.index, round_number)),
+      duals=shard.duals, round=round_number)
   if cluster.is_chief:
-    _atomic_savez(os.path.join(state_dir, _weights_file(round_number)),
-                  table_ids=table_ids, weights=weights, round=round_number)
+    files.save_npz_atomically(
+        os.path.join(state_dir, _weights_file(round_number)),
+        table_ids=table_ids, weights=weights, round=round_number)
   cluster.barrier()  # every file of round r is in place
   if cluster.is_chief:
     previous = _read_state(state_dir)
-    _atomic_json(os.path.join(state_dir, _STATE), dict(
+    files.save_json_atomically(os.path.join(state_dir, _STATE), dict(
         round=round_number, options=options, layout=layout, history=history,
         previous_round=None if previous is None else previous["round"]))
     keep = {round_number} | ({previous["round"]} if previous else set())
