@@ -35,6 +35,7 @@ import numpy as np
 
 from tf_sdca import losses
 from tf_sdca.ops import sdca_ops
+from tf_sdca.trainer import InMemorySdca
 
 COMBINES = ("add", "average")
 
@@ -190,29 +191,16 @@ def norms(weights, l1, l2):
 
 
 def _csr(n, ids, indptr, indices, values):
-  """(row_ptr int64, ids int64, values float32 or empty) of the sparse part
-  given as fixed-width ids or CSR (`[0]`-shaped row_ptr: none)."""
+  """(row_ptr int64, ids int64, values float32 or empty) of the sparse part,
+  checked and normalised as `InMemorySdca` does (`[0]`-shaped row_ptr:
+  none)."""
+  csr = InMemorySdca._csr(n, ids, indptr, indices, values)  # pylint: disable=protected-access
   empty_values = np.zeros(0, np.float32)
-  if ids is not None:
-    ids = np.asarray(ids)
-    if ids.ndim != 2 or ids.shape[0] != n:
-      raise ValueError(f"ids must have shape [{n}, k], got {ids.shape}")
-    k = ids.shape[1]
-    return (np.arange(0, n * k + 1, k, dtype=np.int64),
-            ids.astype(np.int64).ravel(), empty_values)
-  if indices is None:
+  if csr is None:
     return np.zeros(0, np.int64), np.zeros(0, np.int64), empty_values
-  indptr = np.asarray(indptr, np.int64)
-  if indptr.shape != (n + 1,):
-    raise ValueError(f"indptr must have shape [{n + 1}], got {indptr.shape}")
-  indices = np.asarray(indices).astype(np.int64)
-  if values is None:
-    return indptr, indices, empty_values
-  values = np.ascontiguousarray(values, np.float32)
-  if values.shape != indices.shape:
-    raise ValueError(f"values has shape {values.shape} but indices has "
-                     f"{indices.shape}")
-  return indptr, indices, values
+  row_ptr, ids, values = csr
+  return (row_ptr, ids.astype(np.int64, copy=False),
+          empty_values if values is None else values)
 
 
 def split(data, num_shards):
