@@ -253,14 +253,14 @@ class RowStep {
 };
 
 // Prefetches for visit k of the records at byte offsets visit[0, count):
-// the whole record kRowAhead visits ahead (up to 4 lines: 192 bytes for a
-// Criteo row), and the weights of its first ids_of(header) ids and its dual
-// kWeightAhead visits ahead (by then the record is in cache). Forced inline:
-// as a call (GCC 12 -O3 does not inline it) an epoch took 2.5x the time.
+// the first `lines` (>= 4) cache lines of the record kRowAhead visits ahead,
+// and the weights of its first ids_of(header) ids and its dual kWeightAhead
+// visits ahead (by then the record is in cache). Forced inline: as a call
+// (GCC 12 -O3 does not inline it) an epoch took 2.5x the time.
 template <class Header, class Ids>
 __attribute__((always_inline)) inline void PrefetchAhead(
     const char* buffer, const int64_t* visit, int64_t k, int64_t count,
-    const double* w, const double* duals, const Ids& ids_of) {
+    int64_t lines, const double* w, const double* duals, const Ids& ids_of) {
   constexpr int64_t kRowAhead = 8, kWeightAhead = 3;
   if (k + kRowAhead < count) {
     const char* p = buffer + visit[k + kRowAhead];
@@ -268,6 +268,9 @@ __attribute__((always_inline)) inline void PrefetchAhead(
     __builtin_prefetch(p + 64);
     __builtin_prefetch(p + 128);
     __builtin_prefetch(p + 192);
+    for (int64_t line = 4; line < lines; ++line) {
+      __builtin_prefetch(p + 64 * line);
+    }
   }
   if (k + kWeightAhead < count) {
     const Header* h =
@@ -291,8 +294,10 @@ __attribute__((always_inline)) inline void PrefetchAhead(
 template <class Loss, bool kHasL1, bool kHasValues>
 class PackedPass {
  public:
-  PackedPass(const Loss& loss, const SolverOptions& options, double sigma)
-      : step_(loss, options, sigma) {}
+  // `lines`: the cache lines of a record to prefetch (PrefetchLines()).
+  PackedPass(const Loss& loss, const SolverOptions& options, double sigma,
+             int64_t lines)
+      : step_(loss, options, sigma), lines_(lines) {}
 
   template <class Header, bool kRecord>
   int64_t Run(const char* buffer, const int64_t* visit, int64_t count,
@@ -301,7 +306,7 @@ class PackedPass {
               double* failed_margin) const {
     double* __restrict wd = w + num_sparse;
     for (int64_t k = 0; k < count; ++k) {
-      PrefetchAhead<Header>(buffer, visit, k, count, w, duals,
+      PrefetchAhead<Header>(buffer, visit, k, count, lines_, w, duals,
                             [](const Header* h) { return h->nnz; });
       const Header* h = reinterpret_cast<const Header*>(buffer + visit[k]);
       const double s = h->weight;
@@ -327,6 +332,7 @@ class PackedPass {
 
  private:
   const RowStep<Loss, kHasL1, kHasValues> step_;
+  const int64_t lines_;
 };
 
 // One thread's share of a pass over split records (PackedRows with
@@ -355,6 +361,7 @@ class SplitPass {
   struct Shared {
     const char* buffer;
     int64_t dd, num_hot, sync_every, frequent_every;
+    int64_t lines;        // of a record to prefetch (PrefetchLines())
     const double* scale;  // [num_hot + dd], sigma' of each private slot
     double* shared_hot;   // [num_hot + dd]
     double* w;            // the table (cold ids read and added here)
@@ -387,7 +394,8 @@ class SplitPass {
   __attribute__((always_inline))
   inline void Visit(int64_t k) {
     // The hot weights are in this thread's copy: prefetch only cold ones.
-    PrefetchAhead<Header>(s_.buffer, visit_, k, count_, s_.w, s_.duals,
+    PrefetchAhead<Header>(s_.buffer, visit_, k, count_, s_.lines, s_.w,
+                          s_.duals,
                           [](const Header* h) { return h->num_cold; });
     // The dense columns and the most frequent hot ids (hot indices are in
     // decreasing order of frequency) gather the other threads' changes
@@ -599,6 +607,16 @@ int64_t PackedRows::bytes() const {
          static_cast<int64_t>(offsets_.size() * sizeof(int64_t) +
                               labels_.size() * sizeof(double) +
                               hot_ids_.size() * sizeof(int32_t));
+}
+
+int64_t PackedRows::PrefetchLines() const {
+  // The most lines a record of the mean size can span (records are not
+  // aligned to lines): a Criteo row with explicit values is ~300 bytes, up
+  // to 6 lines, and prefetching only its first 4 halved the rows/s of a
+  // pass. Capped, because the hardware prefetcher follows a long (dense)
+  // record by itself.
+  const int64_t mean = buffer_bytes_ / std::max<int64_t>(num_examples_, 1);
+  return std::clamp<int64_t>((mean + 62) / 64 + 1, 4, 8);
 }
 
 int64_t PackedRows::SyncInterval() const {
@@ -916,7 +934,7 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
                  using Loss = std::decay_t<decltype(loss)>;
                  const PackedPass<Loss, decltype(l1)::value,
                                   decltype(values)::value>
-                     packed_pass(loss, options, partitions);
+                     packed_pass(loss, options, partitions, PrefetchLines());
                  if (record == nullptr) {
                    packed_pass.template Run<Header, false>(
                        buffer_.get(), offsets, n, dense_dim_,
@@ -1035,7 +1053,8 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
                  const typename Pass::Shared shared{
                      buffer_.get(),         dense_dim_,
                      num_hot,               SyncInterval(),
-                     FrequentSyncInterval(), slot_scales_.data(),
+                     FrequentSyncInterval(), PrefetchLines(),
+                     slot_scales_.data(),
                      shared_hot.data(),     weights,
                      duals};
                  std::vector<std::unique_ptr<Pass>> passes;

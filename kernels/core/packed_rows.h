@@ -158,6 +158,8 @@ class PackedRows {
   // dense ones and the kFrequentHotIds most frequent hot ids.
   int64_t SyncInterval() const;
   int64_t FrequentSyncInterval() const;
+  // Cache lines of a record each pass prefetches ahead of its visit.
+  int64_t PrefetchLines() const;
   // Bytes held (records, row offsets, labels, hot ids).
   int64_t bytes() const;
 
