@@ -173,8 +173,9 @@ class ProgressWatch:
       return None
     self._said = True
     return (f"the relative duality gap fell only from {before:.3g} to "
-            f"{now:.3g} in the last {self.window} epochs: the features' "
-            "scales make this problem badly conditioned for SDCA. "
-            "Standardise them (keras.layers.Normalization, "
+            f"{now:.3g} in the last {self.window} epochs: this problem is "
+            "badly conditioned for SDCA. Standardise features in natural "
+            "units (counts, pixels, money: keras.layers.Normalization, "
             "sklearn.preprocessing.StandardScaler; tf-sdca train scales "
-            "Criteo counts) or raise l2")
+            "Criteo counts), or raise l2; with a hinge loss, "
+            "visit_order='shrinking' skips the duals held at a bound")

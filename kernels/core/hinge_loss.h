@@ -44,6 +44,14 @@ class HingeLossUpdater final : public BinaryDualLossUpdater {
   }
 
   double DualStrongConvexity() const final { return 0.0; }
+
+  bool DualBoxGradient(double label, double dual, double wx, double* gradient,
+                       int* bound) const final {
+    const double b = dual * label;
+    *gradient = label * wx - 1.0;
+    *bound = b <= 0.0 ? -1 : (b >= 1.0 ? 1 : 0);
+    return true;
+  }
 };
 
 }  // namespace tf_sdca

@@ -61,6 +61,16 @@ class DualLossUpdater {
   // Strong-convexity constant of phi* (1 / smoothness of phi); 0 for
   // non-smooth losses. Used by adaptive sampling.
   virtual double DualStrongConvexity() const = 0;
+
+  // For a loss whose dual is boxed (b = label * dual in [0, 1]): writes the
+  // gradient of the row's dual objective in b, minimisation form (what
+  // LIBLINEAR's dual coordinate descent calls G), and whether b is at its
+  // lower (-1) or upper (+1) bound or inside (0); returns true. False for a
+  // loss without a box (the 'shrinking' order then shrinks nothing).
+  virtual bool DualBoxGradient(double label, double dual, double wx,
+                               double* gradient, int* bound) const {
+    return false;
+  }
 };
 
 // Creates the updater for `type`; `gamma` is the smoothing of smooth hinge.

@@ -282,6 +282,41 @@ __attribute__((always_inline)) inline void PrefetchAhead(
   }
 }
 
+// A 'shrinking' pass's thresholds (PackedRows::ShrinkingState) and what it
+// measures: See() takes each visited row's step, before it moved the dual.
+struct ShrinkingPass {
+  uint8_t* shrunk;  // [n], by row
+  double high, low;
+  double max_gradient = -std::numeric_limits<double>::infinity();
+  double min_gradient = std::numeric_limits<double>::infinity();
+
+  void See(const DualLossUpdater& loss, double label, double dual_before,
+           double wx, int64_t row) {
+    double g;
+    int bound;
+    if (!loss.DualBoxGradient(label, dual_before, wx, &g, &bound)) return;
+    // The projected gradient; a row at a bound that the gradient pushes out
+    // by more than the last pass's extreme projected gradient is shrunk
+    // (its step, clipped to the bound, did not move it).
+    double projected = g;
+    if (bound < 0) {
+      if (g > high) {
+        shrunk[row] = 1;
+        return;
+      }
+      projected = std::min(g, 0.0);
+    } else if (bound > 0) {
+      if (g < low) {
+        shrunk[row] = 1;
+        return;
+      }
+      projected = std::max(g, 0.0);
+    }
+    max_gradient = std::max(max_gradient, projected);
+    min_gradient = std::min(min_gradient, projected);
+  }
+};
+
 // One pass over packed records (PackedRows) on one thread, visiting the
 // records at byte offsets visit[0..count) of `buffer`.
 //
@@ -297,13 +332,15 @@ class PackedPass {
   // `lines`: the cache lines of a record to prefetch (PrefetchLines()).
   PackedPass(const Loss& loss, const SolverOptions& options, double sigma,
              int64_t lines)
-      : step_(loss, options, sigma), lines_(lines) {}
+      : loss_(loss), step_(loss, options, sigma), lines_(lines) {}
 
+  // With `shrinking` (kShrinking), each step is also shown to it.
   template <class Header, bool kRecord>
   int64_t Run(const char* buffer, const int64_t* visit, int64_t count,
               int64_t dd, int64_t num_sparse, double* __restrict w,
               double* __restrict duals, double* __restrict margins,
-              double* failed_margin) const {
+              double* failed_margin,
+              ShrinkingPass* shrinking = nullptr) const {
     double* __restrict wd = w + num_sparse;
     for (int64_t k = 0; k < count; ++k) {
       PrefetchAhead<Header>(buffer, visit, k, count, lines_, w, duals,
@@ -316,9 +353,13 @@ class PackedPass {
       const float* values = reinterpret_cast<const float*>(ids + nnz);
       const float* x = kHasValues ? values + nnz : values;
       double wx;
+      const double dual_before = duals[h->row];
       const double coef = step_.template Take<kRecord>(
           ids, values, nnz, x, dd, h->label, s, h->norm, duals + h->row, w,
           wd, &wx);
+      if (shrinking != nullptr) {
+        shrinking->See(loss_, h->label, dual_before, wx, h->row);
+      }
       if (kRecord) {
         margins[h->row] = wx;
         if (std::isnan(coef)) {
@@ -331,6 +372,7 @@ class PackedPass {
   }
 
  private:
+  const Loss& loss_;
   const RowStep<Loss, kHasL1, kHasValues> step_;
   const int64_t lines_;
 };
@@ -911,13 +953,40 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
   }
   const int64_t* failed = nullptr;  // the visit whose step failed
   double failed_margin = 0.0;
+  const bool shrink = options.order == VisitOrder::kShrinking;
+  std::unique_lock<std::mutex> shrinking_lock;
+  if (shrink) {
+    shrinking_lock = std::unique_lock<std::mutex>(shrinking_->mutex);
+    if (static_cast<int64_t>(shrinking_->shrunk.size()) != n) {
+      shrinking_->shrunk.assign(n, 0);
+      shrinking_->high = std::numeric_limits<double>::infinity();
+      shrinking_->low = -shrinking_->high;
+      shrinking_->full_spread = std::numeric_limits<double>::infinity();
+    }
+  }
   WithPartitionScaling(options, num_slots(), weights, [&] {
     std::vector<int64_t> visit;
     std::vector<double> scores;
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
       // The rows to visit, as record offsets (cyclic: all, in order).
       const int64_t* offsets = offsets_.data();
-      if (options.order != VisitOrder::kCyclic) {
+      int64_t count = n;
+      ShrinkingPass shrinking{nullptr, 0.0, 0.0};
+      if (shrink) {
+        shrinking = {shrinking_->shrunk.data(), shrinking_->high,
+                     shrinking_->low};
+        visit.clear();
+        for (int64_t i = 0; i < n; ++i) {
+          if (!shrinking_->shrunk[i]) visit.push_back(i);
+        }
+        count = static_cast<int64_t>(visit.size());
+        Rng rng = PassRng(options.seed, 0, pass);
+        // In place: item k reads visit[k] before out[k] = visit[k] is set.
+        FillVisitOrder(options.order, 0, count, nullptr, &rng,
+                       [&](int64_t k) { return offsets_[visit[k]]; },
+                       visit.data());
+        offsets = visit.data();
+      } else if (options.order != VisitOrder::kCyclic) {
         if (options.order == VisitOrder::kAdaptive) {
           scores.resize(n);
           AdaptiveScores(options, weights, duals, 0, n, scores.data());
@@ -937,17 +1006,38 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
                      packed_pass(loss, options, partitions, PrefetchLines());
                  if (record == nullptr) {
                    packed_pass.template Run<Header, false>(
-                       buffer_.get(), offsets, n, dense_dim_,
+                       buffer_.get(), offsets, count, dense_dim_,
                        num_sparse_features_, weights, duals, nullptr,
-                       nullptr);
+                       nullptr, shrink ? &shrinking : nullptr);
                    return;
                  }
                  const int64_t k = packed_pass.template Run<Header, true>(
-                     buffer_.get(), offsets, n, dense_dim_,
+                     buffer_.get(), offsets, count, dense_dim_,
                      num_sparse_features_, weights, duals, primal,
-                     &failed_margin);
+                     &failed_margin, shrink ? &shrinking : nullptr);
                  if (k >= 0) failed = offsets + k;
                });
+      if (shrink) {
+        // LIBLINEAR's outer-iteration end, with its stopping tolerance
+        // relative: 0.1 of the spread of the last pass over all rows.
+        ShrinkingState& state = *shrinking_;
+        const double spread =
+            count > 0 && shrinking.max_gradient >= shrinking.min_gradient
+                ? shrinking.max_gradient - shrinking.min_gradient
+                : 0.0;
+        if (count == n) state.full_spread = spread;
+        const double inf = std::numeric_limits<double>::infinity();
+        if (count < n && spread <= 0.1 * state.full_spread) {
+          std::fill(state.shrunk.begin(), state.shrunk.end(), 0);
+          state.high = inf;
+          state.low = -inf;
+        } else {
+          state.high = shrinking.max_gradient > 0.0 ? shrinking.max_gradient
+                                                    : inf;
+          state.low = shrinking.min_gradient < 0.0 ? shrinking.min_gradient
+                                                   : -inf;
+        }
+      }
       if (failed != nullptr) {
         // The step's inputs, for the caller's error (the dual is as it was).
         const Header* h =
@@ -1014,8 +1104,10 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
       // Cyclic: the rows in order, without an order array.
       const int64_t* order = offsets_.data();
-      if (options.order == VisitOrder::kPermutation) {
-        // One permutation of all rows, cut into the threads' shares.
+      if (options.order == VisitOrder::kPermutation ||
+          options.order == VisitOrder::kShrinking) {
+        // One permutation of all rows, cut into the threads' shares (the
+        // threads do not shrink).
         visit.resize(n);
         Rng rng = PassRng(options.seed, 0, pass);
         FillVisitOrder(options.order, 0, n, nullptr, &rng, offset_of,

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,13 @@ class PackedRows {
   // block of rows (kUniform; kAdaptive with the block's adaptive
   // probabilities), so that no two threads update the same dual.
   //
+  // kShrinking (one thread; with threads it is kPermutation) visits a fresh
+  // permutation of the rows not shrunk, LIBLINEAR's shrinking for boxed
+  // duals (see ShrinkingState): which rows are shrunk carries over from
+  // call to call on these rows, so a sequence of calls is reproducible from
+  // its seeds, but a run resumed from saved duals takes another path to
+  // the same optimum.
+  //
   // With `record` (one thread only: TfSdca>Optimizer), every new dual is
   // rounded to float32 before the weights move by it, so that the weights
   // stay w(alpha) of the duals the op's float32 state stores; the rows'
@@ -245,6 +253,20 @@ class PackedRows {
   void ChooseSlotScales(const ResidentData& data,
                         const std::vector<int32_t>& hot_index);
 
+  // Shrinking (Hsieh et al., "A Dual Coordinate Descent Method for
+  // Large-scale Linear SVM", ICML 2008, their Algorithm 3): a row whose dual
+  // sits at a bound of its box and whose gradient G pushes it out by more
+  // than the largest (smallest) projected gradient of the previous pass
+  // leaves the visits; when the projected gradients of the rows still
+  // visited span less than a tenth of those of the last pass over all
+  // rows, every row comes back and the thresholds are reset.
+  struct ShrinkingState {
+    std::mutex mutex;  // one solve at a time uses the state
+    std::vector<uint8_t> shrunk;  // [n]; empty until the first such pass
+    double high, low;             // the thresholds of the next pass
+    double full_spread;           // max - min projected gradient, all rows
+  };
+
   struct FreeBuffer {
     void operator()(char* p) const;
   };
@@ -259,6 +281,8 @@ class PackedRows {
   int num_threads_ = 1;
   std::vector<int32_t> hot_ids_;
   std::vector<double> slot_scales_;
+  mutable std::unique_ptr<ShrinkingState> shrinking_ =
+      std::make_unique<ShrinkingState>();
 };
 
 }  // namespace tf_sdca

@@ -51,6 +51,14 @@ class SmoothHingeLossUpdater final : public BinaryDualLossUpdater {
 
   double DualStrongConvexity() const final { return gamma_; }
 
+  bool DualBoxGradient(double label, double dual, double wx, double* gradient,
+                       int* bound) const final {
+    const double b = dual * label;
+    *gradient = label * wx - 1.0 + gamma_ * std::clamp(b, 0.0, 1.0);
+    *bound = b <= 0.0 ? -1 : (b >= 1.0 ? 1 : 0);
+    return true;
+  }
+
  private:
   const double gamma_;
 };

@@ -16,9 +16,10 @@
 namespace tf_sdca {
 
 // How a pass chooses the rows it visits (visit_order.h draws them).
-enum class VisitOrder { kPermutation, kUniform, kCyclic, kAdaptive };
+enum class VisitOrder { kPermutation, kUniform, kCyclic, kAdaptive, kShrinking };
 
-// "permutation", "uniform", "cyclic", "adaptive"; false for another name.
+// "permutation", "uniform", "cyclic", "adaptive", "shrinking"; false for
+// another name.
 inline bool ParseVisitOrder(const char* name, VisitOrder* order) {
   const std::string s(name);
   if (s == "permutation") {
@@ -29,6 +30,8 @@ inline bool ParseVisitOrder(const char* name, VisitOrder* order) {
     *order = VisitOrder::kCyclic;
   } else if (s == "adaptive") {
     *order = VisitOrder::kAdaptive;
+  } else if (s == "shrinking") {
+    *order = VisitOrder::kShrinking;
   } else {
     return false;
   }

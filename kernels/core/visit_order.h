@@ -45,6 +45,8 @@ inline double AdaptiveScore(const DualLossUpdater& loss, double l2, double s,
 // record lies):
 //   kCyclic      the rows in order;
 //   kPermutation a uniformly random permutation (Fisher-Yates);
+//   kShrinking   the same: the caller passes only the rows not shrunk
+//                (PackedRows::Solve on one thread; see ShrinkingState);
 //   kUniform     end - begin draws with replacement;
 //   kAdaptive    end - begin draws with replacement, row i with probability
 //                half scores[i] / sum(scores) and half uniform, so that
@@ -60,6 +62,7 @@ void FillVisitOrder(VisitOrder order, int64_t begin, int64_t end,
       for (int64_t k = 0; k < n; ++k) out[k] = item(begin + k);
       return;
     case VisitOrder::kPermutation:
+    case VisitOrder::kShrinking:
       for (int64_t k = 0; k < n; ++k) out[k] = item(begin + k);
       for (int64_t k = n - 1; k > 0; --k) {
         std::swap(out[k], out[rng->Below(k + 1)]);

@@ -206,7 +206,8 @@ OpDefBuilderWrapper& EpochCall(OpDefBuilderWrapper& op) {
       .Attr("l2: float")
       .Attr("num_loss_partitions: int >= 1 = 1")
       .Attr("num_passes: int >= 0 = 1")
-      .Attr("visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} = "
+      .Attr("visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive', "
+            "'shrinking'} = "
             "'permutation'")
       .Attr("gamma: float = 1.0")
       .Attr("compute_objective: bool = true");
@@ -240,7 +241,8 @@ REGISTER_OP("TfSdca>Optimizer")
     .Attr("l2: float")
     .Attr("num_loss_partitions: int >= 1 = 1")
     .Attr("num_inner_iterations: int >= 1 = 1")
-    .Attr("visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive'} = "
+    .Attr("visit_order: {'permutation', 'uniform', 'cyclic', 'adaptive', "
+            "'shrinking'} = "
           "'permutation'")
     .Attr("seed: int = 0")
     .Attr("gamma: float = 1.0")
@@ -287,8 +289,10 @@ l2: L2 regularisation (> 0).
 num_loss_partitions: number of solvers whose deltas are added (CoCoA+ sigma).
 num_inner_iterations: passes over the batch in this call.
 visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
-  with replacement), 'cyclic' (row order) or 'adaptive' (importance sampling
-  by the dual residual).
+  with replacement), 'cyclic' (row order), 'adaptive' (importance sampling
+  by the dual residual) or 'shrinking' (a fresh permutation of the rows
+  LIBLINEAR's shrinking keeps, for the hinge losses' boxed duals; the
+  shrunk rows of one call's passes).
 seed: seed of the visiting order; it is mixed with call_index and a digest of
   the input duals, and the result is a function of the inputs.
 gamma: smoothing of smooth_hinge_loss (> 0).
@@ -373,8 +377,12 @@ num_loss_partitions: number of solvers whose changes are added (CoCoA+
   sigma).
 num_passes: passes over the rows in this call (0: only the objective).
 visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
-  with replacement), 'cyclic' (row order) or 'adaptive' (draws by the dual
-  residual, half uniform).
+  with replacement), 'cyclic' (row order), 'adaptive' (draws by the dual
+  residual, half uniform) or 'shrinking' (a fresh permutation of the rows
+  LIBLINEAR's shrinking keeps: hinge and smooth hinge duals at a bound the
+  gradient holds them at are skipped; which rows are shrunk carries over
+  between calls on the same rows; one thread only, with threads it is
+  'permutation').
 The objective uses the CPU device's threads.
 )doc");
 

@@ -120,7 +120,7 @@ class LinearModel(keras.Model):
       1/num_loss_partitions of the data whose updates are summed (see
       `tf_sdca.SdcaModel`).
     visit_order: order of the coordinate steps ('permutation', 'uniform',
-      'cyclic', 'adaptive'; see `tf_sdca.sdca_optimizer`).
+      'cyclic', 'adaptive', 'shrinking'; see `tf_sdca.sdca_optimizer`).
     seed: seed of the visiting orders.
     gamma: smoothing of the smooth hinge loss.
     num_threads: lock-free threads of each epoch over packed rows (0 or 1:

@@ -10,7 +10,7 @@ from tf_sdca.ops._loader import load_ops
 
 LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
           "poisson_loss", "absolute_loss")
-VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive")
+VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive", "shrinking")
 
 
 def _check_options(loss_type, l1, l2, num_loss_partitions,
@@ -330,7 +330,10 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
       change.
     num_passes: passes in this call (0: only evaluate the objective).
     visit_order: one of `VISIT_ORDERS` ('adaptive': draws by the dual
-      residual, half uniform; each pass first sweeps all rows for it).
+      residual, half uniform; each pass first sweeps all rows for it;
+      'shrinking': LIBLINEAR's shrinking of hinge-loss duals held at a
+      bound, one thread only, the shrunk rows remembered by `rows` from
+      call to call).
     gamma: smooth-hinge smoothing (the packing's).
     compute_objective: evaluate the objective parts after the passes.
     name: op name.
