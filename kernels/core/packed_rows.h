@@ -245,13 +245,16 @@ class PackedRows {
   // The one-thread passes of Solve (with `record` as there).
   void SolveOneThread(const SolverOptions& options, double* weights,
                       double* duals, StateRecord* record) const;
-  // Chooses hot_ids_ and fills hot_index (id -> hot index or -1).
-  void ChooseHotIds(const ResidentData& data, std::vector<int32_t>* hot_index);
+  // Chooses hot_ids_ and fills hot_index (id -> hot index or -1) and
+  // hot_uses (hot index -> entries of the id in all rows).
+  void ChooseHotIds(const ResidentData& data, std::vector<int32_t>* hot_index,
+                    std::vector<int32_t>* hot_uses);
   void SolveSplit(const SolverOptions& options, bool lockstep,
                   double* weights, double* duals) const;
-  // Fills slot_scales_ from the rows' use of each private slot.
+  // Fills slot_scales_ from the rows' use of each private slot (of the hot
+  // ids: hot_uses, from ChooseHotIds).
   void ChooseSlotScales(const ResidentData& data,
-                        const std::vector<int32_t>& hot_index);
+                        const std::vector<int32_t>& hot_uses);
 
   // Shrinking (Hsieh et al., "A Dual Coordinate Descent Method for
   // Large-scale Linear SVM", ICML 2008, their Algorithm 3): a row whose dual
