@@ -122,8 +122,20 @@ class Cluster:
           cluster_resolver=resolver,
           communication_options=tf.distribute.experimental.CommunicationOptions(
               implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+    except RuntimeError as error:
+      self._watchdog.cancel()  # nothing to wait for: it would kill us later
+      if "program startup" not in str(error):
+        raise
+      raise ClusterError(
+          "TensorFlow's runtime already started in this process, and "
+          "collectives can only be set up before it does: join the cluster "
+          "(tf_sdca.distributed.cluster.Cluster(), tf_sdca.distributed.train,"
+          " or tf_sdca.estimator.RunConfig(...).join_cluster()) at the start "
+          "of the program, before any TensorFlow op runs (as for "
+          "tf.distribute.MultiWorkerMirroredStrategy)") from error
     except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
             tf.errors.AbortedError, tf.errors.InternalError) as error:
+      self._watchdog.cancel()
       raise ClusterError(
           f"worker {self.index} ({self.addresses[self.index]}): not every "
           f"worker of {self.addresses} joined within {startup_timeout:g} s "

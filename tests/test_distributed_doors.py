@@ -1,0 +1,80 @@
+"""The estimator and Keras doors to training across processes: real worker
+processes on loopback (free ports, nothing left behind), each running the
+same user script with its own TF_CONFIG."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tf_sdca.distributed import launch
+from tf_sdca.trainer import InMemorySdca
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_distributed import _assert_nothing_left, _tagged_env  # pylint: disable=wrong-import-position
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _rows(n=600, seed=4):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(n, 3)).astype(np.float32)
+  c = rng.integers(0, 40, size=n)
+  truth = x @ np.array([1.0, -2.0, 0.5]) + np.sin(c) - 0.3
+  y = (rng.uniform(size=n) < 1 / (1 + np.exp(-truth))).astype(np.float32)
+  w = rng.uniform(0.5, 2.0, size=n).astype(np.float32)
+  return dict(x=x, c=c, y=y, w=w)
+
+
+def _run_cluster(script_args, num_workers, timeout=150):
+  """Runs tests/<script> in `num_workers` processes with their TF_CONFIGs;
+  returns their (returncode, output); every process is gone after."""
+  addresses = [f"127.0.0.1:{p}" for p in launch.free_ports(num_workers)]
+  env, tag = _tagged_env()
+  processes = []
+  try:
+    for index in range(num_workers):
+      processes.append(subprocess.Popen(
+          [sys.executable, *script_args(index)],
+          env=dict(env, TF_CONFIG=launch.tf_config(addresses, index)),
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=timeout)[0] for p in processes]
+  finally:
+    for p in processes:
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+  _assert_nothing_left(tag, addresses)
+  return [(p.returncode, out) for p, out in zip(processes, outputs)]
+
+
+def test_estimator_with_a_multi_worker_config_trains_cocoa_plus_to_the_optimum(
+    tmp_path):
+  data = _rows()
+  np.savez(tmp_path / "data.npz", **data)
+  model_dir = str(tmp_path / "model")
+  results = _run_cluster(lambda k: [
+      os.path.join(_HERE, "distributed_estimator_worker.py"), model_dir,
+      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json")], 2)
+  for code, output in results:
+    assert code == 0, output[-3000:]
+  chief, other = (json.load(open(tmp_path / f"out-{k}.json"))
+                  for k in range(2))
+  # Both processes saw the same rounds and the same gap certificate.
+  assert chief["gaps"] == other["gaps"] and chief["gaps"][-1] < 1e-10
+  # The optimum of the same objective, solved in this process by
+  # InMemorySdca: sum_i w_i loss_i + l2/2 (|w|^2 + b^2), bias regularised.
+  model = InMemorySdca("logistic", l2=2.0)
+  model.fit(data["y"], dense=np.hstack([data["x"], np.ones((600, 1))]),
+            ids=data["c"][:, None], num_features=40,
+            example_weights=data["w"], epochs=2000, tol=1e-12, verbose=0)
+  prefix = "linear/linear_model/"
+  np.testing.assert_allclose(chief[prefix + "x/weights"],
+                             model.dense_weights[:3], atol=1e-4)
+  np.testing.assert_allclose(chief[prefix + "bias_weights"],
+                             model.dense_weights[3:], atol=1e-4)
+  np.testing.assert_allclose(chief[prefix + "c/weights"],
+                             model.sparse_weights, atol=1e-4)
+  assert chief["global_step"][0] == len(chief["gaps"])  # steps are rounds
