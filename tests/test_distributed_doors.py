@@ -78,3 +78,61 @@ def test_estimator_with_a_multi_worker_config_trains_cocoa_plus_to_the_optimum(
   np.testing.assert_allclose(chief[prefix + "c/weights"],
                              model.sparse_weights, atol=1e-4)
   assert chief["global_step"][0] == len(chief["gaps"])  # steps are rounds
+
+
+def test_keras_linear_model_under_multi_worker_strategy_trains_cocoa_plus(
+    tmp_path):
+  data = _rows()
+  np.savez(tmp_path / "data.npz", **data)
+  results = _run_cluster(lambda k: [
+      os.path.join(_HERE, "distributed_keras_worker.py"),
+      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json")], 2)
+  for code, output in results:
+    assert code == 0, output[-3000:]
+  outs = [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
+  assert outs[0]["gaps"] == outs[1]["gaps"] and outs[0]["gaps"][-1] < 1e-10
+  assert outs[0]["predictions"] == outs[1]["predictions"]  # one model
+  model = InMemorySdca("logistic", l2=2.0)
+  model.fit(data["y"], dense=np.hstack([data["x"], np.ones((600, 1))]),
+            example_weights=data["w"], epochs=2000, tol=1e-12, verbose=0)
+  logits = data["x"] @ model.dense_weights[:3] + model.dense_weights[3]
+  np.testing.assert_allclose(outs[0]["predictions"],
+                             1 / (1 + np.exp(-logits)), atol=1e-5)
+
+
+_REPLICAS = """
+import numpy as np, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tf_sdca.keras import LinearModel
+x = np.random.default_rng(0).normal(size=(200, 3)).astype(np.float32)
+y = (x[:, 0] > 0).astype(np.float32)
+with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+  model = LinearModel(l2=1.0)
+try:
+  model.fit(x, y, epochs=2, verbose=0)
+  print("TRAINED")
+except ValueError as error:
+  print("REFUSED", error)
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+  one = LinearModel(l2=1.0)
+gap = one.fit(x, y, epochs=200, tol=1e-9, verbose=0).history["duality_gap"]
+plain = LinearModel(l2=1.0)
+plain.fit(x, y, epochs=200, tol=1e-9, verbose=0)
+print("ONE", gap[-1], np.abs(one.predict(x, verbose=0) -
+                            plain.predict(x, verbose=0)).max())
+"""
+
+
+def test_keras_under_a_several_replica_strategy_is_refused_one_replica_trains():
+  env, tag = _tagged_env()
+  result = subprocess.run([sys.executable, "-c", _REPLICAS], env=env,
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "REFUSED LinearModel.fit under MirroredStrategy with 2 replicas" in \
+      result.stdout
+  line = next(l for l in result.stdout.splitlines() if l.startswith("ONE"))
+  gap, difference = (float(v) for v in line.split()[1:])
+  assert gap < 1e-9 and difference < 1e-6  # the same training as no scope
+  _assert_nothing_left(tag)
