@@ -92,6 +92,7 @@ def test_keras_linear_model_under_multi_worker_strategy_trains_cocoa_plus(
   outs = [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
   assert outs[0]["gaps"] == outs[1]["gaps"] and outs[0]["gaps"][-1] < 1e-10
   assert outs[0]["predictions"] == outs[1]["predictions"]  # one model
+  assert "pass this worker's x and y (not a dataset)" in outs[0]["refused"]
   model = InMemorySdca("logistic", l2=2.0)
   model.fit(data["y"], dense=np.hstack([data["x"], np.ones((600, 1))]),
             example_weights=data["w"], epochs=2000, tol=1e-12, verbose=0)
