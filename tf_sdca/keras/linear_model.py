@@ -474,7 +474,9 @@ class LinearModel(keras.Model):
     the workers (`tf_sdca.distributed.train`), each worker's `x, y` its
     fixed shard; a round is one pass over every shard (`epochs` bounds
     them). Every worker ends with the same weights; the History has the
-    rounds' `loss` and `duality_gap`."""
+    rounds' `loss` and `duality_gap`. Each call trains from zero duals
+    (w = 0): the rounds' duals live in the workers' shards, not the
+    model."""
     from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
     from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
     if y is None:
