@@ -137,3 +137,27 @@ def test_keras_under_a_several_replica_strategy_is_refused_one_replica_trains():
   gap, difference = (float(v) for v in line.split()[1:])
   assert gap < 1e-9 and difference < 1e-6  # the same training as no scope
   _assert_nothing_left(tag)
+
+
+def test_keras_refuses_a_strategy_with_parameter_servers():
+  # A ParameterServerStrategy needs its servers to construct; its cluster
+  # is what LinearModel.fit looks at, so a subclass holding only that.
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from tf_sdca.keras import linear_model  # pylint: disable=import-outside-toplevel
+
+  class Unconnected(tf.distribute.experimental.ParameterServerStrategy):
+    def __init__(self):  # pylint: disable=super-init-not-called
+      pass
+    num_replicas_in_sync = 1
+    cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec({"chief": ["127.0.0.1:1"],
+                              "worker": ["127.0.0.1:2", "127.0.0.1:3"],
+                              "ps": ["127.0.0.1:4"]}),
+        task_type="chief", task_id=0)
+
+  with pytest.raises(ValueError, match=r"LinearModel.fit under Unconnected "
+                     r"with parameter servers \['127.0.0.1:4'\]: Keras 3's "
+                     "fit has no parameter-server loop"):
+    linear_model._strategy_workers(Unconnected())  # pylint: disable=protected-access
+  assert linear_model._strategy_workers(  # pylint: disable=protected-access
+      tf.distribute.get_strategy()) is None  # no scope: train in-process

@@ -1148,10 +1148,11 @@ def _strategy_workers(strategy):
 
   Raises:
     ValueError: a strategy with several replicas in this process (e.g.
-      `MirroredStrategy` over several devices) or parameter servers: Keras
-      would run the whole SDCA epoch once per replica on the same rows and
-      mix their writes, which is not SDCA; threads (`num_threads`) are how
-      one process trains in parallel.
+      `MirroredStrategy` over several devices): Keras would run the whole
+      SDCA epoch once per replica on the same rows and mix their writes,
+      which is not SDCA; threads (`num_threads`) are how one process
+      trains in parallel. Or a cluster with parameter servers: Keras 3's
+      fit has no parameter-server loop.
   """
   resolver = getattr(strategy, "cluster_resolver", None)
   spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
@@ -1165,7 +1166,13 @@ def _strategy_workers(strategy):
           "replicas per worker: give each worker process one device (CoCoA+ "
           "has one shard per process)")
     return strategy
-  if strategy.num_replicas_in_sync > 1 or spec.get("ps"):
+  if spec.get("ps"):
+    raise ValueError(
+        f"LinearModel.fit under {type(strategy).__name__} with parameter "
+        f"servers {spec['ps']}: Keras 3's fit has no parameter-server "
+        "loop, and tf_sdca trains across processes with CoCoA+ on a "
+        "multi-worker MultiWorkerMirroredStrategy (g3doc/distributed.md)")
+  if strategy.num_replicas_in_sync > 1:
     raise ValueError(
         f"LinearModel.fit under {type(strategy).__name__} with "
         f"{strategy.num_replicas_in_sync} replicas: Keras would run each "
