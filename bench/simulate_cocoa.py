@@ -4,7 +4,9 @@ engine (`tf_sdca.distributed.simulation`: every shard packed once, one
 `TfSdca>PackedSolve` per shard and round).
 
 Prints, per K: rows per shard, rounds to a relative duality gap of `--tol`
-for both, the table rows a shard touches, and the bytes each worker would
+for each method (`--methods`: "add" CoCoA+, "average" CoCoA, a "+m" suffix
+with momentum, `shard.Momentum`, as `tf_sdca.distributed.train` runs by
+default), the table rows a shard touches, and the bytes each worker would
 send per round for the three exchanges (dense all-reduce of the table,
 all-reduce of the rows some shard touches, all-gather of each shard's own
 touched rows). `--touched-rows` also counts the distinct table rows of
@@ -12,6 +14,7 @@ larger streams of generated rows (for the projection to bigger shards).
 
   .venv/bin/python bench/simulate_cocoa.py [--rows 262144] [--l2 10]
       [--shards 1,2,4,...,1024] [--max-rounds 300] [--passes 1]
+      [--methods add+m,add,average]
       [--json out.json] [--svg g3doc/img/cocoa_rounds.svg]
 """
 import argparse
@@ -32,13 +35,23 @@ def _shards(text):
   return [int(k) for k in text.split(",")]
 
 
-def run_one(data, num_features, num_shards, combine, args, l2):
+_NAMES = {"add": "CoCoA+", "average": "CoCoA"}
+
+
+def _label(method):
+  combine, _, momentum = method.partition("+")
+  return _NAMES[combine] + (" mom." if momentum else "")
+
+
+def run_one(data, num_features, num_shards, method, args, l2):
+  combine, _, momentum = method.partition("+")
   sim = simulation.Simulation(data, num_shards, num_features=num_features,
                               combine=combine, num_passes=args.passes,
-                              loss="logistic", l2=l2, seed=args.seed)
+                              loss="logistic", l2=l2, seed=args.seed,
+                              momentum=momentum == "m")
   history = sim.run(tol=args.tol, max_rounds=args.max_rounds)
   touched = [s.touched.size for s in sim.shards]
-  return dict(K=num_shards, combine=combine, l2=l2, rounds=history["rounds"],
+  return dict(K=num_shards, combine=combine, method=method, l2=l2, rounds=history["rounds"],
               last_gap=history["gap"][-1], gaps=history["gap"],
               seconds=history["seconds"], rows_per_shard=data[
                   "labels"].shape[0] / num_shards,
@@ -105,12 +118,12 @@ def write_svg(path, results, title):
                'text-anchor="middle">shards K</text>')
   parts.append(f'<text x="15" y="{height / 2}" transform="rotate(-90 15 '
                f'{height / 2})" text-anchor="middle">rounds to the gap</text>')
-  series = sorted({(r["combine"], r["l2"]) for r in results})
-  for i, (combine, l2) in enumerate(series):
+  series = sorted({(r["method"], r["l2"]) for r in results})
+  for i, (method, l2) in enumerate(series):
     color = colors[i % len(colors)]
     points = sorted((r["K"], r["rounds"] or len(r["gaps"]), r["rounds"])
-                    for r in results if (r["combine"], r["l2"]) == (combine,
-                                                                    l2))
+                    for r in results if (r["method"], r["l2"]) == (method,
+                                                                   l2))
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in
                     (xy(k, rounds) for k, rounds, _ in points))
     parts.append(f'<polyline points="{line}" fill="none" stroke="{color}" '
@@ -120,8 +133,7 @@ def write_svg(path, results, title):
       fill = color if reached is not None else "white"
       parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{fill}" '
                    f'stroke="{color}"/>')
-    name = ("CoCoA+ (add, sigma=K)" if combine == "add" else
-            "CoCoA (average)") + f", l2={l2:g}"
+    name = _label(method) + f", l2={l2:g}"
     parts.append(f'<text x="{margin + 10}" y="{margin + 16 * i}" '
                  f'fill="{color}">{name}</text>')
   parts.append("</svg>")
@@ -138,7 +150,9 @@ def main():
                       "sum_i loss_i + l2/2 |w|^2)")
   parser.add_argument("--shards", type=_shards,
                       default=[1 << i for i in range(11)])
-  parser.add_argument("--combine", default="add,average")
+  parser.add_argument("--methods", default="add+m,add,average",
+                      help="comma-separated: add (CoCoA+, sigma = K), "
+                      "average (CoCoA), with +m: with momentum")
   parser.add_argument("--tol", type=float, default=1e-4)
   parser.add_argument("--max-rounds", type=int, default=300)
   parser.add_argument("--passes", type=int, default=1,
@@ -162,24 +176,25 @@ def main():
   results = []
   for l2 in (float(v) for v in args.l2.split(",")):
     print(f"\nl2 = {l2:g}")
-    print(f"{'K':>5} {'rows/shard':>10} {'CoCoA+':>14} {'CoCoA':>14} "
+    methods = args.methods.split(",")
+    print(f"{'K':>5} {'rows/shard':>10} " +
+          "".join(f"{_label(m):>14} " for m in methods) +
           f"{'touched':>8} {'union':>8} {'dense MB':>9} {'union MB':>9} "
           f"{'gather MB':>9} {'s/round':>8}", flush=True)
     for k in args.shards:
       row = {}
-      for combine in args.combine.split(","):
-        if k == 1 and combine == "average":
-          row[combine] = row["add"]  # one shard: the same method
+      for method in methods:
+        same = method.replace("average", "add")
+        if k == 1 and same != method and same in row:
+          row[method] = row[same]  # one shard: adding is averaging
           continue
-        row[combine] = run_one(data, problem.table_size, k, combine, args,
-                               l2)
-        results.append(row[combine])
+        row[method] = run_one(data, problem.table_size, k, method, args, l2)
+        results.append(row[method])
       first = next(iter(row.values()))
       mb = {key: value / 2**20 for key, value in first["bytes"].items()}
       per_round = first["seconds"] / max(1, len(first["gaps"]))
       print(f"{k:>5} {first['rows_per_shard']:>10,.0f} "
-            f"{_fmt_rounds(row['add']) if 'add' in row else '-':>14} "
-            f"{_fmt_rounds(row['average']) if 'average' in row else '-':>14} "
+            + "".join(f"{_fmt_rounds(row[m]):>14} " for m in methods) +
             f"{first['touched_mean']:>8,.0f} {first['union']:>8,} "
             f"{mb['dense']:>9.2f} {mb['union']:>9.2f} {mb['gather']:>9.2f} "
             f"{per_round:>8.3f}", flush=True)

@@ -6,6 +6,7 @@ Keras preprocessing and FeatureSpace, RunConfig and hooks.
 SavedModel and bad input in test_estimator_serving.py.)
 """
 import json
+import time
 
 import keras
 import numpy as np
@@ -481,7 +482,10 @@ def test_run_config_checkpoints_and_cluster(tmp_path, monkeypatch):
     estimator.LinearClassifier(columns, model_dir=str(tmp_path / "x"),
                                config=estimator.RunConfig(model_dir="y"),
                                optimizer=_sdca())
-  # TF_CONFIG: carried, and training across processes refused for now.
+  # TF_CONFIG: carried; train then runs CoCoA+ across the processes
+  # (tests/test_distributed_doors.py), which needs joining before the
+  # runtime starts: in this process (runtime started) a clear error, at
+  # once, before any network wait.
   monkeypatch.setenv("TF_CONFIG", json.dumps({
       "cluster": {"chief": ["host0:2222"],
                   "worker": ["host1:2222", "host2:2222"]},
@@ -494,8 +498,18 @@ def test_run_config_checkpoints_and_cluster(tmp_path, monkeypatch):
   distributed = estimator.LinearClassifier(
       columns, model_dir=str(tmp_path / "d"), config=config,
       optimizer=_sdca())
-  with pytest.raises(NotImplementedError, match="issue 15"):
+  from tf_sdca.distributed.cluster import ClusterError  # pylint: disable=import-outside-toplevel
+  start = time.monotonic()
+  with pytest.raises(ClusterError, match="before any TensorFlow op runs"):
     distributed.train(_constant(features, y), steps=1)
+  assert time.monotonic() - start < 10
+  monkeypatch.setenv("TF_CONFIG", json.dumps({
+      "cluster": {"worker": ["host1:2222"], "ps": ["host2:2222"]},
+      "task": {"type": "worker", "index": 0}}))
+  with pytest.raises(ClusterError, match="no parameter"):
+    estimator.LinearClassifier(
+        columns, model_dir=str(tmp_path / "p"), config=estimator.RunConfig(),
+        optimizer=_sdca()).train(_constant(features, y), steps=1)
   monkeypatch.setenv("TF_CONFIG", json.dumps({
       "cluster": {"worker": ["host0:2222"]},
       "task": {"type": "worker", "index": 0}}))

@@ -122,13 +122,58 @@ class Cluster:
           cluster_resolver=resolver,
           communication_options=tf.distribute.experimental.CommunicationOptions(
               implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+    except RuntimeError as error:
+      self._watchdog.cancel()  # nothing to wait for: it would kill us later
+      if "program startup" not in str(error):
+        raise
+      raise ClusterError(
+          "TensorFlow's runtime already started in this process, and "
+          "collectives can only be set up before it does: join the cluster "
+          "(tf_sdca.distributed.cluster.Cluster(), tf_sdca.distributed.train,"
+          " or tf_sdca.estimator.RunConfig(...).join_cluster()) at the start "
+          "of the program, before any TensorFlow op runs (as for "
+          "tf.distribute.MultiWorkerMirroredStrategy)") from error
     except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
             tf.errors.AbortedError, tf.errors.InternalError) as error:
+      self._watchdog.cancel()
       raise ClusterError(
           f"worker {self.index} ({self.addresses[self.index]}): not every "
           f"worker of {self.addresses} joined within {startup_timeout:g} s "
           f"(after {time.monotonic() - start:.0f} s): {_first_line(error)}"
       ) from error
+    self._build_collectives()
+
+  @classmethod
+  def from_strategy(cls, strategy):
+    """A Cluster over a `tf.distribute.MultiWorkerMirroredStrategy` the
+    program already made (e.g. the scope a Keras model was built in): its
+    workers and collectives, no second server. Not joined yet.
+
+    Raises:
+      ClusterError: the strategy has parameter servers or fewer than two
+        workers.
+    """
+    resolver = strategy.cluster_resolver
+    spec = resolver.cluster_spec()
+    extra = sorted(set(spec.jobs) - set(_JOBS))
+    jobs = [job for job in _JOBS if job in spec.jobs]
+    size = sum(spec.num_tasks(job) for job in jobs)
+    if extra or size < 2:
+      raise ClusterError(f"the strategy's cluster {spec.as_dict()} is not "
+                         "one of two or more chief/worker tasks")
+    self = cls.__new__(cls)
+    self.task_type, self.task_id = resolver.task_type, resolver.task_id
+    self.index = (self.task_id + (1 if "chief" in spec.jobs else 0)
+                  if self.task_type == "worker" else 0)
+    self.size = size
+    self.addresses = [address for job in jobs for address in
+                      spec.job_tasks(job)]
+    self.strategy = strategy
+    self._watchdog = _Watchdog(None, None)  # the strategy waited already
+    self._build_collectives()
+    return self
+
+  def _build_collectives(self):
     self.bytes_sent = 0
     self.joined = False
     strategy = self.strategy
@@ -162,6 +207,8 @@ class Cluster:
     values = np.ascontiguousarray(values, np.float64)
     lengths = self.all_reduce(np.eye(self.size)[self.index] * values.size)
     lengths = lengths.astype(np.int64)
+    if lengths.max() == 0:  # every worker knows: a 0-length gather crashes
+      return [np.zeros(0) for _ in range(self.size)]
     self.bytes_sent += int((self.size - 1) * lengths.max() * 8)
     padded = np.zeros(lengths.max())
     padded[:values.size] = values
@@ -232,6 +279,9 @@ class _Watchdog:
   """
 
   def __init__(self, timeout, message):
+    self._child = None
+    if timeout is None:  # nothing to watch
+      return
     read_end, self._write_end = os.pipe()
     parent = os.getpid()
     self._child = os.fork()

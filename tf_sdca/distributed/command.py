@@ -35,6 +35,11 @@ def add_arguments(parser):
                      "CoCoA+ across them")
   group.add_argument("--local-passes", type=int, default=1, metavar="H",
                      help="SDCA passes over each worker's rows per round")
+  group.add_argument("--no-momentum", dest="momentum",
+                     action="store_false",
+                     help="plain CoCoA+ rounds, without extrapolating them "
+                     "(Nesterov momentum with restarts, the default; far "
+                     "fewer rounds with weak regularisation)")
   group.add_argument("--exchange", default="auto",
                      choices=("auto", "allreduce", "allgather"),
                      help="how the workers add their changes: all-reduce of "
@@ -82,6 +87,8 @@ def _worker_argv(args):
   for flag in ("skip_bad_lines", "resume", "overwrite", "quiet"):
     if getattr(args, flag, False):
       argv.append("--" + flag.replace("_", "-"))
+  if not getattr(args, "momentum", True):
+    argv.append("--no-momentum")
   if args.cache_dir:
     argv += ["--cache-dir", args.cache_dir]
   return argv
@@ -136,6 +143,7 @@ def _work(args):
                  files=len(args.data), loss=loss, l1=args.l1, l2=args.l2,
                  epochs=args.epochs, tol=args.tol, seed=args.seed,
                  local_passes=args.local_passes, exchange=args.exchange,
+                 momentum=bool(args.momentum),
                  checkpoint_every=args.checkpoint_every,
                  resume=bool(args.resume), overwrite=bool(args.overwrite))
   try:
@@ -169,7 +177,8 @@ def _work(args):
         l2=args.l2, max_rounds=args.epochs, tol=args.tol,
         local_passes=args.local_passes, seed=args.seed,
         exchange=args.exchange, checkpoint_every=args.checkpoint_every,
-        resume=args.resume, verbose=0 if args.quiet else 1, cluster=cluster)
+        resume=args.resume, verbose=0 if args.quiet else 1, cluster=cluster,
+        momentum=args.momentum)
   except cluster_lib.ClusterError as error:
     print(f"tf-sdca train: {error}", file=sys.stderr)
     return _EXIT_FAILED

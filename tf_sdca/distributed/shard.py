@@ -88,6 +88,7 @@ class Shard:
         index)
     labels = np.ascontiguousarray(labels, np.float32)
     self.n = n = labels.shape[0]
+    self.labels = labels
     row_ptr, global_ids, values = _csr(n, ids, indptr, indices, values)
     if dense is None:
       dense = np.zeros((n, 0), np.float32)
@@ -181,6 +182,77 @@ class Shard:
         gamma=self.gamma, compute_objective=True)
     parts = parts.numpy()
     return float(parts[0]), float(parts[1])
+
+
+def extrapolation_limit(loss, labels, duals, change):
+  """The largest beta <= 1e300 keeping `duals + beta * change` in the dual
+  domain of `loss` (the op's `DualInDomain`): binary losses need
+  dual * y in [0, 1] (y = +-1), the absolute loss |dual| <= 1, Poisson
+  dual <= label; squared: unbounded."""
+  loss = losses.op_name(loss)
+  duals = np.asarray(duals, np.float64)
+  change = np.asarray(change, np.float64)
+  if loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
+    sign = np.where(np.asarray(labels) > 0, 1.0, -1.0)
+    value, step, low, high = duals * sign, change * sign, 0.0, 1.0
+  elif loss == "absolute_loss":
+    value, step, low, high = duals, change, -1.0, 1.0
+  elif loss == "poisson_loss":
+    value, step, low = duals, change, -np.inf
+    high = np.asarray(labels, np.float64)
+  else:
+    return 1e300
+  with np.errstate(divide="ignore", invalid="ignore"):
+    room = np.where(step > 0, (high - value) / step,
+                    np.where(step < 0, (low - value) / step, np.inf))
+  return float(min(1e300, np.min(room, initial=np.inf)))
+
+
+class Momentum:
+  """Nesterov's extrapolation of CoCoA+'s rounds, restarted whenever the
+  dual objective falls (O'Donoghue and Candes' function restart).
+
+  Why: a round of CoCoA+ is a block-Jacobi step on the dual. Modes that
+  move dual mass between shards along a direction every shard's rows share
+  (intercept, dense columns, frequent ids: X_[1]^T u = -X_[2]^T u', so w
+  does not change) have curvature ~1 in the true dual but ~K |X_[k]^T u|^2
+  / l2 in each local subproblem: with weak regularisation they contract by
+  a factor ~l2 / (K n |mean x|^2) per round however well the shard is
+  solved (more local passes do not help; g3doc/distributed.md measures
+  it). Extrapolating the rounds, y = x_r + beta_r (x_r - x_{r-1}) with
+  beta_r = t / (t + 3), turns such a slow linear rate 1 - c into about
+  1 - sqrt(c).
+
+  The extrapolation is of the duals and the weights together (w is linear
+  in the duals, so they stay a primal-dual pair), with beta capped so
+  that every dual stays in its loss's domain (`extrapolation_limit`,
+  the minimum over all workers' rows: one number each worker contributes).
+  Restart: t = 0 (no extrapolation next round) when the round's dual
+  objective is below the previous round's.
+
+  State (what a checkpoint must keep to resume bit for bit): `t`,
+  `last_dual`, the previous round's duals (per shard) and weights.
+  """
+
+  def __init__(self):
+    self.t = 0
+    self.last_dual = -np.inf
+
+  def beta(self, dual, limit):
+    """beta for the round whose dual objective is `dual`, given the domain
+    limit over all rows; updates t and last_dual."""
+    if dual < self.last_dual:
+      self.t = 0
+    beta = self.t / (self.t + 3.0)
+    self.t += 1
+    self.last_dual = float(dual)
+    return min(beta, 0.9 * limit)
+
+  def state(self):
+    return dict(t=int(self.t), last_dual=float(self.last_dual))
+
+  def restore(self, state):
+    self.t, self.last_dual = int(state["t"]), float(state["last_dual"])
 
 
 def norms(weights, l1, l2):

@@ -31,6 +31,8 @@ class Simulation:
     num_features: the sparse table's size (default: max id + 1).
     combine: "add" (CoCoA+, sigma = K) or "average" (CoCoA, sigma = 1).
     num_passes: local SDCA passes per round (H).
+    momentum: extrapolate the rounds (`shard.Momentum`; what
+      `tf_sdca.distributed.train` does); False: plain CoCoA+ / CoCoA.
     loss, l1, l2, gamma, seed: as `Shard`.
 
   Attributes:
@@ -42,7 +44,7 @@ class Simulation:
 
   def __init__(self, data, num_shards, num_features=None, combine="add",
                num_passes=1, loss="logistic", l1=0.0, l2=1.0, gamma=1.0,
-               seed=0):
+               seed=0, momentum=True):
     if num_features is None:
       ids = data.get("ids") if data.get("ids") is not None else data.get(
           "indices")
@@ -61,6 +63,9 @@ class Simulation:
     self.weights = np.zeros(self.table_ids.size + self.num_dense)
     self.loss, self.l1, self.l2 = self.shards[0].loss, float(l1), float(l2)
     self.round = 0
+    self.momentum = shard_lib.Momentum() if momentum else None
+    self._previous = None  # (duals per shard, weights) of the last round
+    self.betas = []
     # The gap is evaluated on all rows packed once more as one shard (one
     # op call instead of K; the same sums as the K shards' parts up to the
     # order of float64 additions).
@@ -90,6 +95,24 @@ class Simulation:
                                                    self.l2)
     return objective_and_gap(parts, self.loss, self.l1, self.l2)
 
+  def extrapolate(self, primal, gap):
+    """After a round whose objective is (primal, gap): moves the duals and
+    weights to the next round's extrapolated start (`shard.Momentum`)."""
+    current = ([s.duals for s in self.shards], self.weights)
+    if self._previous is not None:
+      changes = [d - p for d, p in zip(current[0], self._previous[0])]
+      limit = min(shard_lib.extrapolation_limit(s.loss, s.labels, d, c)
+                  for s, d, c in zip(self.shards, current[0], changes))
+      beta = self.momentum.beta(primal - gap, limit)
+      self.betas.append(beta)
+      if beta > 0:
+        for s, d, c in zip(self.shards, current[0], changes):
+          s.duals = d + beta * c
+        self.weights = current[1] + beta * (current[1] - self._previous[1])
+    else:
+      self.momentum.last_dual = primal - gap
+    self._previous = current
+
   def run(self, tol=1e-4, max_rounds=100):
     """Rounds until the relative duality gap is below `tol`.
 
@@ -109,6 +132,8 @@ class Simulation:
       if history["gap"][-1] < tol:
         history["rounds"] = self.round
         break
+      if self.momentum is not None and self.round < max_rounds:
+        self.extrapolate(primal, gap)
     return history
 
   def full_weights(self):

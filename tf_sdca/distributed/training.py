@@ -59,7 +59,8 @@ class Result:
     table_size: entries of the exchanged table (touched ids + dense).
     largest_shard: entries the largest shard touches.
     bytes_per_round: what the exchange sends per worker per round (the
-      gap's all-reduce adds 2 (K-1)/K 16 bytes).
+      all-reduce of the gap's two sums and the K workers' extrapolation
+      limits adds 2 (K-1)/K (2 + K) 8 bytes).
     num_workers: K.
     total_rows: rows of all workers.
     index: this worker's rank.
@@ -87,7 +88,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
           model_dir=None, loss="logistic", l1=0.0, l2=1.0, gamma=1.0,
           max_rounds=100, tol=1e-4, local_passes=1, seed=0, exchange="auto",
           checkpoint_every=1, resume=False, startup_timeout=120.0,
-          verbose=1, cluster=None):
+          verbose=1, cluster=None, momentum=True):
   """Trains one model with the other workers of the `TF_CONFIG` cluster.
 
   Every worker calls it with its own rows and the same options; the rows
@@ -118,6 +119,9 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     verbose: 1 prints one line per round on the chief.
     cluster: a `tf_sdca.distributed.cluster.Cluster` (default: one from
       `TF_CONFIG`); if already joined, its own start-up check stands.
+    momentum: extrapolate the rounds (`shard.Momentum`: far fewer rounds
+      with weak regularisation, g3doc/distributed.md); False: plain
+      CoCoA+.
 
   Returns:
     A `Result` (the same weights on every worker).
@@ -150,7 +154,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
                  local_passes=int(local_passes), seed=int(seed),
                  exchange=exchange, checkpoint_every=int(checkpoint_every),
                  num_features=None if num_features is None else int(
-                     num_features), num_workers=cluster.size)
+                     num_features), num_workers=cluster.size,
+                 momentum=bool(momentum))
   if not cluster.joined:
     cluster.join(op_error, options)
 
@@ -210,14 +215,19 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
 
   weights = np.zeros(table_size)
   history = []
+  accelerate = shard_lib.Momentum() if momentum else None
+  previous = None  # (duals, weights) of the last round, with momentum
   state_dir = None if model_dir is None else os.path.join(model_dir, "cocoa")
   if state_dir is not None:
     os.makedirs(state_dir, exist_ok=True)
     restored = None
     if resume:
-      restored = _restore(state_dir, cluster, options, table_ids, shard)
+      restored = _restore(state_dir, cluster, options, table_ids, shard,
+                          accelerate)
     if restored is not None:
-      weights, history = restored
+      weights, history, previous = restored
+      if accelerate is None:
+        previous = None
       log(f"resumed after round {history[-1]['round'] if history else 0}")
     else:
       if cluster.is_chief:
@@ -229,6 +239,9 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   kill_at = _test_kill_round(cluster.index)
   tol = -np.inf if tol is None else float(tol)  # None: all max_rounds
   stopped = bool(history) and history[-1]["duality_gap"] < tol
+  # The last round's own point (a resumed run starts from its
+  # extrapolation, which is no round's result).
+  current = previous if previous is not None else (shard.duals, weights)
   for round_index in range(start_round, max_rounds if not stopped else 0):
     start = time.perf_counter()
     delta = shard.solve(weights[own], round_index)
@@ -246,7 +259,15 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
         weights[place] += part  # in worker order: the same bits everywhere
     exchanged = time.perf_counter()
     loss_part, dual_part = shard.evaluate(weights[own])
-    loss_sum, dual_sum = cluster.all_reduce(np.array([loss_part, dual_part]))
+    # One all-reduce: the gap's two sums and each worker's room for the
+    # extrapolation in its own slot (the minimum over all rows).
+    limits = np.zeros(cluster.size)
+    if previous is not None:
+      limits[cluster.index] = shard_lib.extrapolation_limit(
+          loss, shard.labels, shard.duals, shard.duals - previous[0])
+    sums = cluster.all_reduce(np.concatenate([[loss_part, dual_part],
+                                              limits]))
+    loss_sum, dual_sum = sums[:2]
     primal, gap = objective_and_gap(
         (loss_sum, dual_sum) + shard_lib.norms(weights, l1, l2), loss, l1, l2)
     history.append(dict(
@@ -257,22 +278,35 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
         bytes_sent=cluster.bytes_sent - sent_before))
     done = (history[-1]["duality_gap"] < tol or
             round_index + 1 == max_rounds)
+    # The round's own point (what a checkpoint's weights and duals are);
+    # the next round starts from its extrapolation.
+    current = (shard.duals, weights)
+    if accelerate is not None and not done:
+      if previous is None:
+        accelerate.last_dual = primal - gap
+      else:
+        beta = accelerate.beta(primal - gap, float(sums[2:].min()))
+        if beta > 0:
+          shard.duals = current[0] + beta * (current[0] - previous[0])
+          weights = current[1] + beta * (current[1] - previous[1])
+      previous = current
     log(f"round {round_index + 1}: loss {history[-1]['loss']:.6f}, relative "
         f"duality gap {history[-1]['duality_gap']:.3e} (solve "
         f"{solved - start:.3f} s, exchange {exchanged - solved:.3f} s, "
         f"{history[-1]['bytes_sent'] / 2**20:.2f} MB sent)")
     if state_dir is not None and (done or
                                   (round_index + 1) % checkpoint_every == 0):
-      _checkpoint(state_dir, cluster, options, layout, table_ids, weights,
-                  shard, history)
+      _checkpoint(state_dir, cluster, options, layout, table_ids, current,
+                  (shard.duals, weights), accelerate, history)
     if done:
       break
 
+  duals, weights = current
   sparse = np.zeros(0 if num_features is None else int(num_features))
   sparse[table_ids] = weights[:table_ids.size]
   return Result(sparse_weights=sparse,
                 dense_weights=weights[table_ids.size:].copy(),
-                duals=shard.duals, history=history, index=cluster.index,
+                duals=duals, history=history, index=cluster.index,
                 **layout)
 
 
@@ -290,25 +324,28 @@ def _test_kill_round(index):
 
 
 
-def _checkpoint(state_dir, cluster, options, layout, table_ids, weights,
-                shard, history):
-  """Writes round r: every worker its duals, the chief the weights; after a
-  barrier the chief points `state.json` at r; then files older than the
-  previous checkpoint go."""
+def _checkpoint(state_dir, cluster, options, layout, table_ids, current,
+                start, accelerate, history):
+  """Writes round r: every worker its duals, the chief the weights (the
+  round's own point `current` = (duals, weights), and the next round's
+  extrapolated `start`); after a barrier the chief points `state.json` at
+  r; then files older than the previous checkpoint go."""
   round_number = history[-1]["round"]
   files.save_npz_atomically(
       os.path.join(state_dir, _worker_file(cluster.index, round_number)),
-      duals=shard.duals, round=round_number)
+      duals=current[0], start=start[0], round=round_number)
   if cluster.is_chief:
     files.save_npz_atomically(
         os.path.join(state_dir, _weights_file(round_number)),
-        table_ids=table_ids, weights=weights, round=round_number)
+        table_ids=table_ids, weights=current[1], start=start[1],
+        round=round_number)
   cluster.barrier()  # every file of round r is in place
   if cluster.is_chief:
     previous = _read_state(state_dir)
     files.save_json_atomically(os.path.join(state_dir, _STATE), dict(
         round=round_number, options=options, layout=layout, history=history,
-        previous_round=None if previous is None else previous["round"]))
+        previous_round=None if previous is None else previous["round"],
+        momentum=None if accelerate is None else accelerate.state()))
     keep = {round_number} | ({previous["round"]} if previous else set())
   else:
     keep = None
@@ -349,9 +386,10 @@ def _read_state(state_dir):
     return json.load(f)
 
 
-def _restore(state_dir, cluster, options, table_ids, shard):
-  """(weights, history) of the checkpoint, with this worker's duals set, or
-  None without a checkpoint."""
+def _restore(state_dir, cluster, options, table_ids, shard, accelerate):
+  """(the next round's start weights, history, (duals, weights) of the
+  checkpoint's round) with this worker's duals set to the next round's
+  start and `accelerate`'s state restored, or None without a checkpoint."""
   from tf_sdca.distributed.cluster import ClusterError  # pylint: disable=import-outside-toplevel
   state = _read_state(state_dir)
   if state is None:
@@ -364,17 +402,21 @@ def _restore(state_dir, cluster, options, table_ids, shard):
   round_number = state["round"]
   with np.load(os.path.join(state_dir, _weights_file(round_number))) as f:
     saved_ids, weights = f["table_ids"], f["weights"]
+    start = f["start"] if "start" in f.files else weights
   if not np.array_equal(saved_ids, table_ids):
     raise ClusterError("--resume: the workers' rows are not those of the "
                        "checkpoint (their ids differ)")
   with np.load(os.path.join(state_dir, _worker_file(cluster.index,
                                                     round_number))) as f:
     duals = f["duals"]
+    start_duals = f["start"] if "start" in f.files else duals
   if duals.shape != (shard.n,):
     raise ClusterError(f"--resume: worker {cluster.index} has {shard.n} rows,"
                        f" its checkpoint {duals.shape[0]}")
-  shard.duals = duals
-  return weights, state["history"]
+  shard.duals = start_duals
+  if accelerate is not None and state.get("momentum"):
+    accelerate.restore(state["momentum"])
+  return start, state["history"], (duals, weights)
 
 
 def read_model(model_dir, num_features=None):

@@ -562,13 +562,10 @@ class _LinearEstimator:
         raise ValueError(f"Must specify {name} > 0, given: {value}")
     if tol is not None and not tol > 0:
       raise ValueError(f"tol must be > 0, got {tol!r}")
-    if self._config.is_distributed:
-      raise NotImplementedError(
-          f"the config's cluster has {self._config.num_worker_replicas} "
-          f"workers and {self._config.num_ps_replicas} parameter servers: "
-          "training across processes is not implemented yet (issue 15); "
-          "unset TF_CONFIG to train in this process")
     hooks = _check_hooks(hooks, "train")
+    if self._config.is_distributed:
+      return self._train_across_processes(input_fn, hooks, steps, max_steps,
+                                          saving_listeners, tol)
     listeners = list(saving_listeners or [])
     model = self._build()
     self._restore(self.latest_checkpoint())
@@ -635,6 +632,141 @@ class _LinearEstimator:
       if hasattr(listener, "end"):
         listener.end(None, step)
     return self
+
+  def _train_across_processes(self, input_fn, hooks, steps, max_steps,
+                              saving_listeners, tol):
+    """`train` in one process of a multi-worker `TF_CONFIG` cluster: CoCoA+
+    rounds across the processes (`tf_sdca.distributed.train`).
+
+    Every process runs the same script; its input_fn yields this worker's
+    rows (a fixed shard, read once to its end). A round is one SDCA pass
+    over every worker's rows; `steps` / `max_steps` bound the rounds (the
+    global step counts them), `tol` stops at a relative duality gap of the
+    whole problem (default 1e-4 when neither bounds them). The chief saves
+    the checkpoint; every process ends with the same weights.
+    """
+    from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+    cluster = self._config.join_cluster()
+    if self._warm_start_from:
+      raise NotImplementedError(
+          "warm_start_from with a multi-worker TF_CONFIG: CoCoA+ rounds start "
+          "from zero duals (w = 0); train in one process to warm-start")
+    model = self._build()
+    self._restore(self.latest_checkpoint())
+    step = int(model.global_step)
+    if max_steps is not None and step >= max_steps:
+      _LOG.info("Skipping training since max_steps has already saved.")
+      return self
+    rounds = (steps if steps is not None else
+              max_steps - step if max_steps is not None else 1000)
+    if tol is None and steps is None and max_steps is None:
+      tol = 1e-4
+    source = _call_input_fn(input_fn, ModeKeys.TRAIN, self._config)
+    rows = self._shard_arrays(source)
+    l1 = self._optimizer.symmetric_l1_regularization
+    l2 = self._optimizer.symmetric_l2_regularization
+    for hook in hooks + list(saving_listeners or []):
+      if hasattr(hook, "begin"):
+        hook.begin()
+    result = training.train(
+        rows["labels"], dense=rows["dense"], indptr=rows["indptr"],
+        indices=rows["indices"], values=rows["values"],
+        example_weights=rows["weights"], num_features=rows["num_features"],
+        model_dir=self._model_dir, loss=self._head.loss_type, l1=l1, l2=l2,
+        max_rounds=step + rounds, tol=tol, seed=int(
+            self._config.tf_random_seed or 0),
+        resume=step > 0, verbose=0, cluster=cluster)
+    sparse = losses.shrink_l1(result.sparse_weights, l1, l2)
+    dense = losses.shrink_l1(result.dense_weights, l1, l2)
+    start = 0
+    for group in model.groups:
+      if group.kind == "sparse":
+        model.assign(self._model.weight_name(group),
+                     sparse[start:start + group.rows])
+        start += group.rows
+    column = 0
+    for group in model.groups:
+      if group.kind == "dense":
+        model.assign(self._model.weight_name(group),
+                     dense[column:column + group.rows])
+        column += group.rows
+    model.assign(BIAS, dense[column:column + 1])
+    model.global_step.assign(result.rounds)
+    for record in result.history[-rounds:]:
+      logs = {"loss": record["loss"], "duality_gap": record["duality_gap"]}
+      for hook in hooks:
+        if hasattr(hook, "after_step"):
+          hook.after_step(record["round"], logs)
+    _LOG.info("Trained %d CoCoA+ round(s) on %d workers: relative duality "
+              "gap %.3g", result.rounds, cluster.size,
+              result.history[-1]["duality_gap"] if result.history else
+              float("nan"))
+    if cluster.is_chief:
+      self._save(list(saving_listeners or []))
+    for hook in hooks:
+      if hasattr(hook, "end"):
+        hook.end()
+    for listener in saving_listeners or []:
+      if hasattr(listener, "end"):
+        listener.end(None, result.rounds)
+    return self
+
+  def _shard_arrays(self, source):
+    """This worker's rows from its input_fn, read to the end, as the arrays
+    of `tf_sdca.distributed.train`: CSR over the sparse groups' weights
+    (each group's rows after the previous groups'), dense columns then the
+    bias column, labels and example weights."""
+    model = self._model
+    offsets, total = {}, 0
+    for group in model.groups:
+      if group.kind == "sparse":
+        offsets[group.name] = total
+        total += group.rows
+    labels, weights, dense_blocks, parts = [], [], [], []
+    seen = 0
+    for features, batch_labels in source.batches():
+      self._check_features(features, ModeKeys.TRAIN)
+      transformed, batch, y, s = self._batch(features, batch_labels)
+      batch = int(batch)
+      rows, ids, values, dense = [], [], [], []
+      for group in model.groups:
+        block = transformed[group.name]
+        if block[0] == "sparse":
+          r, i, v = (t.numpy() for t in sdca_columns(*block[1:], group.rows))
+          rows.append(r)
+          ids.append(i + offsets[group.name])
+          values.append(v)
+        else:
+          dense.append(block[1].numpy())
+      dense.append(np.ones((batch, 1), np.float32))  # the bias
+      y = y.numpy()
+      if self._head.loss_type == "logistic_loss" and \
+          ((y > 0) & (y < 1)).any():
+        raise ValueError(
+            "labels strictly between 0 and 1 (soft labels) are not "
+            "supported across processes yet; round them or train in one "
+            "process")
+      labels.append(y)
+      weights.append(s.numpy())
+      dense_blocks.append(np.hstack(dense))
+      if rows:
+        r = np.concatenate(rows)
+        parts.append((r + seen, np.concatenate(ids), np.concatenate(values)))
+      seen += batch
+      if source.dataset is None:
+        break  # a tensor input is the whole shard
+    if not labels:
+      raise ValueError("the input_fn yielded no rows for this worker")
+    if parts:
+      r, i, v = (np.concatenate(x) for x in zip(*parts))
+      order = np.lexsort((i, r))
+      r, i, v = r[order], i[order], v[order]
+      indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=seen))])
+    else:
+      indptr, i, v = None, None, None
+    return dict(labels=np.concatenate(labels), weights=np.concatenate(weights),
+                dense=np.vstack(dense_blocks), indptr=indptr, indices=i,
+                values=v, num_features=total)
 
   def _relative_gap(self):
     """(P - D) / P from the per-example state, and the examples in it."""

@@ -11,10 +11,15 @@ TF1 session (`session_config`, `device_fn`, `protocol`, the distribution
 strategies, ...) are accepted and kept so that existing code constructs, and
 otherwise ignored.
 
-The cluster is carried, not used yet: an estimator whose config names more
-than one worker (or parameter servers) refuses to `train` with a
-`NotImplementedError`, since training across machines is the next step
-(issue 15); a single-process `TF_CONFIG` (or none) trains locally.
+A `TF_CONFIG` naming several workers (a chief and workers, as for
+`tf.distribute.MultiWorkerMirroredStrategy`) makes `train` run CoCoA+
+rounds across the processes (`tf_sdca.distributed`): every process runs the
+same script with its own `TF_CONFIG` and its own rows from its input_fn.
+TensorFlow lets a process join a cluster only before its runtime starts, so
+such a script calls `config.join_cluster()` first thing (train does it too,
+which works when no TensorFlow op ran before). Parameter servers are
+refused (g3doc/distributed.md says why); a single-process `TF_CONFIG` (or
+none) trains locally.
 
   >>> config = RunConfig(model_dir="/tmp/m", save_checkpoints_steps=100)
   >>> config.replace(keep_checkpoint_max=2).keep_checkpoint_max
@@ -26,6 +31,7 @@ import os
 import tensorflow as tf
 
 _DEFAULT = object()
+_JOINED = None  # this process's tf_sdca.distributed Cluster, once joined
 # Properties that `replace` may change (TensorFlow's list).
 _REPLACEABLE = (
     "model_dir", "tf_random_seed", "save_summary_steps",
@@ -121,6 +127,29 @@ class RunConfig:
                              not isinstance(seed, int)):
       raise ValueError(f"RunConfig: tf_random_seed must be an int or None, "
                        f"got {seed!r}")
+
+  def join_cluster(self, startup_timeout=120.0):
+    """Joins this process to the `TF_CONFIG` cluster (once per process;
+    later calls return the same `tf_sdca.distributed.cluster.Cluster`).
+
+    Call it at the start of a multi-worker script, before any TensorFlow
+    op runs (TensorFlow configures collectives only then); it waits up to
+    `startup_timeout` seconds for the other workers.
+
+    Raises:
+      ValueError: the config is not multi-worker.
+      tf_sdca.distributed.cluster.ClusterError: TensorFlow's runtime
+        already started in this process, parameter servers in the cluster,
+        or workers that did not start in time.
+    """
+    global _JOINED  # pylint: disable=global-statement
+    if not self.is_distributed:
+      raise ValueError("join_cluster: TF_CONFIG names no multi-worker "
+                       "cluster")
+    if _JOINED is None:
+      from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
+      _JOINED = cluster_lib.Cluster(startup_timeout=startup_timeout)
+    return _JOINED
 
   def replace(self, **kwargs):
     """A copy with the given properties changed (TensorFlow's list)."""

@@ -392,7 +392,7 @@ class LinearModel(keras.Model):
     return self(x)
 
   # ---------------------------------------------------------- packed rows
-  def _pack(self, x, y, sample_weight, class_weight):
+  def _pack(self, x, y, sample_weight, class_weight, arrays_only=False):
     """Validates in-memory training data and packs its rows once
     (`TfSdca>PackRows`, as `InMemorySdca` does), with the state to train
     from: the float64 weights of the model and one float64 dual per row
@@ -402,6 +402,10 @@ class LinearModel(keras.Model):
     Raises:
       InvalidInputError: for mismatched lengths, out-of-domain labels,
         non-finite features, bad weights or repeated ids.
+
+    With `arrays_only`, returns the validated rows before packing instead:
+    `(csr or None, dense, labels, weights, num_sparse)`, the columns in the
+    weight table's order.
     """
     x = {name: _host(value) for name, value in self._as_dict(x).items()}
     n = _num_rows(x)
@@ -442,6 +446,10 @@ class LinearModel(keras.Model):
       num_sparse += size
     if self.bias is not None:
       dense.append(np.ones((n, 1), np.float32))
+    if arrays_only:
+      return (_merged_rows(n, sparse) if sparse else None,
+              np.concatenate(dense, axis=1) if dense else None, labels,
+              weights, num_sparse)
     table = np.concatenate([slot.numpy() for group in
                             self._sdca._sparse + self._sdca._dense
                             for slot in group.slots])
@@ -459,6 +467,40 @@ class LinearModel(keras.Model):
       metric_inputs = (features, tf.constant(labels), tf.constant(weights))
     return _PackedRows(resident.rows, keys, duals, table, weights,
                        metric_inputs)
+
+  def _fit_across_processes(self, strategy, x, y, sample_weight,
+                            class_weight, epochs, tol, verbose):
+    """`fit` in one worker of a multi-worker strategy: CoCoA+ rounds across
+    the workers (`tf_sdca.distributed.train`), each worker's `x, y` its
+    fixed shard; a round is one pass over every shard (`epochs` bounds
+    them). Every worker ends with the same weights; the History has the
+    rounds' `loss` and `duality_gap`. Each call trains from zero duals
+    (w = 0): the rounds' duals live in the workers' shards, not the
+    model."""
+    from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
+    from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+    if y is None:
+      raise ValueError("fit needs labels y")
+    csr, dense, labels, weights, num_sparse = self._pack(
+        x, y, sample_weight, class_weight, arrays_only=True)
+    indptr, indices, values = csr if csr is not None else (None,) * 3
+    result = training.train(
+        labels, dense=dense, indptr=indptr, indices=indices, values=values,
+        example_weights=weights, num_features=num_sparse,
+        loss=self.loss_type, l1=self.l1, l2=self.l2, gamma=self.gamma,
+        max_rounds=epochs, tol=tol, seed=self.seed,
+        verbose=1 if verbose else 0,
+        cluster=cluster_lib.Cluster.from_strategy(strategy))
+    self._packed, self._row_duals = None, None
+    self._write_weights(tf.constant(np.concatenate(
+        [result.sparse_weights, result.dense_weights])))
+    history = keras.callbacks.History()
+    history.set_model(self)
+    history.epoch = [h["round"] - 1 for h in result.history]
+    history.history = {"loss": [h["loss"] for h in result.history],
+                       "duality_gap": [h["duality_gap"]
+                                       for h in result.history]}
+    return history
 
   def _duals_for(self, keys):
     """float64 duals of the rows with these example-id keys."""
@@ -744,6 +786,17 @@ class LinearModel(keras.Model):
       InvalidInputError: for bad data (before any step).
       ValueError: for a streamed dataset without example ids.
     """
+    workers = _strategy_workers(self.distribute_strategy)
+    if workers is not None:
+      if isinstance(x, tf.data.Dataset) or validation_data is not None or \
+          validation_split or callbacks or initial_epoch or steps_per_epoch:
+        raise ValueError(
+            "fit under a multi-worker MultiWorkerMirroredStrategy trains "
+            "CoCoA+ rounds across the workers on each worker's in-memory "
+            "rows: pass this worker's x and y (not a dataset), without "
+            "validation data, callbacks, initial_epoch or steps_per_epoch")
+      return self._fit_across_processes(
+          workers, x, y, sample_weight, class_weight, epochs, tol, verbose)
     if self.num_loss_partitions != 1:
       raise ValueError(
           f"num_loss_partitions={self.num_loss_partitions}: fit trains one "
@@ -1085,6 +1138,49 @@ def _csr_of(value, n):
   k = ids.shape[1]
   return (np.arange(0, n * k + 1, k, dtype=np.int64),
           ids.ravel().astype(np.int64), None)
+
+
+def _strategy_workers(strategy):
+  """`strategy` (the model's: the scope it was built in, else the current
+  one, as Keras trains) when it spans several worker processes (a
+  `MultiWorkerMirroredStrategy` on a cluster), None for the default
+  strategy or a one-replica one.
+
+  Raises:
+    ValueError: a strategy with several replicas in this process (e.g.
+      `MirroredStrategy` over several devices): Keras would run the whole
+      SDCA epoch once per replica on the same rows and mix their writes,
+      which is not SDCA; threads (`num_threads`) are how one process
+      trains in parallel. Or a cluster with parameter servers: Keras 3's
+      fit has no parameter-server loop.
+  """
+  resolver = getattr(strategy, "cluster_resolver", None)
+  spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+  workers = len(spec.get("chief", [])) + len(spec.get("worker", []))
+  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
+      workers > 1 and not spec.get("ps"):
+    local = strategy.num_replicas_in_sync // workers
+    if local > 1:
+      raise ValueError(
+          f"LinearModel.fit under MultiWorkerMirroredStrategy with {local} "
+          "replicas per worker: give each worker process one device (CoCoA+ "
+          "has one shard per process)")
+    return strategy
+  if spec.get("ps"):
+    raise ValueError(
+        f"LinearModel.fit under {type(strategy).__name__} with parameter "
+        f"servers {spec['ps']}: Keras 3's fit has no parameter-server "
+        "loop, and tf_sdca trains across processes with CoCoA+ on a "
+        "multi-worker MultiWorkerMirroredStrategy (g3doc/distributed.md)")
+  if strategy.num_replicas_in_sync > 1:
+    raise ValueError(
+        f"LinearModel.fit under {type(strategy).__name__} with "
+        f"{strategy.num_replicas_in_sync} replicas: Keras would run each "
+        "SDCA epoch once per replica on the same rows and mix their "
+        "writes, which is not SDCA. Train without the strategy (threads: "
+        "num_threads), or across processes under a multi-worker "
+        "MultiWorkerMirroredStrategy (CoCoA+, g3doc/distributed.md)")
+  return None
 
 
 def _merged_rows(n, parts):
