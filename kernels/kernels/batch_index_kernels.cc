@@ -97,37 +97,59 @@ class DistinctIdsOp : public OpKernel {
     OP_REQUIRES_OK(context, CheckRank(in, 1, argument_));
     const int64_t nnz = in.dim_size(0);
     const int64_t* ids = in.flat<int64_t>().data();
-    for (int64_t k = 0; k < nnz; ++k) {
-      // As uint64 a negative id is above every row: one compare for both.
-      if (static_cast<uint64_t>(ids[k]) >= static_cast<uint64_t>(num_rows_)) {
-        context->CtxFailure(InvalidArgument(
-            argument_, " has an id >= ", num_rows_,
-            " or < 0, outside the rows of its weight variable: feature id [",
-            k, "] = ", ids[k]));
-        return;
-      }
-    }
     // Marking rows in a bitmap of the table reads the table's bits once
     // (2^20 rows: 128 KiB, cached); a table much larger than the batch is
-    // cheaper to sort the ids for.
+    // cheaper to sort the ids for. Marking is split over the device's
+    // threads, one bitmap each, ORed after; each checks the range of its
+    // ids as it marks them.
     std::vector<int64_t> distinct;
     if (num_rows_ / 64 <= nnz + 1024) {
-      std::vector<uint64_t> marks((num_rows_ + 63) / 64, 0);
-      for (int64_t k = 0; k < nnz; ++k) {
-        marks[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+      const int64_t words = (num_rows_ + 63) / 64;
+      const int64_t threads =
+          context->device()->tensorflow_cpu_worker_threads()->num_threads;
+      const int64_t chunks = std::max<int64_t>(
+          1, std::min<int64_t>(threads, nnz / (4 * words + 65536)));
+      std::vector<std::vector<uint64_t>> marks(chunks);
+      std::vector<int64_t> bad(chunks, -1);  // first id out of range
+      DevicePool(context)(chunks, [&](int64_t c) {
+        std::vector<uint64_t>& m = marks[c];
+        m.assign(words, 0);
+        const int64_t lo = nnz * c / chunks, hi = nnz * (c + 1) / chunks;
+        for (int64_t k = lo; k < hi; ++k) {
+          const uint64_t id = static_cast<uint64_t>(ids[k]);
+          // As uint64 a negative id is above every row: one compare.
+          if (id >= static_cast<uint64_t>(num_rows_)) {
+            bad[c] = k;
+            return;
+          }
+          m[id >> 6] |= uint64_t{1} << (id & 63);
+        }
+      });
+      for (const int64_t k : bad) {
+        OP_REQUIRES(context, k < 0, OutOfRange(k, ids[k]));
+      }
+      std::vector<uint64_t>& all = marks[0];
+      for (int64_t c = 1; c < chunks; ++c) {
+        for (int64_t w = 0; w < words; ++w) all[w] |= marks[c][w];
       }
       int64_t count = 0;
-      for (const uint64_t word : marks) count += __builtin_popcountll(word);
+      for (const uint64_t word : all) count += __builtin_popcountll(word);
       Tensor* out;
       OP_REQUIRES_OK(context,
                      context->allocate_output(0, TensorShape({count}), &out));
       int64_t* dst = out->flat<int64_t>().data();
-      for (size_t w = 0; w < marks.size(); ++w) {
-        for (uint64_t word = marks[w]; word != 0; word &= word - 1) {
-          *dst++ = static_cast<int64_t>(w * 64 + __builtin_ctzll(word));
+      for (int64_t w = 0; w < words; ++w) {
+        for (uint64_t word = all[w]; word != 0; word &= word - 1) {
+          *dst++ = w * 64 + __builtin_ctzll(word);
         }
       }
       return;
+    }
+    for (int64_t k = 0; k < nnz; ++k) {
+      OP_REQUIRES(context,
+                  static_cast<uint64_t>(ids[k]) <
+                      static_cast<uint64_t>(num_rows_),
+                  OutOfRange(k, ids[k]));
     }
     distinct.assign(ids, ids + nnz);
     std::sort(distinct.begin(), distinct.end());
@@ -142,6 +164,13 @@ class DistinctIdsOp : public OpKernel {
   }
 
  private:
+  ::tensorflow::Status OutOfRange(int64_t k, int64_t id) const {
+    return InvalidArgument(
+        argument_, " has an id >= ", num_rows_,
+        " or < 0, outside the rows of its weight variable: feature id [", k,
+        "] = ", id);
+  }
+
   int64_t num_rows_;
   std::string argument_;
 };
