@@ -67,7 +67,7 @@ BAD_INPUTS = [
     ("feature id missing from sparse_indices",
      dict(sparse_feature_indices=[np.array([4, 7, 5, 9], np.int64)]),
      r"sparse_feature_indices\[0\]\[2\] = 5 is not in sparse_indices\[0\]"),
-    ("feature id above every (ascending) sparse_indices",
+    ("feature id above every sparse_indices",
      dict(sparse_feature_indices=[np.array([4, 7, 4, 10], np.int64)]),
      r"sparse_feature_indices\[0\]\[3\] = 10 is not in sparse_indices\[0\]"),
     ("negative feature id",
@@ -195,9 +195,9 @@ def test_helper_ops_validate_their_inputs():
 
 
 def test_ascending_and_unordered_sparse_indices_give_the_same_step():
-  """Ascending sparse_indices (what SdcaModel passes) map ids to positions
-  by a ranked bitmap, unordered ones by a table: the same step either way,
-  the deltas following their ids."""
+  """The order of sparse_indices (ascending is what SdcaModel passes) does
+  not change the step: the same state and deltas, the deltas following
+  their ids."""
   rng = np.random.default_rng(3)
   n, vocab = 200, 5000
   ex = np.repeat(np.arange(n, dtype=np.int64), 5)

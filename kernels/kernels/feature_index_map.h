@@ -3,11 +3,7 @@
 //
 // When the ids are small compared with their count (hashed features: ids in
 // [0, 2^k)) a direct table is used, one array read per lookup; otherwise an
-// open-addressing hash table. Both are built once per op call. Ascending ids
-// (what SdcaModel passes: TfSdca>DistinctIds sorts them) get a ranked bitmap
-// instead: an id's position is the number of ids below it, one bit per
-// possible id plus a count per 64 ids, so a 2^20-row table costs 256 KiB
-// (cached) instead of a 4 MiB direct table (g3doc/benchmarks.md).
+// open-addressing hash table. Both are built once per op call.
 #ifndef TF_SDCA_KERNELS_KERNELS_FEATURE_INDEX_MAP_H_
 #define TF_SDCA_KERNELS_KERNELS_FEATURE_INDEX_MAP_H_
 
@@ -27,22 +23,13 @@ class FeatureIndexMap {
   // Hints the cache about a coming Find(id) (direct tables only: hashed
   // lookups probe a data-dependent chain).
   void Prefetch(int64_t id) const {
-    if (ranked_ && id >= 0 && id <= max_id_) {
-      __builtin_prefetch(blocks_.data() + (id >> 6));
-    } else if (direct_ && id >= 0 && id < static_cast<int64_t>(table_.size())) {
+    if (direct_ && id >= 0 && id < static_cast<int64_t>(table_.size())) {
       __builtin_prefetch(table_.data() + id);
     }
   }
 
   // Position of `id`, or -1.
   int64_t Find(int64_t id) const {
-    if (ranked_) {
-      if (id < 0 || id > max_id_) return -1;
-      const Block& b = blocks_[id >> 6];
-      const int bit = static_cast<int>(id & 63);
-      if (((b.bits >> bit) & 1) == 0) return -1;
-      return b.rank + __builtin_popcountll(b.bits & ((uint64_t{1} << bit) - 1));
-    }
     if (direct_) {
       if (id < 0 || id >= static_cast<int64_t>(table_.size())) return -1;
       return table_[id];
@@ -66,15 +53,6 @@ class FeatureIndexMap {
     return x;
   }
 
-  // 64 possible ids: which are present, and how many present ids precede.
-  struct Block {
-    uint64_t bits;
-    int64_t rank;
-  };
-
-  bool ranked_ = false;
-  int64_t max_id_ = -1;
-  std::vector<Block> blocks_;
   bool direct_ = false;
   uint64_t mask_ = 0;
   std::vector<int32_t> table_;  // position, -1 = empty
@@ -88,31 +66,13 @@ inline bool FeatureIndexMap::Build(const int64_t* ids, int64_t n,
     return false;
   }
   int64_t max_id = -1;
-  bool ascending = true;
   for (int64_t k = 0; k < n; ++k) {
     if (ids[k] < 0) {
       *error = "[" + std::to_string(k) + "] = " + std::to_string(ids[k]) +
                " must be >= 0";
       return false;
     }
-    if (ids[k] <= max_id) ascending = false;
     if (ids[k] > max_id) max_id = ids[k];
-  }
-  // Strictly ascending ids cannot repeat. The bitmap costs 2 bits per
-  // possible id: taken while that is a small multiple of the count.
-  ranked_ = ascending && max_id < std::max<int64_t>(64 * n, int64_t{1} << 22);
-  if (ranked_) {
-    max_id_ = max_id;
-    blocks_.assign(max_id / 64 + 1, Block{0, 0});
-    for (int64_t k = 0; k < n; ++k) {
-      blocks_[ids[k] >> 6].bits |= uint64_t{1} << (ids[k] & 63);
-    }
-    int64_t rank = 0;
-    for (Block& b : blocks_) {
-      b.rank = rank;
-      rank += __builtin_popcountll(b.bits);
-    }
-    return true;
   }
   auto duplicate = [&](int64_t k, int64_t first) {
     *error = "[" + std::to_string(k) + "] = " + std::to_string(ids[k]) +
