@@ -99,38 +99,19 @@ class DistinctIdsOp : public OpKernel {
     const int64_t* ids = in.flat<int64_t>().data();
     // Marking rows in a bitmap of the table reads the table's bits once
     // (2^20 rows: 128 KiB, cached); a table much larger than the batch is
-    // cheaper to sort the ids for. Marking is split over the device's
-    // threads, one bitmap each, ORed after; each checks the range of its
-    // ids as it marks them.
+    // cheaper to sort the ids for. One thread: marking 1.3M ids took 1.4-1.5
+    // ms, and the same split over two threads with a bitmap each (ORed
+    // after) 1.5-1.6 ms.
     std::vector<int64_t> distinct;
     if (num_rows_ / 64 <= nnz + 1024) {
       const int64_t words = (num_rows_ + 63) / 64;
-      const int64_t threads =
-          context->device()->tensorflow_cpu_worker_threads()->num_threads;
-      const int64_t chunks = std::max<int64_t>(
-          1, std::min<int64_t>(threads, nnz / (4 * words + 65536)));
-      std::vector<std::vector<uint64_t>> marks(chunks);
-      std::vector<int64_t> bad(chunks, -1);  // first id out of range
-      DevicePool(context)(chunks, [&](int64_t c) {
-        std::vector<uint64_t>& m = marks[c];
-        m.assign(words, 0);
-        const int64_t lo = nnz * c / chunks, hi = nnz * (c + 1) / chunks;
-        for (int64_t k = lo; k < hi; ++k) {
-          const uint64_t id = static_cast<uint64_t>(ids[k]);
-          // As uint64 a negative id is above every row: one compare.
-          if (id >= static_cast<uint64_t>(num_rows_)) {
-            bad[c] = k;
-            return;
-          }
-          m[id >> 6] |= uint64_t{1} << (id & 63);
-        }
-      });
-      for (const int64_t k : bad) {
-        OP_REQUIRES(context, k < 0, OutOfRange(k, ids[k]));
-      }
-      std::vector<uint64_t>& all = marks[0];
-      for (int64_t c = 1; c < chunks; ++c) {
-        for (int64_t w = 0; w < words; ++w) all[w] |= marks[c][w];
+      std::vector<uint64_t> all(words, 0);
+      for (int64_t k = 0; k < nnz; ++k) {
+        const uint64_t id = static_cast<uint64_t>(ids[k]);
+        // As uint64 a negative id is above every row: one compare.
+        OP_REQUIRES(context, id < static_cast<uint64_t>(num_rows_),
+                    OutOfRange(k, ids[k]));
+        all[id >> 6] |= uint64_t{1} << (id & 63);
       }
       int64_t count = 0;
       for (const uint64_t word : all) count += __builtin_popcountll(word);
