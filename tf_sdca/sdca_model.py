@@ -180,11 +180,11 @@ class _Weights(tf.Module):
 
     One op (TfSdca>DistinctIds): it marks the ids in a table-sized bitmap
     (2^20 rows: 128 KiB) or, for a table much larger than the batch, sorts
-    them. tf.unique took 71-129 ms of a 240 ms `minimize` on 50k
-    Criteo-shaped rows (1.3M ids, a 2^20-row table); DenseBincount + Where
-    + the range assertion ~8 ms; this op ~2 ms (g3doc/benchmarks.md). The
-    op needs the distinct ids, not the whole table: with a slot per table
-    row its slots stop fitting the cache.
+    them. On 50k Criteo-shaped rows (1.3M ids, a 2^20-row table) tf.unique
+    took 71-129 ms of a 240 ms `minimize`; this op takes 1.4-1.5 ms, and
+    with ExampleKeys 3.5 ms where the TF ops they replace took 10
+    (g3doc/benchmarks.md). The op needs the distinct ids, not the whole
+    table: with a slot per table row its slots stop fitting the cache.
     """
     return sdca_ops.distinct_ids(ids, self.size, argument=argument)
 
