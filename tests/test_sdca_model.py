@@ -685,6 +685,12 @@ def test_distinct_ids_are_numpys_unique_with_a_bitmap_or_a_sort(num_rows):
                        rf"or < 0, .* feature id \[2\] = {bad} "):
       tf_sdca.ops.sdca_ops.distinct_ids([0, 1, bad, 2], num_rows,
                                         argument="sparse_features[3]")
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                     match="rank 1"):
+    tf_sdca.ops.sdca_ops.distinct_ids([[0]], num_rows)
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                     match="num_rows"):
+    tf_sdca.ops.sdca_ops.distinct_ids([0], 0)
 
 
 def test_example_keys_are_fingerprints_and_must_be_unique():
