@@ -21,6 +21,7 @@ TF_VERSION = "2.21.0"
 SOURCES = [
     "kernels/ops/sdca_ops.cc",
     "kernels/kernels/sdca_kernels.cc",
+    "kernels/kernels/batch_index_kernels.cc",
     "kernels/kernels/packed_rows_kernels.cc",
     "kernels/core/loss.cc",
     "kernels/core/packed_rows.cc",

@@ -67,6 +67,9 @@ BAD_INPUTS = [
     ("feature id missing from sparse_indices",
      dict(sparse_feature_indices=[np.array([4, 7, 5, 9], np.int64)]),
      r"sparse_feature_indices\[0\]\[2\] = 5 is not in sparse_indices\[0\]"),
+    ("feature id above every sparse_indices",
+     dict(sparse_feature_indices=[np.array([4, 7, 4, 10], np.int64)]),
+     r"sparse_feature_indices\[0\]\[3\] = 10 is not in sparse_indices\[0\]"),
     ("negative feature id",
      dict(sparse_feature_indices=[np.array([4, -7, 4, 9], np.int64)]),
      r"sparse_feature_indices\[0\]\[1\] = -7 must be >= 0"),
@@ -189,3 +192,32 @@ def test_helper_ops_validate_their_inputs():
     load_ops().tf_sdca_shrink_l1(np.ones(3, np.float32), l1=0.1, l2=0.0)
   with pytest.raises(ERRORS, match=r"rank 1|must be rank 1"):
     tf_sdca.sdca_fprint([["a", "b"]])
+
+
+def test_ascending_and_unordered_sparse_indices_give_the_same_step():
+  """The order of sparse_indices (ascending is what SdcaModel passes) does
+  not change the step: the same state and deltas, the deltas following
+  their ids."""
+  rng = np.random.default_rng(3)
+  n, vocab = 200, 5000
+  ex = np.repeat(np.arange(n, dtype=np.int64), 5)
+  ids = rng.integers(0, vocab, ex.size).astype(np.int64)
+  uniq = np.unique(ids)
+  perm = rng.permutation(uniq.size)
+  weights = rng.normal(size=uniq.size).astype(np.float32)
+  outs = []
+  for order in (np.arange(uniq.size), perm):
+    out = tf_sdca.sdca_optimizer(**_good(
+        sparse_example_indices=[ex], sparse_feature_indices=[ids],
+        sparse_feature_values=[np.full(ex.size, 0.5, np.float32)],
+        dense_features=[np.ones((n, 2), np.float32)],
+        example_weights=np.ones(n, np.float32),
+        example_labels=(np.arange(n) % 2).astype(np.float32),
+        sparse_indices=[uniq[order]], sparse_weights=[weights[order]],
+        example_state_data=np.zeros((n, 4), np.float32)))
+    delta = np.empty(uniq.size, np.float32)
+    delta[order] = out[1][0].numpy()
+    outs.append((out[0].numpy(), delta, out[2][0].numpy()))
+  for a, b in zip(*outs):
+    np.testing.assert_array_equal(a, b)
+  assert np.abs(outs[0][1]).max() > 0

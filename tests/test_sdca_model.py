@@ -11,6 +11,7 @@ import tensorflow as tf
 from scipy.optimize import minimize
 
 from sdca_testutil import BINARY, LOSSES, dual_loss, primal_loss
+import tf_sdca
 from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
 
 N, DENSE, VOCAB, PER_ROW = 80, 3, 16, 2
@@ -665,27 +666,49 @@ def _tensor_batches(x, ids, y, s, sizes):
   return out
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_marked_and_hashed_distinct_ids_give_identical_weights(
-    compiled, monkeypatch):
-  """A batch's distinct feature ids are found by marking a table at most 4x
-  its entries, by tf.unique in a larger one: the same steps either way, bit
-  for bit, eagerly and in a tf.function that does not know the batch
-  sizes (the choice is then made in the graph)."""
-  from tf_sdca import sdca_model  # pylint: disable=import-outside-toplevel
-  x, ids, y, s = _data("logistic_loss", seed=31)
-  batches = _tensor_batches(x, ids, y, s, [20, 35, 25])
-  results = []
-  for factor in (10**6, 0):  # every table marked; none
-    monkeypatch.setattr(sdca_model, "_MARK_TABLE_FACTOR", factor)
-    model, variables = _model(None, "logistic_loss", partitioned=True)
-    _stream(model, batches, 7, compiled)
-    results.append((_flat(variables), model.get_state()))
-  (w_marked, st_marked), (w_hashed, st_hashed) = results
-  np.testing.assert_array_equal(w_marked, w_hashed)
-  for a, b in zip(st_marked["slots"], st_hashed["slots"]):
-    np.testing.assert_array_equal(a, b)
-  assert np.abs(w_marked).max() > 0
+@pytest.mark.parametrize("num_rows", [1000, 10**9, 2**62])
+def test_distinct_ids_are_numpys_unique_with_a_bitmap_or_a_sort(num_rows):
+  """TfSdca>DistinctIds marks a bitmap of the table when it is at most ~64x
+  the batch's ids (1000 rows) and sorts otherwise (10^9, 2^62 rows): both
+  give np.unique's ids, and the range check holds at the table's edge."""
+  rng = np.random.default_rng(5)
+  ids = rng.integers(0, min(num_rows, 1000), 3000)
+  ids[:2] = [0, min(num_rows, 1000) - 1]
+  ids = np.concatenate([ids, [num_rows - 1]])
+  got = tf_sdca.ops.sdca_ops.distinct_ids(ids, num_rows).numpy()
+  np.testing.assert_array_equal(got, np.unique(ids))
+  assert tf_sdca.ops.sdca_ops.distinct_ids(
+      np.zeros([0], np.int64), num_rows).numpy().size == 0
+  for bad in (num_rows, -1):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"sparse_features\[3\] has an id >= {num_rows} "
+                       rf"or < 0, .* feature id \[2\] = {bad} "):
+      tf_sdca.ops.sdca_ops.distinct_ids([0, 1, bad, 2], num_rows,
+                                        argument="sparse_features[3]")
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                     match="rank 1"):
+    tf_sdca.ops.sdca_ops.distinct_ids([[0]], num_rows)
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                     match="num_rows"):
+    tf_sdca.ops.sdca_ops.distinct_ids([0], 0)
+
+
+def test_example_keys_are_fingerprints_and_must_be_unique():
+  """TfSdca>ExampleKeys: the low half of sdca_fprint (the table's keys, as
+  in checkpoints written before the op existed); a repeated id names both
+  positions."""
+  ids = [f"row-{i}" for i in range(5000)]
+  np.testing.assert_array_equal(
+      tf_sdca.ops.sdca_ops.example_keys(ids).numpy(),
+      tf_sdca.sdca_fprint(ids).numpy()[:, 0])
+  assert tf_sdca.ops.sdca_ops.example_keys(
+      tf.zeros([0], tf.string)).numpy().size == 0
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"unique within a batch: example_ids\[4000\] = "
+                     r"'row-17' has the key of example_ids\[17\] = 'row-17'"):
+    tf_sdca.ops.sdca_ops.example_keys(ids[:4000] + ["row-17"])
+  with pytest.raises(tf.errors.InvalidArgumentError, match="rank 1"):
+    tf_sdca.ops.sdca_ops.example_keys([["a"]])
 
 
 def test_rows_to_write_stay_bounded_without_update_weights():

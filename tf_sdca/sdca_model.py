@@ -173,33 +173,20 @@ class _Weights(tf.Module):
     return tf.concat(self.slots, axis=0) if len(self.slots) > 1 else \
         self.slots[0]
 
-  def distinct_ids(self, ids):
-    """The distinct values of a batch's int64 `ids` (all in `[0, size)`),
-    which the op gets with their weights.
+  def distinct_ids(self, ids, argument):
+    """The distinct values of a batch's int64 `ids`, ascending, which the
+    op gets with their weights; an id outside `[0, size)` fails, the
+    message naming `argument`.
 
-    tf.unique hashes every entry: on 50k Criteo-shaped rows (1.3M ids, a
-    2^20-row table) it took 71-129 ms of a 240 ms `minimize`. Marking the
-    ids in a table-sized vector (DenseBincount with binary output) and
-    listing the marked rows takes ~4 ms; it reads the whole table, so it is
-    used only when the table has at most 4x as many rows as the batch has
-    entries (a 2^24-row table and a small batch keep tf.unique). The op
-    needs the distinct ids, not the whole table: with a slot per table row
-    its slots stop fitting the cache (g3doc/benchmarks.md).
+    One op (TfSdca>DistinctIds): it marks the ids in a table-sized bitmap
+    (2^20 rows: 128 KiB) or, for a table much larger than the batch, sorts
+    them. On 50k Criteo-shaped rows (1.3M ids, a 2^20-row table) tf.unique
+    took 71-129 ms of a 240 ms `minimize`; this op takes 1.4-1.5 ms, and
+    with ExampleKeys 3.5 ms where the TF ops they replace took 10
+    (g3doc/benchmarks.md). The op needs the distinct ids, not the whole
+    table: with a slot per table row its slots stop fitting the cache.
     """
-    if self.size >= 2**31:
-      return tf.unique(ids)[0]
-    entries = tf.compat.dimension_value(ids.shape[0])
-    if entries is None:
-      entries = tf.size(ids, out_type=tf.int64)
-
-    def mark():
-      marks = tf.raw_ops.DenseBincount(
-          input=ids, size=tf.constant(self.size, tf.int64),
-          weights=tf.zeros([0], tf.int32), binary_output=True)
-      return tf.reshape(tf.where(marks > 0), [-1])
-
-    return _static_or_cond(entries * _MARK_TABLE_FACTOR >= self.size, mark,
-                           lambda: tf.unique(ids)[0])
+    return sdca_ops.distinct_ids(ids, self.size, argument=argument)
 
   def apply_delta(self, rows, start, delta):
     """Adds the op's float32 `delta` of distinct `rows` to the float64
@@ -234,11 +221,6 @@ class _Weights(tf.Module):
       out.append(s.assign_add(delta[start:start + size]))
       start += size
     return out
-
-
-# A weight table at most this many times larger than a batch's sparse
-# entries is marked whole to find the batch's distinct ids.
-_MARK_TABLE_FACTOR = 4
 
 
 def _static_or_cond(pred, true_fn, false_fn):
@@ -528,14 +510,11 @@ class SdcaModel(tf.Module):
 
   def _minimize_step(self, examples, global_step=None):
     """The ops of `minimize` (in a graph or a tf.function being traced)."""
-    keys = self._keys(examples)
-    # An id twice in one batch would give the op two duals for one table
-    # row: one would be lost and the weights would stop being w(alpha).
-    unique_check = tf.debugging.assert_equal(
-        tf.size(tf.unique(keys)[0]), tf.size(keys),
-        message="example_ids must be unique within a batch")
-    with tf.control_dependencies([unique_check]):
-      state = self._lookup_state(keys)
+    # The op checks that the ids are unique: an id twice in one batch would
+    # give the solve two duals for one table row; one would be lost and the
+    # weights would stop being w(alpha).
+    keys = sdca_ops.example_keys(examples["example_ids"])
+    state = self._lookup_state(keys)
     ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
     start_values = []
     groups_with_values = []
@@ -548,16 +527,9 @@ class SdcaModel(tf.Module):
     for g, (col, weights) in enumerate(zip(examples["sparse_features"],
                                            self._sparse)):
       # Checked before the ids index anything: a clearer message than a
-      # failed gather or the op's "not in sparse_indices". One pass: as
-      # uint64 a negative id is above every row (the max of no ids is 0).
-      ids = col.feature_indices
-      in_range = tf.debugging.assert_less(
-          tf.reduce_max(tf.bitcast(ids, tf.uint64)),
-          tf.constant(weights.size, tf.uint64),
-          message=f"sparse_features[{g}] has an id >= {weights.size} or "
-          f"< 0, outside the rows of its weight variable")
-      with tf.control_dependencies([in_range]):
-        uniq = weights.distinct_ids(ids)
+      # failed gather or the op's "not in sparse_indices".
+      uniq = weights.distinct_ids(col.feature_indices,
+                                  argument=f"sparse_features[{g}]")
       ex_idx.append(col.example_indices)
       feat_idx.append(col.feature_indices)
       if g < last_with_values:

@@ -417,4 +417,43 @@ input: [n] strings.
 output: [n, 2] int64, the two halves of each fingerprint.
 )doc");
 
+REGISTER_OP("TfSdca>ExampleKeys")
+    .Input("example_ids: string")
+    .Output("keys: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle handle;
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "example_ids", &handle));
+      c->set_output(0, handle);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Keys of a batch's examples in SdcaModel's dual-state table; fails unless the
+ids are unique within the batch.
+
+example_ids: [n] strings.
+keys: [n] int64, the low half of each id's TfSdca>Fprint fingerprint, moved
+  by +2 when it is one of the two lowest int64 values (reserved by the table).
+)doc");
+
+REGISTER_OP("TfSdca>DistinctIds")
+    .Input("ids: int64")
+    .Output("distinct_ids: int64")
+    .Attr("num_rows: int >= 1")
+    .Attr("argument: string = 'ids'")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle handle;
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "ids", &handle));
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The distinct values of a batch's feature ids, ascending; fails unless every
+id is a row of the weight variable.
+
+ids: [nnz] int64 feature ids.
+distinct_ids: [u] int64, ascending.
+num_rows: rows of the weight variable; ids must lie in [0, num_rows).
+argument: the name the error message gives the ids.
+)doc");
+
 }  // namespace tf_sdca

@@ -210,6 +210,48 @@ def sdca_fprint(example_ids, name=None):
         tf.convert_to_tensor(example_ids, tf.string, name="example_ids"))
 
 
+def example_keys(example_ids, name=None):
+  """Keys of a batch's examples in `SdcaModel`'s dual-state table.
+
+  Args:
+    example_ids: string vector, unique within the batch.
+    name: op name.
+
+  Returns:
+    int64 `[n]`: the low half of each id's `sdca_fprint`, moved by +2 when
+    it is one of the two lowest int64 values (the table reserves those).
+
+  Raises:
+    tf.errors.InvalidArgumentError: (when run) naming the first id that
+      repeats an earlier one (or shares its key).
+  """
+  with tf.name_scope(name or "example_keys"):
+    return load_ops().tf_sdca_example_keys(
+        tf.convert_to_tensor(example_ids, tf.string, name="example_ids"))
+
+
+def distinct_ids(ids, num_rows, argument="ids", name=None):
+  """The distinct values of int64 feature `ids`, ascending.
+
+  Args:
+    ids: int64 vector, each in `[0, num_rows)`.
+    num_rows: Python int >= 1, the rows of the ids' weight variable.
+    argument: what an error message calls the ids.
+    name: op name.
+
+  Returns:
+    int64 vector of the distinct ids, ascending.
+
+  Raises:
+    tf.errors.InvalidArgumentError: (when run) naming the first id outside
+      `[0, num_rows)`.
+  """
+  with tf.name_scope(name or "distinct_ids"):
+    return load_ops().tf_sdca_distinct_ids(
+        tf.convert_to_tensor(ids, tf.int64, name="ids"),
+        num_rows=int(num_rows), argument=argument)
+
+
 def _data_tensors(row_ptr, feature_ids, feature_values, dense_features,
                   example_weights, example_labels):
   """The data inputs of PackRows as tensors of their dtypes."""
