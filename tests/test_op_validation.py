@@ -163,7 +163,7 @@ def test_bad_input_names_the_argument_and_value(mode, name, override,
     ("gamma", 0.0, r"gamma must be > 0"),
     ("loss_type", "cubic_loss", r"loss_type must be one of .* 'cubic_loss'"),
     ("visit_order", "random", r"visit_order must be one of .* 'random'"),
-    ("num_inner_iterations", 0, r"num_inner_iterations must be >= 1"),
+    ("num_inner_iterations", 0, r"num_inner_iterations must be in \[1, "),
     ("num_loss_partitions", 0, r"num_loss_partitions must be >= 1"),
 ])
 def test_bad_options_raise_value_error_naming_them(option, value, pattern):
@@ -221,3 +221,82 @@ def test_ascending_and_unordered_sparse_indices_give_the_same_step():
   for a, b in zip(*outs):
     np.testing.assert_array_equal(a, b)
   assert np.abs(outs[0][1]).max() > 0
+
+
+# Found by tools/fuzz_ops.py: arguments TF's conversion rejects with
+# messages that do not name them, non-finite values passed through, and
+# pass counts that ran for hours.
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("arg,value,pattern", [
+    ("example_labels", None, r"example_labels is None"),
+    ("example_weights", "x", r"example_weights cannot be a float32 tensor"),
+    ("example_state_data", np.array([[0.0, np.nan, 0, 0]] * 3, np.float32),
+     r"example_state_data\[0, 1\] = nan is not finite"),
+    ("num_inner_iterations", 2**31 - 1,
+     r"num_inner_iterations must be in \[1, 1048576\]"),
+])
+def test_fuzzer_findings_name_the_argument(mode, arg, value, pattern):
+  with pytest.raises(ERRORS + (TypeError,), match=pattern):
+    _run(mode, _good(**{arg: value}))
+
+
+def test_the_raw_ops_refuse_absurd_pass_counts():
+  args = _good()
+  del args["loss_type"], args["l1"], args["l2"]
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"num_inner_iterations = 2000000 is more than "
+                           r"the limit of 1048576"):
+    load_ops().tf_sdca_optimizer(
+        **args, call_index=0, loss_type="logistic_loss", l1=0.0, l2=1.0,
+        num_inner_iterations=2000000)
+  rows = tf_sdca.pack_rows(
+      row_ptr=np.array([0, 1], np.int64), feature_ids=np.array([0], np.int32),
+      feature_values=np.ones(1, np.float32),
+      dense_features=np.zeros((1, 0), np.float32),
+      example_weights=np.ones(1, np.float32),
+      example_labels=np.ones(1, np.float32), num_sparse_features=1,
+      loss_type="logistic_loss")
+  with pytest.raises(ValueError, match=r"num_passes must be in \[0, 1048576\]"):
+    tf_sdca.packed_solve(rows, np.zeros(1), np.zeros(1), seed=0,
+                         loss_type="logistic_loss", l1=0.0, l2=1.0,
+                         num_passes=2**31 - 1)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"num_passes = 2147483647 is more than the limit"):
+    load_ops().tf_sdca_packed_solve(
+        rows, np.zeros(1), np.zeros(1), np.int64(0), loss_type="logistic_loss",
+        l1=0.0, l2=1.0, num_passes=2**31 - 1)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_shrink_l1_refuses_non_finite_weights(value):
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"weights\[1\] \(flat index\) = .* is not finite"):
+    tf_sdca.sdca_shrink_l1(np.array([1.0, value, 0.0], np.float32), 0.1, 1.0)
+
+
+def test_ids_past_int32_are_refused_not_wrapped():
+  # 2^32 + 1 narrowed to int32 is 1: a silent wrap to another feature.
+  with pytest.raises(ValueError, match=r"feature_ids has the value 4294967297"):
+    tf_sdca.pack_rows(
+        row_ptr=np.array([0, 1], np.int64),
+        feature_ids=np.array([2**32 + 1], np.int64),
+        feature_values=np.ones(1, np.float32),
+        dense_features=np.zeros((1, 0), np.float32),
+        example_weights=np.ones(1, np.float32),
+        example_labels=np.ones(1, np.float32), num_sparse_features=2,
+        loss_type="logistic_loss")
+
+
+def test_dense_features_without_columns_must_still_have_the_rows():
+  args = dict(row_ptr=np.array([0, 1, 1], np.int64),
+              feature_ids=np.array([0], np.int32),
+              feature_values=np.ones(1, np.float32),
+              example_weights=np.ones(2, np.float32),
+              example_labels=np.ones(2, np.float32), num_sparse_features=1,
+              loss_type="logistic_loss")
+  for rows in (0, 2):  # [0, 0] and [n, 0] both mean "no dense features"
+    tf_sdca.pack_rows(dense_features=np.zeros((rows, 0), np.float32), **args)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"dense_features has 3 rows but example_weights "
+                           r"has 2"):
+    tf_sdca.pack_rows(dense_features=np.zeros((3, 0), np.float32), **args)

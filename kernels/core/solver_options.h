@@ -38,6 +38,10 @@ inline bool ParseVisitOrder(const char* name, VisitOrder* order) {
   return true;
 }
 
+// The most passes one op call makes (num_passes, num_inner_iterations): a
+// call is not cancellable mid-way, so an absurd count would run for days.
+constexpr int kMaxPasses = 1 << 20;
+
 struct SolverOptions {
   const DualLossUpdater* loss = nullptr;
   double l1 = 0.0;

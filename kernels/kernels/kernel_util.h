@@ -75,6 +75,11 @@ inline ::tensorflow::Status ReadEpochAttrs(
   TF_RETURN_IF_ERROR(ReadRegularization(context, options, &gamma));
   TF_RETURN_IF_ERROR(
       context->GetAttr("num_passes", &options->num_inner_iterations));
+  if (options->num_inner_iterations > kMaxPasses) {
+    return InvalidArgument("num_passes = ", options->num_inner_iterations,
+                           " is more than the limit of ", kMaxPasses,
+                           " passes per call");
+  }
   TF_RETURN_IF_ERROR(context->GetAttr("compute_objective", compute_objective));
   *loss = MakeLossUpdater(type, gamma);
   options->loss = loss->get();

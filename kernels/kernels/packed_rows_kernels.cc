@@ -4,6 +4,7 @@
 // that validates only the weights and duals.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -79,7 +80,8 @@ Status ReadDataInputs(OpKernelContext* context, int64_t num_sparse_features,
     return InvalidArgument("example_labels has ", labels.dim_size(0),
                            " entries but example_weights has ", n);
   }
-  if (dense.dim_size(0) != n && d != 0) {
+  // No dense features: [n, 0] or [0, 0].
+  if (dense.dim_size(0) != n && !(d == 0 && dense.dim_size(0) == 0)) {
     return InvalidArgument("dense_features has ", dense.dim_size(0),
                            " rows but example_weights has ", n);
   }
@@ -182,6 +184,11 @@ class PackRowsOp : public OpKernel {
                 InvalidArgument("gamma = ", gamma_, " must be > 0"));
     OP_REQUIRES_OK(context, context->GetAttr("num_sparse_features",
                                              &num_sparse_features_));
+    OP_REQUIRES(context,
+                num_sparse_features_ <= std::numeric_limits<int32_t>::max(),
+                InvalidArgument("num_sparse_features = ", num_sparse_features_,
+                                " is more than 2^31 - 1 (feature ids are "
+                                "int32)"));
     OP_REQUIRES_OK(context, context->GetAttr("num_threads", &num_threads_));
     loss_ = MakeLossUpdater(type, gamma_);
   }

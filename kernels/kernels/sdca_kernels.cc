@@ -106,6 +106,11 @@ class OptimizerOp : public OpKernel {
     OP_REQUIRES_OK(context, ReadRegularization(context, &options_, &gamma));
     OP_REQUIRES_OK(context, context->GetAttr("num_inner_iterations",
                                              &options_.num_inner_iterations));
+    OP_REQUIRES(context, options_.num_inner_iterations <= kMaxPasses,
+                InvalidArgument("num_inner_iterations = ",
+                                options_.num_inner_iterations,
+                                " is more than the limit of ", kMaxPasses,
+                                " passes per call"));
     int64_t seed;
     OP_REQUIRES_OK(context, context->GetAttr("seed", &seed));
     seed_ = static_cast<uint64_t>(seed);
@@ -208,6 +213,16 @@ class OptimizerOp : public OpKernel {
       out(i, 1) = static_cast<float>(primal[i]);
       out(i, 2) = static_cast<float>(dual_loss[i]);
       out(i, 3) = example_weights[i];
+      // A loss beyond float32 (extreme features or weights): an error
+      // naming the example, never an inf in the state.
+      OP_REQUIRES(context,
+                  std::isfinite(out(i, 1)) && std::isfinite(out(i, 2)),
+                  InvalidArgument(loss_->Name(), ": example ", i,
+                                  "'s primal loss ", primal[i],
+                                  " and dual loss ", dual_loss[i],
+                                  " (weighted) do not fit the float32 "
+                                  "example_state_data; rescale the features "
+                                  "or example_weights, or raise l2"));
     }
     OpOutputList sparse_out;
     OP_REQUIRES_OK(context,
@@ -303,6 +318,14 @@ class OptimizerOp : public OpKernel {
                                " for example_labels[", i, "] = ", y[i]);
       }
       (*duals)[i] = d;
+      // The other columns (losses, weight) are outputs; their inputs are
+      // not read, but a non-finite one means corrupted state.
+      for (int c = 1; c < 4; ++c) {
+        if (!std::isfinite(s(i, c))) {
+          return InvalidArgument("example_state_data[", i, ", ", c, "] = ",
+                                 s(i, c), " is not finite");
+        }
+      }
     }
     return absl::OkStatus();
   }
@@ -619,6 +642,9 @@ class ShrinkL1Op : public OpKernel {
     const float* src = in.flat<float>().data();
     float* dst = out->flat<float>().data();
     for (int64_t k = 0; k < in.NumElements(); ++k) {
+      OP_REQUIRES(context, std::isfinite(src[k]),
+                  InvalidArgument("weights[", k, "] (flat index) = ", src[k],
+                                  " is not finite"));
       dst[k] = static_cast<float>(ShrinkL1(src[k], shrinkage_));
     }
   }
@@ -633,7 +659,7 @@ class FprintOp : public OpKernel {
 
   void Compute(OpKernelContext* context) override {
     const Tensor& in = context->input(0);
-    OP_REQUIRES_OK(context, CheckRank(in, 1, "input"));
+    OP_REQUIRES_OK(context, CheckRank(in, 1, "example_ids (input)"));
     const int64_t n = in.dim_size(0);
     Tensor* out;
     OP_REQUIRES_OK(context,

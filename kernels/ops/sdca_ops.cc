@@ -406,7 +406,7 @@ REGISTER_OP("TfSdca>Fprint")
     .Output("output: int64")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle handle;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "example_ids (input)", &handle));
       c->set_output(0, c->Matrix(c->Dim(handle, 0), 2));
       return absl::OkStatus();
     })

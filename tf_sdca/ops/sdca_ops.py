@@ -4,6 +4,7 @@
 TensorFlow user recognises them) plus tf_sdca's extras: the visiting order,
 its seed, the smooth-hinge gamma and the thread count.
 """
+import numpy as np
 import tensorflow as tf
 
 from tf_sdca.ops._loader import load_ops
@@ -11,6 +12,29 @@ from tf_sdca.ops._loader import load_ops
 LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
           "poisson_loss", "absolute_loss")
 VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive", "shrinking")
+
+
+# The most passes one op call makes (kMaxPasses in solver_options.h).
+MAX_PASSES = 1 << 20
+
+
+def _tensor(value, dtype, name):
+  """`value` as a `dtype` tensor; a value that cannot be one is an error
+  naming the argument (TF's own says "Attempt to convert a value (None)")."""
+  if value is None:
+    raise ValueError(f"{name} is None; expected a {dtype.name} tensor")
+  if dtype.is_integer and isinstance(value, np.ndarray) and value.size and \
+      value.dtype.kind in "iu":
+    # Narrowing wraps silently (2^32 + 1 -> 1 as int32): refuse instead.
+    low, high = value.min(), value.max()
+    if low < dtype.min or high > dtype.max:
+      bad = low if low < dtype.min else high
+      raise ValueError(f"{name} has the value {bad}, outside {dtype.name} "
+                       f"[{dtype.min}, {dtype.max}]")
+  try:
+    return tf.convert_to_tensor(value, dtype, name=name)
+  except (TypeError, ValueError) as e:
+    raise type(e)(f"{name} cannot be a {dtype.name} tensor: {e}") from None
 
 
 def _check_options(loss_type, l1, l2, num_loss_partitions,
@@ -29,9 +53,9 @@ def _check_options(loss_type, l1, l2, num_loss_partitions,
   if int(num_loss_partitions) < 1:
     raise ValueError(
         f"num_loss_partitions must be >= 1, got {num_loss_partitions}")
-  if int(num_inner_iterations) < 1:
-    raise ValueError(
-        f"num_inner_iterations must be >= 1, got {num_inner_iterations}")
+  if not 1 <= int(num_inner_iterations) <= MAX_PASSES:
+    raise ValueError(f"num_inner_iterations must be in [1, {MAX_PASSES}], "
+                     f"got {num_inner_iterations}")
   if int(num_threads) < 0:
     raise ValueError(f"num_threads must be >= 0, got {num_threads}")
 
@@ -137,7 +161,7 @@ def sdca_optimizer(sparse_example_indices,
                      f"dense_features has {len(dense_features)}")
   with tf.name_scope(name or "sdca_optimizer"):
     def tensors(values, dtype, name):
-      return [tf.convert_to_tensor(t, dtype, name=name) for t in values]
+      return [_tensor(t, dtype, name) for t in values]
 
     return load_ops().tf_sdca_optimizer(
         sparse_example_indices=tensors(sparse_example_indices, tf.int64,
@@ -147,17 +171,15 @@ def sdca_optimizer(sparse_example_indices,
         sparse_feature_values=tensors(sparse_feature_values, tf.float32,
                                       "sparse_feature_values"),
         dense_features=tensors(dense_features, tf.float32, "dense_features"),
-        example_weights=tf.convert_to_tensor(
-            example_weights, tf.float32, name="example_weights"),
-        example_labels=tf.convert_to_tensor(
-            example_labels, tf.float32, name="example_labels"),
+        example_weights=_tensor(example_weights, tf.float32,
+                                "example_weights"),
+        example_labels=_tensor(example_labels, tf.float32, "example_labels"),
         sparse_indices=tensors(sparse_indices, tf.int64, "sparse_indices"),
         sparse_weights=tensors(sparse_weights, tf.float32, "sparse_weights"),
         dense_weights=tensors(dense_weights, tf.float32, "dense_weights"),
-        example_state_data=tf.convert_to_tensor(
-            example_state_data, tf.float32, name="example_state_data"),
-        call_index=tf.convert_to_tensor(call_index, tf.int64,
-                                        name="call_index"),
+        example_state_data=_tensor(example_state_data, tf.float32,
+                                   "example_state_data"),
+        call_index=_tensor(call_index, tf.int64, "call_index"),
         loss_type=loss_type,
         adaptive=bool(adaptive),
         l1=float(l1),
@@ -191,7 +213,7 @@ def sdca_shrink_l1(weights, l1, l2, name=None):
     raise ValueError(f"l2 must be > 0, got {l2}")
   with tf.name_scope(name or "sdca_shrink_l1"):
     return load_ops().tf_sdca_shrink_l1(
-        tf.convert_to_tensor(weights, tf.float32, name="weights"),
+        _tensor(weights, tf.float32, "weights"),
         l1=float(l1), l2=float(l2))
 
 
@@ -207,7 +229,7 @@ def sdca_fprint(example_ids, name=None):
   """
   with tf.name_scope(name or "sdca_fprint"):
     return load_ops().tf_sdca_fprint(
-        tf.convert_to_tensor(example_ids, tf.string, name="example_ids"))
+        _tensor(example_ids, tf.string, "example_ids"))
 
 
 def example_keys(example_ids, name=None):
@@ -256,22 +278,21 @@ def _data_tensors(row_ptr, feature_ids, feature_values, dense_features,
                   example_weights, example_labels):
   """The data inputs of PackRows as tensors of their dtypes."""
   return (
-      tf.convert_to_tensor(row_ptr, tf.int64, name="row_ptr"),
-      tf.convert_to_tensor(feature_ids, tf.int32, name="feature_ids"),
-      tf.convert_to_tensor(feature_values, tf.float32, name="feature_values"),
-      tf.convert_to_tensor(dense_features, tf.float32, name="dense_features"),
-      tf.convert_to_tensor(example_weights, tf.float32,
-                           name="example_weights"),
-      tf.convert_to_tensor(example_labels, tf.float32, name="example_labels"))
+      _tensor(row_ptr, tf.int64, "row_ptr"),
+      _tensor(feature_ids, tf.int32, "feature_ids"),
+      _tensor(feature_values, tf.float32, "feature_values"),
+      _tensor(dense_features, tf.float32, "dense_features"),
+      _tensor(example_weights, tf.float32, "example_weights"),
+      _tensor(example_labels, tf.float32, "example_labels"))
 
 
 def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
                 num_passes, visit_order, gamma, compute_objective):
   """(weights, duals, seed) as tensors and the attributes of one epoch call
   (PackedSolve)."""
-  state = (tf.convert_to_tensor(weights, tf.float64, name="weights"),
-           tf.convert_to_tensor(duals, tf.float64, name="duals"),
-           tf.convert_to_tensor(seed, tf.int64, name="seed"))
+  state = (_tensor(weights, tf.float64, "weights"),
+           _tensor(duals, tf.float64, "duals"),
+           _tensor(seed, tf.int64, "seed"))
   attrs = dict(loss_type=loss_type, l1=float(l1), l2=float(l2),
                num_loss_partitions=int(num_loss_partitions),
                num_passes=int(num_passes), visit_order=visit_order,
@@ -392,8 +413,11 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
     tf.errors.InvalidArgumentError: on bad weights or duals, or rows packed
       for another loss.
   """
-  _check_options(loss_type, l1, l2, num_loss_partitions, max(num_passes, 1),
-                 visit_order, gamma, 0)
+  if not 0 <= int(num_passes) <= MAX_PASSES:
+    raise ValueError(f"num_passes must be in [0, {MAX_PASSES}], got "
+                     f"{num_passes}")
+  _check_options(loss_type, l1, l2, num_loss_partitions, 1, visit_order,
+                 gamma, 0)
   with tf.name_scope(name or "packed_solve"):
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
                                num_loss_partitions, num_passes, visit_order,
