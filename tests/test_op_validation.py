@@ -300,3 +300,12 @@ def test_dense_features_without_columns_must_still_have_the_rows():
                      match=r"dense_features has 3 rows but example_weights "
                            r"has 2"):
     tf_sdca.pack_rows(dense_features=np.zeros((3, 0), np.float32), **args)
+
+
+def test_float_ids_with_a_fraction_are_refused_not_truncated():
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match=r"ids must hold integers, got the "
+                                       r"value 0.5"):
+    sdca_ops.distinct_ids(np.array([0.5, 1.0]), num_rows=4)
+  np.testing.assert_array_equal(
+      sdca_ops.distinct_ids(np.array([2.0, 1.0, 2.0]), num_rows=4), [1, 2])

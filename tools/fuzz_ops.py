@@ -41,7 +41,8 @@ import numpy as np
 LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
           "poisson_loss", "absolute_loss")
 BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
-OPS = ("optimizer", "pack_rows", "packed_solve", "shrink_l1", "fprint")
+OPS = ("optimizer", "pack_rows", "packed_solve", "shrink_l1", "fprint",
+       "example_keys", "distinct_ids")
 FAILURES = ("crash", "hang", "nonfinite", "accepted", "unnamed", "unexpected")
 HUGE = (1e20, 1e30, 3e38, -3e38)
 
@@ -271,6 +272,21 @@ MUTATIONS = {
         _set_option("example_ids", np.array([["a", "b"]])),
         _set_option("example_ids", np.array(["x" * 100000, ""]), "extreme"),
     ],
+    "example_keys": [
+        _set_option("example_ids", np.array(["a", "b", "a"])),
+        _set_option("example_ids", None),
+        _set_option("example_ids", np.array([["a", "b"]])),
+        _set_option("example_ids", np.array([3, 4])),
+        _set_option("example_ids", np.array(["x" * 100000, ""]), "extreme"),
+    ],
+    "distinct_ids": [
+        _set_entry("ids", -1), _set_entry("ids", 2**40, dtype=np.int64),
+        _set_option("ids", None), _set_option("ids", np.zeros((2, 2), np.int64)),
+        _set_option("ids", np.array([0.5, 1.5])),
+        _set_option("num_rows", 0), _set_option("num_rows", -5),
+        _set_option("num_rows", 2**40, "extreme"),
+        _set_option("ids", np.zeros(0, np.int64), "extreme"),
+    ],
 }
 
 
@@ -290,9 +306,13 @@ def generate(op, seed, number):
   elif op == "shrink_l1":
     kw = dict(weights=rng.normal(size=int(rng.integers(0, 6))).astype(
         np.float32), l1=0.1, l2=1.0)
-  else:
+  elif op in ("fprint", "example_keys"):
     kw = dict(example_ids=np.array([f"id{k}" for k in
                                     range(int(rng.integers(0, 5)))]))
+  else:
+    rows = int(rng.integers(1, 50))
+    kw = dict(ids=rng.integers(0, rows, int(rng.integers(0, 20))).astype(
+        np.int64), num_rows=rows)
   applied = []
   candidates = MUTATIONS[op]
   for _ in range(int(rng.integers(1, 3))):
@@ -310,6 +330,7 @@ def generate(op, seed, number):
 def _run(op, kw, mode):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   import tf_sdca  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
 
   def call():
     if op == "optimizer":
@@ -324,6 +345,10 @@ def _run(op, kw, mode):
       return tf_sdca.packed_solve(rows, **rest)[:2]
     if op == "shrink_l1":
       return [tf_sdca.sdca_shrink_l1(**kw)]
+    if op == "example_keys":
+      return [sdca_ops.example_keys(**kw)]
+    if op == "distinct_ids":
+      return [sdca_ops.distinct_ids(**kw)]
     return [tf_sdca.sdca_fprint(**kw)]
 
   outputs = tf.function(call)() if mode == "function" else call()
@@ -356,7 +381,8 @@ def _worker(seed):
       result["message"] = " ".join(text.split())[:2000] or type(e).__name__
     except Exception as e:  # pylint: disable=broad-except
       result["outcome"] = "unexpected"
-      result["message"] = f"{type(e).__name__}: {str(e)[:200]}"
+      result["message"] = f"{type(e).__name__}: " + " ".join(
+          str(e).split())[-300:]
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
 

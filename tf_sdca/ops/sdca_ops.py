@@ -24,7 +24,14 @@ def _tensor(value, dtype, name):
   if value is None:
     raise ValueError(f"{name} is None; expected a {dtype.name} tensor")
   if dtype.is_integer and isinstance(value, np.ndarray) and value.size and \
-      value.dtype.kind in "iu":
+      value.dtype.kind == "f":
+    # TF would truncate 1.5 to 1.
+    fractional = value[np.mod(value, 1) != 0]
+    if fractional.size:
+      raise ValueError(f"{name} must hold integers, got the value "
+                       f"{fractional.flat[0]}")
+  if dtype.is_integer and isinstance(value, np.ndarray) and value.size and \
+      value.dtype.kind in "iuf":
     # Narrowing wraps silently (2^32 + 1 -> 1 as int32): refuse instead.
     low, high = value.min(), value.max()
     if low < dtype.min or high > dtype.max:
@@ -249,7 +256,7 @@ def example_keys(example_ids, name=None):
   """
   with tf.name_scope(name or "example_keys"):
     return load_ops().tf_sdca_example_keys(
-        tf.convert_to_tensor(example_ids, tf.string, name="example_ids"))
+        _tensor(example_ids, tf.string, "example_ids"))
 
 
 def distinct_ids(ids, num_rows, argument="ids", name=None):
@@ -270,8 +277,8 @@ def distinct_ids(ids, num_rows, argument="ids", name=None):
   """
   with tf.name_scope(name or "distinct_ids"):
     return load_ops().tf_sdca_distinct_ids(
-        tf.convert_to_tensor(ids, tf.int64, name="ids"),
-        num_rows=int(num_rows), argument=argument)
+        _tensor(ids, tf.int64, argument), num_rows=int(num_rows),
+        argument=argument)
 
 
 def _data_tensors(row_ptr, feature_ids, feature_values, dense_features,
