@@ -532,3 +532,15 @@ def test_in_memory_and_streamed_fits_continue_each_other():
   # near the first epoch's.
   assert all(b < a for a, b in zip(gaps, gaps[1:])), gaps
   assert gaps[-1] < 1e-3 * gaps[0]
+
+
+def test_fit_without_examples_or_weight_says_so():
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  model = LinearModel(loss="logistic")
+  with pytest.raises(ValueError, match=r"fit got no examples \(x has 0 "
+                                       r"rows\)"):
+    model.fit(np.zeros((0, 3), np.float32), np.zeros(0, np.float32),
+              verbose=0)
+  with pytest.raises(ValueError, match=r"every example's weight .* is 0"):
+    model.fit(np.ones((4, 3), np.float32), np.ones(4, np.float32),
+              sample_weight=np.zeros(4, np.float32), verbose=0)

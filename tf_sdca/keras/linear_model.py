@@ -409,8 +409,14 @@ class LinearModel(keras.Model):
     """
     x = {name: _host(value) for name, value in self._as_dict(x).items()}
     n = _num_rows(x)
+    if n == 0:
+      raise InvalidInputError("fit got no examples (x has 0 rows)")
     labels = _labels(y, n, self.loss_type)
     weights = _weights(sample_weight, n, labels, class_weight)
+    if not weights.any():
+      raise InvalidInputError(
+          "every example's weight (sample_weight, class_weight) is 0: "
+          "nothing to train")
     ids = x.pop(self.example_id, None)
     self._build_spec(self._spec_of(x, rows_known=True))
     self._check_values(x)
