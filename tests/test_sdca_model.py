@@ -725,3 +725,31 @@ def test_rows_to_write_stay_bounded_without_update_weights():
   np.testing.assert_allclose(_flat(variables)[:VOCAB],
                              model._sparse[0].slots[0].numpy(), rtol=1e-6)
   assert model._sparse[0].touched.numpy().size == 0
+
+
+def test_losses_and_gap_of_no_weight_are_errors_not_nan():
+  def model(n, weight):
+    ex = dict(sparse_features=[],
+              dense_features=[np.ones((n, 2), np.float32)],
+              example_weights=np.full(n, weight, np.float32),
+              example_labels=np.ones(n, np.float32),
+              example_ids=[f"r{i}" for i in range(n)])
+    variables = dict(sparse_features_weights=[],
+                     dense_features_weights=[tf.Variable(tf.zeros([2]))])
+    return ex, SdcaModel(ex, variables, dict(
+        loss_type="logistic_loss", symmetric_l2_regularization=1.0,
+        symmetric_l1_regularization=0.0))
+  ex, empty = model(0, 1.0)
+  empty.minimize()
+  assert np.isnan(float(empty.approximate_duality_gap()))  # as TF: untrained
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"example_weights sum to 0"):
+    empty.regularized_loss(ex)
+  ex, unweighted = model(3, 0.0)
+  unweighted.minimize()
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"every trained example's weight is 0"):
+    unweighted.approximate_duality_gap()
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"example_weights sum to 0"):
+    unweighted.unregularized_loss(ex)

@@ -317,6 +317,19 @@ def _cumsum(values):
     yield total
 
 
+
+def _total_weight(example_weights):
+  """sum(example_weights) (float64), which must be > 0 for a weighted
+  mean: 0 (no examples, or all weighted 0) is an InvalidArgumentError,
+  not a NaN."""
+  total = tf.reduce_sum(example_weights)
+  check = tf.debugging.Assert(
+      total > 0.0,
+      ["the example_weights sum to 0 (no examples, or every weight 0): "
+       "the weighted mean loss is undefined"])
+  with tf.control_dependencies([check]):
+    return tf.identity(total)
+
 class SdcaModel(tf.Module):
   """Linear model trained by SDCA with TensorFlow's `SdcaModel` interface.
 
@@ -659,7 +672,7 @@ class SdcaModel(tf.Module):
     s = tf.cast(examples["example_weights"], tf.float64)
     per = losses.primal(self._options["loss_type"], z, y,
                         self._options["gamma"])
-    return tf.reduce_sum(s * per) / tf.reduce_sum(s)
+    return tf.reduce_sum(s * per) / _total_weight(s)
 
   def _regularization(self):
     l1 = self._options["symmetric_l1_regularization"]
@@ -676,7 +689,7 @@ class SdcaModel(tf.Module):
   def regularized_loss(self, examples):
     """unregularized_loss + (l1 |w|_1 + l2/2 |w|^2) / sum of the weights."""
     r1, r2 = self._regularization()
-    s = tf.reduce_sum(tf.cast(examples["example_weights"], tf.float64))
+    s = _total_weight(tf.cast(examples["example_weights"], tf.float64))
     return self.unregularized_loss(examples) + (r1 + 0.5 * r2) / s
 
   @_plain_python
@@ -753,11 +766,23 @@ class SdcaModel(tf.Module):
     true gap P(w) - D(alpha) once the weights stop moving.
 
     Returns:
-      float64 scalar; NaN before any training (no weights in the tables).
+      float64 scalar; NaN before any training (no examples in the tables),
+      as TensorFlow's.
+
+    Raises:
+      tf.errors.InvalidArgumentError: when the tables hold examples whose
+        weights are all 0 (the gap per unit of weight is undefined).
     """
     total = tf.zeros([4], tf.float64)
+    entries = tf.constant(0, tf.int64)
     for table in self._tables:
       _, values = table.entries()
       total += tf.reduce_sum(tf.cast(values, tf.float64), axis=0)
+      entries += tf.shape(values, out_type=tf.int64)[0]
     r1, r2 = self._regularization()
-    return (total[1] + total[2] + r1 + r2) / total[3]
+    check = tf.debugging.Assert(
+        tf.logical_or(tf.equal(entries, 0), total[3] > 0.0),
+        ["approximate_duality_gap: every trained example's weight is 0 "
+         "(example_weights); the gap per unit of weight is undefined"])
+    with tf.control_dependencies([check]):
+      return (total[1] + total[2] + r1 + r2) / tf.identity(total[3])
