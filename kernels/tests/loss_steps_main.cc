@@ -3,8 +3,9 @@
 // a step). Reads lines "loss label dual wx q" (label as the op receives it,
 // e.g. {0, 1} for the binary losses) from stdin and writes per line
 // "new_dual primal_loss dual_loss" of the converted label, with 17
-// significant digits, or "error <message>" for a bad loss or label.
+// significant digits, or "error <message>" for a bad loss, label or number.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -16,9 +17,25 @@ int main() {
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream in(line);
-    std::string name;
-    double raw_label, dual, wx, q;
-    if (!(in >> name >> raw_label >> dual >> wx >> q)) continue;
+    std::string name, fields[4];
+    if (!(in >> name >> fields[0] >> fields[1] >> fields[2] >> fields[3])) {
+      continue;
+    }
+    // strtod, unlike operator>>, reads "nan" and "inf" (the sanitizer
+    // corpus of tests/test_core_sanitizers.py has them).
+    double numbers[4];
+    bool parsed = true;
+    for (int k = 0; k < 4; ++k) {
+      char* end = nullptr;
+      numbers[k] = std::strtod(fields[k].c_str(), &end);
+      parsed = parsed && end != fields[k].c_str() && *end == '\0';
+    }
+    if (!parsed) {
+      std::printf("error unparsable line\n");
+      continue;
+    }
+    const double raw_label = numbers[0], dual = numbers[1], wx = numbers[2],
+                 q = numbers[3];
     tf_sdca::LossType type;
     if (!tf_sdca::ParseLossType(name, &type)) {
       std::printf("error unknown loss %s\n", name.c_str());

@@ -1,0 +1,89 @@
+"""The TensorFlow-independent core under AddressSanitizer and
+UndefinedBehaviorSanitizer (besides ThreadSanitizer, tests/test_core_threads.py):
+the packed-rows driver, and the losses' coordinate steps
+(kernels/tests/loss_steps_main.cc) replaying a seeded corpus of ordinary,
+extreme and malformed steps (labels outside the domain, NaN and inf, q from
+0 to 1e300, duals at and past their bounds). Any sanitizer report fails."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from test_core_threads import CORE, DRIVERS, ROOT
+
+FLAGS = ["-O1", "-g", "-fsanitize=address,undefined",
+         "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
+       "UBSAN_OPTIONS": "print_stacktrace=1"}
+LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
+          "poisson_loss", "absolute_loss")
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None,
+                                reason="needs g++")
+
+
+def _build(tmp_path, name, sources):
+  binary = str(tmp_path / name)
+  try:
+    subprocess.run(["g++", "-std=c++17", "-I" + ROOT, *FLAGS, *sources, "-o",
+                    binary, "-lpthread"], check=True, capture_output=True,
+                   text=True)
+  except subprocess.CalledProcessError as e:  # no libasan / libubsan here
+    pytest.skip("cannot build with ASan + UBSan: " + e.stderr[-300:])
+  return binary
+
+
+def _assert_clean(result):
+  for report in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+    assert report not in result.stderr, result.stderr[-3000:]
+  assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_packed_rows_driver_is_clean(tmp_path):
+  binary = _build(tmp_path, "packed", [DRIVERS["packed"], *CORE])
+  result = subprocess.run([binary], capture_output=True, text=True,
+                          env={**os.environ, **ENV}, timeout=900)
+  _assert_clean(result)
+  assert result.stdout.strip() == "OK"
+
+
+def _corpus(seed, size):
+  """Lines "loss label dual wx q" of the losses' steps, a third ordinary,
+  the rest extreme or malformed."""
+  rng = np.random.default_rng(seed)
+  extreme = [0.0, -0.0, 1e-300, -1e-300, 1e-30, 1e30, 1e300, -1e300,
+             float("nan"), float("inf"), float("-inf"), 1.0, -1.0, 0.5, 2.0,
+             1e15, -1e15]
+  lines = []
+  for k in range(size):
+    loss = LOSSES[rng.integers(0, len(LOSSES))]
+    if k % 3 == 0:  # ordinary
+      label = float(rng.integers(0, 2)) if "hinge" in loss or \
+          loss == "logistic_loss" else float(rng.normal() * 3)
+      if loss == "poisson_loss":
+        label = float(rng.integers(0, 10))
+      values = [label, 0.0, float(rng.normal() * 5), float(rng.uniform(0, 50))]
+    else:
+      values = [extreme[rng.integers(0, len(extreme))] if rng.random() < 0.7
+                else float(rng.normal() * 10.0 ** rng.integers(-5, 6))
+                for _ in range(4)]
+    lines.append(f"{loss} " + " ".join(repr(v) for v in values))
+  return "\n".join(lines) + "\n"
+
+
+def test_loss_steps_replay_a_corpus_clean(tmp_path):
+  binary = _build(tmp_path, "loss_steps",
+                  [os.path.join(ROOT, "kernels", "tests", "loss_steps_main.cc"),
+                   os.path.join(ROOT, "kernels", "core", "loss.cc")])
+  corpus = _corpus(seed=0, size=3000)
+  result = subprocess.run([binary], input=corpus, capture_output=True,
+                          text=True, env={**os.environ, **ENV}, timeout=600)
+  _assert_clean(result)
+  lines = result.stdout.splitlines()
+  assert len(lines) == corpus.count("\n")
+  # Every step answered: three numbers, or an error for a bad label.
+  for line in lines:
+    if not line.startswith("error"):
+      assert len(line.split()) == 3, line
