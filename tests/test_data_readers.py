@@ -1,7 +1,9 @@
 """Criteo and LIBSVM readers, the binary cache, and the train / evaluate /
 predict / generate commands with checkpoints and --resume."""
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -291,3 +293,45 @@ def test_cli_reports_bad_lines_or_skips_them(criteo_file, tmp_path, capsys):
   assert f"{bad}:3: expected 40 tab-separated fields" in capsys.readouterr().err
   assert _train(bad, model_dir, "--skip-bad-lines") == 0
   assert "skipped 4 malformed line(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("make,extra,message", [
+    (lambda d: _write(d, "empty.svm", ""), (), r"no rows to train on in"),
+    (lambda d: _write(d, "comments.svm", "# a comment\n"), (),
+     r"no rows to train on in"),
+    (lambda d: _write(d, "bad.svm", "1 1:x\nfoo\n"), ("--skip-bad-lines",),
+     r"every line was malformed"),
+    (lambda d: _mkdir(d, "a_directory"), (), r"Is a directory"),
+    (lambda d: _write(d, "ok.svm", "1 1:1\n0 2:1\n"), ("--batch-size", "-5"),
+     r"--batch-size: -5 must be >= 1"),
+    (lambda d: _write(d, "ok.svm", "1 1:1\n0 2:1\n"), ("--epochs", "0"),
+     r"--epochs: 0 must be >= 1"),
+    (lambda d: _write(d, "ok.svm", "1 1:1\n0 2:1\n"), ("--bucket-bits", "40"),
+     r"--bucket-bits: 40 must be in \[1, 31\]"),
+    (lambda d: _write(d, "ok.svm", "1 1:1\n0 2:1\n"), ("--resume",),
+     r"--resume: .* has no model to continue"),
+])
+def test_cli_refuses_bad_data_and_arguments_in_one_line(
+    tmp_path, capsys, make, extra, message):
+  data = make(tmp_path)
+  with pytest.raises(SystemExit) if any(a.startswith("--") and a not in (
+      "--skip-bad-lines", "--resume") for a in extra) else \
+      contextlib.nullcontext():
+    status = cli.main(["train", data, "--model-dir", str(tmp_path / "m"),
+                       "--format", "libsvm", "--quiet", *extra])
+    assert status == 2
+  err = capsys.readouterr().err
+  assert "Traceback" not in err
+  # One line says it (argparse prints its usage above).
+  assert re.search(message, err.strip().splitlines()[-1]), err
+
+
+def _write(directory, name, text):
+  path = directory / name
+  path.write_text(text)
+  return str(path)
+
+
+def _mkdir(directory, name):
+  (directory / name).mkdir()
+  return str(directory / name)

@@ -24,6 +24,21 @@ from tf_sdca.distributed import command as distributed_command
 _BINARY = losses.BINARY
 
 
+def _int_in(low, high=None):
+  """An argparse type: an int in [low, high] (high None: no bound), so that
+  e.g. `--batch-size -5` is refused instead of training nothing."""
+  def parse(text):
+    try:
+      value = int(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < low or (high is not None and value > high):
+      bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+      raise argparse.ArgumentTypeError(f"{value} must be {bound}")
+    return value
+  return parse
+
+
 def add_parsers(sub):
   """Adds the subcommands to an argparse subparsers object."""
   gen = sub.add_parser("generate", help="write Criteo-shaped TSV files")
@@ -40,14 +55,14 @@ def add_parsers(sub):
                      "(logistic = logistic_loss)")
   train.add_argument("--l1", type=float, default=0.0)
   train.add_argument("--l2", type=float, default=10.0)
-  train.add_argument("--epochs", type=int, default=10)
+  train.add_argument("--epochs", type=_int_in(1), default=10)
   train.add_argument("--tol", type=float, default=1e-3,
                      help="stop when the relative duality gap is below this")
-  train.add_argument("--batch-size", type=int, default=None,
+  train.add_argument("--batch-size", type=_int_in(1), default=None,
                      help="rows per op call; default: all rows, one "
                      "PackedSolve call per epoch (fastest); smaller batches "
                      "go through the mini-batch op")
-  train.add_argument("--threads", type=int, default=0,
+  train.add_argument("--threads", type=_int_in(0), default=0,
                      help="threads per epoch (0 or 1: one): lock-free "
                      "threads over the packed rows (~0.7x the time per "
                      "epoch with 2)")
@@ -81,8 +96,9 @@ def _data_args(parser):
   parser.add_argument("--model-dir", required=True)
   parser.add_argument("--format", default="criteo",
                       choices=("criteo", "libsvm"))
-  parser.add_argument("--bucket-bits", type=int, default=20,
-                      help="Criteo: 2^k hash buckets")
+  # Feature ids are int32: at most 2^31 buckets.
+  parser.add_argument("--bucket-bits", type=_int_in(1, 31), default=20,
+                      help="Criteo: 2^k hash buckets (1 <= k <= 31)")
   parser.add_argument("--skip-bad-lines", action="store_true",
                       help="skip and count malformed lines")
 
@@ -92,7 +108,8 @@ def run(args):
   try:
     return {"generate": generate, "train": train, "evaluate": evaluate,
             "predict": predict, "export": export}[args.command](args)
-  except (ValueError, FileNotFoundError) as error:
+  except (ValueError, OSError) as error:  # OSError: missing, a directory,
+    # unreadable or unwritable paths
     print(f"tf-sdca {args.command}: error: {error}", file=sys.stderr)
     return 2
 
@@ -224,6 +241,9 @@ def train(args):
   if exists and not (args.resume or args.overwrite):
     raise ValueError(f"{args.model_dir} already has a model: pass --resume "
                      "to continue it or --overwrite to replace it")
+  if args.resume and not exists:
+    raise ValueError(f"--resume: {args.model_dir} has no model to continue "
+                     "(no model.json); run without --resume to train one")
   verbose = 0 if args.quiet else 1
   arrays, info = cache.load_or_build(
       args.data, args.format, args.cache_dir or os.path.join(
@@ -232,6 +252,10 @@ def train(args):
   if info["bad_lines"]:
     print(f"skipped {info['bad_lines']:,} malformed line(s); first: "
           f"{info['first_bad_lines'][0]}")
+  if not info["rows"]:
+    raise ValueError(f"no rows to train on in {', '.join(args.data)}" +
+                     (" (every line was malformed)" if info["bad_lines"]
+                      else ""))
   if args.resume and exists:
     meta, ckpt = load_model(args.model_dir)
     if meta["rows"] != info["rows"]:
