@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -335,3 +336,66 @@ def _write(directory, name, text):
 def _mkdir(directory, name):
   (directory / name).mkdir()
   return str(directory / name)
+
+
+def _checkpoint(model_dir):
+  with np.load(os.path.join(model_dir, "checkpoint.npz")) as ckpt:
+    return {k: ckpt[k] for k in ckpt.files}
+
+
+def test_a_kill_between_the_two_renames_resumes_exactly(
+    generated, tmp_path, monkeypatch):
+  # The checkpoint (with the metadata inside) is one rename; model.json a
+  # copy written after it. A kill between them leaves the new checkpoint
+  # beside the old model.json: resume must still follow the checkpoint.
+  data = os.path.join(generated, "part-00000.tsv")
+  whole, parts, old = (str(tmp_path / d) for d in ("whole", "parts", "old"))
+  assert _train(data, whole) == 0
+  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "1")
+  assert _train(data, old) == 130
+  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "2")
+  assert _train(data, parts) == 130
+  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  shutil.copy(os.path.join(old, "model.json"),
+              os.path.join(parts, "model.json"))  # epoch 1's
+  assert _train(data, parts, "--resume") == 0
+  a, b = _checkpoint(whole), _checkpoint(parts)
+  for key in ("sparse_weights", "dense_weights", "duals"):
+    np.testing.assert_array_equal(a[key], b[key])
+  # model.json missing altogether: the checkpoint is the model.
+  os.remove(os.path.join(parts, "model.json"))
+  assert _train(data, parts) == 2  # not silently retrained over
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("truncate", r"checkpoint.npz is truncated or corrupt"),
+    ("drop_duals", r"has \d+ duals for \d+ rows"),
+    ("nan_weight", r"has sparse_weights\[3\] = nan, not finite"),
+    ("empty_meta", r"lacks format, loss"),
+])
+def test_a_damaged_checkpoint_is_an_error_not_patched(
+    generated, tmp_path, capsys, damage, message):
+  data = os.path.join(generated, "part-00000.tsv")
+  model_dir = str(tmp_path / "m")
+  assert _train(data, model_dir, "--epochs", "1") == 0
+  path = os.path.join(model_dir, "checkpoint.npz")
+  arrays = _checkpoint(model_dir)
+  if damage == "truncate":
+    with open(path, "rb") as f:
+      head = f.read(os.path.getsize(path) // 2)
+    with open(path, "wb") as f:
+      f.write(head)
+  else:
+    if damage == "drop_duals":
+      arrays["duals"] = arrays["duals"][10:]
+    elif damage == "nan_weight":
+      arrays["sparse_weights"][3] = np.nan
+    else:
+      arrays["meta_json"] = np.array("{}")
+    np.savez(path, **arrays)
+  capsys.readouterr()
+  assert _train(data, model_dir, "--resume") == 2
+  assert cli.main(["evaluate", data, "--model-dir", model_dir]) == 2
+  err = capsys.readouterr().err
+  assert "Traceback" not in err
+  assert len(re.findall(message, err)) == 2, err

@@ -6,14 +6,19 @@ A model directory holds:
   - `checkpoint.npz`: the unshrunk float64 weights, the per-example duals
     (float64: 8 bytes per example) and the epochs done;
   - `cache/`: the parsed training data (`tf_sdca.data.cache`).
-Both files are replaced atomically (written to a temporary file, then
-renamed) after every epoch.
+After every epoch the checkpoint, with a copy of `model.json`'s contents
+inside, is replaced in one rename (`files.save_model_atomically`), then
+`model.json`; readers trust the checkpoint's copy, so a kill between the
+two renames loses nothing. A checkpoint that is truncated, corrupt, or does
+not fit its own metadata (duals, epochs, non-finite weights) is an error,
+never patched.
 """
 import argparse
 import json
 import os
 import sys
 import time
+import zipfile
 
 import numpy as np
 
@@ -215,16 +220,77 @@ def _features(fmt, arrays, meta):
 
 
 
+_META_KEYS = ("format", "loss", "l1", "l2", "num_features", "rows",
+              "epochs_done", "history")
+
+
+def has_model(model_dir):
+  """Whether `model_dir` holds a model (its checkpoint or its model.json)."""
+  return any(os.path.exists(os.path.join(model_dir, name))
+             for name in ("checkpoint.npz", "model.json"))
+
+
 def load_model(model_dir):
-  """(meta dict, checkpoint arrays) of a model directory."""
+  """(meta dict, checkpoint arrays) of a model directory, checked against
+  each other.
+
+  Raises:
+    FileNotFoundError: no model in `model_dir`.
+    ValueError: a truncated or corrupt file, missing keys, or arrays that do
+      not fit the metadata (a clear error, never patched).
+  """
   meta_path = os.path.join(model_dir, "model.json")
-  if not os.path.exists(meta_path):
-    raise FileNotFoundError(f"no model in {model_dir} (no model.json)")
-  with open(meta_path) as f:
-    meta = json.load(f)
-  with np.load(os.path.join(model_dir, "checkpoint.npz")) as ckpt:
-    arrays = {k: ckpt[k] for k in ckpt.files}
+  ckpt_path = os.path.join(model_dir, "checkpoint.npz")
+  if not has_model(model_dir):
+    raise FileNotFoundError(f"no model in {model_dir} (no checkpoint.npz "
+                            "or model.json)")
+  if not os.path.exists(ckpt_path):
+    raise ValueError(f"{model_dir} has model.json but no checkpoint.npz")
+  try:
+    with np.load(ckpt_path) as ckpt:
+      arrays = {k: ckpt[k] for k in ckpt.files}
+  except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as e:
+    raise ValueError(f"{ckpt_path} is truncated or corrupt ({e}); train "
+                     "again with --overwrite") from None
+  try:
+    if "meta_json" in arrays:  # written with the arrays: authoritative
+      meta = json.loads(str(arrays.pop("meta_json")))
+    else:  # a checkpoint from before the metadata moved inside it
+      with open(meta_path) as f:
+        meta = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"the model metadata in {model_dir} is unreadable "
+                     f"({e}); train again with --overwrite") from None
+  missing = [k for k in _META_KEYS if not isinstance(meta, dict) or
+             k not in meta]
+  if missing:
+    raise ValueError(f"the model metadata in {model_dir} lacks "
+                     f"{', '.join(missing)}; train again with --overwrite")
+  _check_checkpoint(model_dir, meta, arrays)
   return meta, arrays
+
+
+def _check_checkpoint(model_dir, meta, arrays):
+  """The arrays fit the metadata: weights present and finite, one dual per
+  row (when the checkpoint has duals), the epoch count the same."""
+  def fail(what):
+    raise ValueError(f"{model_dir}/checkpoint.npz {what}; train again with "
+                     "--overwrite")
+  for key in ("sparse_weights", "dense_weights"):
+    if key not in arrays:
+      fail(f"has no {key}")
+    bad = np.flatnonzero(~np.isfinite(arrays[key]))
+    if bad.size:
+      fail(f"has {key}[{bad[0]}] = {arrays[key][bad[0]]}, not finite")
+  if meta["num_features"] is not None and \
+      arrays["sparse_weights"].shape != (meta["num_features"],):
+    fail(f"has {arrays['sparse_weights'].shape[0]} sparse weights, the "
+         f"metadata {meta['num_features']} features")
+  if "duals" in arrays and arrays["duals"].shape != (meta["rows"],):
+    fail(f"has {arrays['duals'].shape[0]} duals for {meta['rows']} rows")
+  if "epoch" in arrays and int(arrays["epoch"]) != meta["epochs_done"]:
+    fail(f"is of epoch {int(arrays['epoch'])}, the metadata of epoch "
+         f"{meta['epochs_done']}")
 
 
 def train(args):
@@ -235,15 +301,13 @@ def train(args):
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   os.makedirs(args.model_dir, exist_ok=True)
-  meta_path = os.path.join(args.model_dir, "model.json")
-  ckpt_path = os.path.join(args.model_dir, "checkpoint.npz")
-  exists = os.path.exists(meta_path)
+  exists = has_model(args.model_dir)
   if exists and not (args.resume or args.overwrite):
     raise ValueError(f"{args.model_dir} already has a model: pass --resume "
                      "to continue it or --overwrite to replace it")
   if args.resume and not exists:
     raise ValueError(f"--resume: {args.model_dir} has no model to continue "
-                     "(no model.json); run without --resume to train one")
+                     "(no checkpoint.npz); run without --resume to train one")
   verbose = 0 if args.quiet else 1
   arrays, info = cache.load_or_build(
       args.data, args.format, args.cache_dir or os.path.join(
@@ -273,6 +337,16 @@ def train(args):
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        seed=meta["seed"], num_threads=args.threads)
   if ckpt is not None:
+    dense = features.get("dense")
+    shapes = dict(sparse_weights=(features["num_features"] or 0,),
+                  dense_weights=(0 if dense is None else dense.shape[1],),
+                  duals=(info["rows"],))
+    for key, shape in shapes.items():
+      if key not in ckpt or ckpt[key].shape != shape:
+        raise ValueError(
+            f"--resume: {args.model_dir}/checkpoint.npz has {key} of shape "
+            f"{ckpt[key].shape if key in ckpt else 'none'}, the data needs "
+            f"{shape}")
     model.sparse_weights = ckpt["sparse_weights"]
     model.dense_weights = ckpt["dense_weights"]
     model.duals = ckpt["duals"]
@@ -282,11 +356,10 @@ def train(args):
     meta["history"].append(dict(epoch=epoch + 1, loss=history["loss"][-1],
                                 duality_gap=history["duality_gap"][-1],
                                 rows_per_sec=history["rows_per_sec"][-1]))
-    files.save_npz_atomically(
-        ckpt_path, sparse_weights=model.sparse_weights,
+    files.save_model_atomically(
+        args.model_dir, meta, sparse_weights=model.sparse_weights,
         dense_weights=model.dense_weights, duals=model.duals,
         epoch=epoch + 1)
-    files.save_json_atomically(meta_path, meta)
     if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):
       raise KeyboardInterrupt  # test hook: an interruption after saving
 

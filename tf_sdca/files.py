@@ -14,6 +14,18 @@ def save_npz_atomically(path, **arrays):
   os.replace(temporary, path)
 
 
+def save_model_atomically(model_dir, meta, **arrays):
+  """A model directory's state as one atomic unit: `checkpoint.npz` holds
+  the arrays and `meta` (as JSON in `meta_json`), replaced in one rename,
+  so that a kill at any moment leaves the old state or the new one, never
+  weights of one epoch with the epoch count of another. `model.json` is
+  then written as a readable copy of `meta`; readers trust the
+  checkpoint's."""
+  save_npz_atomically(os.path.join(model_dir, "checkpoint.npz"),
+                      meta_json=np.array(json.dumps(meta)), **arrays)
+  save_json_atomically(os.path.join(model_dir, "model.json"), meta)
+
+
 def save_json_atomically(path, value):
   """`value` as indented JSON at `path`, replacing it in one rename."""
   temporary = path + ".tmp"

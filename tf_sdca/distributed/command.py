@@ -225,8 +225,6 @@ def _write_model(model_dir, meta, result, num_files):
                                table_size=result.table_size,
                                largest_shard=result.largest_shard,
                                bytes_per_round=result.bytes_per_round))
-  files.save_npz_atomically(
-      os.path.join(model_dir, "checkpoint.npz"),
-      sparse_weights=result.sparse_weights,
+  files.save_model_atomically(
+      model_dir, meta, sparse_weights=result.sparse_weights,
       dense_weights=result.dense_weights, epoch=result.rounds)
-  files.save_json_atomically(os.path.join(model_dir, "model.json"), meta)
