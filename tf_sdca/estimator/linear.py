@@ -518,6 +518,18 @@ class _LinearEstimator:
     return self._head.predictions(self._model.logits(transformed, batch))
 
   # ------------------------------------------------------------------ train
+  def _restored_model(self, max_steps):
+    """(model, its global step) restored from the latest checkpoint, or
+    (None, step) when max_steps is already reached (training is skipped, as
+    TF's estimators skip it)."""
+    model = self._build()
+    self._restore(self.latest_checkpoint())
+    step = int(model.global_step)
+    if max_steps is not None and step >= max_steps:
+      _LOG.info("Skipping training since max_steps has already saved.")
+      return None, step
+    return model, step
+
   def train(self, input_fn, hooks=None, steps=None, max_steps=None,
             saving_listeners=None, tol=None):
     """Trains: one `SdcaModel.minimize` + `update_weights` per batch.
@@ -567,11 +579,8 @@ class _LinearEstimator:
       return self._train_across_processes(input_fn, hooks, steps, max_steps,
                                           saving_listeners, tol)
     listeners = list(saving_listeners or [])
-    model = self._build()
-    self._restore(self.latest_checkpoint())
-    step = int(model.global_step)
-    if max_steps is not None and step >= max_steps:
-      _LOG.info("Skipping training since max_steps has already saved.")
+    model, step = self._restored_model(max_steps)
+    if model is None:
       return self
     last = max_steps if max_steps is not None else (
         step + steps if steps is not None else None)
@@ -651,11 +660,8 @@ class _LinearEstimator:
       raise NotImplementedError(
           "warm_start_from with a multi-worker TF_CONFIG: CoCoA+ rounds start "
           "from zero duals (w = 0); train in one process to warm-start")
-    model = self._build()
-    self._restore(self.latest_checkpoint())
-    step = int(model.global_step)
-    if max_steps is not None and step >= max_steps:
-      _LOG.info("Skipping training since max_steps has already saved.")
+    model, step = self._restored_model(max_steps)
+    if model is None:
       return self
     rounds = (steps if steps is not None else
               max_steps - step if max_steps is not None else 1000)
