@@ -1,6 +1,7 @@
 """Criteo and LIBSVM readers, the binary cache, and the train / evaluate /
 predict / generate commands with checkpoints and --resume."""
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -399,3 +400,73 @@ def test_a_damaged_checkpoint_is_an_error_not_patched(
   err = capsys.readouterr().err
   assert "Traceback" not in err
   assert len(re.findall(message, err)) == 2, err
+
+
+def _rows(fmt, path, **kw):
+  reader = libsvm.read_libsvm if fmt == "libsvm" else criteo.read_criteo
+  chunks = list(reader([path], **kw))
+  return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+@pytest.mark.parametrize("fmt", ["libsvm", "criteo"])
+def test_gzip_crlf_and_blank_lines_read_as_the_plain_file(tmp_path, fmt):
+  if fmt == "libsvm":
+    text = "1 qid:4 1:0.5 3:2 # a comment\n# only a comment\n0 2:1\n-1 1:3\n"
+  else:
+    fields = ["1", "3", "", "7"] + [""] * 10 + ["a1b2c3d4"] * 26
+    text = "\n".join(["\t".join(fields)] * 3) + "\n"
+  plain = tmp_path / "plain"
+  plain.write_text(text.replace("qid:4 ", ""))
+  variants = {"crlf": text.replace("\n", "\r\n"), "blank": text + "\n  \n",
+              "qid": text}
+  expected = _rows(fmt, str(plain))
+  for name, body in variants.items():
+    (tmp_path / name).write_text(body)
+  with gzip.open(tmp_path / "packed.gz", "wt") as f:
+    f.write(text)
+  for name in list(variants) + ["packed.gz"]:
+    got = _rows(fmt, str(tmp_path / name))
+    for key, value in expected.items():
+      np.testing.assert_array_equal(got[key], value, err_msg=name)
+
+
+@pytest.mark.parametrize("fmt,text,message", [
+    ("libsvm", "1 1:1\n0 3:", r":2: '3:' \(feature 1\) is not index:value"),
+    ("libsvm", "1 0:1\n", r":1: '0:1' \(feature 1\): indices must be >= 1"),
+    ("libsvm", "1 -2:1\n", r":1: '-2:1' \(feature 1\): indices must be"),
+    ("libsvm", "1 2:1 2:3\n", r":1: '2:3' \(feature 2\): indices must be"),
+    ("libsvm", "1 3:1 2:1\n", r":1: '2:1' \(feature 2\): indices must be"),
+    ("libsvm", "1:1 2:1\n", r":1: the label '1:1' is not a number"),
+    ("libsvm", "\x00\x01\x02\xff\xfe garbage\n", r":1: not text \(binary"),
+    ("criteo", "1\t2\n", r":1: expected 40 tab-separated fields, got 2"),
+    ("criteo", "\x00\x01\x02\xff\xfe\n", r":1: .*not text \(binary bytes\)"),
+])
+def test_malformed_lines_are_one_line_errors_with_file_and_line(
+    tmp_path, fmt, text, message):
+  path = tmp_path / "bad"
+  path.write_bytes(text.encode("utf-8", errors="surrogateescape")
+                   if "\xff" not in text else
+                   text.encode("latin-1"))
+  with pytest.raises(ValueError, match=str(path) + message) as caught:
+    _rows(fmt, str(path))
+  assert "\n" not in str(caught.value)
+
+
+def test_a_huge_line_reads(tmp_path):
+  path = tmp_path / "huge"
+  path.write_text("1 " + " ".join(f"{i}:1" for i in range(1, 200001)) + "\n")
+  rows = _rows("libsvm", str(path))
+  assert rows["indices"].shape == (200000,)
+  assert rows["indices"][-1] == 199999
+
+
+def test_the_cli_trains_on_gzip_as_on_plain_text(generated, tmp_path):
+  data = os.path.join(generated, "part-00000.tsv")
+  packed = str(tmp_path / "part.tsv.gz")
+  with open(data, "rb") as src, gzip.open(packed, "wb") as dst:
+    shutil.copyfileobj(src, dst)
+  assert _train(data, str(tmp_path / "plain"), "--epochs", "2") == 0
+  assert _train(packed, str(tmp_path / "gz"), "--epochs", "2") == 0
+  a, b = _checkpoint(str(tmp_path / "plain")), _checkpoint(str(tmp_path / "gz"))
+  for key in ("sparse_weights", "dense_weights", "duals"):
+    np.testing.assert_array_equal(a[key], b[key])

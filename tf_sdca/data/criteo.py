@@ -29,6 +29,8 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca.data import text_files
+
 NUM_FIELDS = 40
 NUM_INTEGER = 13
 NUM_CATEGORICAL = 26
@@ -94,7 +96,9 @@ def criteo_dataset(paths, batch_size=65536, bucket_bits=20):
   """A `tf.data.Dataset` of parsed batches of Criteo files.
 
   Each element is `parse_criteo_lines`' dict plus `line` (int64, 1-based
-  line number in its file) and `file` (int32, index into `paths`). Bad lines
+  line number in its file), `file` (int32, index into `paths`) and `blank`
+  (bool: an empty or all-whitespace line, which `read_criteo` skips). Gzip
+  files are read as they are. Bad lines
   are kept and flagged in `bad`; `read_criteo` turns them into errors or
   skips them.
 
@@ -113,9 +117,14 @@ def criteo_dataset(paths, batch_size=65536, bucket_bits=20):
   def one_file(index, path):
     # Batches per file (a batch never spans two files), numbered so that
     # each line knows its 1-based line number.
-    batches = tf.data.TextLineDataset(path).batch(batch_size).enumerate()
-    return batches.map(lambda number, lines: (index, number, lines))
+    batches = tf.data.TextLineDataset(
+        path, compression_type=compression[index]).batch(batch_size)
+    return batches.enumerate().map(
+        lambda number, lines: (index, number, lines))
 
+  # Gzip files are read as they are (by their magic bytes).
+  compression = tf.constant(["GZIP" if text_files.is_gzip(p) else ""
+                             for p in paths])
   files = tf.data.Dataset.from_tensor_slices(
       (tf.range(len(paths), dtype=tf.int32), tf.constant(list(paths))))
   ds = files.flat_map(one_file)
@@ -124,7 +133,8 @@ def criteo_dataset(paths, batch_size=65536, bucket_bits=20):
     out = parse_criteo_lines(lines, bucket_bits)
     size = tf.shape(lines, out_type=tf.int64)[0]
     out.update(file=tf.fill([size], index),
-               line=number * batch_size + 1 + tf.range(size))
+               line=number * batch_size + 1 + tf.range(size),
+               blank=tf.equal(tf.strings.length(tf.strings.strip(lines)), 0))
     return out
   return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True).prefetch(2)
@@ -169,16 +179,16 @@ def read_criteo(paths, batch_size=65536, bucket_bits=20,
       raise FileNotFoundError(f"no such file: {path}")
   bad_lines = BadLines() if bad_lines is None else bad_lines
   for batch in criteo_dataset(paths, batch_size, bucket_bits):
-    bad = batch["bad"].numpy()
-    keep = ~bad
+    blank = batch["blank"].numpy()  # skipped, like a trailing empty line
+    bad = batch["bad"].numpy() & ~blank
+    keep = ~bad & ~blank
     for k in np.flatnonzero(bad):
       path = paths[int(batch["file"][k])]
       line = int(batch["line"][k])
       text = _line_text(path, line)
       reason, field = diagnose_criteo_line(text)
       where = f" (field {field})" if field else ""
-      shown = text if len(text) <= 120 else text[:120] + "..."
-      message = f"{path}:{line}: {reason}{where}: {shown!r}"
+      message = f"{path}:{line}: {reason}{where}: {text_files.shown(text)}"
       if not skip_bad_lines:
         raise ValueError(message)
       bad_lines.add(message)
@@ -189,7 +199,7 @@ def read_criteo(paths, batch_size=65536, bucket_bits=20,
 
 def _line_text(path, line):
   """The text of a 1-based line, for error messages."""
-  with open(path, encoding="utf-8", errors="replace") as f:
+  with text_files.open_text(path) as f:
     for number, text in enumerate(f, 1):
       if number == line:
         return text.rstrip("\n")

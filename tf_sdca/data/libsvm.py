@@ -1,8 +1,9 @@
 """Reader of the LIBSVM / SVMlight sparse text format.
 
 One example per line: `label index:value index:value ...`, indices 1-based
-and increasing, an optional `# comment` at the end; `qid:` tokens are not
-supported. Labels are read as written (the command line maps them to a
+and increasing, an optional `# comment` at the end; a ranking file's
+`qid:N` token after the label is read and ignored (there is no ranking
+loss). Gzip files are read as they are. Labels are read as written (the command line maps them to a
 loss's domain, e.g. `y > 0` -> 1 for the classification losses).
 
 The reader streams chunks of rows in CSR form, so a file is never held
@@ -11,17 +12,23 @@ whole; `libsvm_dataset` wraps it as a `tf.data.Dataset`.
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca.data import text_files
+
 
 def _parse_line(text, path, number):
   """(label, indices (0-based), values) of one line, or None if blank."""
   body = text.split("#", 1)[0].split()
   if not body:
     return None
+  if text_files.is_binary(text):
+    raise ValueError(f"{path}:{number}: {text_files.BINARY}")
   try:
     label = float(body[0])
   except ValueError:
     raise ValueError(f"{path}:{number}: the label {body[0]!r} is not a "
                      "number") from None
+  if len(body) > 1 and body[1].startswith("qid:"):
+    body = body[:1] + body[2:]
   if not np.isfinite(label):
     raise ValueError(f"{path}:{number}: the label {body[0]!r} is not finite")
   indices = np.empty(len(body) - 1, np.int64)
@@ -79,7 +86,7 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
                 values=values)
 
   for path in paths:
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with text_files.open_text(path) as f:
       for number, text in enumerate(f, 1):
         try:
           row = _parse_line(text, path, number)
