@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = sorted(glob.glob(os.path.join(ROOT, "kernels", "core", "*.cc")))
 DRIVERS = {
     "packed": os.path.join(ROOT, "kernels", "tests", "packed_threads_main.cc"),
+    "chunks": os.path.join(ROOT, "kernels", "tests", "packed_chunks_main.cc"),
 }
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None,

@@ -246,18 +246,24 @@ def test_interrupted_training_resumes_to_the_uninterrupted_model(
 
 
 def test_train_packs_the_rows_by_default(generated, tmp_path, monkeypatch):
-  """Plain `train` packs the rows once (TfSdca>PackRows) and runs every
+  """Plain `train` packs the rows once, from the cache part by part
+  (TfSdca>NewPackedRows, then TfSdca>AppendRows per part), and runs every
   epoch, and the exact gap after it, through PackedSolve."""
   data = os.path.join(generated, "part-00000.tsv")
-  calls = {"pack_rows": 0, "packed_solve": 0}
+  calls = {"new_packed_rows": 0, "append_rows": 0, "packed_solve": 0}
   for name in calls:
     def counted(*args, _op=getattr(sdca_ops, name), _name=name, **kwargs):
       calls[_name] += 1
       return _op(*args, **kwargs)
     monkeypatch.setattr(sdca_ops, name, counted)
   assert _train(data, str(tmp_path / "default")) == 0
-  # One pack; per epoch one solve and one exact gap (4 epochs).
-  assert calls == {"pack_rows": 1, "packed_solve": 8}
+  manifest = json.loads(open(os.path.join(tmp_path, "default", "cache",
+                                          "manifest.json")).read())
+  # One reservation, one append per cache part; per epoch one solve and
+  # one exact gap (4 epochs).
+  assert calls == {"new_packed_rows": 1,
+                   "append_rows": len(manifest["chunks"]),
+                   "packed_solve": 8}
 
 
 def test_two_threads_resume_close_to_one_thread(generated, tmp_path,

@@ -16,6 +16,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "sdca_fprint": ("tf_sdca.ops", "sdca_fprint"),
     "pack_rows": ("tf_sdca.ops", "pack_rows"),
+    "new_packed_rows": ("tf_sdca.ops", "new_packed_rows"),
+    "append_rows": ("tf_sdca.ops", "append_rows"),
     "packed_solve": ("tf_sdca.ops", "packed_solve"),
     "sdca_optimizer": ("tf_sdca.ops", "sdca_optimizer"),
     "sdca_shrink_l1": ("tf_sdca.ops", "sdca_shrink_l1"),

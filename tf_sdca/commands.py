@@ -158,6 +158,42 @@ def generate(args):
 
 
 # --------------------------------------------------------------- features
+def _criteo_scale(arrays, meta):
+  """The divisors of the 13 Criteo counts (their training maxima, kept in
+  `meta` so that resumed training and scoring divide alike)."""
+  if meta.get("scale") is None:
+    top = np.full(13, 1e-6, np.float32)
+    for part in arrays["dense"]:
+      if part.shape[0]:
+        top = np.maximum(top, part.max(axis=0))
+    meta["scale"] = top.tolist()
+  return np.asarray(meta["scale"], np.float32)
+
+
+def _criteo_row_chunks(arrays, meta):
+  """The cached Criteo chunks as a `RowChunks` for `InMemorySdca.fit`: each
+  cache part is scaled and packed in turn and its memory map dropped, so
+  the whole arrays are never held beside the packed rows (issue 13's 4 GB
+  target for 10M rows)."""
+  from tf_sdca.trainer import RowChunks  # pylint: disable=import-outside-toplevel
+  scale = _criteo_scale(arrays, meta)
+  n = sum(p.shape[0] for p in arrays["labels"])
+
+  def chunks():
+    while arrays["labels"]:
+      labels = np.asarray(arrays["labels"].pop(0), np.float32)
+      counts = arrays["dense"].pop(0)
+      dense = np.empty((labels.shape[0], 14), np.float32)
+      dense[:, :13] = counts / scale
+      dense[:, 13] = 1.0  # the intercept
+      # Increasing ids in a row, as in `_features`.
+      ids = np.sort(arrays["ids"].pop(0), axis=1)
+      yield dict(labels=labels, dense=dense, ids=ids)
+
+  return RowChunks(chunks, num_examples=n, num_ids=26 * n, dense_dim=14,
+                   num_features=meta["num_features"])
+
+
 def _features(fmt, arrays, meta):
   """InMemorySdca feature kwargs from cached (or streamed) arrays.
 
@@ -169,13 +205,7 @@ def _features(fmt, arrays, meta):
   if fmt == "criteo":
     parts = arrays["labels"]
     n = sum(p.shape[0] for p in parts)
-    if meta.get("scale") is None:
-      top = np.full(13, 1e-6, np.float32)
-      for part in arrays["dense"]:
-        if part.shape[0]:
-          top = np.maximum(top, part.max(axis=0))
-      meta["scale"] = top.tolist()
-    scale = np.asarray(meta["scale"], np.float32)
+    scale = _criteo_scale(arrays, meta)
     labels = np.empty(n, np.float32)
     dense = np.empty((n, 14), np.float32)
     dense[:, 13] = 1.0  # the intercept
@@ -333,7 +363,11 @@ def train(args):
                               if args.format == "criteo" else None),
                 scale=None, rows=info["rows"], epochs_done=0, history=[])
     ckpt = None
-  labels, features = _features(args.format, arrays, meta)
+  if args.format == "criteo" and (args.batch_size is None or
+                                  args.batch_size >= info["rows"]):
+    labels, features = None, dict(rows=_criteo_row_chunks(arrays, meta))
+  else:
+    labels, features = _features(args.format, arrays, meta)
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        seed=meta["seed"], num_threads=args.threads)
   if ckpt is not None:

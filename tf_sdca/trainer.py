@@ -174,10 +174,10 @@ class InMemorySdca:
     return order[order < n]
 
   # ------------------------------------------------------------ training
-  def fit(self, labels, dense=None, ids=None, indptr=None, indices=None,
+  def fit(self, labels=None, dense=None, ids=None, indptr=None, indices=None,
           values=None, num_features=None, example_weights=None, epochs=10,
           batch_size=None, tol=None, verbose=1, shuffle=True,
-          initial_epoch=0, callback=None):
+          initial_epoch=0, callback=None, rows=None):
     """Trains for up to `epochs` passes; stops early when the relative
     duality gap falls below `tol`.
 
@@ -202,6 +202,11 @@ class InMemorySdca:
       shuffle: with several batches, deal the rows (in chunks of 64) into
         new batches every epoch; False keeps fixed consecutive batches,
         visited in a random order, which converges much more slowly.
+      rows: instead of the data arguments above, a `RowChunks`: the data
+        set chunk by chunk, packed one chunk at a time, so that its whole
+        arrays are never held beside the packed records (what `tf-sdca
+        train` does with its cache). The same rows give the same training
+        as the arrays whole. Not with mini-batches.
 
     Returns:
       A dict of per-epoch lists: `loss` (regularised objective / total weight),
@@ -216,47 +221,53 @@ class InMemorySdca:
       FloatingPointError: when an epoch's duality gap is negative beyond
         rounding or not finite (a bug, never convergence).
     """
-    labels = np.ascontiguousarray(labels, dtype=np.float32)
-    n = labels.shape[0]
-    csr = self._csr(n, ids, indptr, indices, values)
-    if dense is not None:
-      dense = np.ascontiguousarray(dense, dtype=np.float32)
-      if dense.ndim == 1:
-        dense = dense[:, None]
-      if dense.shape[0] != n:
-        raise ValueError(f"dense has {dense.shape[0]} rows but labels has {n}")
-    if dense is None and csr is None:
-      raise ValueError("give dense features, sparse ids, or both")
-    weights = (np.ones(n, np.float32) if example_weights is None else
-               np.ascontiguousarray(example_weights, dtype=np.float32))
-    if weights.shape != (n,):
-      raise ValueError(f"example_weights must have shape [{n}], got "
-                       f"{weights.shape}")
-    if csr is not None and num_features is None:
-      num_features = int(csr[1].max()) + 1 if csr[1].size else 1
-    if self.duals is None or self.duals.shape != (n,):
-      self.duals = np.zeros(n, np.float64)
-    if csr is not None and (self.sparse_weights is None or
-                            self.sparse_weights.shape[0] != num_features):
-      self.sparse_weights = np.zeros(num_features, np.float64)
-    if dense is not None and (self.dense_weights is None or
-                              self.dense_weights.shape[0] != dense.shape[1]):
-      self.dense_weights = np.zeros(dense.shape[1], np.float64)
-
-    batch_size = int(batch_size or n)
     # The first epoch's time includes preparing (and packing) the data.
     prepare_start = time.perf_counter()
+    if rows is None:
+      if labels is None:
+        raise ValueError("give labels and features, or rows=RowChunks(...)")
+      n, csr, dense, labels, weights = _normalise(
+          labels, dense, ids, indptr, indices, values, example_weights)
+      if csr is not None and num_features is None:
+        num_features = int(csr[1].max()) + 1 if csr[1].size else 1
+      rows = RowChunks([(csr, dense, labels, weights)], n,
+                       0 if csr is None else int(csr[0][-1]),
+                       0 if dense is None else dense.shape[1],
+                       num_features if csr is not None else None,
+                       csr is not None and csr[2] is not None)
+      has_dense = dense is not None
+    else:
+      if any(a is not None for a in (labels, dense, ids, indptr, indices,
+                                     values, num_features, example_weights)):
+        raise ValueError("give either rows=RowChunks(...) or the data "
+                         "arrays, not both")
+      n = rows.num_examples
+      if batch_size is not None and int(batch_size) < n:
+        raise ValueError(f"batch_size={batch_size} < {n} rows: mini-batches "
+                         "need the data arrays, not rows=RowChunks(...)")
+      num_features = rows.num_features
+      has_dense = rows.dense_dim > 0
+    if self.duals is None or self.duals.shape != (n,):
+      self.duals = np.zeros(n, np.float64)
+    if num_features is not None and (
+        self.sparse_weights is None or
+        self.sparse_weights.shape[0] != num_features):
+      self.sparse_weights = np.zeros(num_features, np.float64)
+    if has_dense and (self.dense_weights is None or
+                      self.dense_weights.shape[0] != rows.dense_dim):
+      self.dense_weights = np.zeros(rows.dense_dim, np.float64)
+
+    batch_size = int(batch_size or n)
     one_call = batch_size >= n
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
-    resident = _Resident(n, csr, dense, labels, weights, num_features)
-    resident.pack(num_features or 0, self.loss, self.gamma,
-                  _choose_threads(self.num_threads, n) if one_call else 1)
+    resident = _Packed(rows, self.loss, self.gamma,
+                       _choose_threads(self.num_threads, n) if one_call else 1)
+    total_weight = resident.total_weight
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
     watch = losses.ProgressWatch()
-    total_weight = float(weights.sum())
     for epoch in range(initial_epoch, epochs):
       # Each epoch's order depends on (seed, epoch) only, so training resumed
       # at an epoch repeats what an uninterrupted run would have done.
@@ -475,44 +486,198 @@ def _aliased(array):
   return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
 
 
+def _normalise(labels, dense=None, ids=None, indptr=None, indices=None,
+               values=None, example_weights=None):
+  """`fit`'s data arguments as (n, csr or None, dense or None, labels,
+  weights): float32 labels, dense `[n, d]` and weights, the sparse part as
+  CSR (`InMemorySdca._csr`).
+
+  Raises:
+    ValueError: on inconsistent shapes, or no features.
+  """
+  labels = np.ascontiguousarray(labels, dtype=np.float32)
+  n = labels.shape[0]
+  csr = InMemorySdca._csr(n, ids, indptr, indices, values)  # pylint: disable=protected-access
+  if dense is not None:
+    dense = np.ascontiguousarray(dense, dtype=np.float32)
+    if dense.ndim == 1:
+      dense = dense[:, None]
+    if dense.shape[0] != n:
+      raise ValueError(f"dense has {dense.shape[0]} rows but labels has {n}")
+  if dense is None and csr is None:
+    raise ValueError("give dense features, sparse ids, or both")
+  weights = (np.ones(n, np.float32) if example_weights is None else
+             np.ascontiguousarray(example_weights, dtype=np.float32))
+  if weights.shape != (n,):
+    raise ValueError(f"example_weights must have shape [{n}], got "
+                     f"{weights.shape}")
+  return n, csr, dense, labels, weights
+
+
+class RowChunks:
+  """A data set given as consecutive chunks of rows, for
+  `InMemorySdca.fit(rows=...)`.
+
+  `fit` packs one chunk at a time (`tf_sdca.new_packed_rows`,
+  `tf_sdca.append_rows`), so that the data set's whole arrays are never
+  held beside its packed records: `tf-sdca train` reads its memory-mapped
+  cache so. The rows train exactly as the same rows given to `fit` whole.
+
+  Example:
+    >>> def chunks():
+    ...   for start in range(0, n, 65536):
+    ...     rows = slice(start, start + 65536)
+    ...     yield dict(labels=y[rows], dense=x[rows], ids=ids[rows])
+    >>> model.fit(rows=RowChunks(chunks, num_examples=n, num_ids=ids.size,
+    ...                          dense_dim=x.shape[1], num_features=2**20))
+
+  Args:
+    chunks: an iterable, or a function returning one, of dicts with `fit`'s
+      data arguments for consecutive rows: `labels`, and `dense`, `ids` or
+      `indptr`/`indices`/`values`, `example_weights` as `fit` takes them;
+      optionally `source`, a string naming where the rows come from (errors
+      name it). Iterated once per `fit`.
+    num_examples: the rows of all chunks.
+    num_ids: their sparse entries (`ids.size` or `indptr[-1]` summed; 0
+      without a sparse part).
+    dense_dim: their dense columns (0: no dense part).
+    num_features: rows of the sparse weight table (None: no sparse part).
+    has_values: the sparse entries come with `values`.
+  """
+
+  def __init__(self, chunks, num_examples, num_ids=0, dense_dim=0,
+               num_features=None, has_values=False):
+    self.chunks = chunks
+    self.num_examples = int(num_examples)
+    self.num_ids = int(num_ids)
+    self.dense_dim = int(dense_dim)
+    self.num_features = None if num_features is None else int(num_features)
+    self.has_values = bool(has_values)
+    for name in ("num_examples", "num_ids", "dense_dim"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+    if self.num_features is not None and not (
+        0 <= self.num_features < 2**31):
+      raise ValueError(f"num_features = {num_features} does not fit the "
+                       "op's int32 ids")
+    if self.num_features is None and self.num_ids:
+      raise ValueError(f"num_ids = {num_ids} sparse entries need "
+                       "num_features")
+
+  def _normalised(self):
+    """Yields (first row, source, csr, dense, labels, weights) per chunk,
+    each normalised as `fit` normalises whole arrays (a tuple chunk is
+    already normalised)."""
+    chunks = self.chunks() if callable(self.chunks) else self.chunks
+    first = 0
+    for index, chunk in enumerate(chunks):
+      if isinstance(chunk, tuple):
+        csr, dense, labels, weights = chunk
+        source = None
+      else:
+        chunk = dict(chunk)
+        source = chunk.pop("source", None)
+        where = source or f"chunk {index}"
+        try:
+          _, csr, dense, labels, weights = _normalise(**chunk)
+        except (TypeError, ValueError) as error:
+          raise ValueError(f"{where} (rows from {first:,} on): "
+                           f"{error}") from None
+        if (dense.shape[1] if dense is not None else 0) != self.dense_dim:
+          raise ValueError(
+              f"{where} (rows from {first:,} on) has "
+              f"{0 if dense is None else dense.shape[1]} dense columns; "
+              f"dense_dim is {self.dense_dim}")
+      yield first, source, csr, dense, labels, weights
+      first += labels.shape[0]
+
+
+class _Packed:
+  """The rows of a `RowChunks` packed for `TfSdca>PackedSolve`, chunk by
+  chunk (`new_packed_rows`, then `append_rows` per chunk, each chunk's
+  numpy memory aliased by DLPack); `total_weight`: the sum of their example
+  weights."""
+
+  def __init__(self, chunks, loss, gamma, num_threads):
+    n = chunks.num_examples
+    self.rows = sdca_ops.new_packed_rows(
+        n, chunks.num_ids, chunks.dense_dim, chunks.num_features or 0, loss,
+        gamma=gamma, num_threads=num_threads, has_values=chunks.has_values)
+    self.total_weight = 0.0
+    appended = 0
+    for first, source, csr, dense, labels, weights in chunks._normalised():  # pylint: disable=protected-access
+      tensors = _op_inputs(csr, dense, labels, weights, chunks.num_features,
+                           first, source)
+      try:
+        appended = int(sdca_ops.append_rows(self.rows, *tensors))
+      except tf.errors.InvalidArgumentError as error:
+        if source is None:
+          raise
+        raise type(error)(error.node_def, error.op,
+                          f"{source}: {error.message}") from None
+      self.total_weight += float(weights.sum(dtype=np.float64))
+    if appended != n:
+      raise ValueError(f"the chunks hold {appended:,} rows; num_examples "
+                       f"is {n:,}")
+
+
+def _op_inputs(csr, dense, labels, weights, num_features, first_row=0,
+               source=None):
+  """The six data inputs of `append_rows` for normalised rows (numpy
+  memory aliased by DLPack, CSR indices as int32).
+
+  Raises:
+    ValueError: for an id outside `[0, num_features)`, naming the row
+      (counting from `first_row`), the id and `source`.
+  """
+  n = labels.shape[0]
+  if csr is None:
+    row_ptr = np.zeros(0, np.int64)
+    ids = np.zeros(0, np.int32)
+    values = np.zeros(0, np.float32)
+  else:
+    indptr, indices, values = csr
+    if num_features >= 2**31:
+      raise ValueError(f"num_features = {num_features} does not fit the "
+                       "op's int32 ids")
+    if indices.size and (int(indices.min()) < 0 or
+                         int(indices.max()) >= num_features):
+      k = int(np.flatnonzero((indices < 0) | (indices >= num_features))[0])
+      row = first_row + int(np.searchsorted(indptr, k, side="right")) - 1
+      raise ValueError(
+          f"{source + ': ' if source else ''}sparse ids must be in "
+          f"[0, {num_features}), got {indices[k]} in row {row:,}")
+    row_ptr = indptr
+    ids = indices if indices.dtype == np.int32 else indices.astype(np.int32)
+    if values is None:
+      values = np.zeros(0, np.float32)
+  if dense is None:
+    dense = np.zeros((n, 0), np.float32)
+  return (_aliased(row_ptr), _aliased(ids), _aliased(values),
+          _aliased(dense), _aliased(weights), _aliased(labels))
+
+
 class _Resident:
-  """The data as `TfSdca>PackRows`' inputs (numpy memory aliased by DLPack,
-  CSR indices as int32), built once per `fit`, then packed for
-  `TfSdca>PackedSolve`."""
+  """The data of a `fit` on arrays (`keras.LinearModel` packs its arrays so),
+  checked, then packed for `TfSdca>PackedSolve` as one chunk of rows."""
 
   def __init__(self, n, csr, dense, labels, weights, num_features):
-    if csr is None:
-      row_ptr = np.zeros(0, np.int64)
-      ids = np.zeros(0, np.int32)
-      values = np.zeros(0, np.float32)
-    else:
-      indptr, indices, values = csr
-      if num_features >= 2**31:
-        raise ValueError(f"num_features = {num_features} does not fit the "
-                         "op's int32 ids")
-      row_ptr = indptr
-      ids = indices if indices.dtype == np.int32 else indices.astype(np.int32)
-      if ids.size and (int(indices.min()) < 0 or
-                       int(indices.max()) >= num_features):
-        raise ValueError(f"sparse ids must be in [0, {num_features}), got "
-                         f"values in [{indices.min()}, {indices.max()}]")
-      if values is None:
-        values = np.zeros(0, np.float32)
-    if dense is None:
-      dense = np.zeros((n, 0), np.float32)
-    self.tensors = (_aliased(row_ptr), _aliased(ids), _aliased(values),
-                    _aliased(dense), _aliased(weights), _aliased(labels))
+    if csr is not None:
+      _op_inputs(csr, None, labels[:0], weights[:0], num_features)
+    self.chunks = RowChunks([(csr, dense, labels, weights)], n,
+                            0 if csr is None else int(csr[0][-1]),
+                            0 if dense is None else dense.shape[1],
+                            num_features if csr is not None else None,
+                            csr is not None and csr[2] is not None)
     self.rows = None
 
   def pack(self, num_features, loss, gamma, num_threads):
-    """Validates and packs the rows once (`TfSdca>PackRows`) for
-    `num_threads` threads; epochs then go through `TfSdca>PackedSolve`. The
-    packed copy replaces the aliased tensors."""
-    self.rows = sdca_ops.pack_rows(*self.tensors,
-                                   num_sparse_features=num_features,
-                                   loss_type=loss, gamma=gamma,
-                                   num_threads=num_threads)
-    self.tensors = None
+    """Validates and packs the rows once for `num_threads` threads; epochs
+    then go through `TfSdca>PackedSolve`. The packed copy replaces the
+    arrays."""
+    del num_features  # given to the constructor
+    self.rows = _Packed(self.chunks, loss, gamma, num_threads).rows
+    self.chunks = None
 
 
 def _packed_threads(num_threads, n):

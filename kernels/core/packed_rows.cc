@@ -670,19 +670,10 @@ int64_t PackedRows::FrequentSyncInterval() const {
                              SyncInterval());
 }
 
-void PackedRows::ChooseHotIds(const ResidentData& d,
-                              std::vector<int32_t>* hot_index,
-                              std::vector<int32_t>* hot_uses) {
+void PackedRows::ChooseHotIds(std::vector<int64_t>* uses) {
   hot_ids_.clear();
-  hot_uses->clear();
-  if (d.row_ptr == nullptr) return;
-  const int64_t n = d.num_examples, m = d.num_sparse_features;
-  // Rows per id (an id repeated in a row counts twice), saturating.
-  std::vector<int32_t> count(m, 0);
-  for (int64_t k = 0; k < d.row_ptr[n]; ++k) {
-    int32_t& c = count[d.ids[k]];
-    c += c < std::numeric_limits<int32_t>::max();
-  }
+  const int64_t n = num_examples_, m = num_sparse_features_;
+  std::vector<int32_t>& count = id_counts_;
   const int64_t threshold = std::max<int64_t>(2, (n + 1023) / 1024);
   for (int64_t j = 0; j < m; ++j) {
     if (count[j] >= threshold) hot_ids_.push_back(static_cast<int32_t>(j));
@@ -697,23 +688,18 @@ void PackedRows::ChooseHotIds(const ResidentData& d,
     hot_ids_.resize(kMaxHotIds);
   }
   std::sort(hot_ids_.begin(), hot_ids_.end(), more_frequent);
-  hot_index->assign(m, -1);
+  uses->clear();
+  for (const int32_t id : hot_ids_) uses->push_back(count[id]);
+  uses->insert(uses->end(), dense_uses_.begin(), dense_uses_.end());
+  // The counts become the hot index of each id (-1: cold).
+  std::fill(count.begin(), count.end(), -1);
   for (size_t h = 0; h < hot_ids_.size(); ++h) {
-    (*hot_index)[hot_ids_[h]] = static_cast<int32_t>(h);
-    hot_uses->push_back(count[hot_ids_[h]]);
+    count[hot_ids_[h]] = static_cast<int32_t>(h);
   }
 }
 
-void PackedRows::ChooseSlotScales(const ResidentData& d,
-                                  const std::vector<int32_t>& hot_uses) {
-  const int64_t n = d.num_examples, num_hot = hot_ids_.size();
-  // Rows that use each private slot (a repeated id counts once per entry).
-  std::vector<int64_t> uses(hot_uses.begin(), hot_uses.end());
-  uses.resize(num_hot + dense_dim_, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const float* x = d.dense + i * dense_dim_;
-    for (int64_t c = 0; c < dense_dim_; ++c) uses[num_hot + c] += x[c] != 0.0f;
-  }
+void PackedRows::ChooseSlotScales(const std::vector<int64_t>& uses) {
+  const int64_t n = num_examples_, num_hot = hot_ids_.size();
   // In one merge interval of r rows the other T - 1 threads change slot h
   // about (T - 1) r rho_h times (rho_h: the share of rows using it) where
   // this thread's rows expect none. On a slot in every row a thread's own
@@ -741,39 +727,63 @@ void PackedRows::ChooseSlotScales(const ResidentData& d,
 
 bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
                       const ParallelFor& parallel_for, std::string* error) {
-  const int64_t n = d.num_examples;
+  Shape shape;
+  shape.num_examples = d.num_examples;
+  shape.num_sparse_features = d.num_sparse_features;
+  shape.num_ids = d.row_ptr != nullptr ? d.row_ptr[d.num_examples] : 0;
+  shape.dense_dim = d.dense_dim;
+  shape.has_values = d.values != nullptr;
+  return Reserve(shape, num_threads, error) &&
+         Append(d, chunks, parallel_for, error);
+}
+
+namespace {
+
+// Bytes of a record before padding.
+int64_t RecordSize(int64_t header, int64_t per_entry, int64_t nnz,
+                   int64_t dense_dim) {
+  return header + per_entry * nnz + 4 * dense_dim;
+}
+
+// Past the last record: prefetching a few lines beyond it stays inside the
+// allocation.
+constexpr int64_t kTailBytes = 256;
+
+}  // namespace
+
+bool PackedRows::Reserve(const Shape& shape, int num_threads,
+                         std::string* error) {
+  if (shape.num_examples < 0 || shape.num_sparse_features < 0 ||
+      shape.num_ids < 0 || shape.dense_dim < 0) {
+    std::ostringstream out;
+    out << "sizes must be >= 0: num_examples = " << shape.num_examples
+        << ", num_sparse_features = " << shape.num_sparse_features
+        << ", num_ids = " << shape.num_ids
+        << ", dense_dim = " << shape.dense_dim;
+    *error = out.str();
+    return false;
+  }
+  const int64_t n = shape.num_examples;
   num_examples_ = n;
-  num_sparse_features_ = d.num_sparse_features;
-  dense_dim_ = d.dense_dim;
-  has_values_ = d.values != nullptr;
+  num_sparse_features_ = shape.num_sparse_features;
+  num_ids_ = shape.num_ids;
+  dense_dim_ = shape.dense_dim;
+  has_values_ = shape.has_values;
   num_threads_ = std::max(1, num_threads);
+  num_appended_ = ids_appended_ = records_end_ = 0;
+  hot_ids_.clear();
+  slot_scales_.clear();
   const bool split = num_threads_ > 1;
-  std::vector<int32_t> hot_index, hot_uses;
-  if (split) {
-    ChooseHotIds(d, &hot_index, &hot_uses);
-    ChooseSlotScales(d, hot_uses);
-  }
+  // (No rows: nothing to split; the rows are complete at once.)
+  id_counts_.assign(split && n > 0 ? num_sparse_features_ : 0, 0);
+  dense_uses_.assign(split && n > 0 ? dense_dim_ : 0, 0);
   offsets_.resize(n);
-  labels_.assign(d.labels, d.labels + n);
-  const int64_t per_entry = has_values_ ? 8 : 4;
+  labels_.resize(n);
+  // Each record's padding to 8 bytes adds at most 4 (its parts are
+  // multiples of 4): an upper bound, exact but for those 4 bytes a row.
   const int64_t header = split ? sizeof(SplitHeader) : sizeof(Header);
-  int64_t total = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - d.row_ptr[i] : 0;
-    if (nnz > std::numeric_limits<int32_t>::max()) {
-      std::ostringstream out;
-      out << "row " << i << " has " << nnz
-          << " sparse entries, more than 2^31 - 1";
-      *error = out.str();
-      return false;
-    }
-    offsets_[i] = total;
-    const int64_t size = header + per_entry * nnz + 4 * dense_dim_;
-    total += (size + 7) & ~int64_t{7};
-  }
-  // Padded so that prefetching a few lines past the last record stays
-  // inside the allocation.
-  buffer_bytes_ = total + 256;
+  buffer_bytes_ = n * (RecordSize(header, 0, 0, dense_dim_) + 4) +
+                  (has_values_ ? 8 : 4) * num_ids_ + kTailBytes;
   char* memory = nullptr;
 #ifdef __linux__
   // 2 MiB pages (where the kernel's transparent huge pages allow them on
@@ -792,16 +802,122 @@ bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
     return false;
   }
   buffer_.reset(memory);
-  std::memset(buffer_.get() + total, 0, buffer_bytes_ - total);
-  // Writes row i's header fields and returns where its entries start.
-  auto fill_header = [&](auto* h, int64_t i) {
-    h->row = i;
-    h->norm = d.squared_norms[i];
-    h->label = d.labels[i];
-    h->weight = d.example_weights[i];
-    return reinterpret_cast<char*>(h + 1);
-  };
-  // sum over row i's private slots of (scale - 1) x^2 (entries of a
+  if (n == 0) std::memset(buffer_.get(), 0, kTailBytes);
+  return true;
+}
+
+bool PackedRows::Append(const ResidentData& d, int64_t chunks,
+                        const ParallelFor& parallel_for, std::string* error) {
+  const int64_t n = d.num_examples, first_row = num_appended_;
+  const int64_t num_ids = d.row_ptr != nullptr ? d.row_ptr[n] : 0;
+  std::ostringstream out;
+  if (n > num_examples_ - first_row) {
+    out << n << " rows cannot follow the " << first_row << " appended: "
+        << num_examples_ << " were reserved";
+  } else if (num_ids > num_ids_ - ids_appended_) {
+    out << "the rows' " << num_ids << " sparse entries cannot follow the "
+        << ids_appended_ << " appended: " << num_ids_ << " were reserved";
+  } else if (first_row + n == num_examples_ &&
+             ids_appended_ + num_ids != num_ids_) {
+    out << "the last rows bring the sparse entries to "
+        << ids_appended_ + num_ids << ", not the " << num_ids_
+        << " reserved";
+  } else if (d.num_sparse_features != num_sparse_features_ ||
+             d.dense_dim != dense_dim_) {
+    out << "the rows have " << d.num_sparse_features << " sparse features and "
+        << d.dense_dim << " dense columns; " << num_sparse_features_
+        << " and " << dense_dim_ << " were reserved";
+  } else if (num_ids > 0 && (d.values != nullptr) != has_values_) {
+    out << "the rows' sparse entries " << (has_values_ ? "lack" : "have")
+        << " values; the reserved rows " << (has_values_ ? "have" : "lack")
+        << " them";
+  }
+  const bool split = num_threads_ > 1;
+  const int64_t per_entry = has_values_ ? 8 : 4;
+  const int64_t header = split ? sizeof(SplitHeader) : sizeof(Header);
+  int64_t end = records_end_;
+  for (int64_t i = 0; i < n && out.tellp() == 0; ++i) {
+    const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - d.row_ptr[i] : 0;
+    if (nnz > std::numeric_limits<int32_t>::max()) {
+      out << "row " << first_row + i << " has " << nnz
+          << " sparse entries, more than 2^31 - 1";
+    }
+    offsets_[first_row + i] = end;
+    end += (RecordSize(header, per_entry, nnz, dense_dim_) + 7) & ~int64_t{7};
+  }
+  if (out.tellp() != 0) {
+    *error = out.str();
+    return false;
+  }
+  std::copy(d.labels, d.labels + n, labels_.begin() + first_row);
+  if (split) {
+    // Rows per id and per dense column, for the hot ids (a repeated id
+    // counts once per entry, saturating).
+    for (int64_t k = 0; k < num_ids; ++k) {
+      int32_t& c = id_counts_[d.ids[k]];
+      c += c < std::numeric_limits<int32_t>::max();
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float* x = d.dense + i * dense_dim_;
+      for (int64_t c = 0; c < dense_dim_; ++c) dense_uses_[c] += x[c] != 0.0f;
+    }
+  }
+  // Records in the one-thread layout, or the split one with every id cold
+  // (SplitRecords moves the hot ones once all rows are in).
+  const int64_t pieces =
+      std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
+  parallel_for(pieces, [&](int64_t c) {
+    for (int64_t i = n * c / pieces; i < n * (c + 1) / pieces; ++i) {
+      const int64_t row = first_row + i;
+      const int64_t first = d.row_ptr ? d.row_ptr[i] : 0;
+      const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - first : 0;
+      char* record = buffer_.get() + offsets_[row];
+      char* p;
+      auto fill_header = [&](auto* h) {
+        h->row = row;
+        h->norm = d.squared_norms[i];
+        h->label = d.labels[i];
+        h->weight = d.example_weights[i];
+        return reinterpret_cast<char*>(h + 1);
+      };
+      if (!split) {
+        Header* h = reinterpret_cast<Header*>(record);
+        p = fill_header(h);
+        h->nnz = static_cast<int32_t>(nnz);
+      } else {
+        SplitHeader* h = reinterpret_cast<SplitHeader*>(record);
+        p = fill_header(h);
+        h->num_cold = static_cast<int32_t>(nnz);
+        h->num_hot = 0;
+        h->unused = 0;
+      }
+      std::memcpy(p, d.ids + first, 4 * nnz);
+      if (has_values_) std::memcpy(p + 4 * nnz, d.values + first, 4 * nnz);
+      p += per_entry * nnz;
+      std::memcpy(p, d.dense + i * dense_dim_, 4 * dense_dim_);
+      p += 4 * dense_dim_;
+      const int64_t record_end = row + 1 < first_row + n ? offsets_[row + 1]
+                                                         : end;
+      std::memset(p, 0, buffer_.get() + record_end - p);
+    }
+  });
+  num_appended_ += n;
+  ids_appended_ += num_ids;
+  records_end_ = end;
+  if (n > 0 && complete()) {
+    std::memset(buffer_.get() + records_end_, 0, kTailBytes);
+    if (split) SplitRecords(chunks, parallel_for);
+  }
+  return true;
+}
+
+void PackedRows::SplitRecords(int64_t chunks,
+                              const ParallelFor& parallel_for) {
+  std::vector<int64_t> uses;
+  ChooseHotIds(&uses);
+  ChooseSlotScales(uses);
+  const std::vector<int32_t>& hot_index = id_counts_;
+  // sum over the row's private slots of (scale - 1) x^2 (entries of a
   // repeated hot id summed first), added to |x|^2 for the step's q.
   // slot_sum / slot_row: a chunk's scratch by hot index (slot_row[j] == i:
   // slot_sum[j] holds row i's sum), so that this is linear in the entries
@@ -832,52 +948,44 @@ bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
     }
     return extra;
   };
-  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
-  parallel_for(chunks, [&](int64_t c) {
-    std::vector<double> slot_sum(split ? hot_ids_.size() : 0);
+  const int64_t n = num_examples_;
+  const int64_t pieces =
+      std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
+  parallel_for(pieces, [&](int64_t c) {
+    std::vector<int32_t> row_ids;
+    std::vector<float> row_values;
+    std::vector<double> slot_sum(hot_ids_.size());
     std::vector<int64_t> slot_row(slot_sum.size(), -1);
-    for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
-      const int64_t first = d.row_ptr ? d.row_ptr[i] : 0;
-      const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - first : 0;
-      char* p;
-      if (!split) {
-        Header* h = reinterpret_cast<Header*>(buffer_.get() + offsets_[i]);
-        p = fill_header(h, i);
-        h->nnz = static_cast<int32_t>(nnz);
-        std::memcpy(p, d.ids + first, 4 * nnz);
-        if (has_values_) std::memcpy(p + 4 * nnz, d.values + first, 4 * nnz);
-      } else {
-        SplitHeader* h =
-            reinterpret_cast<SplitHeader*>(buffer_.get() + offsets_[i]);
-        p = fill_header(h, i);
-        int32_t* ids = reinterpret_cast<int32_t*>(p);
-        float* values = reinterpret_cast<float*>(ids + nnz);
-        // Cold ids first, then the hot ones as hot indices.
-        int64_t at = 0;
-        for (int hot = 0; hot < 2; ++hot) {
-          for (int64_t k = first; k < first + nnz; ++k) {
-            const int32_t index = hot_index[d.ids[k]];
-            if ((index >= 0) != (hot == 1)) continue;
-            ids[at] = hot ? index : d.ids[k];
-            if (has_values_) values[at] = d.values[k];
-            ++at;
-          }
-          if (!hot) h->num_cold = static_cast<int32_t>(at);
+    for (int64_t i = n * c / pieces; i < n * (c + 1) / pieces; ++i) {
+      SplitHeader* h =
+          reinterpret_cast<SplitHeader*>(buffer_.get() + offsets_[i]);
+      const int64_t nnz = h->num_cold;
+      int32_t* ids = reinterpret_cast<int32_t*>(h + 1);
+      float* values = reinterpret_cast<float*>(ids + nnz);
+      row_ids.assign(ids, ids + nnz);
+      if (has_values_) row_values.assign(values, values + nnz);
+      // Cold ids first, then the hot ones as hot indices.
+      int64_t at = 0;
+      for (int hot = 0; hot < 2; ++hot) {
+        for (int64_t k = 0; k < nnz; ++k) {
+          const int32_t index = hot_index[row_ids[k]];
+          if ((index >= 0) != (hot == 1)) continue;
+          ids[at] = hot ? index : row_ids[k];
+          if (has_values_) values[at] = row_values[k];
+          ++at;
         }
-        h->num_hot = static_cast<int32_t>(nnz - h->num_cold);
-        h->unused = 0;
-        h->norm += ExtraScaledNorm(ids + h->num_cold, values + h->num_cold,
-                                   h->num_hot, d.dense + i * dense_dim_, i,
-                                   slot_sum.data(), slot_row.data());
+        if (!hot) h->num_cold = static_cast<int32_t>(at);
       }
-      p += per_entry * nnz;
-      std::memcpy(p, d.dense + i * dense_dim_, 4 * dense_dim_);
-      p += 4 * dense_dim_;
-      const int64_t end = i + 1 < n ? offsets_[i + 1] : total;
-      std::memset(p, 0, buffer_.get() + end - p);
+      h->num_hot = static_cast<int32_t>(nnz - h->num_cold);
+      const float* dense = values + (has_values_ ? nnz : 0);
+      h->norm += ExtraScaledNorm(ids + h->num_cold, values + h->num_cold,
+                                 h->num_hot, dense, i, slot_sum.data(),
+                                 slot_row.data());
     }
   });
-  return true;
+  // The hot index was only needed to write the records.
+  std::vector<int32_t>().swap(id_counts_);
+  std::vector<int64_t>().swap(dense_uses_);
 }
 
 bool PackedRows::CheckDuals(const double* duals, const DualLossUpdater& loss,

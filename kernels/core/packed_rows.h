@@ -138,11 +138,42 @@ class PackedRows {
 
   // Packs `data`, which must be valid (ValidateRowPtr, PrepareResidentRows)
   // with converted labels and squared norms, for Solve with `num_threads`
-  // (>= 1) threads. Rows are copied in `chunks` pieces through
-  // `parallel_for`. Fails (false, *error) only for a row longer than
-  // 2^31 - 1 entries or when memory runs out.
+  // (>= 1) threads: Reserve, then one Append of every row. Rows are copied
+  // in `chunks` pieces through `parallel_for`. Fails (false, *error) only
+  // for a row longer than 2^31 - 1 entries or when memory runs out.
   bool Pack(const ResidentData& data, int num_threads, int64_t chunks,
             const ParallelFor& parallel_for, std::string* error);
+
+  // Packing in pieces: a data set read chunk by chunk (e.g. from a
+  // memory-mapped cache) need not be held whole beside its records. Reserve
+  // takes the sizes of all the rows, then Append adds consecutive rows until
+  // all num_examples are in; the rows can be solved only then. The records
+  // are those Pack writes (Pack is Reserve and one Append), whatever the
+  // pieces.
+  struct Shape {
+    int64_t num_examples = 0;
+    int64_t num_sparse_features = 0;
+    int64_t num_ids = 0;  // sparse entries of all the rows together
+    int64_t dense_dim = 0;
+    bool has_values = false;  // sparse entries carry values (else all 1.0)
+  };
+  // Allocates the records of `shape` (virtual memory: pages are touched
+  // only as rows are appended) for Solve with `num_threads` threads. Fails
+  // (false, *error) for a negative size or when memory runs out.
+  bool Reserve(const Shape& shape, int num_threads, std::string* error);
+  // Appends the rows of `data` (valid as for Pack; its row_ptr, if any,
+  // starts at 0, and it has values exactly when the shape has, or no ids)
+  // after the rows appended before. Fails (false, *error, nothing appended)
+  // when `data` does not match the reserved shape, would exceed its rows or
+  // ids, has a row longer than 2^31 - 1 entries, or completes the rows with
+  // fewer ids than reserved. With more than one thread the records of the
+  // layout below are written once the last row is in (their hot ids can be
+  // chosen only from every row's ids).
+  bool Append(const ResidentData& data, int64_t chunks,
+              const ParallelFor& parallel_for, std::string* error);
+  int64_t num_appended() const { return num_appended_; }
+  // All reserved rows appended (Solve, Evaluate and CheckDuals need it).
+  bool complete() const { return num_appended_ == num_examples_; }
 
   int64_t num_examples() const { return num_examples_; }
   int64_t num_sparse_features() const { return num_sparse_features_; }
@@ -245,16 +276,18 @@ class PackedRows {
   // The one-thread passes of Solve (with `record` as there).
   void SolveOneThread(const SolverOptions& options, double* weights,
                       double* duals, StateRecord* record) const;
-  // Chooses hot_ids_ and fills hot_index (id -> hot index or -1) and
-  // hot_uses (hot index -> entries of the id in all rows).
-  void ChooseHotIds(const ResidentData& data, std::vector<int32_t>* hot_index,
-                    std::vector<int32_t>* hot_uses);
+  // Chooses hot_ids_ from id_counts_ (rows per id), and turns id_counts_
+  // into the hot index of each id (-1: cold); *uses gets the rows using
+  // each private slot [hot ids | dense columns].
+  void ChooseHotIds(std::vector<int64_t>* uses);
   void SolveSplit(const SolverOptions& options, bool lockstep,
                   double* weights, double* duals) const;
-  // Fills slot_scales_ from the rows' use of each private slot (of the hot
-  // ids: hot_uses, from ChooseHotIds).
-  void ChooseSlotScales(const ResidentData& data,
-                        const std::vector<int32_t>& hot_uses);
+  // Fills slot_scales_ from the rows' use of each private slot.
+  void ChooseSlotScales(const std::vector<int64_t>& uses);
+  // Once every row is appended with num_threads > 1: chooses the hot ids
+  // and the slot scales, and rewrites each record (appended with all its
+  // ids cold) into the split layout.
+  void SplitRecords(int64_t chunks, const ParallelFor& parallel_for);
 
   // Shrinking (Hsieh et al., "A Dual Coordinate Descent Method for
   // Large-scale Linear SVM", ICML 2008, their Algorithm 3): a row whose dual
@@ -274,7 +307,15 @@ class PackedRows {
     void operator()(char* p) const;
   };
   std::unique_ptr<char[], FreeBuffer> buffer_;
-  int64_t buffer_bytes_ = 0;
+  int64_t buffer_bytes_ = 0;   // allocated (an upper bound until complete)
+  int64_t records_end_ = 0;    // bytes of the records appended so far
+  int64_t num_ids_ = 0;        // reserved sparse entries
+  int64_t num_appended_ = 0;
+  int64_t ids_appended_ = 0;
+  // While appending with num_threads > 1: rows per sparse id (saturating)
+  // and per dense column (non-zero), for ChooseHotIds.
+  std::vector<int32_t> id_counts_;
+  std::vector<int64_t> dense_uses_;
   std::vector<int64_t> offsets_;  // byte offset of row i's record
   std::vector<double> labels_;    // converted, for CheckDuals
   int64_t num_examples_ = 0;

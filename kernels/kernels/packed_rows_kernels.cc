@@ -1,7 +1,9 @@
-// CPU kernels of TfSdca>PackRows and TfSdca>PackedSolve: the data set is
-// validated and packed once (kernels/core/packed_rows.h, PackedRows) into a
-// resource that the handle owns; each epoch is then one PackedSolve call
-// that validates only the weights and duals.
+// CPU kernels of TfSdca>PackRows, TfSdca>NewPackedRows, TfSdca>AppendRows
+// and TfSdca>PackedSolve: the data set is validated and packed once
+// (kernels/core/packed_rows.h, PackedRows) into a resource that the handle
+// owns, in one call (PackRows) or chunk by chunk (NewPackedRows, then
+// AppendRows); each epoch is then one PackedSolve call that validates only
+// the weights and duals.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -19,6 +21,7 @@
 #include "tensorflow/core/framework/resource_handle.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/errors.h"
+#include "tensorflow/core/platform/mutex.h"
 
 namespace tf_sdca {
 
@@ -44,9 +47,9 @@ const T* TensorBuffer(const ::tensorflow::Tensor& t) {
   return reinterpret_cast<const T*>(t.tensor_data().data());
 }
 
-// The data set of PackRows' inputs 0-5 (row_ptr, feature_ids,
-// feature_values, dense_features, example_weights, example_labels),
-// validated: every shape, row_ptr, ids in
+// The data set of the six inputs from `first` on (row_ptr, feature_ids,
+// feature_values, dense_features, example_weights, example_labels: PackRows'
+// and AppendRows'), validated: every shape, row_ptr, ids in
 // [0, num_sparse_features), finite values and dense features, example
 // weights finite and >= 0, labels in the loss's domain (the error names the
 // argument, the position and the value). `data` points into the input
@@ -59,14 +62,15 @@ struct DataInputs {
 };
 
 // Uses the CPU device's threads.
-Status ReadDataInputs(OpKernelContext* context, int64_t num_sparse_features,
+Status ReadDataInputs(OpKernelContext* context, int first,
+                      int64_t num_sparse_features,
                       const DualLossUpdater& loss, DataInputs* inputs) {
-  const Tensor& row_ptr = context->input(0);
-  const Tensor& ids = context->input(1);
-  const Tensor& values = context->input(2);
-  const Tensor& dense = context->input(3);
-  const Tensor& example_weights = context->input(4);
-  const Tensor& labels = context->input(5);
+  const Tensor& row_ptr = context->input(first);
+  const Tensor& ids = context->input(first + 1);
+  const Tensor& values = context->input(first + 2);
+  const Tensor& dense = context->input(first + 3);
+  const Tensor& example_weights = context->input(first + 4);
+  const Tensor& labels = context->input(first + 5);
   TF_RETURN_IF_ERROR(CheckRank(row_ptr, 1, "row_ptr"));
   TF_RETURN_IF_ERROR(CheckRank(ids, 1, "feature_ids"));
   TF_RETURN_IF_ERROR(CheckRank(values, 1, "feature_values"));
@@ -148,12 +152,15 @@ Status ReadDataInputs(OpKernelContext* context, int64_t num_sparse_features,
 }
 
 
-// The packed rows and the loss they were validated for. The rows are read
-// only after packing, so solves on one handle may run concurrently.
+// The packed rows and the loss they were validated for. Rows are appended
+// under the mutex until complete; after that they are only read, so solves
+// on one handle may run concurrently.
 class PackedRowsResource : public ResourceBase {
  public:
-  PackedRowsResource(std::string loss_type, float gamma)
-      : loss_type_(std::move(loss_type)), gamma_(gamma) {}
+  PackedRowsResource(std::string loss_type, float gamma, LossType type)
+      : loss_type_(std::move(loss_type)),
+        gamma_(gamma),
+        loss_(MakeLossUpdater(type, gamma)) {}
 
   std::string DebugString() const override {
     return "PackedRows(" + std::to_string(rows_.num_examples()) + " rows, " +
@@ -162,63 +169,211 @@ class PackedRowsResource : public ResourceBase {
   }
   int64_t MemoryUsed() const override { return rows_.bytes(); }
 
-  PackedRows* rows() { return &rows_; }
+  // Reserves `shape` (before the handle is shared: no lock needed).
+  Status Reserve(const PackedRows::Shape& shape, int num_threads) {
+    std::string error;
+    if (!rows_.Reserve(shape, num_threads, &error)) {
+      return InvalidArgument(error);
+    }
+    return absl::OkStatus();
+  }
+  // Validates the six data inputs from `first` on and appends their rows;
+  // `first_row_in_errors` says where errors name positions from (only
+  // AppendRows: PackRows' inputs are all the rows). *appended: the rows
+  // appended so far.
+  Status Append(OpKernelContext* context, int first, bool first_row_in_errors,
+                int64_t* appended) {
+    ::tensorflow::mutex_lock lock(mu_);
+    const int64_t first_row = rows_.num_appended();
+    Status status = AppendLocked(context, first);
+    if (!status.ok() && first_row_in_errors) {
+      return InvalidArgument("in the rows appended at row ", first_row,
+                             " (positions count from there): ",
+                             status.message());
+    }
+    *appended = rows_.num_appended();
+    return status;
+  }
+  // The rows for solving, or an error if not all were appended.
+  Status Complete(const PackedRows** rows) {
+    ::tensorflow::mutex_lock lock(mu_);
+    if (!rows_.complete()) {
+      return InvalidArgument("rows holds ", rows_.num_appended(), " of the ",
+                             rows_.num_examples(),
+                             " rows reserved: append the rest "
+                             "(TfSdca>AppendRows) before solving");
+    }
+    *rows = &rows_;
+    return absl::OkStatus();
+  }
+
   const std::string& loss_type() const { return loss_type_; }
   float gamma() const { return gamma_; }
 
  private:
+  Status AppendLocked(OpKernelContext* context, int first)
+      TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    DataInputs inputs;
+    TF_RETURN_IF_ERROR(ReadDataInputs(
+        context, first, rows_.num_sparse_features(), *loss_, &inputs));
+    std::string error;
+    if (!rows_.Append(
+            inputs.data,
+            context->device()->tensorflow_cpu_worker_threads()->num_threads,
+            DevicePool(context), &error)) {
+      return InvalidArgument(error);
+    }
+    return absl::OkStatus();
+  }
+
   const std::string loss_type_;
   const float gamma_;
+  const std::unique_ptr<DualLossUpdater> loss_;
+  ::tensorflow::mutex mu_;
   PackedRows rows_;
+};
+
+// The loss_type, gamma and num_threads attributes of the ops that make
+// packed rows, checked.
+struct PackAttrs {
+  std::string loss_type;
+  LossType type;
+  float gamma = 1.0f;
+  int64_t num_sparse_features = 0;
+  int num_threads = 1;
+
+  Status Read(OpKernelConstruction* context) {
+    TF_RETURN_IF_ERROR(context->GetAttr("loss_type", &loss_type));
+    if (!ParseLossType(loss_type, &type)) {
+      return InvalidArgument("unknown loss_type ", loss_type);
+    }
+    TF_RETURN_IF_ERROR(context->GetAttr("gamma", &gamma));
+    if (!(std::isfinite(gamma) && gamma > 0)) {
+      return InvalidArgument("gamma = ", gamma, " must be > 0");
+    }
+    TF_RETURN_IF_ERROR(
+        context->GetAttr("num_sparse_features", &num_sparse_features));
+    if (num_sparse_features > std::numeric_limits<int32_t>::max()) {
+      return InvalidArgument("num_sparse_features = ", num_sparse_features,
+                             " is more than 2^31 - 1 (feature ids are "
+                             "int32)");
+    }
+    return context->GetAttr("num_threads", &num_threads);
+  }
+
+  // A new resource and the handle that owns it (freed with the last handle
+  // tensor), written to output 0.
+  Status NewResource(OpKernelContext* context,
+                     PackedRowsResource** resource) const {
+    *resource = new PackedRowsResource(loss_type, gamma, type);
+    ResourceHandle handle = ResourceHandle::MakeRefCountingHandle(
+        *resource, context->device()->name());
+    Tensor* out;
+    TF_RETURN_IF_ERROR(context->allocate_output(0, TensorShape({}), &out));
+    out->scalar<ResourceHandle>()() = std::move(handle);
+    return absl::OkStatus();
+  }
 };
 
 class PackRowsOp : public OpKernel {
  public:
   explicit PackRowsOp(OpKernelConstruction* context) : OpKernel(context) {
-    LossType type;
-    OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type_));
-    OP_REQUIRES(context, ParseLossType(loss_type_, &type),
-                InvalidArgument("unknown loss_type ", loss_type_));
-    OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma_));
-    OP_REQUIRES(context, std::isfinite(gamma_) && gamma_ > 0,
-                InvalidArgument("gamma = ", gamma_, " must be > 0"));
-    OP_REQUIRES_OK(context, context->GetAttr("num_sparse_features",
-                                             &num_sparse_features_));
-    OP_REQUIRES(context,
-                num_sparse_features_ <= std::numeric_limits<int32_t>::max(),
-                InvalidArgument("num_sparse_features = ", num_sparse_features_,
-                                " is more than 2^31 - 1 (feature ids are "
-                                "int32)"));
-    OP_REQUIRES_OK(context, context->GetAttr("num_threads", &num_threads_));
-    loss_ = MakeLossUpdater(type, gamma_);
+    OP_REQUIRES_OK(context, attrs_.Read(context));
   }
 
   void Compute(OpKernelContext* context) override {
-    DataInputs inputs;
-    OP_REQUIRES_OK(context, ReadDataInputs(context, num_sparse_features_,
-                                           *loss_, &inputs));
-    auto* resource = new PackedRowsResource(loss_type_, gamma_);
-    // The handle owns the resource: it is freed with the last handle tensor.
-    ResourceHandle handle = ResourceHandle::MakeRefCountingHandle(
-        resource, context->device()->name());
-    std::string error;
-    const int threads =
-        context->device()->tensorflow_cpu_worker_threads()->num_threads;
-    OP_REQUIRES(context,
-                resource->rows()->Pack(inputs.data, num_threads_, threads,
-                                       DevicePool(context), &error),
-                InvalidArgument(error));
-    Tensor* out;
-    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({}), &out));
-    out->scalar<ResourceHandle>()() = std::move(handle);
+    // The shape read from the inputs; Append checks them whole.
+    const Tensor& row_ptr = context->input(0);
+    const Tensor& ids = context->input(1);
+    const Tensor& values = context->input(2);
+    const Tensor& dense = context->input(3);
+    const Tensor& example_weights = context->input(4);
+    OP_REQUIRES_OK(context, CheckRank(dense, 2, "dense_features"));
+    OP_REQUIRES_OK(context, CheckRank(example_weights, 1, "example_weights"));
+    PackedRows::Shape shape;
+    shape.num_examples = example_weights.dim_size(0);
+    shape.num_sparse_features = attrs_.num_sparse_features;
+    shape.num_ids = row_ptr.NumElements() > 0 ? ids.NumElements() : 0;
+    shape.dense_dim = dense.dim_size(1);
+    shape.has_values = values.NumElements() > 0;
+    PackedRowsResource* resource;
+    OP_REQUIRES_OK(context, attrs_.NewResource(context, &resource));
+    OP_REQUIRES_OK(context, resource->Reserve(shape, attrs_.num_threads));
+    int64_t appended;
+    OP_REQUIRES_OK(context, resource->Append(context, 0, false, &appended));
   }
 
  private:
-  std::unique_ptr<DualLossUpdater> loss_;
-  std::string loss_type_;
-  float gamma_ = 1.0f;
-  int64_t num_sparse_features_ = 0;
-  int num_threads_ = 1;
+  PackAttrs attrs_;
+};
+
+class NewPackedRowsOp : public OpKernel {
+ public:
+  explicit NewPackedRowsOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, attrs_.Read(context));
+    OP_REQUIRES_OK(context, context->GetAttr("has_values", &has_values_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    static const char* const kNames[] = {"num_examples", "num_ids",
+                                         "dense_dim"};
+    int64_t sizes[3];
+    for (int k = 0; k < 3; ++k) {
+      const Tensor& t = context->input(k);
+      OP_REQUIRES_OK(context, CheckRank(t, 0, kNames[k]));
+      sizes[k] = t.scalar<int64_t>()();
+      OP_REQUIRES(context, sizes[k] >= 0,
+                  InvalidArgument(kNames[k], " = ", sizes[k],
+                                  " must be >= 0"));
+    }
+    PackedRows::Shape shape;
+    shape.num_examples = sizes[0];
+    shape.num_ids = sizes[1];
+    shape.dense_dim = sizes[2];
+    shape.num_sparse_features = attrs_.num_sparse_features;
+    shape.has_values = has_values_;
+    PackedRowsResource* resource;
+    OP_REQUIRES_OK(context, attrs_.NewResource(context, &resource));
+    OP_REQUIRES_OK(context, resource->Reserve(shape, attrs_.num_threads));
+  }
+
+ private:
+  PackAttrs attrs_;
+  bool has_values_ = false;
+};
+
+// The resource of a handle made by PackRows or NewPackedRows (input 0;
+// the handle tensor keeps it alive while the op runs).
+Status LookupRows(OpKernelContext* context, PackedRowsResource** out) {
+  const Tensor& handle = context->input(0);
+  if (handle.dims() != 0) {
+    return InvalidArgument("rows must be a scalar resource handle");
+  }
+  auto found =
+      handle.scalar<ResourceHandle>()().GetResource<PackedRowsResource>();
+  if (!found.ok()) {
+    return InvalidArgument(
+        "rows is not a handle made by TfSdca>PackRows or "
+        "TfSdca>NewPackedRows: ",
+        found.status().message());
+  }
+  *out = *found;
+  return absl::OkStatus();
+}
+
+class AppendRowsOp : public OpKernel {
+ public:
+  explicit AppendRowsOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    PackedRowsResource* resource;
+    OP_REQUIRES_OK(context, LookupRows(context, &resource));
+    int64_t appended;
+    OP_REQUIRES_OK(context, resource->Append(context, 1, true, &appended));
+    Tensor* out;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = appended;
+  }
 };
 
 class PackedSolveOp : public OpKernel {
@@ -231,19 +386,11 @@ class PackedSolveOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* context) override {
-    const Tensor& handle = context->input(0);
     const Tensor& weights = context->input(1);
     const Tensor& duals = context->input(2);
     const Tensor& seed = context->input(3);
-    OP_REQUIRES(context, handle.dims() == 0,
-                InvalidArgument("rows must be a scalar resource handle"));
-    auto found =
-        handle.scalar<ResourceHandle>()().GetResource<PackedRowsResource>();
-    OP_REQUIRES(context, found.ok(),
-                InvalidArgument("rows is not a handle made by "
-                                "TfSdca>PackRows: ",
-                                found.status().message()));
-    PackedRowsResource* resource = *found;
+    PackedRowsResource* resource;
+    OP_REQUIRES_OK(context, LookupRows(context, &resource));
     OP_REQUIRES(context,
                 resource->loss_type() == loss_type_ &&
                     resource->gamma() == gamma_,
@@ -252,7 +399,8 @@ class PackedSolveOp : public OpKernel {
                                 resource->gamma(), "), not for ", loss_type_,
                                 " (gamma ", gamma_, ")"));
     OP_REQUIRES_OK(context, CheckEpochState(weights, duals, seed));
-    const PackedRows* rows = resource->rows();
+    const PackedRows* rows;
+    OP_REQUIRES_OK(context, resource->Complete(&rows));
     OP_REQUIRES(context, weights.dim_size(0) == rows->num_slots(),
                 InvalidArgument("weights has ", weights.dim_size(0),
                                 " entries; the packed rows need ",
@@ -303,6 +451,10 @@ class PackedSolveOp : public OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("TfSdca>PackRows").Device(DEVICE_CPU),
                         PackRowsOp);
+REGISTER_KERNEL_BUILDER(Name("TfSdca>NewPackedRows").Device(DEVICE_CPU),
+                        NewPackedRowsOp);
+REGISTER_KERNEL_BUILDER(Name("TfSdca>AppendRows").Device(DEVICE_CPU),
+                        AppendRowsOp);
 REGISTER_KERNEL_BUILDER(Name("TfSdca>PackedSolve").Device(DEVICE_CPU),
                         PackedSolveOp);
 

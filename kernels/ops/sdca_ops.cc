@@ -139,15 +139,16 @@ Status OptimizerShapeFn(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-// Ranks of the six data inputs of PackRows.
-Status DataRanks(InferenceContext* c) {
+// Ranks of the six data inputs of PackRows (AppendRows: from input 1 on).
+Status DataRanks(InferenceContext* c, int first) {
   static const char* const kNames[] = {"row_ptr",        "feature_ids",
                                        "feature_values", "dense_features",
                                        "example_weights", "example_labels"};
   static const int kRanks[] = {1, 1, 1, 2, 1, 1};
   ShapeHandle unused;
   for (int k = 0; k < 6; ++k) {
-    TF_RETURN_IF_ERROR(RankNamed(c, k, kRanks[k], kNames[k], &unused));
+    TF_RETURN_IF_ERROR(
+        RankNamed(c, first + k, kRanks[k], kNames[k], &unused));
   }
   return absl::OkStatus();
 }
@@ -166,7 +167,24 @@ Status EpochShapes(InferenceContext* c, int first) {
 }
 
 Status PackRowsShapeFn(InferenceContext* c) {
-  TF_RETURN_IF_ERROR(DataRanks(c));
+  TF_RETURN_IF_ERROR(DataRanks(c, 0));
+  c->set_output(0, c->Scalar());
+  return absl::OkStatus();
+}
+
+Status NewPackedRowsShapeFn(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "num_examples", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 1, 0, "num_ids", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 2, 0, "dense_dim", &unused));
+  c->set_output(0, c->Scalar());
+  return absl::OkStatus();
+}
+
+Status AppendRowsShapeFn(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "rows", &unused));
+  TF_RETURN_IF_ERROR(DataRanks(c, 1));
   c->set_output(0, c->Scalar());
   return absl::OkStatus();
 }
@@ -345,13 +363,80 @@ num_threads: threads that each TfSdca>PackedSolve on these rows runs. With
   results) depends on thread timing.
 )doc");
 
+REGISTER_OP("TfSdca>NewPackedRows")
+    .Input("num_examples: int64")
+    .Input("num_ids: int64")
+    .Input("dense_dim: int64")
+    .Output("rows: resource")
+    .Attr(
+        "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
+        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+    .Attr("gamma: float = 1.0")
+    .Attr("num_sparse_features: int >= 0")
+    .Attr("num_threads: int >= 1 = 1")
+    .Attr("has_values: bool = false")
+    .SetIsStateful()
+    .SetShapeFn(NewPackedRowsShapeFn)
+    .Doc(R"doc(
+Packed rows to be filled chunk by chunk by TfSdca>AppendRows.
+
+The records of TfSdca>PackRows for a data set read in pieces (e.g. from a
+memory-mapped cache), so that its whole arrays need not be held beside the
+records. The records' memory is reserved here and touched only as rows are
+appended; TfSdca>PackedSolve takes the rows once all num_examples are in.
+Appending in any pieces gives the records of TfSdca>PackRows on all the
+rows at once.
+
+num_examples: scalar, the rows to come (>= 0).
+num_ids: scalar, their sparse entries together (>= 0).
+dense_dim: scalar, their dense columns (>= 0).
+rows: a handle that owns the packed rows (freed with the last reference).
+loss_type: as for TfSdca>PackRows.
+gamma: as for TfSdca>PackRows.
+num_sparse_features: as for TfSdca>PackRows.
+num_threads: as for TfSdca>PackRows (the hot ids are chosen from all the
+  rows, once the last one is appended).
+has_values: whether the sparse entries come with values (else all 1.0).
+)doc");
+
+REGISTER_OP("TfSdca>AppendRows")
+    .Input("rows: resource")
+    .Input("row_ptr: int64")
+    .Input("feature_ids: int32")
+    .Input("feature_values: float")
+    .Input("dense_features: float")
+    .Input("example_weights: float")
+    .Input("example_labels: float")
+    .Output("num_appended: int64")
+    .SetIsStateful()
+    .SetShapeFn(AppendRowsShapeFn)
+    .Doc(R"doc(
+Validates the next rows of a data set and appends them to packed rows.
+
+The inputs are those of TfSdca>PackRows for these rows only (row_ptr starts
+at 0) and are checked the same way; an error also says at which row the
+rows would have started. Nothing is appended on error. The rows must fit
+what TfSdca>NewPackedRows reserved: no more rows or sparse entries, the
+same dense columns, values exactly when has_values, and the last rows must
+bring the sparse entries to num_ids.
+
+rows: the handle from TfSdca>NewPackedRows.
+row_ptr: [b + 1] CSR row offsets of these rows ([0]: no sparse part).
+feature_ids: their int32 sparse ids in [0, num_sparse_features).
+feature_values: their values, or [0] for all 1.0.
+dense_features: [b, dense_dim].
+example_weights: [b] weights s_i >= 0.
+example_labels: [b] labels in the loss's domain.
+num_appended: scalar, the rows appended so far.
+)doc");
+
 static ::tensorflow::InitOnStartupMarker const register_packed_solve =
     ::tensorflow::InitOnStartupMarker{} <<
     EpochCall(OpDefBuilderWrapper("TfSdca>PackedSolve").Input("rows: resource"))
     .SetIsStateful()
     .SetShapeFn(PackedSolveShapeFn)
     .Doc(R"doc(
-Runs SDCA passes over rows packed by TfSdca>PackRows (one call per epoch).
+Runs SDCA passes over packed rows (one call per epoch).
 
 Minimises sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1 where the weights
 are one table: the sparse ids index its first rows directly, the dense
@@ -361,7 +446,8 @@ each takes a share of the pass's permutation ('permutation'), of the rows in
 order ('cyclic'), or draws from its own block of rows ('uniform',
 'adaptive').
 
-rows: the handle from TfSdca>PackRows.
+rows: the handle from TfSdca>PackRows, or from TfSdca>NewPackedRows once
+  every row is appended.
 weights: [m] unshrunk float64 weights, m = num_sparse_features + d.
 duals: [n] float64 duals, one per packed row.
 seed: scalar; the visiting order of pass p is a function of (seed, p).

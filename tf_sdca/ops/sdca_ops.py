@@ -379,6 +379,83 @@ def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
         num_threads=int(num_threads))
 
 
+def new_packed_rows(num_examples, num_ids, dense_dim, num_sparse_features,
+                    loss_type, gamma=1.0, num_threads=1, has_values=False,
+                    name=None):
+  """Packed rows to fill chunk by chunk with `append_rows`.
+
+  The records `pack_rows` writes, for a data set read in pieces (e.g. from
+  a memory-mapped cache) that need not be held whole beside them: the
+  memory is reserved here and touched only as rows are appended. Appending
+  the rows in any pieces gives the records of `pack_rows` on all of them.
+  `packed_solve` takes the rows once all `num_examples` are appended.
+
+  Example:
+    >>> rows = new_packed_rows(n, num_ids=26 * n, dense_dim=14,
+    ...                        num_sparse_features=2**20,
+    ...                        loss_type="logistic_loss")
+    >>> for chunk in chunks:  # consecutive rows, row_ptr from 0 in each
+    ...   append_rows(rows, **chunk)
+
+  Args:
+    num_examples: the rows to come (>= 0).
+    num_ids: their sparse entries together (>= 0).
+    dense_dim: their dense columns (>= 0).
+    num_sparse_features, loss_type, gamma, num_threads: as for `pack_rows`.
+    has_values: whether the sparse entries come with values (else 1.0).
+    name: op name.
+
+  Returns:
+    A scalar resource tensor that owns the packed rows.
+
+  Raises:
+    ValueError: on bad options or sizes.
+  """
+  _check_options(loss_type, 0.0, 1.0, 1, 1, "permutation", gamma, 0)
+  for label, value in (("num_examples", num_examples), ("num_ids", num_ids),
+                       ("dense_dim", dense_dim),
+                       ("num_sparse_features", num_sparse_features)):
+    if int(value) < 0:
+      raise ValueError(f"{label} must be >= 0, got {value}")
+  if int(num_threads) < 1:
+    raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+  with tf.name_scope(name or "new_packed_rows"):
+    return load_ops().tf_sdca_new_packed_rows(
+        tf.convert_to_tensor(num_examples, tf.int64, name="num_examples"),
+        tf.convert_to_tensor(num_ids, tf.int64, name="num_ids"),
+        tf.convert_to_tensor(dense_dim, tf.int64, name="dense_dim"),
+        num_sparse_features=int(num_sparse_features), loss_type=loss_type,
+        gamma=float(gamma), num_threads=int(num_threads),
+        has_values=bool(has_values))
+
+
+def append_rows(rows, row_ptr, feature_ids, feature_values, dense_features,
+                example_weights, example_labels, name=None):
+  """Validates the next rows of a data set and appends them to `rows`.
+
+  Args:
+    rows: the handle from `new_packed_rows`.
+    row_ptr, feature_ids, feature_values, dense_features, example_weights,
+      example_labels: these rows as `pack_rows` takes a data set (`row_ptr`
+      starts at 0).
+    name: op name.
+
+  Returns:
+    An int64 scalar: the rows appended so far.
+
+  Raises:
+    tf.errors.InvalidArgumentError: on bad inputs, as for `pack_rows`
+      (the message also says at which row these rows start), or rows that
+      do not fit what `new_packed_rows` reserved (more rows or sparse
+      entries, other dense columns, values present or missing, the last
+      rows short of `num_ids`). Nothing is appended then.
+  """
+  with tf.name_scope(name or "append_rows"):
+    return load_ops().tf_sdca_append_rows(
+        rows, *_data_tensors(row_ptr, feature_ids, feature_values,
+                             dense_features, example_weights, example_labels))
+
+
 def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                  num_loss_partitions=1, num_passes=1,
                  visit_order="permutation", gamma=1.0,
