@@ -371,10 +371,15 @@ def train(args):
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        seed=meta["seed"], num_threads=args.threads)
   if ckpt is not None:
-    dense = features.get("dense")
-    shapes = dict(sparse_weights=(features["num_features"] or 0,),
-                  dense_weights=(0 if dense is None else dense.shape[1],),
-                  duals=(info["rows"],))
+    if "rows" in features:  # packed cache part by cache part
+      num_features = features["rows"].num_features
+      dense_dim = features["rows"].dense_dim
+    else:
+      num_features = features["num_features"]
+      dense = features.get("dense")
+      dense_dim = 0 if dense is None else dense.shape[1]
+    shapes = dict(sparse_weights=(num_features or 0,),
+                  dense_weights=(dense_dim,), duals=(info["rows"],))
     for key, shape in shapes.items():
       if key not in ckpt or ckpt[key].shape != shape:
         raise ValueError(
