@@ -42,7 +42,7 @@ LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
           "poisson_loss", "absolute_loss")
 BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
 OPS = ("optimizer", "pack_rows", "packed_solve", "shrink_l1", "fprint",
-       "example_keys", "distinct_ids")
+       "example_keys", "distinct_ids", "append_rows")
 FAILURES = ("crash", "hang", "nonfinite", "accepted", "unnamed", "unexpected")
 HUGE = (1e20, 1e30, 3e38, -3e38)
 
@@ -272,6 +272,15 @@ MUTATIONS = {
         _set_option("example_ids", np.array([["a", "b"]])),
         _set_option("example_ids", np.array(["x" * 100000, ""]), "extreme"),
     ],
+    # new_packed_rows reserving the data set, append_rows in two pieces.
+    "append_rows": _common_data_mutations(
+        "feature_ids", "feature_values", "dense_features") + [
+        _set_entry("row_ptr", -1), _set_entry("row_ptr", 10**9),
+        _set_option("num_examples", -1), _set_option("num_examples", 0),
+        _set_option("num_ids", -3), _set_option("num_ids", 10**6),
+        _set_option("dense_dim", 7), _set_option("has_values", "maybe"),
+        _set_option("num_sparse_features", 2**31 + 7),
+    ],
     "example_keys": [
         _set_option("example_ids", np.array(["a", "b", "a"])),
         _set_option("example_ids", None),
@@ -295,8 +304,12 @@ def generate(op, seed, number):
   rng = np.random.default_rng([seed, OPS.index(op), number])
   if op == "optimizer":
     kw = _valid_optimizer(rng)
-  elif op in ("pack_rows", "packed_solve"):
+  elif op in ("pack_rows", "packed_solve", "append_rows"):
     kw = _valid_rows(rng)
+    if op == "append_rows":
+      kw.update(num_examples=len(kw["example_labels"]),
+                num_ids=int(kw["row_ptr"][-1]),
+                dense_dim=kw["dense_features"].shape[1], has_values=True)
     if op == "packed_solve":
       kw = dict(rows=kw, weights=np.zeros(kw["num_sparse_features"] +
                                           kw["dense_features"].shape[1]),
@@ -345,6 +358,8 @@ def _run(op, kw, mode):
       return tf_sdca.packed_solve(rows, **rest)[:2]
     if op == "shrink_l1":
       return [tf_sdca.sdca_shrink_l1(**kw)]
+    if op == "append_rows":
+      return [_append_in_two_pieces(tf_sdca, kw)]
     if op == "example_keys":
       return [sdca_ops.example_keys(**kw)]
     if op == "distinct_ids":
@@ -357,6 +372,37 @@ def _run(op, kw, mode):
     if t.dtype in (tf.float16, tf.float32, tf.float64):
       finite &= bool(np.all(np.isfinite(t.numpy())))
   return finite
+
+
+def _append_in_two_pieces(tf_sdca, kw):
+  """new_packed_rows for the whole data set, then append_rows of its first
+  half and its second; returns the rows' objective after one pass."""
+  rows = tf_sdca.new_packed_rows(
+      kw["num_examples"], kw["num_ids"], kw["dense_dim"],
+      kw["num_sparse_features"], kw["loss_type"], gamma=kw.get("gamma", 1.0),
+      has_values=kw["has_values"])
+  row_ptr = kw["row_ptr"]
+  n = len(row_ptr) - 1 if row_ptr is not None and np.ndim(row_ptr) == 1 \
+      else 0
+  cut = n // 2
+  for lo, hi in ((0, cut), (cut, n)):
+    part = {}
+    for key in ("feature_ids", "feature_values"):
+      value = kw[key]
+      part[key] = value if not isinstance(value, np.ndarray) or \
+          value.ndim != 1 or n == 0 else value[row_ptr[lo]:row_ptr[hi]]
+    for key in ("dense_features", "example_weights", "example_labels"):
+      value = kw[key]
+      part[key] = value[lo:hi] if isinstance(value, np.ndarray) and \
+          value.ndim >= 1 and value.shape[0] == n else value
+    tf_sdca.append_rows(rows, row_ptr=row_ptr[lo:hi + 1] - row_ptr[lo],
+                        **part)
+  # (A reservation past int32 ids must fail in new_packed_rows, not here.)
+  slots = min(kw["num_sparse_features"], 2**24) + kw["dense_dim"]
+  return tf_sdca.packed_solve(rows, np.zeros(slots),
+                              np.zeros(kw["num_examples"]), 0,
+                              kw["loss_type"], kw.get("l1", 0.0),
+                              kw.get("l2", 1.0), gamma=kw.get("gamma", 1.0))[:2]
 
 
 def _worker(seed):

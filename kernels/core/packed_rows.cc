@@ -813,24 +813,27 @@ bool PackedRows::Append(const ResidentData& d, int64_t chunks,
   std::ostringstream out;
   if (n > num_examples_ - first_row) {
     out << n << " rows cannot follow the " << first_row << " appended: "
-        << num_examples_ << " were reserved";
+        << "num_examples = " << num_examples_ << " were reserved";
   } else if (num_ids > num_ids_ - ids_appended_) {
     out << "the rows' " << num_ids << " sparse entries cannot follow the "
-        << ids_appended_ << " appended: " << num_ids_ << " were reserved";
+        << ids_appended_ << " appended: num_ids = " << num_ids_
+        << " were reserved";
   } else if (first_row + n == num_examples_ &&
              ids_appended_ + num_ids != num_ids_) {
     out << "the last rows bring the sparse entries to "
-        << ids_appended_ + num_ids << ", not the " << num_ids_
+        << ids_appended_ + num_ids << ", not the num_ids = " << num_ids_
         << " reserved";
   } else if (d.num_sparse_features != num_sparse_features_ ||
              d.dense_dim != dense_dim_) {
     out << "the rows have " << d.num_sparse_features << " sparse features and "
-        << d.dense_dim << " dense columns; " << num_sparse_features_
-        << " and " << dense_dim_ << " were reserved";
+        << d.dense_dim << " dense columns; num_sparse_features = "
+        << num_sparse_features_ << " and dense_dim = " << dense_dim_
+        << " were reserved";
   } else if (num_ids > 0 && (d.values != nullptr) != has_values_) {
     out << "the rows' sparse entries " << (has_values_ ? "lack" : "have")
-        << " values; the reserved rows " << (has_values_ ? "have" : "lack")
-        << " them";
+        << " values; the reserved rows (has_values = "
+        << (has_values_ ? "true" : "false") << ") "
+        << (has_values_ ? "have" : "lack") << " them";
   }
   const bool split = num_threads_ > 1;
   const int64_t per_entry = has_values_ ? 8 : 4;

@@ -419,11 +419,13 @@ def new_packed_rows(num_examples, num_ids, dense_dim, num_sparse_features,
       raise ValueError(f"{label} must be >= 0, got {value}")
   if int(num_threads) < 1:
     raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+  if not isinstance(has_values, (bool, np.bool_)):
+    raise TypeError(f"has_values must be a bool, got {has_values!r}")
   with tf.name_scope(name or "new_packed_rows"):
     return load_ops().tf_sdca_new_packed_rows(
-        tf.convert_to_tensor(num_examples, tf.int64, name="num_examples"),
-        tf.convert_to_tensor(num_ids, tf.int64, name="num_ids"),
-        tf.convert_to_tensor(dense_dim, tf.int64, name="dense_dim"),
+        _tensor(num_examples, tf.int64, "num_examples"),
+        _tensor(num_ids, tf.int64, "num_ids"),
+        _tensor(dense_dim, tf.int64, "dense_dim"),
         num_sparse_features=int(num_sparse_features), loss_type=loss_type,
         gamma=float(gamma), num_threads=int(num_threads),
         has_values=bool(has_values))
