@@ -208,7 +208,8 @@ void CheckAppendRefusesWhatDoesNotFit(const Rows& data) {
   shape.num_ids = data.row_ptr[10];
   if (!rows.Reserve(shape, 2, &error)) Fail(error);
   ExpectAppendFails(&rows, data.Slice(0, 11, false, &ptr),
-                    "11 rows cannot follow the 0 appended: 10 were reserved");
+                    "11 rows cannot follow the 0 appended: num_examples = 10 "
+                    "were reserved");
   ExpectAppendFails(&rows, data.Slice(0, 4, true, &ptr), "have values");
   if (!rows.Append(data.Slice(0, 4, false, &ptr), 1, StdThreadParallelFor(1),
                    &error)) {
@@ -232,7 +233,8 @@ void CheckAppendRefusesWhatDoesNotFit(const Rows& data) {
   if (!fewer.Reserve(shape, 1, &error)) Fail(error);
   ExpectAppendFails(&fewer, data.Slice(0, 10, false, &ptr),
                     "the last rows bring the sparse entries to " +
-                        std::to_string(shape.num_ids - 1) + ", not the " +
+                        std::to_string(shape.num_ids - 1) +
+                        ", not the num_ids = " +
                         std::to_string(shape.num_ids) + " reserved");
 }
 
