@@ -476,3 +476,69 @@ def test_the_cli_trains_on_gzip_as_on_plain_text(generated, tmp_path):
   a, b = _checkpoint(str(tmp_path / "plain")), _checkpoint(str(tmp_path / "gz"))
   for key in ("sparse_weights", "dense_weights", "duals"):
     np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.mark.parametrize("damage,message", [
+    # A checkpoint from before the metadata moved inside it: model.json is
+    # read beside it, and the weights are checked all the same.
+    ("old_format_inf", r"checkpoint.npz has dense_weights\[2\] = inf, not "
+     "finite"),
+    ("nan_dual", r"checkpoint.npz has duals\[7\] = nan, not finite"),
+    ("nan_scale", r"checkpoint.npz has metadata scale\[4\] = nan"),
+    ("nan_l1", r"checkpoint.npz has metadata l1 = nan"),
+    # Each weight finite, w.x not: +-1e308 sums to inf - inf.
+    ("overflow", r"gives [\d,]+ score\(s\) that are not finite \(first: "
+     r"row \d+ of .*part-00000.tsv"),
+])
+def test_no_command_scores_with_non_finite_weights(
+    generated, tmp_path, capsys, damage, message):
+  data = os.path.join(generated, "part-00000.tsv")
+  model_dir = str(tmp_path / "m")
+  assert _train(data, model_dir, "--epochs", "1") == 0
+  path = os.path.join(model_dir, "checkpoint.npz")
+  arrays = _checkpoint(model_dir)
+  meta = json.loads(str(arrays["meta_json"]))
+  if damage == "old_format_inf":
+    del arrays["meta_json"]
+    arrays["dense_weights"][2] = np.inf
+  elif damage == "nan_dual":
+    arrays["duals"][7] = np.nan
+  elif damage in ("nan_scale", "nan_l1"):
+    if damage == "nan_scale":
+      meta["scale"][4] = float("nan")
+    else:
+      meta["l1"] = float("nan")
+    arrays["meta_json"] = np.array(json.dumps(meta))
+  else:
+    w = arrays["sparse_weights"]
+    w[:] = np.where(np.arange(w.size) % 2, 1e308, -1e308)
+    arrays["dense_weights"][:] = 1e308
+  np.savez(path, **arrays)
+  capsys.readouterr()
+  commands = [["evaluate", data, "--model-dir", model_dir],
+              ["predict", data, "--model-dir", model_dir, "--out",
+               str(tmp_path / "scores.txt")]]
+  if damage != "overflow":  # each weight is finite: it exports
+    commands.append(["export", "--model-dir", model_dir, "--out",
+                     str(tmp_path / "saved")])
+  for command in commands:
+    assert cli.main(command) == 2, command
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert re.search(message, err), err
+    assert model_dir in err or "part-00000" in err
+  assert not os.path.exists(tmp_path / "scores.txt")
+
+
+def test_the_saved_model_export_refuses_non_finite_weights(tmp_path):
+  from tf_sdca import serving  # pylint: disable=import-outside-toplevel
+  meta = dict(format="libsvm", loss="logistic_loss", l1=0.0, l2=1.0,
+              num_features=3, scale=None)
+  with pytest.raises(ValueError, match=r"sparse_weights\[1\] = nan is not "
+                     "finite; refusing to export"):
+    serving.export_lines_scorer(meta, np.array([0.5, np.nan, 1.0]),
+                                np.zeros(1), str(tmp_path / "saved"))
+  with pytest.raises(ValueError, match=r"dense_weights\[0\] = -inf"):
+    serving.export_lines_scorer(meta, np.zeros(3), np.array([-np.inf]),
+                                str(tmp_path / "saved"))
+  assert not os.path.exists(tmp_path / "saved")

@@ -544,3 +544,28 @@ def test_fit_without_examples_or_weight_says_so():
   with pytest.raises(ValueError, match=r"every example's weight .* is 0"):
     model.fit(np.ones((4, 3), np.float32), np.ones(4, np.float32),
               sample_weight=np.zeros(4, np.float32), verbose=0)
+
+
+def test_a_saved_model_with_non_finite_weights_is_refused_on_load(
+    cancer, tmp_path):
+  x, y, _, _ = cancer
+  model = LinearModel(loss="logistic", l2=1.0)
+  model.fit(x, y, epochs=2, verbose=0)
+  store = {}
+  model.save_own_variables(store)
+  slot = next(k for k in store if k.startswith("sdca_slot_"))
+  for key, index in (("0", 5), (slot, 3), ("sdca_row_duals", 11)):
+    assert key in store, sorted(store)
+    damaged = {k: np.array(v, copy=True) for k, v in store.items()}
+    damaged[key].flat[index] = np.nan
+    fresh = LinearModel(loss="logistic", l2=1.0)
+    fresh.fit(x[:10], y[:10], epochs=1, verbose=0)  # built, then loaded
+    with pytest.raises(ValueError, match=rf"the saved variable '{key}' has "
+                       rf"\[{index}\] = nan, not finite"):
+      fresh.load_own_variables(damaged)
+  # The undamaged store loads and predicts as the model.
+  fresh = LinearModel(loss="logistic", l2=1.0)
+  fresh.fit(x[:10], y[:10], epochs=1, verbose=0)
+  fresh.load_own_variables(store)
+  np.testing.assert_array_equal(fresh.predict(x, verbose=0),
+                                model.predict(x, verbose=0))

@@ -318,6 +318,21 @@ def _check_checkpoint(model_dir, meta, arrays):
          f"metadata {meta['num_features']} features")
   if "duals" in arrays and arrays["duals"].shape != (meta["rows"],):
     fail(f"has {arrays['duals'].shape[0]} duals for {meta['rows']} rows")
+  if "duals" in arrays:
+    bad = np.flatnonzero(~np.isfinite(arrays["duals"]))
+    if bad.size:
+      fail(f"has duals[{bad[0]}] = {arrays['duals'][bad[0]]}, not finite")
+  # The metadata's numbers enter every score too: a NaN l1 or scale would
+  # make every prediction NaN as surely as a NaN weight.
+  for key in ("l1", "l2"):
+    if not isinstance(meta[key], (int, float)) or not np.isfinite(meta[key]):
+      fail(f"has metadata {key} = {meta[key]!r}, not a finite number")
+  if meta.get("scale") is not None:
+    scale = np.asarray(meta["scale"], np.float64)
+    bad = np.flatnonzero(~(np.isfinite(scale) & (scale > 0)))
+    if bad.size:
+      fail(f"has metadata scale[{bad[0]}] = {scale[bad[0]]}, not a finite "
+           "positive number")
   if "epoch" in arrays and int(arrays["epoch"]) != meta["epochs_done"]:
     fail(f"is of epoch {int(arrays['epoch'])}, the metadata of epoch "
          f"{meta['epochs_done']}")
@@ -452,11 +467,25 @@ def score_files(args):
     labels, features = _features(args.format, arrays, dict(meta))
     features.pop("num_features")
     all_labels.append(labels)
-    all_scores.append(model.predict(**features))
+    # Overflowing weights are reported by `_check_scores` in one line, not
+    # by numpy's RuntimeWarnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+      all_scores.append(model.predict(**features))
   if bad.count:
     print(f"skipped {bad.count:,} malformed line(s)", file=sys.stderr)
   return (meta, np.concatenate(all_labels) if all_labels else np.zeros(0),
           np.concatenate(all_scores) if all_scores else np.zeros(0))
+
+
+def _check_scores(args, scores):
+  """A score that is not finite (weights that overflow w.x, though each is
+  finite) is an error naming the model, never a NaN metric with exit 0."""
+  bad = np.flatnonzero(~np.isfinite(scores))
+  if bad.size:
+    raise ValueError(
+        f"the model in {args.model_dir} gives {bad.size:,} score(s) that "
+        f"are not finite (first: row {bad[0]} of {', '.join(args.data)}, "
+        f"{scores[bad[0]]}); its weights overflow w.x")
 
 
 def evaluate(args):
@@ -464,6 +493,7 @@ def evaluate(args):
   the mean loss."""
   from tf_sdca import metrics  # pylint: disable=import-outside-toplevel
   meta, labels, scores = score_files(args)
+  _check_scores(args, scores)
   print(f"rows {labels.shape[0]:,}")
   if meta["loss"] == "logistic_loss":
     print(f"log_loss {metrics.log_loss(labels, scores):.6f}")
@@ -481,6 +511,7 @@ def evaluate(args):
 def predict(args):
   """`tf-sdca predict`: one score per line (probabilities for logistic)."""
   _, _, scores = score_files(args)
+  _check_scores(args, scores)
   np.savetxt(args.out, scores, fmt="%.9g")
   print(f"wrote {scores.shape[0]:,} scores to {args.out}")
   return 0

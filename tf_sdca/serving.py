@@ -67,6 +67,15 @@ class LinesScorer(tf.Module):
 
   def __init__(self, meta, sparse_weights, dense_weights):
     super().__init__(name="tf_sdca_lines_scorer")
+    # A SavedModel is loaded by TensorFlow (Serving), not by tf_sdca: a
+    # non-finite weight must be refused here, or every score is NaN there.
+    for name, w in (("sparse_weights", sparse_weights),
+                    ("dense_weights", dense_weights)):
+      w = np.asarray(w, np.float64)
+      bad = np.flatnonzero(~np.isfinite(w))
+      if bad.size:
+        raise ValueError(f"{name}[{bad[0]}] = {w.flat[bad[0]]} is not "
+                         "finite; refusing to export the model")
     self._format = meta["format"]
     self._loss = losses.op_name(meta["loss"])
     self._bucket_bits = meta.get("bucket_bits")

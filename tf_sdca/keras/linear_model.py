@@ -972,6 +972,15 @@ class LinearModel(keras.Model):
 
   def load_own_variables(self, store):
     keys = list(store.keys())
+    # A saved file with a NaN or inf weight or dual would load and then
+    # predict (or resume to) NaN everywhere: refuse it, naming the entry.
+    for key in keys:
+      value = np.asarray(store[key])
+      if value.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(value))
+        if bad.size:
+          raise ValueError(f"{self.name}: the saved variable {key!r} has "
+                           f"[{bad[0]}] = {value.flat[bad[0]]}, not finite")
     weights = [k for k in keys if not k.startswith("sdca_")]
     variables = self._trainable_variables + self._non_trainable_variables
     if len(weights) != len(variables):
