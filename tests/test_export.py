@@ -94,12 +94,16 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
   expected = _predicted(tmp_path, data, model_dir, "--format", "libsvm")
   # Label-less lines, a comment, a feature unseen in training (dropped, as
   # predict drops it) and bad lines.
+  # A qid token after the label (or first, label-less) is skipped as the
+  # reader skips it; "qid" elsewhere is a bad feature.
+  label, rest = lines[3].split(" ", 1)
   extra = [lines[0].split(" ", 1)[1], lines[1] + " # note",
-           lines[2] + " 99:5", "1 3:x", "1 0:2"]
+           lines[2] + " 99:5", f"{label} qid:17 {rest}", f"qid:2 {rest}",
+           "1 3:x", "1 0:2", f"{label} {rest} qid:3"]
   out = _served(tmp_path, saved, lines + extra)
   scores = np.asarray(out["scores"])
   n = len(lines)
   np.testing.assert_allclose(scores[:n], expected, rtol=1e-6, atol=1e-9)
-  np.testing.assert_allclose(scores[n:n + 3], expected[:3], rtol=1e-6,
-                             atol=1e-9)
-  assert out["valid"][n:] == [True, True, True, False, False]
+  np.testing.assert_allclose(scores[n:n + 5], expected[[0, 1, 2, 3, 3]],
+                             rtol=1e-6, atol=1e-9)
+  assert out["valid"][n:] == [True] * 5 + [False] * 3

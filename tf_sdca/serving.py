@@ -3,7 +3,7 @@
 `export_lines_scorer(model_dir, out_dir)` writes a SavedModel whose
 `serving_default` signature takes a batch of raw lines, exactly as they stand
 in the training files (Criteo TSV, with or without the label field; LIBSVM
-`label index:value ...`, the label optional), and does everything `tf-sdca
+`label [qid:N] index:value ...`, the label optional, the qid skipped), and does everything `tf-sdca
 predict` does in TensorFlow ops: parsing, hashing (Criteo), the dense
 columns' scaling and the intercept, the L1 shrink, `w.x` and the loss's
 activation. It loads with `tf.saved_model.load` or TensorFlow Serving and
@@ -39,6 +39,12 @@ def _libsvm_features(lines, num_features):
   pairs = tf.ragged.boolean_mask(
       tokens, position >= tf.cast(has_label, tf.int64)[:, None])
   flat = tf.ragged.map_flat_values
+  # A `qid:N` token after the label (ranking files) is skipped, as the
+  # reader skips it (tf_sdca/data/libsvm.py): not a feature, not an error.
+  qid = tf.logical_and(
+      tf.ragged.range(pairs.row_lengths()) == 0,
+      flat(lambda t: tf.strings.regex_full_match(t, "qid:.*"), pairs))
+  pairs = tf.ragged.boolean_mask(pairs, tf.logical_not(qid))
   good = flat(lambda t: tf.strings.regex_full_match(
       t, r"[0-9]{1,18}:" + _NUMBER), pairs)
   pairs = flat(lambda t, g: tf.where(g, t, "0:0"), pairs, good)
