@@ -542,3 +542,75 @@ def test_the_saved_model_export_refuses_non_finite_weights(tmp_path):
     serving.export_lines_scorer(meta, np.zeros(3), np.array([-np.inf]),
                                 str(tmp_path / "saved"))
   assert not os.path.exists(tmp_path / "saved")
+
+
+def _damage_cache(cache_dir, damage):
+  labels = os.path.join(cache_dir, "part-00000-labels.npy")
+  if damage == "truncated":
+    size = os.path.getsize(labels)
+    with open(labels, "r+b") as f:
+      f.truncate(size - 100)  # "mmap length is greater than file size"
+  elif damage == "garbage":
+    with open(labels, "wb") as f:
+      f.write(np.random.default_rng(0).bytes(5000))
+  elif damage == "foreign":  # a valid .npy of another shape
+    np.save(labels, np.zeros((7, 3)))
+  elif damage == "empty_file":
+    open(os.path.join(cache_dir, "part-00000-indices.npy"), "wb").close()
+  elif damage == "manifest_garbage":
+    with open(os.path.join(cache_dir, "manifest.json"), "wb") as f:
+      f.write(b"\xff\xfe{garbage")
+  elif damage == "manifest_list":
+    with open(os.path.join(cache_dir, "manifest.json"), "w") as f:
+      f.write("[1, 2]")
+  elif damage == "missing_part":
+    os.remove(os.path.join(cache_dir, "part-00000-values.npy"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "foreign",
+                                    "empty_file", "manifest_garbage",
+                                    "manifest_list", "missing_part"])
+def test_a_damaged_cache_is_rebuilt_with_a_one_line_warning(
+    tmp_path, capsys, damage):
+  x, y = load_breast_cancer_libsvm(tmp_path)
+  model_dir = str(tmp_path / "m")
+  argv = ["train", x, "--format", "libsvm", "--model-dir", model_dir,
+          "--epochs", "2", "--quiet"]
+  assert cli.main(argv) == 0
+  first = _checkpoint(model_dir)
+  cache_dir = os.path.join(model_dir, "cache")
+  _damage_cache(cache_dir, damage)
+  capsys.readouterr()
+  assert cli.main(argv + ["--overwrite"]) == 0
+  err = capsys.readouterr().err
+  assert "Traceback" not in err
+  (line,) = err.strip().splitlines()
+  assert line.startswith(f"warning: the cache in {cache_dir} is damaged (")
+  assert line.endswith("); rebuilding it from the source files")
+  again = _checkpoint(model_dir)
+  for key in ("sparse_weights", "dense_weights", "duals"):
+    np.testing.assert_array_equal(first[key], again[key])
+  # Rebuilt: the next run reads it without a word.
+  assert cli.main(argv + ["--overwrite"]) == 0
+  assert capsys.readouterr().err == ""
+
+
+def load_breast_cancer_libsvm(tmp_path):
+  from sklearn.datasets import load_breast_cancer  # pylint: disable=import-outside-toplevel
+  x, y = load_breast_cancer(return_X_y=True)
+  path = str(tmp_path / "bc.svm")
+  _write_libsvm(path, y, scipy.sparse.csr_matrix(x[:, :10]))
+  return path, y
+
+
+def test_a_cache_dir_with_other_files_is_refused_not_emptied(
+    criteo_file, tmp_path):
+  path, _ = criteo_file
+  cache_dir = tmp_path / "not_a_cache"
+  cache_dir.mkdir()
+  (cache_dir / "notes.txt").write_text("mine")
+  with pytest.raises(ValueError, match=r"holds files that are not a tf_sdca "
+                     r"cache \(e.g. 'notes.txt'\)"):
+    cache.load_or_build([path], "criteo", str(cache_dir), bucket_bits=16,
+                        verbose=0)
+  assert (cache_dir / "notes.txt").read_text() == "mine"

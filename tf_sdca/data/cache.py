@@ -6,7 +6,13 @@ the first pass writes each parsed chunk as `.npy` files and later runs
 memory-map them instead of re-parsing. A JSON manifest, written last and
 atomically, records the sources (path, size, modification time), the
 format and its options: a cache whose sources or options changed, or whose
-writing was interrupted, is rebuilt.
+writing was interrupted, is rebuilt. So is a damaged one (a truncated or
+garbage `.npy` file, an unreadable manifest, arrays whose shapes or types
+do not fit the manifest), with a one-line warning on stderr: the cache is
+a copy of the sources, never a reason to fail. Bytes changed in place with
+the length kept are not detected (there is no checksum: it would cost a
+pass over the data on every run). Only the cache's own files are ever
+deleted: a `cache_dir` holding anything else is refused.
 
 Bytes per row on disk: Criteo 160 (label 4, 13 float32 log-counts, 26 int32
 ids); LIBSVM 4 + 8 per non-zero (int32 index, float32 value) + 8 (row
@@ -14,7 +20,8 @@ pointer).
 """
 import json
 import os
-import shutil
+import re
+import sys
 import time
 
 import numpy as np
@@ -84,13 +91,22 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
                 skip_bad_lines=bool(skip_bad_lines))
   manifest_path = os.path.join(cache_dir, "manifest.json")
   if os.path.exists(manifest_path):
-    with open(manifest_path) as f:
-      manifest = json.load(f)
-    if all(manifest.get(k) == v for k, v in wanted.items()):
-      return _load(cache_dir, manifest), manifest
-  if os.path.isdir(cache_dir):
-    shutil.rmtree(cache_dir)
-  os.makedirs(cache_dir)
+    try:
+      try:
+        with open(manifest_path, encoding="utf-8") as f:
+          manifest = json.load(f)
+      except ValueError as error:
+        raise ValueError(f"{manifest_path}: {error}") from None
+      if not isinstance(manifest, dict):
+        raise ValueError(f"{manifest_path} is not a JSON object")
+      if all(manifest.get(k) == v for k, v in wanted.items()):
+        return _load(cache_dir, manifest), manifest
+    except (ValueError, OSError, EOFError, KeyError, TypeError) as error:
+      # (UnicodeDecodeError and JSONDecodeError are ValueErrors; KeyError
+      # and TypeError: a manifest of the wrong shape)
+      print(f"warning: the cache in {cache_dir} is damaged ({error}); "
+            "rebuilding it from the source files", file=sys.stderr)
+  _clear(cache_dir)
   bad_lines = criteo_reader.BadLines()
   start = time.perf_counter()
   chunk_rows = []
@@ -116,14 +132,62 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
   return _load(cache_dir, manifest), manifest
 
 
+_OWN_FILE = re.compile(r"(part-\d{5}-[a-z]+\.npy|manifest\.json(\.tmp)?)$")
+
+
+def _clear(cache_dir):
+  """An empty `cache_dir`: the cache's own files deleted (a directory
+  given by mistake, holding anything else, is refused, never emptied)."""
+  if not os.path.isdir(cache_dir):
+    os.makedirs(cache_dir)
+    return
+  names = os.listdir(cache_dir)
+  foreign = [n for n in names if not _OWN_FILE.match(n)]
+  if foreign:
+    raise ValueError(f"the cache directory {cache_dir} holds files that are "
+                     f"not a tf_sdca cache (e.g. {sorted(foreign)[0]!r}); "
+                     "give an empty or new directory")
+  for name in names:
+    os.remove(os.path.join(cache_dir, name))
+
+
+# The stored arrays: (dtypes, trailing shape) per format; `ids` are int64
+# only for bucket_bits > 31.
+_LAYOUT = dict(
+    criteo=dict(labels=((np.float32,), ()), dense=((np.float32,), (13,)),
+                ids=((np.int32, np.int64), (26,))),
+    libsvm=dict(labels=((np.float32, np.float64), ()),
+                lengths=((np.int64,), ()), indices=((np.int32,), ()),
+                values=((np.float32,), ())))
+
+
 def _load(cache_dir, manifest):
-  names = (("labels", "dense", "ids") if manifest["format"] == "criteo" else
-           ("labels", "lengths", "indices", "values"))
-  return {name: [np.load(os.path.join(cache_dir,
-                                      f"part-{i:05d}-{name}.npy"),
-                         mmap_mode="r")
-                 for i in range(len(manifest["chunks"]))]
-          for name in names}
+  """The memory maps of the cache, each checked against the manifest
+  (a ValueError naming the file otherwise)."""
+  layout = _LAYOUT[manifest["format"]]
+  arrays = {name: [] for name in layout}
+  for i, rows in enumerate(manifest["chunks"]):
+    for name, (dtypes, inner) in layout.items():
+      path = os.path.join(cache_dir, f"part-{i:05d}-{name}.npy")
+      try:
+        array = np.load(path, mmap_mode="r")
+      except OSError as error:
+        raise ValueError(f"{path}: {error.strerror}") from None
+      except (ValueError, EOFError) as error:
+        # (numpy takes a file without the .npy magic for a pickle)
+        raise ValueError(f"{path}: " + (
+            "not a .npy file" if "pickle" in str(error) else
+            str(error))) from None
+      length = (int(np.sum(arrays["lengths"][i]))
+                if name in ("indices", "values") else rows)
+      if (not isinstance(array, np.ndarray) or
+          array.dtype not in [np.dtype(t) for t in dtypes] or
+          array.shape != (length,) + inner):
+        raise ValueError(f"{path} holds {getattr(array, 'dtype', '?')} "
+                         f"{getattr(array, 'shape', '?')}, the manifest "
+                         f"{length} rows of {inner}")
+      arrays[name].append(array)
+  return arrays
 
 
 def concatenate(parts, dtype=None):
