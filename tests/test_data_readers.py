@@ -8,6 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -614,3 +616,71 @@ def test_a_cache_dir_with_other_files_is_refused_not_emptied(
     cache.load_or_build([path], "criteo", str(cache_dir), bucket_bits=16,
                         verbose=0)
   assert (cache_dir / "notes.txt").read_text() == "mine"
+
+
+def _killed_train(data, model_dir, env_moment=None, after_epoch=None,
+                  *extra):
+  """`python -m tf_sdca.cli train` in a child process, SIGKILLed at a test
+  hook's moment (TF_SDCA_TEST_KILL_AT, tf_sdca.files.kill_point) or, with
+  `after_epoch`, by this process as soon as that epoch's checkpoint is
+  there (so in the next epoch or its checkpoint write, wherever the child
+  is)."""
+  env = dict(os.environ)
+  env.pop("TF_SDCA_TEST_STOP_AFTER_EPOCH", None)
+  if env_moment:
+    env["TF_SDCA_TEST_KILL_AT"] = env_moment
+  child = subprocess.Popen(
+      [sys.executable, "-m", "tf_sdca.cli", "train", data, "--model-dir",
+       model_dir, "--epochs", "4", "--tol", "1e-12", "--bucket-bits", "16",
+       "--quiet", *extra], env=env, stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE)
+  if after_epoch is not None:
+    deadline = time.monotonic() + 60
+    while child.poll() is None and time.monotonic() < deadline:
+      try:
+        if int(_checkpoint(model_dir)["epoch"]) >= after_epoch:
+          break
+      except (OSError, ValueError, KeyError, EOFError,
+              zipfile.BadZipFile):  # not there yet, or being renamed
+        pass
+      time.sleep(0.005)
+    child.kill()
+  _, err = child.communicate(timeout=60)
+  assert child.returncode == -9, err.decode()[-2000:]
+
+
+@pytest.mark.parametrize("moment,extra", [
+    ("cache-part-0", ()),               # parsing: the cache half written
+    ("checkpoint-2-half-written", ()),  # epoch 2's checkpoint cut in half
+    ("after-epoch-1", ()),              # timed: epoch 2 or its checkpoint
+    ("epoch-3-batch-2", ("--batch-size", "5000")),  # mid-epoch, mini-batch
+])
+def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_model(
+    generated, tmp_path, moment, extra):
+  data = os.path.join(generated, "part-00000.tsv")
+  whole = str(tmp_path / "whole")
+  assert _train(data, whole, *extra) == 0
+  killed = str(tmp_path / "killed")
+  if moment.startswith("after-epoch-"):
+    _killed_train(data, killed, None, int(moment.rsplit("-", 1)[1]), *extra)
+  else:
+    _killed_train(data, killed, moment, None, *extra)
+  # What a user does next: --resume if the kill left a model, else again.
+  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
+  resume = ("--resume",) if commands.has_model(killed) else ()
+  if moment == "cache-part-0":
+    assert not resume and not os.path.exists(
+        os.path.join(killed, "cache", "manifest.json"))
+  if moment == "checkpoint-2-half-written":
+    assert int(_checkpoint(killed)["epoch"]) == 1
+    assert os.path.exists(os.path.join(killed, "checkpoint.npz.tmp.npz"))
+  if moment == "epoch-3-batch-2":
+    assert int(_checkpoint(killed)["epoch"]) == 2
+  if moment == "after-epoch-1":
+    assert 1 <= int(_checkpoint(killed)["epoch"]) < 4
+  assert _train(data, killed, *extra, *resume) == 0
+  a, b = _checkpoint(whole), _checkpoint(killed)
+  assert int(a["epoch"]) == int(b["epoch"]) == 4
+  for key in ("sparse_weights", "dense_weights", "duals"):
+    np.testing.assert_array_equal(a[key], b[key])
+

@@ -28,6 +28,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import files
 from tf_sdca import losses
 from tf_sdca.ops import sdca_ops
 
@@ -295,6 +296,7 @@ class InMemorySdca:
         done = 0
         for k, (rows, sparse) in enumerate(batches):
           self._step(rows, sparse, dense, labels, weights, epoch, k)
+          files.kill_point(f"epoch-{epoch + 1}-batch-{k + 1}")
           done += (rows.stop - rows.start if isinstance(rows, slice) else
                    len(rows))
           if bar is not None and done < n:

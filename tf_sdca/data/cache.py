@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from tf_sdca import files
 from tf_sdca.data import criteo as criteo_reader
 from tf_sdca.data import libsvm as libsvm_reader
 
@@ -115,6 +116,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     for name, array in _compact(fmt, chunk, bucket_bits).items():
       np.save(os.path.join(cache_dir, f"part-{i:05d}-{name}.npy"), array)
     chunk_rows.append(int(chunk["labels"].shape[0]))
+    files.kill_point(f"cache-part-{i}")
     if verbose:
       rows = sum(chunk_rows)
       rate = rows / max(time.perf_counter() - start, 1e-9)
