@@ -684,3 +684,20 @@ def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_model(
   for key in ("sparse_weights", "dense_weights", "duals"):
     np.testing.assert_array_equal(a[key], b[key])
 
+
+def test_a_mini_batch_error_in_the_cli_names_the_users_row(tmp_path, capsys):
+  rng = np.random.default_rng(1)
+  x = scipy.sparse.csr_matrix(rng.normal(size=(1000, 4)).astype(np.float32))
+  x.data[700 * 4 + 2] = 3e38  # line 701: valid, but beyond float32 state
+  path = str(tmp_path / "big.svm")
+  _write_libsvm(path, rng.choice([-1.0, 1.0], 1000), x)
+  capsys.readouterr()
+  assert cli.main(["train", path, "--format", "libsvm", "--loss", "squared",
+                   "--l2", "1e-30", "--batch-size", "300", "--model-dir",
+                   str(tmp_path / "m"), "--quiet"]) == 2
+  err = capsys.readouterr().err
+  assert "Traceback" not in err
+  (line,) = err.strip().splitlines()
+  assert re.match(r"tf-sdca train: error: in mini-batch \d of epoch 1: "
+                  r"squared_loss: example \d+ \(row 700 of the data\)'s "
+                  r"primal loss", line), line

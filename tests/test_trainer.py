@@ -1,5 +1,7 @@
 """InMemorySdca end to end: optimum against scikit-learn and the ridge
 closed form, duality gap certificate, sparse + dense input."""
+import re
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes
@@ -89,3 +91,29 @@ def test_auc_and_log_loss_match_sklearn():
   p[::7] = 0.5  # ties
   assert metrics.auc(y, p) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
   assert metrics.log_loss(y, p) == pytest.approx(log_loss(y, p), rel=1e-12)
+
+
+@pytest.mark.parametrize("loss,shuffle", [("squared_loss", True),
+                                          ("squared_loss", False),
+                                          ("logistic_loss", True)])
+def test_a_mini_batch_error_names_the_row_of_the_users_data(loss, shuffle):
+  """The op sees one batch; its error ("example 188") must also say which
+  row of the data that is, whichever batch the row was dealt into."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(1000, 5)).astype(np.float32)
+  y = (rng.uniform(size=1000) > 0.5).astype(np.float32)
+  x[700, 2] = 3e38  # valid, but its loss does not fit float32 state
+  model = InMemorySdca(loss=loss, l2=1e-30)
+  with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+    model.fit(y, dense=x, epochs=2, batch_size=300, shuffle=shuffle,
+              verbose=0)
+  message = caught.value.message
+  assert re.match(rf"in mini-batch [1-4] of epoch [12]: {loss}: example "
+                  r"\d+ \(row 700 of the data\)'s primal loss", message), (
+                      message)
+  # Where that example sat in its batch, and that the batch held row 700.
+  position = int(re.search(r"example (\d+) \(", message).group(1))
+  if not shuffle:
+    assert position == 700 - 300 * (700 // 300)
+  assert "function_node" not in message and "[Op:" not in message

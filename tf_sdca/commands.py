@@ -16,6 +16,7 @@ never patched.
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import zipfile
@@ -116,6 +117,18 @@ def run(args):
   except (ValueError, OSError) as error:  # OSError: missing, a directory,
     # unreadable or unwritable paths
     print(f"tf-sdca {args.command}: error: {error}", file=sys.stderr)
+    return 2
+  except Exception as error:  # pylint: disable=broad-except
+    # An op's InvalidArgumentError (data the op refuses, a step beyond
+    # float32) is the user's data, not a bug: one line, not a traceback.
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if not isinstance(error, tf.errors.InvalidArgumentError):
+      raise
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "",
+                     error.message)
+    message = re.sub(r"\s*\[Op:[^\]]*\]( name: \S*)?\s*$", "", message)
+    print(f"tf-sdca {args.command}: error: {' '.join(message.split())}",
+          file=sys.stderr)
     return 2
 
 

@@ -22,6 +22,7 @@ Example:
   >>> scores = model.predict(dense=x)
 """
 import os
+import re
 import time
 import warnings
 
@@ -379,15 +380,21 @@ class InMemorySdca:
     state = np.zeros((len(labels[rows]), 4), np.float32)
     state[:, 0] = self.duals[rows]
     state[:, 3] = weights[rows]
-    state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
-        sp_args[0], sp_args[1], sp_args[2], dense_args[0], weights[rows],
-        labels[rows], sp_args[3], sp_args[4], dense_args[1],
-        state, loss_type=self.loss, l1=self.l1, l2=self.l2,
-        visit_order=self.visit_order, seed=self.seed + epoch,
-        gamma=self.gamma, num_threads=self.num_threads,
-        # The epoch's k-th batch: new rows (zero duals) in equal-sized
-        # batches would otherwise all be visited in one order.
-        call_index=index)
+    try:
+      state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
+          sp_args[0], sp_args[1], sp_args[2], dense_args[0], weights[rows],
+          labels[rows], sp_args[3], sp_args[4], dense_args[1],
+          state, loss_type=self.loss, l1=self.l1, l2=self.l2,
+          visit_order=self.visit_order, seed=self.seed + epoch,
+          gamma=self.gamma, num_threads=self.num_threads,
+          # The epoch's k-th batch: new rows (zero duals) in equal-sized
+          # batches would otherwise all be visited in one order.
+          call_index=index)
+    except tf.errors.InvalidArgumentError as error:
+      raise tf.errors.InvalidArgumentError(
+          error.node_def, error.op, _in_user_rows(
+              error.message, rows, sparse,
+              0 if dense is None else dense.shape[1], epoch, index)) from None
     self.duals[rows] = state.numpy()[:, 0]
     if sparse is not None:
       if sparse[3] is None:
@@ -436,6 +443,45 @@ class InMemorySdca:
     """Probabilities for logistic, rates for Poisson, `w.x` otherwise."""
     z = self.decision_function(**features)
     return losses.activation(self.loss, z)
+
+
+_BATCH_POSITION = re.compile(
+    r"\b(?:(example) (\d+)|(example_labels|example_weights|"
+    r"example_state_data)\[(\d+)|(dense_features)\[0\]\[(\d+)\]|"
+    r"(sparse_example_indices|sparse_feature_indices|"
+    r"sparse_feature_values)\[0\]\[(\d+)\])")
+
+
+def _in_user_rows(message, rows, sparse, dense_dim, epoch, index):
+  """The op's error for one mini-batch with each position inside the batch
+  followed by the row of the user's data it is: "example 188" -> "example
+  188 (row 3042 of the data)", `dense_features[0][208]` (flat) ->
+  "... (row R of the data)", `sparse_*[0][k]` (entry k) -> its row. The
+  op sees only the batch; the dealt rows `rows` (a slice or an index array)
+  map it back."""
+  first = rows.start if isinstance(rows, slice) else None
+
+  def row_of(position):
+    return (first + position if first is not None else
+            int(rows[position]))
+
+  def annotate(match):
+    text = match.group(0)
+    try:
+      if match.group(1) or match.group(3):
+        position = int(match.group(2) or match.group(4))
+      elif match.group(5):
+        position = int(match.group(6)) // max(1, dense_dim)
+      else:
+        position = int(sparse[0][int(match.group(8))])  # entry -> row
+      return f"{text} (row {row_of(position)} of the data)"
+    except (IndexError, TypeError, ValueError):  # not a position after all
+      return text
+  # TensorFlow's wrapping of an eager op's error says nothing to the user.
+  message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)
+  message = re.sub(r"\s*\[Op:[^\]]*\]( name: \S*)?\s*$", "", message)
+  return (f"in mini-batch {index + 1} of epoch {epoch + 1}: " +
+          _BATCH_POSITION.sub(annotate, message))
 
 
 def objective_and_gap(parts, loss, l1, l2):
