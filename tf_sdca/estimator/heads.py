@@ -1,8 +1,9 @@
 """Heads: what a linear estimator does with its logits and labels.
 
-TensorFlow's `BinaryClassHead` and `RegressionHead`, for the two losses that
-its linear estimators trained by SDCA: logistic for `LinearClassifier`,
-squared for `LinearRegressor`. A head checks and converts the labels, names
+TensorFlow's `BinaryClassHead`, `MultiClassHead` and `RegressionHead`, for
+the losses its linear estimators train by SDCA: logistic for a binary
+`LinearClassifier`, softmax for `LinearClassifier(n_classes > 2)` (which
+TensorFlow's SDCA never trained), squared for `LinearRegressor`. A head checks and converts the labels, names
 the SDCA loss, turns logits into TensorFlow's prediction dicts, keeps the
 evaluation metrics (TensorFlow's keys and definitions) and says what each
 serving signature returns.
@@ -69,6 +70,45 @@ class _Head:
     with tf.control_dependencies([check]):
       return tf.identity(w)
 
+  def _set_vocabulary(self, label_vocabulary, n_classes):
+    """Checks `label_vocabulary` (None or `n_classes` distinct strings)
+    and builds the table mapping each string to its class id."""
+    self.vocabulary_table = None
+    if label_vocabulary is not None:
+      if not isinstance(label_vocabulary, (list, tuple)) or not all(
+          isinstance(v, str) for v in label_vocabulary):
+        raise ValueError(f"label_vocabulary must be a list or tuple of "
+                         f"strings, got {label_vocabulary!r}")
+      if len(label_vocabulary) != n_classes or \
+          len(set(label_vocabulary)) != n_classes:
+        raise ValueError(f"label_vocabulary must hold n_classes = "
+                         f"{n_classes} distinct strings, got "
+                         f"{list(label_vocabulary)}")
+      with tf.init_scope():
+        self.vocabulary_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(list(label_vocabulary)),
+                tf.range(n_classes, dtype=tf.int64)), default_value=-1)
+    self.label_vocabulary = (None if label_vocabulary is None else
+                             list(label_vocabulary))
+    self.class_names = self.label_vocabulary or [
+        str(k) for k in range(n_classes)]
+
+  def _vocabulary_ids(self, labels):
+    """int64 class ids of string labels; raises (when run) for a label
+    outside `label_vocabulary`."""
+    if labels.dtype != tf.string:
+      raise ValueError(f"with label_vocabulary the labels must be "
+                       f"strings, got {labels.dtype.name}")
+    ids = self.vocabulary_table.lookup(labels)
+    check = tf.debugging.Assert(
+        tf.reduce_all(ids >= 0),
+        ["labels must be in label_vocabulary (" +
+         ", ".join(self.label_vocabulary) + "); got",
+         tf.boolean_mask(labels, ids < 0)], summarize=5)
+    with tf.control_dependencies([check]):
+      return tf.identity(ids)
+
   @staticmethod
   def _one_label_per_example(labels, name):
     if labels.shape.rank is not None and labels.shape.rank > 1 and \
@@ -91,22 +131,7 @@ class BinaryClassHead(_Head):
   def __init__(self, weight_column=None, label_vocabulary=None,
                reduction="sum_over_batch_size"):
     super().__init__(weight_column, reduction)
-    if label_vocabulary is not None:
-      if not isinstance(label_vocabulary, (list, tuple)) or not all(
-          isinstance(v, str) for v in label_vocabulary):
-        raise ValueError(f"label_vocabulary must be a list or tuple of "
-                         f"strings, got {label_vocabulary!r}")
-      if len(label_vocabulary) != 2 or len(set(label_vocabulary)) != 2:
-        raise ValueError(f"label_vocabulary must hold n_classes = 2 distinct "
-                         f"strings, got {list(label_vocabulary)}")
-      with tf.init_scope():
-        self.vocabulary_table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(
-                tf.constant(list(label_vocabulary)),
-                tf.constant([0, 1], tf.int64)), default_value=-1)
-    self.label_vocabulary = (None if label_vocabulary is None else
-                             list(label_vocabulary))
-    self.class_names = self.label_vocabulary or ["0", "1"]
+    self._set_vocabulary(label_vocabulary, 2)
 
   def labels(self, labels):
     """float32 `[B]` labels in [0, 1]; raises (when run) for labels outside
@@ -114,17 +139,7 @@ class BinaryClassHead(_Head):
     labels = self._one_label_per_example(tf.convert_to_tensor(labels),
                                          "LinearClassifier")
     if self.label_vocabulary is not None:
-      if labels.dtype != tf.string:
-        raise ValueError(f"with label_vocabulary the labels must be "
-                         f"strings, got {labels.dtype.name}")
-      ids = self.vocabulary_table.lookup(labels)
-      check = tf.debugging.Assert(
-          tf.reduce_all(ids >= 0),
-          ["labels must be in label_vocabulary (" +
-           ", ".join(self.label_vocabulary) + "); got",
-           tf.boolean_mask(labels, ids < 0)], summarize=5)
-      with tf.control_dependencies([check]):
-        return tf.cast(ids, tf.float32)
+      return tf.cast(self._vocabulary_ids(labels), tf.float32)
     if labels.dtype == tf.string:
       raise ValueError("the labels are strings: give label_vocabulary "
                        "(LinearClassifier maps its 2 strings to 0 and 1)")
@@ -171,6 +186,79 @@ class BinaryClassHead(_Head):
 
   def metrics(self):
     return _BinaryMetrics(self)
+
+
+class MultiClassHead(_Head):
+  """Softmax (multinomial logistic) loss on class ids in [0, n_classes)
+  (or the strings of `label_vocabulary`); TensorFlow's multi-class
+  classifier outputs."""
+
+  loss_type = "softmax"
+  prediction_keys = ("logits", "probabilities", "class_ids", "classes",
+                     "all_class_ids", "all_classes")
+  signature_names = ("serving_default", "classification", "predict")
+
+  def __init__(self, n_classes, weight_column=None, label_vocabulary=None,
+               reduction="sum_over_batch_size"):
+    super().__init__(weight_column, reduction)
+    self.n_classes = n_classes
+    self._set_vocabulary(label_vocabulary, n_classes)
+
+  def labels(self, labels):
+    """float32 `[B]` class ids; raises (when run) for an id that is
+    negative, not an integer or >= n_classes, or a string outside
+    `label_vocabulary`."""
+    labels = self._one_label_per_example(tf.convert_to_tensor(labels),
+                                         "LinearClassifier")
+    if self.label_vocabulary is not None:
+      return tf.cast(self._vocabulary_ids(labels), tf.float32)
+    if labels.dtype == tf.string:
+      raise ValueError(f"the labels are strings: give label_vocabulary "
+                       f"(LinearClassifier maps its {self.n_classes} strings "
+                       f"to the class ids 0 ... {self.n_classes - 1})")
+    ids = tf.cast(labels, tf.float64)
+    check = tf.debugging.Assert(
+        tf.reduce_all((ids >= 0) & (ids < self.n_classes) &
+                      (ids == tf.round(ids))),
+        [f"labels must be class ids in [0, {self.n_classes}) for "
+         f"LinearClassifier(n_classes={self.n_classes}); got", labels],
+        summarize=5)
+    with tf.control_dependencies([check]):
+      return tf.cast(ids, tf.float32)
+
+  @staticmethod
+  def losses(logits, labels):
+    """Unweighted softmax cross-entropy per example (float64)."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int64), logits=tf.cast(logits, tf.float64))
+
+  def predictions(self, logits):
+    """TensorFlow's dict for float32 logits `[B, n_classes]`."""
+    logits = tf.reshape(logits, [-1, self.n_classes])
+    batch = tf.shape(logits)[0]
+    class_ids = tf.argmax(logits, axis=1)[:, None]
+    names = tf.constant(self.class_names)
+    return {
+        "logits": logits,
+        "probabilities": tf.nn.softmax(logits),
+        "class_ids": class_ids,
+        "classes": tf.gather(names, class_ids),
+        "all_class_ids": tf.tile(tf.range(self.n_classes)[None, :],
+                                 [batch, 1]),
+        "all_classes": tf.tile(names[None, :], [batch, 1]),
+    }
+
+  @staticmethod
+  def signature_outputs(predictions):
+    """The outputs of each serving signature (TensorFlow's export outputs)."""
+    classification = {"classes": predictions["all_classes"],
+                      "scores": predictions["probabilities"]}
+    return {"serving_default": classification,
+            "classification": classification,
+            "predict": dict(predictions)}
+
+  def metrics(self):
+    return _MultiClassMetrics(self)
 
 
 class RegressionHead(_Head):
@@ -278,3 +366,33 @@ class _BinaryMetrics(_Metrics):
     label_mean = float(out["label/mean"])
     out["accuracy_baseline"] = np.float32(max(label_mean, 1.0 - label_mean))
     return out
+
+
+class _MultiClassMetrics:
+  """TensorFlow's multi-class head metrics: `loss` (the mean over batches
+  of each batch's reduced loss), `average_loss` (weighted mean
+  cross-entropy per example) and `accuracy` (weighted, of the argmax
+  class)."""
+
+  def __init__(self, head):
+    self._head = head
+    self._batch_losses = []
+    self._sums = np.zeros(3)  # sum w l, sum w, sum w [argmax == label]
+
+  def update(self, logits, labels, weights):
+    losses = self._head.losses(logits, labels)
+    w = tf.cast(weights, tf.float64)
+    self._batch_losses.append(float(reduce_loss(losses, w,
+                                                self._head.reduction)))
+    hit = tf.cast(tf.equal(tf.argmax(logits, axis=1),
+                           tf.cast(labels, tf.int64)), tf.float64)
+    self._sums += [float(tf.reduce_sum(w * losses)), float(tf.reduce_sum(w)),
+                   float(tf.reduce_sum(w * hit))]
+
+  def result(self):
+    if not self._batch_losses:
+      raise ValueError("evaluate: the input_fn gave no batch")
+    total_loss, weight, hits = self._sums
+    mean = lambda x: np.float32(x / weight if weight else np.nan)  # noqa
+    return {"loss": np.float32(np.mean(self._batch_losses)),
+            "average_loss": mean(total_loss), "accuracy": mean(hits)}
