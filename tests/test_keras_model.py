@@ -569,3 +569,46 @@ def test_a_saved_model_with_non_finite_weights_is_refused_on_load(
   fresh.load_own_variables(store)
   np.testing.assert_array_equal(fresh.predict(x, verbose=0),
                                 model.predict(x, verbose=0))
+
+
+def test_a_csr_matrix_with_duplicate_entries_trains_as_its_sum():
+  """scipy reads a CSR matrix's repeated (row, column) entries as their
+  sum; fit, validation, predict and evaluate must too (a tf.SparseTensor
+  refused them: "indices[1] = [0,0] is repeated")."""
+  rng = np.random.default_rng(3)
+  base = scipy.sparse.random(300, 12, density=0.3, random_state=4,
+                             format="csr", dtype=np.float32)
+  y = (rng.uniform(size=300) > 0.5).astype(np.float32)
+  # Every third entry split into two halves, the second half appended at
+  # the end of its row (so the row's indices are also unsorted).
+  rows = np.repeat(np.arange(300), np.diff(base.indptr))
+  split = np.arange(base.nnz) % 3 == 0
+  data = np.where(split, base.data / 2, base.data)
+  all_rows = np.concatenate([rows, rows[split]])
+  all_cols = np.concatenate([base.indices, base.indices[split]])
+  all_data = np.concatenate([data, base.data[split] - data[split]])
+  order = np.argsort(all_rows, kind="stable")
+  dup = scipy.sparse.csr_matrix(
+      (all_data[order], all_cols[order],
+       np.concatenate([[0], np.cumsum(np.bincount(all_rows, minlength=300))])),
+      shape=base.shape)
+  assert not dup.has_canonical_format and dup.nnz > base.nnz
+  summed = dup.copy()
+  summed.sum_duplicates()
+  np.testing.assert_allclose(summed.toarray(), base.toarray(), rtol=1e-6)
+  kept = dup.copy()
+  models = []
+  for x in (dup, summed):
+    model = LinearModel(loss="logistic", l2=1.0)
+    history = model.fit(x, y, epochs=4, shuffle=False, verbose=0,
+                        validation_data=(x, y))
+    models.append((model, history.history))
+  (a, ha), (b, hb) = models
+  for wa, wb in zip(a.get_weights(), b.get_weights()):
+    np.testing.assert_array_equal(wa, wb)
+  assert ha == hb
+  np.testing.assert_array_equal(a.predict(dup, verbose=0),
+                                b.predict(summed, verbose=0))
+  assert a.evaluate(dup, y, verbose=0) == b.evaluate(summed, y, verbose=0)
+  # The caller's matrix is left as it was.
+  assert (dup != kept).nnz == 0 and not dup.has_canonical_format

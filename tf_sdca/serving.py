@@ -3,10 +3,10 @@
 `export_lines_scorer(model_dir, out_dir)` writes a SavedModel whose
 `serving_default` signature takes a batch of raw lines, exactly as they stand
 in the training files (Criteo TSV, with or without the label field; LIBSVM
-`label [qid:N] index:value ...`, the label optional, the qid skipped), and does everything `tf-sdca
-predict` does in TensorFlow ops: parsing, hashing (Criteo), the dense
-columns' scaling and the intercept, the L1 shrink, `w.x` and the loss's
-activation. It loads with `tf.saved_model.load` or TensorFlow Serving and
+`label [qid:N] index:value ...`, the label optional, the qid skipped), and
+does everything `tf-sdca predict` does in TensorFlow ops: parsing, hashing
+(Criteo), the dense columns' scaling and the intercept, the L1 shrink,
+`w.x` and the loss's activation. It loads with `tf.saved_model.load` or TensorFlow Serving and
 needs no tf_sdca:
 
   >>> scorer = tf.saved_model.load("exported/")

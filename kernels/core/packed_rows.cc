@@ -332,7 +332,8 @@ class PackedPass {
   // `lines`: the cache lines of a record to prefetch (PrefetchLines()).
   PackedPass(const Loss& loss, const SolverOptions& options, double sigma,
              int64_t lines)
-      : loss_(loss), step_(loss, options, sigma), lines_(lines) {}
+      : loss_(loss), options_(options), step_(loss, options, sigma),
+        lines_(lines) {}
 
   // With `shrinking` (kShrinking), each step is also shown to it.
   template <class Header, bool kRecord>
@@ -343,6 +344,12 @@ class PackedPass {
               ShrinkingPass* shrinking = nullptr) const {
     double* __restrict wd = w + num_sparse;
     for (int64_t k = 0; k < count; ++k) {
+      // A pass of millions of rows takes seconds: a cancelled step stops
+      // within kCancelCheckRows of them (the caller sees Cancelled() too).
+      if ((k & (kCancelCheckRows - 1)) == kCancelCheckRows - 1 &&
+          options_.Cancelled()) {
+        return -1;
+      }
       PrefetchAhead<Header>(buffer, visit, k, count, lines_, w, duals,
                             [](const Header* h) { return h->nnz; });
       const Header* h = reinterpret_cast<const Header*>(buffer + visit[k]);
@@ -373,6 +380,7 @@ class PackedPass {
 
  private:
   const Loss& loss_;
+  const SolverOptions& options_;
   const RowStep<Loss, kHasL1, kHasValues> step_;
   const int64_t lines_;
 };
@@ -1090,6 +1098,7 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
     std::vector<int64_t> visit;
     std::vector<double> scores;
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+      if (options.Cancelled()) return;
       // The rows to visit, as record offsets (cyclic: all, in order).
       const int64_t* offsets = offsets_.data();
       int64_t count = n;
@@ -1139,6 +1148,9 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
                      &failed_margin, shrink ? &shrinking : nullptr);
                  if (k >= 0) failed = offsets + k;
                });
+      // A pass cut short by a cancel must not teach the shrinking state
+      // (kept by the rows from call to call) its partial gradient range.
+      if (options.Cancelled()) return;
       if (shrink) {
         // LIBLINEAR's outer-iteration end, with its stopping tolerance
         // relative: 0.1 of the spread of the last pass over all rows.
@@ -1224,6 +1236,7 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
     std::vector<double> scores;
     std::vector<double> shared_hot(num_hot + dense_dim_);
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+      if (options.Cancelled()) break;  // the hot weights are written back
       // Cyclic: the rows in order, without an order array.
       const int64_t* order = offsets_.data();
       if (options.order == VisitOrder::kPermutation ||
@@ -1278,11 +1291,21 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
                        first_row(t + 1) - first_row(t),
                        SyncInterval() * t / threads));
                  }
+                 // Every kCancelCheckRows rows, a cancelled step ends the
+                 // threads' shares (merged as at their end).
+                 auto cancelled = [&options](int64_t k) {
+                   return (k & (kCancelCheckRows - 1)) ==
+                              kCancelCheckRows - 1 &&
+                          options.Cancelled();
+                 };
                  if (!lockstep) {
                    run_threads(threads, [&](int64_t t) {
                      Pass& p = *passes[t];
                      p.Begin();
-                     for (int64_t k = 0; k < p.count(); ++k) p.Visit(k);
+                     for (int64_t k = 0; k < p.count(); ++k) {
+                       if (cancelled(k)) break;
+                       p.Visit(k);
+                     }
                      p.End();
                    });
                    return;
@@ -1293,6 +1316,7 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
                    longest = std::max(longest, p->count());
                  }
                  for (int64_t k = 0; k < longest; ++k) {
+                   if (cancelled(k)) break;
                    for (auto& p : passes) {
                      if (k < p->count()) p->Visit(k);
                    }

@@ -39,8 +39,15 @@ inline bool ParseVisitOrder(const char* name, VisitOrder* order) {
 }
 
 // The most passes one op call makes (num_passes, num_inner_iterations): a
-// call is not cancellable mid-way, so an absurd count would run for days.
+// call is cancelled only between passes (see SolverOptions::cancelled), so
+// a cap on the count still bounds a call nobody cancels.
 constexpr int kMaxPasses = 1 << 20;
+
+// Rows between two looks at SolverOptions::cancelled inside a pass (a
+// power of two): ~15 ms of solving at the ~4M rows/s of one thread on 20
+// dense columns (more on wide rows), against well under a microsecond for
+// one look.
+constexpr int64_t kCancelCheckRows = 1 << 16;
 
 struct SolverOptions {
   const DualLossUpdater* loss = nullptr;
@@ -50,6 +57,13 @@ struct SolverOptions {
   int num_inner_iterations = 1;
   VisitOrder order = VisitOrder::kPermutation;
   uint64_t seed = 0;
+  // Asked before every pass of a solve and every kCancelCheckRows rows in
+  // one; true stops the solve there (the kernels pass TensorFlow's step
+  // cancellation, so a cancelled step does not run on for the remaining
+  // rows and passes). Empty: never cancelled.
+  std::function<bool()> cancelled;
+
+  bool Cancelled() const { return cancelled && cancelled(); }
 };
 
 // Runs fn(k) for every k in [0, n), possibly concurrently.

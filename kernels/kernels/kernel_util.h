@@ -12,6 +12,7 @@
 #include "kernels/core/loss.h"
 #include "kernels/core/packed_rows.h"
 #include "kernels/core/solver_options.h"
+#include "tensorflow/core/framework/cancellation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/errors.h"
@@ -182,6 +183,26 @@ inline ParallelFor DevicePool(::tensorflow::OpKernelContext* context) {
           for (int64_t k = begin; k < end; ++k) fn(k);
         });
   };
+}
+
+// The step's cancellation as SolverOptions::cancelled, asked before every
+// pass: a cancelled step (a Session's RunOptions timeout, an eager
+// CancellationManager's start_cancel, a failing peer in a collective) stops
+// the solve at the next pass instead of running all of num_passes.
+inline void WatchCancellation(::tensorflow::OpKernelContext* context,
+                              SolverOptions* options) {
+  ::tensorflow::CancellationManager* manager = context->cancellation_manager();
+  if (manager == nullptr) return;
+  options->cancelled = [manager] { return manager->IsCancelled(); };
+}
+
+// After a solve: Cancelled when the step was (the outputs are then
+// partial; the input weights and duals were never written).
+inline ::tensorflow::Status CancelledStatus(const SolverOptions& options,
+                                           const char* op) {
+  if (!options.Cancelled()) return absl::OkStatus();
+  return ::tensorflow::errors::Cancelled(
+      op, " was cancelled between two passes; its inputs are unchanged");
 }
 
 }  // namespace tf_sdca

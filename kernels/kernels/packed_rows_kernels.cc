@@ -424,8 +424,10 @@ class PackedSolveOp : public OpKernel {
                                                  &alpha, &objective));
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
+    WatchCancellation(context, &options);
     if (options.num_inner_iterations > 0) {
       rows->Solve(options, w, alpha);
+      OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>PackedSolve"));
       std::string dual_error;
       rows->CheckDuals(alpha, *loss_, &dual_error);
       OP_REQUIRES_OK(context, CheckEpochResult(loss_->Name(), w,

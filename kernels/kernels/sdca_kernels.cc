@@ -184,7 +184,9 @@ class OptimizerOp : public OpKernel {
     StateRecord record;
     record.primal_losses = primal.data();
     record.dual_losses = dual_loss.data();
+    WatchCancellation(context, &options);
     rows.Solve(options, w.data(), duals.data(), &record);
+    OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>Optimizer"));
     const auto t5 = Clock::now();
     OP_REQUIRES(context, record.error.empty(), InvalidArgument(record.error));
     std::vector<double> delta(batch.num_slots);

@@ -442,7 +442,7 @@ class LinearModel(keras.Model):
             tf.cast(value, tf.float32).numpy(), (n, -1)))
         continue
       if _is_scipy(value):
-        csr = value.tocsr()
+        csr = _canonical_csr(value)
         part = (csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
                 csr.data.astype(np.float32, copy=False))
       else:
@@ -1110,6 +1110,19 @@ def _is_scipy(value):
   return scipy.sparse.issparse(value)
 
 
+def _canonical_csr(value):
+  """A scipy matrix as CSR with sorted column indices and duplicate
+  entries (the same row and column twice) summed, as scipy itself reads
+  them: a `tf.SparseTensor` refuses repeated indices ("indices[1] = [0,0]
+  is repeated"), and training must see the same rows as prediction. The
+  caller's matrix is not modified."""
+  csr = value.tocsr()
+  if not csr.has_canonical_format:
+    csr = csr.copy() if csr is value else csr
+    csr.sum_duplicates()  # also sorts the indices
+  return csr
+
+
 def _host(value):
   """In-memory feature -> scipy sparse matrix (kept: packing reads its CSR
   arrays) or what `_to_host` makes."""
@@ -1227,9 +1240,7 @@ def _to_host(value):
   if isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
     return value
   if _is_scipy(value):
-    csr = value.tocsr()
-    if not csr.has_sorted_indices:
-      csr = csr.sorted_indices()
+    csr = _canonical_csr(value)
     # CSR with sorted indices is already in the SparseTensor's row-major
     # order.
     rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64),

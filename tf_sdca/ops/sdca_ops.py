@@ -14,7 +14,9 @@ LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
 VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive", "shrinking")
 
 
-# The most passes one op call makes (kMaxPasses in solver_options.h).
+# The most passes one op call makes (kMaxPasses in solver_options.h); a call
+# also stops, with CancelledError, when its step is cancelled (checked every
+# 2^16 rows).
 MAX_PASSES = 1 << 20
 
 
@@ -498,6 +500,8 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
     ValueError: on bad options.
     tf.errors.InvalidArgumentError: on bad weights or duals, or rows packed
       for another loss.
+    tf.errors.CancelledError: the step was cancelled (checked every 2^16
+      rows and before every pass; tests/test_cancellation.py).
   """
   if not 0 <= int(num_passes) <= MAX_PASSES:
     raise ValueError(f"num_passes must be in [0, {MAX_PASSES}], got "
