@@ -429,30 +429,43 @@ class PackedSolveOp : public OpKernel {
                 resource->loss_type() == loss_type_ &&
                     resource->gamma() == gamma_ &&
                     resource->num_classes() == num_classes,
-                InvalidArgument("the rows were packed for ",
-                                resource->loss_type(), " (gamma ",
-                                resource->gamma(), ", num_classes ",
-                                resource->num_classes(), "), not for ",
-                                loss_type_, " (gamma ", gamma_,
-                                ", num_classes ", num_classes, ")"));
+                resource->num_classes() == 1 && num_classes == 1
+                    ? InvalidArgument("the rows were packed for ",
+                                      resource->loss_type(), " (gamma ",
+                                      resource->gamma(), "), not for ",
+                                      loss_type_, " (gamma ", gamma_, ")")
+                    : InvalidArgument("the rows were packed for ",
+                                      resource->loss_type(), " (gamma ",
+                                      resource->gamma(), ", num_classes ",
+                                      resource->num_classes(), "), not for ",
+                                      loss_type_, " (gamma ", gamma_,
+                                      ", num_classes ", num_classes, ")"));
     OP_REQUIRES_OK(context, CheckEpochState(weights, duals, seed));
     const PackedRows* rows;
     OP_REQUIRES_OK(context, resource->Complete(&rows));
+    // Messages in the binary form when there is no class axis.
+    const std::string times_classes =
+        multiclass_ ? ", times " + std::to_string(num_classes) + " classes"
+                    : "";
     OP_REQUIRES(context,
                 weights.dim_size(0) == rows->num_slots() * num_classes,
                 InvalidArgument("weights has ", weights.dim_size(0),
                                 " entries; the packed rows need ",
                                 rows->num_slots() * num_classes, " (",
                                 rows->num_sparse_features(), " sparse + ",
-                                rows->dense_dim(), " dense, times ",
-                                num_classes, " classes)"));
+                                rows->dense_dim(), " dense", times_classes,
+                                ")"));
     OP_REQUIRES(context,
                 duals.dim_size(0) == rows->num_examples() * num_classes,
-                InvalidArgument("duals has ", duals.dim_size(0),
-                                " entries but the packed rows need ",
-                                rows->num_examples() * num_classes, " (",
-                                rows->num_examples(), " rows times ",
-                                num_classes, " classes)"));
+                multiclass_
+                    ? InvalidArgument("duals has ", duals.dim_size(0),
+                                      " entries but the packed rows need ",
+                                      rows->num_examples() * num_classes,
+                                      " (", rows->num_examples(),
+                                      " rows", times_classes, ")")
+                    : InvalidArgument("duals has ", duals.dim_size(0),
+                                      " entries but the packed rows are ",
+                                      rows->num_examples()));
     OP_REQUIRES_OK(context, CheckFiniteWeights(TensorBuffer<double>(weights),
                                                weights.dim_size(0)));
     std::string error;
