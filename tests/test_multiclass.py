@@ -87,11 +87,15 @@ def _empty_sparse():
 def test_block_step_maximises_the_block_dual(loss, k):
   rng = np.random.default_rng(k)
   d, l2 = 4, 0.625  # exact in the op's float32 attribute
-  for trial in range(4):
-    x = rng.normal(size=(1, d)).astype(np.float32)
+  # q = s |x|^2 / l2 from ~1e-5 to ~1e3 and scores up to ~50: both the
+  # warm-started joint Newton and its nested fallback (softmax) are hit.
+  for trial in range(8):
+    x = (rng.normal(size=(1, d)) * 10.0 ** (trial / 2 - 2.5)).astype(
+        np.float32)
     s = float(np.float32(rng.uniform(0.5, 2.0)))
     y = int(rng.integers(k))
-    w = rng.normal(size=(d, k)) * (0.3 + trial)
+    w = rng.normal(size=(d, k)) * (0.3 + trial % 4) / max(
+        1e-2, float(np.abs(x).max()))
     p_old = rng.dirichlet(np.ones(k) * 0.5)
     alpha = np.eye(k)[y] - p_old
     rows = sdca_ops.pack_rows(*_empty_sparse(), x, np.array([s], np.float32),
@@ -111,7 +115,8 @@ def test_block_step_maximises_the_block_dual(loss, k):
     # Ours is the exact maximiser: never below SLSQP's (to its tolerance),
     # and the block is strongly concave (q > 0), so the points agree too.
     assert ours_f >= ref_f - 1e-9 * (1 + abs(ref_f))
-    np.testing.assert_allclose(p_new, ref, atol=2e-5)
+    if loss == "softmax_loss" or q > 1e-2:
+      np.testing.assert_allclose(p_new, ref, atol=2e-5)
     # On the simplex, and the weights moved by (s / l2) x (alpha' - alpha).
     assert p_new.min() >= 0.0 and abs(p_new.sum() - 1.0) < 1e-12
     np.testing.assert_allclose(

@@ -42,7 +42,7 @@ class MulticlassLoss {
   bool DualInDomain(const double* dual, int label) const;
 
   // The maximiser p' of f above, written as the new dual block
-  // new_dual = e_y - p'. `work` holds 2 K doubles of scratch.
+  // new_dual = e_y - p'. `work` holds 4 K doubles of scratch.
   virtual void UpdateBlock(int label, const double* dual,
                            const double* scores, double q, double* new_dual,
                            double* work) const = 0;

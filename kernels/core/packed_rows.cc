@@ -1386,7 +1386,7 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
   const double inv_l2 = 1.0 / options.l2;
   const double shrinkage = options.l1 / options.l2;
   std::vector<double> z(num_classes), next(num_classes),
-      delta(num_classes), work(2 * num_classes);
+      delta(num_classes), work(4 * num_classes);
   std::vector<int64_t> changed;
   changed.reserve(num_classes);
   WithPartitionScaling(options, num_slots() * num_classes, weights, [&] {
