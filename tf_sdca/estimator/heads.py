@@ -193,7 +193,7 @@ class MultiClassHead(_Head):
   (or the strings of `label_vocabulary`); TensorFlow's multi-class
   classifier outputs."""
 
-  loss_type = "softmax"
+  loss_type = "softmax_loss"
   prediction_keys = ("logits", "probabilities", "class_ids", "classes",
                      "all_class_ids", "all_classes")
   signature_names = ("serving_default", "classification", "predict")
