@@ -24,6 +24,7 @@ SOURCES = [
     "kernels/kernels/batch_index_kernels.cc",
     "kernels/kernels/packed_rows_kernels.cc",
     "kernels/core/loss.cc",
+    "kernels/core/multiclass_loss.cc",
     "kernels/core/packed_rows.cc",
 ]
 

@@ -56,9 +56,15 @@ def add_parsers(sub):
   train = sub.add_parser("train", help="train by SDCA on text files")
   _data_args(train)
   train.add_argument("--loss", default="logistic",
-                     choices=losses.NAMES + losses.OP_NAMES,
+                     choices=(losses.NAMES + losses.MULTICLASS_NAMES +
+                              losses.OP_NAMES + losses.MULTICLASS),
                      help="loss, by short name or the op's name "
-                     "(logistic = logistic_loss)")
+                     "(logistic = logistic_loss); softmax and "
+                     "multiclass_hinge need --num-classes")
+  train.add_argument("--num-classes", type=_int_in(2), default=None,
+                     help="K classes of a multiclass loss (LIBSVM files "
+                     "with class labels: K distinct label values, or class "
+                     "ids in [0, K))")
   train.add_argument("--l1", type=float, default=0.0)
   train.add_argument("--l2", type=float, default=10.0)
   train.add_argument("--epochs", type=_int_in(1), default=10)
@@ -85,9 +91,14 @@ def add_parsers(sub):
   train.add_argument("--quiet", action="store_true")
   distributed_command.add_arguments(train)
 
-  evaluate = sub.add_parser("evaluate", help="log loss, AUC, accuracy")
+  evaluate = sub.add_parser(
+      "evaluate", help="log loss, AUC, accuracy (multiclass: accuracy, log "
+      "loss)")
   _data_args(evaluate)
-  predict = sub.add_parser("predict", help="write one score per line")
+  predict = sub.add_parser(
+      "predict", help="write one score per line (multiclass: a header "
+      "'labels c_0 ... c_K-1', then the predicted label and the K "
+      "probabilities or scores)")
   _data_args(predict)
   predict.add_argument("--out", required=True)
   export = sub.add_parser(
@@ -254,8 +265,52 @@ def _features(fmt, arrays, meta):
     indices, values = indices[keep], values[keep]
   if meta["loss"] in _BINARY:
     labels = (labels > 0).astype(np.float32)
+  elif losses.is_multiclass(meta["loss"]):
+    labels = class_ids(labels, meta)
   return labels, dict(dense=ones, indptr=indptr, indices=indices,
                       values=values, num_features=meta["num_features"])
+
+
+def choose_classes(labels, num_classes):
+  """The label value of each class id, from the training labels: their K
+  distinct values in increasing order, or (fewer distinct values) the ids
+  0 ... K-1 themselves when every label is one.
+
+  Raises:
+    ValueError: more than K distinct labels, or fewer that are not ids in
+      [0, K).
+  """
+  values = np.unique(labels)
+  if values.size == num_classes:
+    return [float(v) for v in values]
+  if values.size < num_classes and np.all(
+      (values >= 0) & (values < num_classes) & (values == np.round(values))):
+    return [float(k) for k in range(num_classes)]
+  shown = ", ".join(f"{v:g}" for v in values[:10])
+  raise ValueError(
+      f"--num-classes {num_classes}: the labels have {values.size} distinct "
+      f"values ({shown}{', ...' if values.size > 10 else ''}); give as many "
+      f"classes as distinct labels, or labels that are class ids in "
+      f"[0, {num_classes})")
+
+
+def class_ids(labels, meta):
+  """float32 class ids of label values, by the model's `classes`.
+
+  Raises:
+    ValueError: a label that is none of the model's classes (named with
+      its row).
+  """
+  classes = np.asarray(meta["classes"], np.float64)
+  order = np.argsort(classes)
+  pos = np.searchsorted(classes[order], labels)
+  pos = np.minimum(pos, classes.size - 1)
+  bad = np.flatnonzero(classes[order][pos] != labels)
+  if bad.size:
+    raise ValueError(f"label {labels[bad[0]]:g} (row {bad[0]}) is none of "
+                     f"the model's classes "
+                     f"({', '.join(f'{c:g}' for c in classes)})")
+  return order[pos].astype(np.float32)
 
 
 # ------------------------------------------------------------------ train
@@ -313,6 +368,13 @@ def load_model(model_dir):
   return meta, arrays
 
 
+def _class_axis(meta):
+  """The trailing axis of a multiclass model's weights and duals: (K,);
+  () for the other losses."""
+  return ((meta["num_classes"],) if losses.is_multiclass(meta["loss"])
+          else ())
+
+
 def _check_checkpoint(model_dir, meta, arrays):
   """The arrays fit the metadata: weights present and finite, one dual per
   row (when the checkpoint has duals), the epoch count the same."""
@@ -325,11 +387,13 @@ def _check_checkpoint(model_dir, meta, arrays):
     bad = np.flatnonzero(~np.isfinite(arrays[key]))
     if bad.size:
       fail(f"has {key}[{bad[0]}] = {arrays[key][bad[0]]}, not finite")
+  classes = _class_axis(meta)
   if meta["num_features"] is not None and \
-      arrays["sparse_weights"].shape != (meta["num_features"],):
+      arrays["sparse_weights"].shape != (meta["num_features"],) + classes:
     fail(f"has {arrays['sparse_weights'].shape[0]} sparse weights, the "
          f"metadata {meta['num_features']} features")
-  if "duals" in arrays and arrays["duals"].shape != (meta["rows"],):
+  if "duals" in arrays and \
+      arrays["duals"].shape != (meta["rows"],) + classes:
     fail(f"has {arrays['duals'].shape[0]} duals for {meta['rows']} rows")
   if "duals" in arrays:
     bad = np.flatnonzero(~np.isfinite(arrays["duals"]))
@@ -353,6 +417,10 @@ def _check_checkpoint(model_dir, meta, arrays):
 
 def train(args):
   """`tf-sdca train`."""
+  if losses.is_multiclass(args.loss) and distributed_command.wanted(args):
+    raise ValueError(f"--loss {args.loss} trains in one process: the "
+                     "multiclass losses are not distributed yet (no "
+                     "--local-cluster or TF_CONFIG)")
   if distributed_command.wanted(args):
     return distributed_command.train(args)
   distributed_command.guard_single_process_resume(args)
@@ -367,6 +435,15 @@ def train(args):
     raise ValueError(f"--resume: {args.model_dir} has no model to continue "
                      "(no checkpoint.npz); run without --resume to train one")
   verbose = 0 if args.quiet else 1
+  multiclass = losses.is_multiclass(args.loss)
+  if multiclass != (args.num_classes is not None):
+    raise ValueError(
+        f"--loss {args.loss} needs --num-classes K" if multiclass else
+        f"--num-classes is for the multiclass losses (softmax, "
+        f"multiclass_hinge), not --loss {args.loss}")
+  if multiclass and args.format != "libsvm":
+    raise ValueError(f"--loss {args.loss} trains on LIBSVM files with class "
+                     "labels (--format libsvm); Criteo labels are binary")
   arrays, info = cache.load_or_build(
       args.data, args.format, args.cache_dir or os.path.join(
           args.model_dir, "cache"), args.bucket_bits, args.skip_bad_lines,
@@ -390,14 +467,24 @@ def train(args):
                 num_features=(1 << args.bucket_bits
                               if args.format == "criteo" else None),
                 scale=None, rows=info["rows"], epochs_done=0, history=[])
+    if multiclass:
+      meta["num_classes"] = args.num_classes
+      meta["classes"] = choose_classes(
+          cache.concatenate(arrays["labels"], np.float64), args.num_classes)
     ckpt = None
+  if multiclass and args.resume and (
+      meta.get("num_classes") != args.num_classes or
+      meta["loss"] != losses.op_name(args.loss)):
+    raise ValueError(f"--resume: the model was trained with --loss "
+                     f"{meta['loss']} --num-classes {meta.get('num_classes')}")
   if args.format == "criteo" and (args.batch_size is None or
                                   args.batch_size >= info["rows"]):
     labels, features = None, dict(rows=_criteo_row_chunks(arrays, meta))
   else:
     labels, features = _features(args.format, arrays, meta)
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
-                       seed=meta["seed"], num_threads=args.threads)
+                       seed=meta["seed"], num_threads=args.threads,
+                       num_classes=meta.get("num_classes"))
   if ckpt is not None:
     if "rows" in features:  # packed cache part by cache part
       num_features = features["rows"].num_features
@@ -406,8 +493,10 @@ def train(args):
       num_features = features["num_features"]
       dense = features.get("dense")
       dense_dim = 0 if dense is None else dense.shape[1]
-    shapes = dict(sparse_weights=(num_features or 0,),
-                  dense_weights=(dense_dim,), duals=(info["rows"],))
+    classes = _class_axis(meta)
+    shapes = dict(sparse_weights=(num_features or 0,) + classes,
+                  dense_weights=(dense_dim,) + classes,
+                  duals=(info["rows"],) + classes)
     for key, shape in shapes.items():
       if key not in ckpt or ckpt[key].shape != shape:
         raise ValueError(
@@ -458,7 +547,8 @@ def score_files(args):
   if meta["format"] != args.format:
     raise ValueError(f"the model was trained on {meta['format']} data, "
                      f"got --format {args.format}")
-  model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"])
+  model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
+                       num_classes=meta.get("num_classes"))
   model.sparse_weights = ckpt["sparse_weights"]
   model.dense_weights = ckpt["dense_weights"]
   bad = criteo.BadLines()
@@ -508,7 +598,13 @@ def evaluate(args):
   meta, labels, scores = score_files(args)
   _check_scores(args, scores)
   print(f"rows {labels.shape[0]:,}")
-  if meta["loss"] == "logistic_loss":
+  if losses.is_multiclass(meta["loss"]):
+    predicted = np.argmax(scores, axis=1)
+    if meta["loss"] == "softmax_loss":
+      p = scores[np.arange(labels.shape[0]), labels.astype(np.int64)]
+      print(f"log_loss {-np.mean(np.log(np.maximum(p, 1e-300))):.6f}")
+    print(f"accuracy {np.mean(predicted == labels):.6f}")
+  elif meta["loss"] == "logistic_loss":
     print(f"log_loss {metrics.log_loss(labels, scores):.6f}")
     print(f"auc {metrics.auc(labels, scores):.6f}")
     print(f"accuracy {metrics.accuracy(labels, scores):.6f}")
@@ -523,8 +619,17 @@ def evaluate(args):
 
 def predict(args):
   """`tf-sdca predict`: one score per line (probabilities for logistic)."""
-  _, _, scores = score_files(args)
+  meta, _, scores = score_files(args)
   _check_scores(args, scores)
+  if losses.is_multiclass(meta["loss"]):
+    # LIBLINEAR's `predict -b 1` layout: the classes, then per row the
+    # predicted label and the K probabilities (softmax) or scores.
+    classes = np.asarray(meta["classes"])
+    rows = np.column_stack([classes[np.argmax(scores, axis=1)], scores])
+    np.savetxt(args.out, rows, fmt="%.9g", comments="",
+               header="labels " + " ".join(f"{c:g}" for c in classes))
+    print(f"wrote {scores.shape[0]:,} predictions to {args.out}")
+    return 0
   np.savetxt(args.out, scores, fmt="%.9g")
   print(f"wrote {scores.shape[0]:,} scores to {args.out}")
   return 0

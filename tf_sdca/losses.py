@@ -23,6 +23,11 @@ NAMES = ("logistic", "squared", "hinge", "smooth_hinge", "absolute",
 OP_NAMES = tuple(name + "_loss" for name in NAMES)
 # Labels {0, 1} are y = 2 label - 1 in the formulas.
 BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
+# The multiclass losses: scores z and duals alpha are [n, K] (K classes),
+# labels class ids in [0, K); alpha_i = e_y - p_i with p_i on the simplex
+# (g3doc/multiclass.md). Only the packed-rows engine solves them.
+MULTICLASS_NAMES = ("softmax", "multiclass_hinge")
+MULTICLASS = tuple(name + "_loss" for name in MULTICLASS_NAMES)
 
 
 def op_name(loss):
@@ -32,12 +37,17 @@ def op_name(loss):
   Raises:
     ValueError: `loss` is neither spelling of a loss of tf_sdca.
   """
-  if loss in OP_NAMES:
+  if loss in OP_NAMES or loss in MULTICLASS:
     return loss
-  if loss in NAMES:
+  if loss in NAMES or loss in MULTICLASS_NAMES:
     return loss + "_loss"
-  raise ValueError(f"loss must be one of {NAMES} (or the op's names "
-                   f"{OP_NAMES}), got {loss!r}")
+  raise ValueError(f"loss must be one of {NAMES + MULTICLASS_NAMES} (or the "
+                   f"op's names {OP_NAMES + MULTICLASS}), got {loss!r}")
+
+
+def is_multiclass(loss):
+  """True for `softmax` and `multiclass_hinge` (either spelling)."""
+  return op_name(loss) in MULTICLASS
 
 
 def short_name(loss):
@@ -52,6 +62,25 @@ class _Numpy:
   sigmoid = staticmethod(lambda x: 1.0 / (1.0 + np.exp(-x)))
   where, abs, exp, sign = np.where, np.abs, np.exp, np.sign
   maximum, clip = np.maximum, np.clip
+
+  @staticmethod
+  def logsumexp(z):
+    """log sum_k exp(z[:, k]) per row, without overflow."""
+    top = np.max(z, axis=1, keepdims=True)
+    return (top + np.log(np.sum(np.exp(z - top), axis=1,
+                                keepdims=True)))[:, 0]
+
+  @staticmethod
+  def softmax(z):
+    e = np.exp(z - np.max(z, axis=1, keepdims=True))
+    return e / np.sum(e, axis=1, keepdims=True)
+
+  @staticmethod
+  def one_hot(labels, k):
+    return np.eye(k)[np.asarray(labels).astype(np.int64)]
+
+  sum_rows = staticmethod(lambda v: np.sum(v, axis=1))
+  max_rows = staticmethod(lambda v: np.max(v, axis=1))
 
   @staticmethod
   def xlogx(x):
@@ -72,6 +101,13 @@ def _tensorflow():
     where, abs, sign, maximum = tf.where, tf.abs, tf.sign, tf.maximum
     clip = staticmethod(tf.clip_by_value)
     xlogx = staticmethod(lambda x: tf.math.xlogy(x, x))
+    logsumexp = staticmethod(lambda z: tf.reduce_logsumexp(z, axis=1))
+    softmax = staticmethod(tf.nn.softmax)
+    one_hot = staticmethod(
+        lambda labels, k: tf.one_hot(tf.cast(labels, tf.int64), k,
+                                     dtype=tf.float64))
+    sum_rows = staticmethod(lambda v: tf.reduce_sum(v, axis=1))
+    max_rows = staticmethod(lambda v: tf.reduce_max(v, axis=1))
 
   return _TensorFlow
 
@@ -86,10 +122,19 @@ def _backend(*arrays):
 def primal(loss, z, labels, gamma=1.0):
   """Unweighted phi(z) per example: the loss at margin `z` (= w.x) for raw
   labels (`{0, 1}` for the binary losses, counts for Poisson); `gamma` is
-  smooth hinge's smoothing."""
+  smooth hinge's smoothing. For a multiclass loss `z` is `[n, K]` (W^T x)
+  and the labels are class ids."""
   loss = op_name(loss)
   xp = _backend(z, labels)
   z, y = xp.asarray(z), xp.asarray(labels)
+  if loss in MULTICLASS:
+    # z [n, K], labels class ids: log sum exp(z) - z_y, or Crammer and
+    # Singer's max_k ([k != y] + z_k) - z_y.
+    onehot = xp.one_hot(labels, z.shape[1])
+    z_y = xp.sum_rows(onehot * z)
+    if loss == "softmax_loss":
+      return xp.logsumexp(z) - z_y
+    return xp.max_rows(1.0 - onehot + z) - z_y
   if loss in BINARY:
     m = (2.0 * y - 1.0) * z
   if loss == "logistic_loss":
@@ -109,10 +154,19 @@ def primal(loss, z, labels, gamma=1.0):
 
 def dual(loss, duals, labels, gamma=1.0):
   """Unweighted conjugate phi*(-alpha) per example, for raw labels. Its sum
-  with `primal` and alpha * z is the example's Fenchel-Young gap (>= 0)."""
+  with `primal` and alpha * z is the example's Fenchel-Young gap (>= 0).
+  For a multiclass loss `duals` is `[n, K]` (rows e_y - p, p on the
+  simplex) and the gap's middle term is the row-wise alpha . z."""
   loss = op_name(loss)
   xp = _backend(duals, labels)
   a, y = xp.asarray(duals), xp.asarray(labels)
+  if loss in MULTICLASS:
+    # alpha [n, K] = e_y - p: the negative entropy of p (softmax), or
+    # -(1 - p_y) = -alpha_y (multiclass hinge).
+    p = xp.clip(xp.one_hot(labels, a.shape[1]) - a, 0.0, 1.0)
+    if loss == "softmax_loss":
+      return xp.sum_rows(xp.xlogx(p))
+    return -xp.sum_rows(xp.one_hot(labels, a.shape[1]) * (1.0 - p))
   if loss in BINARY:
     b = xp.clip(a * (2.0 * y - 1.0), 0.0, 1.0)
     if loss == "hinge_loss":
@@ -129,9 +183,12 @@ def dual(loss, duals, labels, gamma=1.0):
 
 def activation(loss, z):
   """The model's output for margin `z`: probabilities (sigmoid) for
-  logistic, rates (exp) for Poisson, `z` itself otherwise."""
+  logistic, rates (exp) for Poisson, class probabilities (softmax over the
+  last axis of `[n, K]` scores) for softmax, `z` itself otherwise."""
   loss = op_name(loss)
   xp = _backend(z)
+  if loss == "softmax_loss":
+    return xp.softmax(xp.asarray(z))
   if loss == "logistic_loss":
     return xp.sigmoid(z)
   if loss == "poisson_loss":

@@ -96,7 +96,9 @@ class LinesScorer(tf.Module):
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, "lines")])
   def score(self, lines):
-    """{'scores', 'margins', 'valid'} of raw text lines `[B]`."""
+    """{'scores', 'margins', 'valid'} of raw text lines `[B]` (`scores`
+    and `margins` `[B, K]` for a multiclass model: class probabilities
+    (softmax) or scores, and W^T x)."""
     if self._format == "criteo":
       # Serving lines may come without the label field: give them one.
       tabs = (tf.strings.length(lines) -
@@ -112,13 +114,21 @@ class LinesScorer(tf.Module):
     else:
       indices, values, valid = _libsvm_features(
           lines, tf.shape(self.sparse_weights, out_type=tf.int64)[0])
-      margins = (tf.reduce_sum(
-          tf.gather(self.sparse_weights, indices) *
-          tf.cast(values, tf.float64), axis=1) + self.dense_weights[0])
+      if self.sparse_weights.shape.rank == 2:  # [F, K]: multiclass scores
+        margins = (tf.reduce_sum(
+            tf.gather(self.sparse_weights, indices) *
+            tf.cast(values, tf.float64)[..., None], axis=1) +
+                   self.dense_weights[0])
+      else:
+        margins = (tf.reduce_sum(
+            tf.gather(self.sparse_weights, indices) *
+            tf.cast(values, tf.float64), axis=1) + self.dense_weights[0])
     scores = losses.activation(self._loss, margins)
     nan = tf.constant(np.nan, tf.float64)
-    return {"scores": tf.where(valid, scores, nan),
-            "margins": tf.where(valid, margins, nan),
+    # A multiclass model's rows are [K]: the row's validity on every class.
+    row_valid = valid if margins.shape.rank == 1 else valid[:, None]
+    return {"scores": tf.where(row_valid, scores, nan),
+            "margins": tf.where(row_valid, margins, nan),
             "valid": valid}
 
 

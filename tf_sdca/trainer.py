@@ -55,6 +55,21 @@ class InMemorySdca:
   `num_features` rows. The objective is that of `SdcaModel`:
   `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1`.
 
+  With a multiclass loss (`'softmax'`, `'multiclass_hinge'`) and
+  `num_classes=K` the weights are `[rows, K]` (`sparse_weights`
+  `[num_features, K]`, `dense_weights` `[d, K]`), the objective
+  `sum_i s_i loss_i(W^T x_i) + l2/2 |W|^2 + l1 |W|_1`, the labels class ids
+  in `[0, K)`, the duals `[n, K]`; each visit of a row solves its block of
+  K duals exactly (g3doc/multiclass.md). One thread, the whole data set per
+  epoch (no `batch_size`), visiting orders 'permutation', 'uniform',
+  'cyclic'.
+
+  Example:
+    >>> model = InMemorySdca(loss="softmax", num_classes=10, l2=1.0)
+    >>> model.fit(labels=digit, dense=pixels, epochs=50, tol=1e-6)
+    >>> model.predict(dense=pixels)          # [n, 10] probabilities
+    >>> model.predict_classes(dense=pixels)  # [n] class ids
+
   Args:
     loss: a loss of `tf_sdca.losses`, by short name ('logistic') or the
       op's name ('logistic_loss').
@@ -75,15 +90,25 @@ class InMemorySdca:
       (`tf_sdca.pack_rows`: a copy of the data, ~192 bytes per Criteo row of
       26 ids and 14 dense values). False (which read the arrays in place
       every epoch, ~1.5x slower) warns.
+    num_classes: K (>= 2) for a multiclass loss; None (or 1) for the
+      others.
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
                visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
-               pack=True):
+               pack=True, num_classes=None):
     loss = losses.op_name(loss)
+    if losses.is_multiclass(loss) and num_classes is None:
+      raise ValueError(f"{losses.short_name(loss)} needs num_classes (the "
+                       "number of classes K >= 2)")
     sdca_ops._check_options(loss, l1, l2, 1, 1, visit_order, gamma,
-                            num_threads)
+                            num_threads,
+                            1 if num_classes is None else int(num_classes))
     self.loss = loss
+    # K of a multiclass loss; 1 for the others (weights and duals then have
+    # no class axis).
+    self.num_classes = 1 if num_classes is None else int(num_classes)
+    self._multiclass = losses.is_multiclass(loss)
     self.l1 = float(l1)
     self.l2 = float(l2)
     self.visit_order = visit_order
@@ -249,22 +274,31 @@ class InMemorySdca:
                          "need the data arrays, not rows=RowChunks(...)")
       num_features = rows.num_features
       has_dense = rows.dense_dim > 0
-    if self.duals is None or self.duals.shape != (n,):
-      self.duals = np.zeros(n, np.float64)
+    # The class axis of a multiclass loss's weights and duals.
+    classes = (self.num_classes,) if self._multiclass else ()
+    if self.duals is None or self.duals.shape != (n,) + classes:
+      self.duals = np.zeros((n,) + classes, np.float64)
     if num_features is not None and (
         self.sparse_weights is None or
-        self.sparse_weights.shape[0] != num_features):
-      self.sparse_weights = np.zeros(num_features, np.float64)
+        self.sparse_weights.shape != (num_features,) + classes):
+      self.sparse_weights = np.zeros((num_features,) + classes, np.float64)
     if has_dense and (self.dense_weights is None or
-                      self.dense_weights.shape[0] != rows.dense_dim):
-      self.dense_weights = np.zeros(rows.dense_dim, np.float64)
+                      self.dense_weights.shape != (rows.dense_dim,) +
+                      classes):
+      self.dense_weights = np.zeros((rows.dense_dim,) + classes, np.float64)
 
     batch_size = int(batch_size or n)
     one_call = batch_size >= n
+    if self._multiclass and not one_call:
+      raise ValueError(f"batch_size={batch_size} < {n} rows: {self.loss} "
+                       "trains on the whole data set per epoch (no "
+                       "mini-batches)")
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     resident = _Packed(rows, self.loss, self.gamma,
-                       _choose_threads(self.num_threads, n) if one_call else 1)
+                       (1 if self._multiclass else
+                        _choose_threads(self.num_threads, n))
+                       if one_call else 1, self.num_classes)
     total_weight = resident.total_weight
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
@@ -328,7 +362,7 @@ class InMemorySdca:
     """The op's weight table: sparse weights, then dense ones. When both are
     still views of the table the last call returned, that table itself (no
     copy)."""
-    parts = [w for w in (self.sparse_weights, self.dense_weights)
+    parts = [w.reshape(-1) for w in (self.sparse_weights, self.dense_weights)
              if w is not None]
     table = getattr(self, "_table", None)
     if table is not None and _views_of(table, parts):
@@ -342,19 +376,23 @@ class InMemorySdca:
     # Inputs by DLPack (no copy: the op copies them into its outputs).
     options = dict(
         weights=_aliased(self._weight_table()),
-        duals=_aliased(np.ascontiguousarray(self.duals, np.float64)),
+        duals=_aliased(np.ascontiguousarray(self.duals,
+                                            np.float64).reshape(-1)),
         seed=self.seed * 1_000_003 + epoch, loss_type=self.loss, l1=self.l1,
         l2=self.l2, num_passes=passes, visit_order=self.visit_order,
-        gamma=self.gamma, compute_objective=passes == 0)
+        gamma=self.gamma, compute_objective=passes == 0,
+        num_classes=self.num_classes)
     w, duals, parts = sdca_ops.packed_solve(resident.rows, **options)
     if passes:
       w = self._table = w.numpy()
+      if self._multiclass:
+        w = w.reshape(-1, self.num_classes)
       k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
       if self.sparse_weights is not None:
         self.sparse_weights = w[:k]
       if self.dense_weights is not None:
         self.dense_weights = w[k:]
-      self.duals = duals.numpy()
+      self.duals = duals.numpy().reshape(self.duals.shape)
     return parts.numpy()
 
   def _objective_and_gap_from(self, parts):
@@ -412,9 +450,12 @@ class InMemorySdca:
 
   def decision_function(self, dense=None, ids=None, indptr=None, indices=None,
                         values=None):
-    """Returns `w.x` per row (float64)."""
+    """Returns `w.x` per row (float64); `[n, K]` scores `W^T x` for a
+    multiclass loss."""
     n = (dense.shape[0] if dense is not None else
          (np.asarray(ids).shape[0] if ids is not None else len(indptr) - 1))
+    if self._multiclass:
+      return self._class_scores(n, dense, ids, indptr, indices, values)
     z = np.zeros(n)
     if dense is not None:
       dense = np.asarray(dense, dtype=np.float32)
@@ -439,10 +480,54 @@ class InMemorySdca:
                                      minlength=stop - start)
     return z
 
+  def _class_scores(self, n, dense, ids, indptr, indices, values):
+    """`[n, K]` scores of a multiclass model."""
+    z = np.zeros((n, self.num_classes))
+    if dense is not None:
+      dense = np.asarray(dense, dtype=np.float32)
+      if dense.ndim == 1:
+        dense = dense[:, None]
+      z += dense.astype(np.float64) @ self._shrunk(self.dense_weights)
+    csr = self._csr(n, ids, indptr, indices, values)
+    if csr is not None:
+      ws = self._shrunk(self.sparse_weights)
+      indptr_, indices_, values_ = csr
+      for start in range(0, n, _SCORE_CHUNK):
+        stop = min(n, start + _SCORE_CHUNK)
+        lo, hi = indptr_[start], indptr_[stop]
+        contrib = ws[indices_[lo:hi]]
+        if values_ is not None:
+          contrib = contrib * values_[lo:hi, None]
+        # Sums over each non-empty row's run of entries.
+        lengths = np.diff(indptr_[start:stop + 1])
+        full = np.flatnonzero(lengths)
+        if full.size:
+          z[start + full] += np.add.reduceat(
+              contrib, indptr_[start + full] - lo, axis=0)
+    return z
+
   def predict(self, **features):
-    """Probabilities for logistic, rates for Poisson, `w.x` otherwise."""
+    """Probabilities for logistic, rates for Poisson, `w.x` otherwise;
+    `[n, K]` class probabilities for softmax, scores for multiclass
+    hinge."""
     z = self.decision_function(**features)
     return losses.activation(self.loss, z)
+
+  def predict_classes(self, **features):
+    """The predicted class of each row (int64): the highest score's class
+    for a multiclass loss, 1 where `w.x > 0` for the binary losses
+    (logistic, hinge, smooth hinge).
+
+    Raises:
+      ValueError: for a regression loss (squared, absolute, Poisson).
+    """
+    z = self.decision_function(**features)
+    if self._multiclass:
+      return np.argmax(z, axis=1)
+    if self.loss not in losses.BINARY:
+      raise ValueError(f"predict_classes needs a classification loss, not "
+                       f"{self.loss}")
+    return (z > 0).astype(np.int64)
 
 
 _BATCH_POSITION = re.compile(
@@ -646,11 +731,12 @@ class _Packed:
   numpy memory aliased by DLPack); `total_weight`: the sum of their example
   weights."""
 
-  def __init__(self, chunks, loss, gamma, num_threads):
+  def __init__(self, chunks, loss, gamma, num_threads, num_classes=1):
     n = chunks.num_examples
     self.rows = sdca_ops.new_packed_rows(
         n, chunks.num_ids, chunks.dense_dim, chunks.num_features or 0, loss,
-        gamma=gamma, num_threads=num_threads, has_values=chunks.has_values)
+        gamma=gamma, num_threads=num_threads, has_values=chunks.has_values,
+        num_classes=num_classes)
     self.total_weight = 0.0
     appended = 0
     for first, source, csr, dense, labels, weights in chunks._normalised():  # pylint: disable=protected-access

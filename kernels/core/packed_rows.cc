@@ -1364,3 +1364,166 @@ ObjectiveParts PackedRows::Evaluate(const SolverOptions& options,
 }
 
 }  // namespace tf_sdca
+
+// ------------------------------------------------ multiclass (block) solve
+
+namespace tf_sdca {
+
+// Sparse entries first, then dense columns; each slot's K weights are
+// contiguous, so the inner loop is a contiguous axpy.
+void PackedRows::BlockScores(const char* record, int64_t num_classes,
+                             const double* weights, double shrinkage,
+                             double* z) const {
+  const Header* h = reinterpret_cast<const Header*>(record);
+  const int64_t nnz = h->nnz;
+  const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+  const float* values = reinterpret_cast<const float*>(ids + nnz);
+  const float* x = has_values_ ? values + nnz : values;
+  std::fill(z, z + num_classes, 0.0);
+  auto add = [&](const double* row, double v) {
+    if (shrinkage > 0.0) {
+      for (int64_t j = 0; j < num_classes; ++j) {
+        z[j] += v * ShrinkL1(row[j], shrinkage);
+      }
+    } else {
+      for (int64_t j = 0; j < num_classes; ++j) z[j] += v * row[j];
+    }
+  };
+  for (int64_t e = 0; e < nnz; ++e) {
+    add(weights + static_cast<int64_t>(ids[e]) * num_classes,
+        has_values_ ? values[e] : 1.0);
+  }
+  for (int64_t c = 0; c < dense_dim_; ++c) {
+    if (x[c] != 0.0f) {
+      add(weights + (num_sparse_features_ + c) * num_classes, x[c]);
+    }
+  }
+}
+
+void PackedRows::SolveBlocks(const SolverOptions& options,
+                             const MulticlassLoss& loss, double* weights,
+                             double* duals) const {
+  const int64_t n = num_examples_;
+  if (n == 0) return;
+  const int64_t num_classes = loss.num_classes();
+  const double sigma = static_cast<double>(options.num_loss_partitions);
+  const double inv_l2 = 1.0 / options.l2;
+  const double shrinkage = options.l1 / options.l2;
+  std::vector<double> z(num_classes), next(num_classes),
+      delta(num_classes), work(4 * num_classes);
+  std::vector<int64_t> changed;
+  changed.reserve(num_classes);
+  WithPartitionScaling(options, num_slots() * num_classes, weights, [&] {
+    std::vector<int64_t> visit(n);
+    for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+      if (options.Cancelled()) return;
+      Rng rng = PassRng(options.seed, 0, pass);
+      FillVisitOrder(options.order, 0, n, nullptr, &rng,
+                     [this](int64_t i) { return offsets_[i]; },
+                     visit.data());
+      for (int64_t k = 0; k < n; ++k) {
+        // A block step costs K times a binary one: look at the
+        // cancellation as often, in rows, as the binary passes do.
+        if ((k & (kCancelCheckRows - 1)) == kCancelCheckRows - 1 &&
+            options.Cancelled()) {
+          return;
+        }
+        const char* record = buffer_.get() + visit[k];
+        const Header* h = reinterpret_cast<const Header*>(record);
+        const double s = h->weight;
+        if (s <= 0.0) continue;
+        BlockScores(record, num_classes, weights, shrinkage, z.data());
+        const int label = static_cast<int>(h->label);
+        double* alpha = duals + h->row * num_classes;
+        loss.UpdateBlock(label, alpha, z.data(), sigma * s * h->norm * inv_l2,
+                         next.data(), work.data());
+        // W moves by (sigma s / l2) x (alpha' - alpha)^T, in the classes
+        // whose duals changed only (a hinge step changes a few of K).
+        changed.clear();
+        for (int64_t j = 0; j < num_classes; ++j) {
+          const double change = next[j] - alpha[j];
+          if (change == 0.0) continue;
+          delta[j] = sigma * s * change * inv_l2;
+          changed.push_back(j);
+          alpha[j] = next[j];
+        }
+        if (changed.empty()) continue;
+        const int64_t nnz = h->nnz;
+        const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+        const float* values = reinterpret_cast<const float*>(ids + nnz);
+        const float* x = has_values_ ? values + nnz : values;
+        auto apply = [&](double* row, double v) {
+          for (const int64_t j : changed) row[j] += v * delta[j];
+        };
+        for (int64_t e = 0; e < nnz; ++e) {
+          apply(weights + static_cast<int64_t>(ids[e]) * num_classes,
+                has_values_ ? values[e] : 1.0);
+        }
+        for (int64_t c = 0; c < dense_dim_; ++c) {
+          if (x[c] != 0.0f) {
+            apply(weights + (num_sparse_features_ + c) * num_classes, x[c]);
+          }
+        }
+      }
+    }
+  });
+}
+
+ObjectiveParts PackedRows::EvaluateBlocks(
+    const SolverOptions& options, const MulticlassLoss& loss,
+    const double* weights, const double* duals, int64_t chunks,
+    const ParallelFor& parallel_for) const {
+  ObjectiveParts parts;
+  const int64_t num_classes = loss.num_classes();
+  const double shrinkage = options.l1 / options.l2;
+  for (int64_t j = 0; j < num_slots() * num_classes; ++j) {
+    const double v = ShrinkL1(weights[j], shrinkage);
+    parts.l2_norm_sq += v * v;
+    parts.l1_norm += std::fabs(v);
+  }
+  SumLosses(num_examples_, chunks, parallel_for,
+            [&](int64_t begin, int64_t end, double* primal, double* dual) {
+              std::vector<double> z(num_classes);
+              double p = 0.0, q = 0.0;
+              for (int64_t i = begin; i < end; ++i) {
+                const char* record = buffer_.get() + offsets_[i];
+                const Header* h = reinterpret_cast<const Header*>(record);
+                const double s = h->weight;
+                if (s <= 0.0) continue;
+                BlockScores(record, num_classes, weights, shrinkage,
+                            z.data());
+                const int label = static_cast<int>(h->label);
+                p += s * loss.PrimalLoss(z.data(), label);
+                q += s * loss.DualLoss(duals + i * num_classes, label);
+              }
+              *primal = p;
+              *dual = q;
+            },
+            &parts);
+  return parts;
+}
+
+bool PackedRows::CheckBlockDuals(const double* duals,
+                                 const MulticlassLoss& loss,
+                                 std::string* error) const {
+  const int64_t num_classes = loss.num_classes();
+  for (int64_t i = 0; i < num_examples_; ++i) {
+    const int label = static_cast<int>(labels_[i]);
+    const double* block = duals + i * num_classes;
+    if (loss.DualInDomain(block, label)) continue;
+    std::ostringstream out;
+    out << "duals[" << i << ", :] = [";
+    for (int64_t j = 0; j < num_classes && j < 8; ++j) {
+      out << (j ? ", " : "") << block[j];
+    }
+    out << (num_classes > 8 ? ", ...]" : "]") << " is not a valid dual block of "
+        << loss.Name() << " for class " << label
+        << ": it must be e_y - p with p on the simplex (duals[" << i << ", "
+        << label << "] in [0, 1], the others <= 0, the row summing to 0)";
+    *error = out.str();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tf_sdca

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/core/loss.h"
+#include "kernels/core/multiclass_loss.h"
 #include "kernels/core/solver_options.h"
 
 namespace tf_sdca {
@@ -239,6 +240,29 @@ class PackedRows {
                           const double* duals, int64_t chunks,
                           const ParallelFor& parallel_for) const;
 
+  // The multiclass losses (multiclass_loss.h) on the same records, rows
+  // packed with one thread and labels converted by `loss` (class ids):
+  // `weights` is the table [num_slots(), K] row-major (a slot's K class
+  // weights contiguous), `duals` [n, K] row-major; options.loss is unused.
+  // Each visit solves the row's whole block of K duals exactly and moves
+  // only the class weights whose duals changed. The passes, visiting orders
+  // ('permutation', 'uniform', 'cyclic') and CoCoA+ scaling are Solve's.
+  void SolveBlocks(const SolverOptions& options, const MulticlassLoss& loss,
+                   double* weights, double* duals) const;
+  // Evaluate for the multiclass losses: sums over rows of s_i phi_i(z_i)
+  // and s_i phi_i*(-alpha_i), and the norms of the shrunk [num_slots(), K]
+  // table.
+  ObjectiveParts EvaluateBlocks(const SolverOptions& options,
+                                const MulticlassLoss& loss,
+                                const double* weights, const double* duals,
+                                int64_t chunks,
+                                const ParallelFor& parallel_for) const;
+  // CheckDuals for blocks: false (and *error naming the row, the class and
+  // the row's label) when row i's block is not finite or not e_y - p with p
+  // on the simplex.
+  bool CheckBlockDuals(const double* duals, const MulticlassLoss& loss,
+                       std::string* error) const;
+
  private:
   struct Header {
     int64_t row;
@@ -271,6 +295,10 @@ class PackedRows {
   // into hot_ids_.
   template <class Fn>
   void VisitRecord(int64_t i, const Fn& fn) const;
+  // z = W^T x of the one-thread record at `record`, W the [num_slots(),
+  // num_classes] table shrunk by `shrinkage` on the fly.
+  void BlockScores(const char* record, int64_t num_classes,
+                   const double* weights, double shrinkage, double* z) const;
   // x_i . shrink(w) of row i, shrinking by `shrinkage` on the fly.
   double Margin(int64_t i, const double* weights, double shrinkage) const;
   // The one-thread passes of Solve (with `record` as there).

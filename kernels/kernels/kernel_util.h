@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/core/loss.h"
+#include "kernels/core/multiclass_loss.h"
 #include "kernels/core/packed_rows.h"
 #include "kernels/core/solver_options.h"
 #include "tensorflow/core/framework/cancellation.h"
@@ -45,6 +46,24 @@ inline ::tensorflow::Status ReadRegularization(
                           &options->num_loss_partitions);
 }
 
+// The num_classes attribute: >= 2 for a multiclass loss, 1 for the others.
+inline ::tensorflow::Status ReadNumClasses(
+    ::tensorflow::OpKernelConstruction* context, const std::string& loss_type,
+    bool multiclass, int* num_classes) {
+  TF_RETURN_IF_ERROR(context->GetAttr("num_classes", num_classes));
+  if (multiclass && *num_classes < 2) {
+    return ::tensorflow::errors::InvalidArgument(
+        "num_classes = ", *num_classes, " must be >= 2 for ", loss_type);
+  }
+  if (!multiclass && *num_classes != 1) {
+    return ::tensorflow::errors::InvalidArgument(
+        "num_classes = ", *num_classes, " must be 1 for ", loss_type,
+        " (a binary or regression loss; softmax_loss and "
+        "multiclass_hinge_loss take K classes)");
+  }
+  return absl::OkStatus();
+}
+
 // `name must have rank R, got shape S` unless t has rank `rank`.
 inline ::tensorflow::Status CheckRank(const ::tensorflow::Tensor& t, int rank,
                                       const std::string& name) {
@@ -58,14 +77,22 @@ inline ::tensorflow::Status CheckRank(const ::tensorflow::Tensor& t, int rank,
 
 // The attributes of TfSdca>PackedSolve: loss_type (with gamma),
 // visit_order, l1, l2, num_loss_partitions, num_passes, compute_objective.
+// A multiclass loss_type (softmax_loss, multiclass_hinge_loss) is made into
+// *multiclass with the num_classes attribute (>= 2), leaving *loss null;
+// `multiclass` null refuses them.
 inline ::tensorflow::Status ReadEpochAttrs(
     ::tensorflow::OpKernelConstruction* context, SolverOptions* options,
-    std::unique_ptr<DualLossUpdater>* loss, bool* compute_objective) {
+    std::unique_ptr<DualLossUpdater>* loss, bool* compute_objective,
+    std::unique_ptr<MulticlassLoss>* multiclass = nullptr) {
   using ::tensorflow::errors::InvalidArgument;
   std::string loss_type, order;
   LossType type;
+  MulticlassLossType multiclass_type;
   TF_RETURN_IF_ERROR(context->GetAttr("loss_type", &loss_type));
-  if (!ParseLossType(loss_type, &type)) {
+  const bool is_multiclass =
+      multiclass != nullptr &&
+      ParseMulticlassLossType(loss_type, &multiclass_type);
+  if (!is_multiclass && !ParseLossType(loss_type, &type)) {
     return InvalidArgument("unknown loss_type ", loss_type);
   }
   TF_RETURN_IF_ERROR(context->GetAttr("visit_order", &order));
@@ -82,6 +109,23 @@ inline ::tensorflow::Status ReadEpochAttrs(
                            " passes per call");
   }
   TF_RETURN_IF_ERROR(context->GetAttr("compute_objective", compute_objective));
+  if (is_multiclass) {
+    int num_classes;
+    TF_RETURN_IF_ERROR(ReadNumClasses(context, loss_type, true, &num_classes));
+    if (options->order == VisitOrder::kAdaptive ||
+        options->order == VisitOrder::kShrinking) {
+      return ::tensorflow::errors::Unimplemented(
+          "visit_order '", order, "' is not available for ", loss_type,
+          " (use 'permutation', 'uniform' or 'cyclic')");
+    }
+    *multiclass = MakeMulticlassLoss(multiclass_type, num_classes);
+    options->loss = nullptr;
+    return absl::OkStatus();
+  }
+  if (multiclass != nullptr) {
+    int num_classes;
+    TF_RETURN_IF_ERROR(ReadNumClasses(context, loss_type, false, &num_classes));
+  }
   *loss = MakeLossUpdater(type, gamma);
   options->loss = loss->get();
   return absl::OkStatus();

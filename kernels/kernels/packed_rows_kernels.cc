@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/core/loss.h"
+#include "kernels/core/multiclass_loss.h"
 #include "kernels/core/packed_rows.h"
 #include "kernels/core/solver_options.h"
 #include "kernels/kernels/kernel_util.h"
@@ -61,10 +62,12 @@ struct DataInputs {
   std::vector<double> labels;
 };
 
-// Uses the CPU device's threads.
+// Uses the CPU device's threads. `Loss`: DualLossUpdater or MulticlassLoss
+// (their ConvertLabel and Name).
+template <class Loss>
 Status ReadDataInputs(OpKernelContext* context, int first,
-                      int64_t num_sparse_features,
-                      const DualLossUpdater& loss, DataInputs* inputs) {
+                      int64_t num_sparse_features, const Loss& loss,
+                      DataInputs* inputs) {
   const Tensor& row_ptr = context->input(first);
   const Tensor& ids = context->input(first + 1);
   const Tensor& values = context->input(first + 2);
@@ -157,10 +160,14 @@ Status ReadDataInputs(OpKernelContext* context, int first,
 // on one handle may run concurrently.
 class PackedRowsResource : public ResourceBase {
  public:
-  PackedRowsResource(std::string loss_type, float gamma, LossType type)
+  // A binary or regression loss (`multiclass` null), or a multiclass one
+  // (its labels are class ids).
+  PackedRowsResource(std::string loss_type, float gamma, LossType type,
+                     std::unique_ptr<MulticlassLoss> multiclass)
       : loss_type_(std::move(loss_type)),
         gamma_(gamma),
-        loss_(MakeLossUpdater(type, gamma)) {}
+        loss_(multiclass ? nullptr : MakeLossUpdater(type, gamma)),
+        multiclass_(std::move(multiclass)) {}
 
   std::string DebugString() const override {
     return "PackedRows(" + std::to_string(rows_.num_examples()) + " rows, " +
@@ -209,13 +216,21 @@ class PackedRowsResource : public ResourceBase {
 
   const std::string& loss_type() const { return loss_type_; }
   float gamma() const { return gamma_; }
+  int num_classes() const {
+    return multiclass_ ? multiclass_->num_classes() : 1;
+  }
 
  private:
   Status AppendLocked(OpKernelContext* context, int first)
       TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     DataInputs inputs;
-    TF_RETURN_IF_ERROR(ReadDataInputs(
-        context, first, rows_.num_sparse_features(), *loss_, &inputs));
+    if (multiclass_) {
+      TF_RETURN_IF_ERROR(ReadDataInputs(
+          context, first, rows_.num_sparse_features(), *multiclass_, &inputs));
+    } else {
+      TF_RETURN_IF_ERROR(ReadDataInputs(
+          context, first, rows_.num_sparse_features(), *loss_, &inputs));
+    }
     std::string error;
     if (!rows_.Append(
             inputs.data,
@@ -229,6 +244,7 @@ class PackedRowsResource : public ResourceBase {
   const std::string loss_type_;
   const float gamma_;
   const std::unique_ptr<DualLossUpdater> loss_;
+  const std::unique_ptr<MulticlassLoss> multiclass_;
   ::tensorflow::mutex mu_;
   PackedRows rows_;
 };
@@ -237,16 +253,22 @@ class PackedRowsResource : public ResourceBase {
 // packed rows, checked.
 struct PackAttrs {
   std::string loss_type;
-  LossType type;
+  LossType type = LossType::kLogistic;
+  bool multiclass = false;
+  MulticlassLossType multiclass_type = MulticlassLossType::kSoftmax;
+  int num_classes = 1;
   float gamma = 1.0f;
   int64_t num_sparse_features = 0;
   int num_threads = 1;
 
   Status Read(OpKernelConstruction* context) {
     TF_RETURN_IF_ERROR(context->GetAttr("loss_type", &loss_type));
-    if (!ParseLossType(loss_type, &type)) {
+    multiclass = ParseMulticlassLossType(loss_type, &multiclass_type);
+    if (!multiclass && !ParseLossType(loss_type, &type)) {
       return InvalidArgument("unknown loss_type ", loss_type);
     }
+    TF_RETURN_IF_ERROR(
+        ReadNumClasses(context, loss_type, multiclass, &num_classes));
     TF_RETURN_IF_ERROR(context->GetAttr("gamma", &gamma));
     if (!(std::isfinite(gamma) && gamma > 0)) {
       return InvalidArgument("gamma = ", gamma, " must be > 0");
@@ -258,14 +280,25 @@ struct PackAttrs {
                              " is more than 2^31 - 1 (feature ids are "
                              "int32)");
     }
-    return context->GetAttr("num_threads", &num_threads);
+    TF_RETURN_IF_ERROR(context->GetAttr("num_threads", &num_threads));
+    if (multiclass && num_threads > 1) {
+      // The lock-free threads' private slots and scales are per weight,
+      // not per block of K: not built for the multiclass losses yet.
+      return ::tensorflow::errors::Unimplemented(
+          "num_threads = ", num_threads, ": ", loss_type,
+          " is solved on one thread (num_threads = 1)");
+    }
+    return absl::OkStatus();
   }
 
   // A new resource and the handle that owns it (freed with the last handle
   // tensor), written to output 0.
   Status NewResource(OpKernelContext* context,
                      PackedRowsResource** resource) const {
-    *resource = new PackedRowsResource(loss_type, gamma, type);
+    *resource = new PackedRowsResource(
+        loss_type, gamma, type,
+        multiclass ? MakeMulticlassLoss(multiclass_type, num_classes)
+                   : nullptr);
     ResourceHandle handle = ResourceHandle::MakeRefCountingHandle(
         *resource, context->device()->name());
     Tensor* out;
@@ -380,7 +413,7 @@ class PackedSolveOp : public OpKernel {
  public:
   explicit PackedSolveOp(OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, ReadEpochAttrs(context, &options_, &loss_,
-                                           &compute_objective_));
+                                           &compute_objective_, &multiclass_));
     OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type_));
     OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma_));
   }
@@ -391,31 +424,57 @@ class PackedSolveOp : public OpKernel {
     const Tensor& seed = context->input(3);
     PackedRowsResource* resource;
     OP_REQUIRES_OK(context, LookupRows(context, &resource));
+    const int num_classes = multiclass_ ? multiclass_->num_classes() : 1;
     OP_REQUIRES(context,
                 resource->loss_type() == loss_type_ &&
-                    resource->gamma() == gamma_,
-                InvalidArgument("the rows were packed for ",
-                                resource->loss_type(), " (gamma ",
-                                resource->gamma(), "), not for ", loss_type_,
-                                " (gamma ", gamma_, ")"));
+                    resource->gamma() == gamma_ &&
+                    resource->num_classes() == num_classes,
+                resource->num_classes() == 1 && num_classes == 1
+                    ? InvalidArgument("the rows were packed for ",
+                                      resource->loss_type(), " (gamma ",
+                                      resource->gamma(), "), not for ",
+                                      loss_type_, " (gamma ", gamma_, ")")
+                    : InvalidArgument("the rows were packed for ",
+                                      resource->loss_type(), " (gamma ",
+                                      resource->gamma(), ", num_classes ",
+                                      resource->num_classes(), "), not for ",
+                                      loss_type_, " (gamma ", gamma_,
+                                      ", num_classes ", num_classes, ")"));
     OP_REQUIRES_OK(context, CheckEpochState(weights, duals, seed));
     const PackedRows* rows;
     OP_REQUIRES_OK(context, resource->Complete(&rows));
-    OP_REQUIRES(context, weights.dim_size(0) == rows->num_slots(),
+    // Messages in the binary form when there is no class axis.
+    const std::string times_classes =
+        multiclass_ ? ", times " + std::to_string(num_classes) + " classes"
+                    : "";
+    OP_REQUIRES(context,
+                weights.dim_size(0) == rows->num_slots() * num_classes,
                 InvalidArgument("weights has ", weights.dim_size(0),
                                 " entries; the packed rows need ",
-                                rows->num_slots(), " (",
+                                rows->num_slots() * num_classes, " (",
                                 rows->num_sparse_features(), " sparse + ",
-                                rows->dense_dim(), " dense)"));
-    OP_REQUIRES(context, duals.dim_size(0) == rows->num_examples(),
-                InvalidArgument("duals has ", duals.dim_size(0),
-                                " entries but the packed rows are ",
-                                rows->num_examples()));
+                                rows->dense_dim(), " dense", times_classes,
+                                ")"));
+    OP_REQUIRES(context,
+                duals.dim_size(0) == rows->num_examples() * num_classes,
+                multiclass_
+                    ? InvalidArgument("duals has ", duals.dim_size(0),
+                                      " entries but the packed rows need ",
+                                      rows->num_examples() * num_classes,
+                                      " (", rows->num_examples(),
+                                      " rows", times_classes, ")")
+                    : InvalidArgument("duals has ", duals.dim_size(0),
+                                      " entries but the packed rows are ",
+                                      rows->num_examples()));
     OP_REQUIRES_OK(context, CheckFiniteWeights(TensorBuffer<double>(weights),
-                                               rows->num_slots()));
+                                               weights.dim_size(0)));
     std::string error;
     OP_REQUIRES(context,
-                rows->CheckDuals(TensorBuffer<double>(duals), *loss_, &error),
+                multiclass_ ? rows->CheckBlockDuals(
+                                  TensorBuffer<double>(duals), *multiclass_,
+                                  &error)
+                            : rows->CheckDuals(TensorBuffer<double>(duals),
+                                               *loss_, &error),
                 InvalidArgument(error));
     double* w;
     double* alpha;
@@ -425,6 +484,24 @@ class PackedSolveOp : public OpKernel {
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
     WatchCancellation(context, &options);
+    if (multiclass_) {
+      if (options.num_inner_iterations > 0) {
+        rows->SolveBlocks(options, *multiclass_, w, alpha);
+        OP_REQUIRES_OK(context,
+                       CancelledStatus(options, "TfSdca>PackedSolve"));
+        std::string dual_error;
+        rows->CheckBlockDuals(alpha, *multiclass_, &dual_error);
+        OP_REQUIRES_OK(context,
+                       CheckEpochResult(multiclass_->Name(), w,
+                                        weights.dim_size(0), dual_error));
+      }
+      if (!compute_objective_) return WriteObjective(nullptr, objective);
+      const ObjectiveParts parts = rows->EvaluateBlocks(
+          options, *multiclass_, w, alpha,
+          context->device()->tensorflow_cpu_worker_threads()->num_threads,
+          DevicePool(context));
+      return WriteObjective(&parts, objective);
+    }
     if (options.num_inner_iterations > 0) {
       rows->Solve(options, w, alpha);
       OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>PackedSolve"));
@@ -443,6 +520,7 @@ class PackedSolveOp : public OpKernel {
 
  private:
   std::unique_ptr<DualLossUpdater> loss_;
+  std::unique_ptr<MulticlassLoss> multiclass_;  // or a multiclass loss
   SolverOptions options_;
   std::string loss_type_;
   float gamma_ = 1.0f;

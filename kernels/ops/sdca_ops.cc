@@ -219,7 +219,9 @@ OpDefBuilderWrapper& EpochCall(OpDefBuilderWrapper& op) {
       .Output("objective: double")
       .Attr(
           "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
-          "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+          "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss', "
+          "'softmax_loss', 'multiclass_hinge_loss'}")
+      .Attr("num_classes: int >= 1 = 1")
       .Attr("l1: float")
       .Attr("l2: float")
       .Attr("num_loss_partitions: int >= 1 = 1")
@@ -324,8 +326,10 @@ static ::tensorflow::InitOnStartupMarker const register_pack_rows =
     .Output("rows: resource")
     .Attr(
         "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
-        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss', "
+        "'softmax_loss', 'multiclass_hinge_loss'}")
     .Attr("gamma: float = 1.0")
+    .Attr("num_classes: int >= 1 = 1")
     .Attr("num_sparse_features: int >= 0")
     .Attr("num_threads: int >= 1 = 1")
     .SetIsStateful()
@@ -349,7 +353,10 @@ example_weights: [n] weights s_i >= 0.
 example_labels: [n] labels in the loss's domain.
 rows: a handle that owns the packed rows (freed with the last reference).
 loss_type: the loss whose label domain the labels are checked against;
-  PackedSolve must use the same loss (and gamma).
+  PackedSolve must use the same loss (and gamma, and num_classes).
+  'softmax_loss' and 'multiclass_hinge_loss' are multiclass: labels are
+  class ids (integers in [0, num_classes) given as floats), one thread.
+num_classes: K for the multiclass losses (>= 2); 1 for the others.
 num_sparse_features: size of the sparse part of the weight table (ids must
   be in [0, num_sparse_features)); the table has num_sparse_features + d
   entries.
@@ -370,8 +377,10 @@ REGISTER_OP("TfSdca>NewPackedRows")
     .Output("rows: resource")
     .Attr(
         "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
-        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss', "
+        "'softmax_loss', 'multiclass_hinge_loss'}")
     .Attr("gamma: float = 1.0")
+    .Attr("num_classes: int >= 1 = 1")
     .Attr("num_sparse_features: int >= 0")
     .Attr("num_threads: int >= 1 = 1")
     .Attr("has_values: bool = false")
@@ -393,6 +402,7 @@ dense_dim: scalar, their dense columns (>= 0).
 rows: a handle that owns the packed rows (freed with the last reference).
 loss_type: as for TfSdca>PackRows.
 gamma: as for TfSdca>PackRows.
+num_classes: as for TfSdca>PackRows.
 num_sparse_features: as for TfSdca>PackRows.
 num_threads: as for TfSdca>PackRows (the hot ids are chosen from all the
   rows, once the last one is appended).
@@ -448,8 +458,11 @@ order ('cyclic'), or draws from its own block of rows ('uniform',
 
 rows: the handle from TfSdca>PackRows, or from TfSdca>NewPackedRows once
   every row is appended.
-weights: [m] unshrunk float64 weights, m = num_sparse_features + d.
-duals: [n] float64 duals, one per packed row.
+weights: [m] unshrunk float64 weights, m = num_sparse_features + d; for a
+  multiclass loss [m * K]: the [m, K] table row-major (each slot's K class
+  weights contiguous).
+duals: [n] float64 duals, one per packed row; for a multiclass loss [n * K],
+  row i's block e_y - p (p on the simplex) at [i * K, (i + 1) * K).
 seed: scalar; the visiting order of pass p is a function of (seed, p).
 out_weights: the new unshrunk weights (with num_loss_partitions = K, the
   input plus 1/K of the local change).
@@ -459,6 +472,9 @@ objective: [4] at (out_weights, out_duals): sum_i s_i phi_i(w.x_i), sum_i
   [0] + l2/2 [2] + l1 [3], the duality gap [0] + [1] + l2 [2] + l1 [3].
   NaN when compute_objective is false.
 loss_type: the loss the rows were packed for (with the same gamma).
+num_classes: the rows' num_classes (K of softmax_loss and
+  multiclass_hinge_loss, whose visits solve a row's block of K duals
+  exactly; visit_order 'permutation', 'uniform' or 'cyclic').
 num_loss_partitions: number of solvers whose changes are added (CoCoA+
   sigma).
 num_passes: passes over the rows in this call (0: only the objective).

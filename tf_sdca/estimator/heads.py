@@ -52,6 +52,22 @@ def reduce_loss(losses, weights, reduction):
   return tf.math.divide_no_nan(weighted, nonzero)
 
 
+def _class_predictions(scores, class_names):
+  """TensorFlow's class entries of a classifier's prediction dict, for
+  float32 per-class scores `[B, K]` (logits, or 0 and the logit)."""
+  batch = tf.shape(scores)[0]
+  class_ids = tf.argmax(scores, axis=1)[:, None]
+  names = tf.constant(class_names)
+  return {
+      "probabilities": tf.nn.softmax(scores),
+      "class_ids": class_ids,
+      "classes": tf.gather(names, class_ids),
+      "all_class_ids": tf.tile(tf.range(len(class_names))[None, :],
+                               [batch, 1]),
+      "all_classes": tf.tile(names[None, :], [batch, 1]),
+  }
+
+
 class _Head:
   """What the two heads share: the loss reduction, the weights, the batch
   loss and the mean metrics."""
@@ -160,19 +176,9 @@ class BinaryClassHead(_Head):
   def predictions(self, logits):
     """TensorFlow's dict for float32 logits `[B]`."""
     logits = tf.reshape(logits, [-1, 1])
-    batch = tf.shape(logits)[0]
     two = tf.concat([tf.zeros_like(logits), logits], axis=1)
-    class_ids = tf.argmax(two, axis=1)[:, None]
-    names = tf.constant(self.class_names)
-    return {
-        "logits": logits,
-        "logistic": tf.sigmoid(logits),
-        "probabilities": tf.nn.softmax(two),
-        "class_ids": class_ids,
-        "classes": tf.gather(names, class_ids),
-        "all_class_ids": tf.tile(tf.range(2)[None, :], [batch, 1]),
-        "all_classes": tf.tile(names[None, :], [batch, 1]),
-    }
+    return {"logits": logits, "logistic": tf.sigmoid(logits),
+            **_class_predictions(two, self.class_names)}
 
   @staticmethod
   def signature_outputs(predictions):
@@ -181,7 +187,7 @@ class BinaryClassHead(_Head):
                       "scores": predictions["probabilities"]}
     return {"serving_default": classification,
             "classification": classification,
-            "regression": {"outputs": predictions["logistic"]},
+            "regression": {"outputs": predictions.get("logistic")},
             "predict": dict(predictions)}
 
   def metrics(self):
@@ -193,7 +199,7 @@ class MultiClassHead(_Head):
   (or the strings of `label_vocabulary`); TensorFlow's multi-class
   classifier outputs."""
 
-  loss_type = "softmax"
+  loss_type = "softmax_loss"
   prediction_keys = ("logits", "probabilities", "class_ids", "classes",
                      "all_class_ids", "all_classes")
   signature_names = ("serving_default", "classification", "predict")
@@ -235,27 +241,14 @@ class MultiClassHead(_Head):
   def predictions(self, logits):
     """TensorFlow's dict for float32 logits `[B, n_classes]`."""
     logits = tf.reshape(logits, [-1, self.n_classes])
-    batch = tf.shape(logits)[0]
-    class_ids = tf.argmax(logits, axis=1)[:, None]
-    names = tf.constant(self.class_names)
-    return {
-        "logits": logits,
-        "probabilities": tf.nn.softmax(logits),
-        "class_ids": class_ids,
-        "classes": tf.gather(names, class_ids),
-        "all_class_ids": tf.tile(tf.range(self.n_classes)[None, :],
-                                 [batch, 1]),
-        "all_classes": tf.tile(names[None, :], [batch, 1]),
-    }
+    return {"logits": logits, **_class_predictions(logits, self.class_names)}
 
   @staticmethod
   def signature_outputs(predictions):
     """The outputs of each serving signature (TensorFlow's export outputs)."""
-    classification = {"classes": predictions["all_classes"],
-                      "scores": predictions["probabilities"]}
-    return {"serving_default": classification,
-            "classification": classification,
-            "predict": dict(predictions)}
+    outputs = BinaryClassHead.signature_outputs(predictions)
+    del outputs["regression"]  # one score per class: nothing to regress
+    return outputs
 
   def metrics(self):
     return _MultiClassMetrics(self)

@@ -12,6 +12,11 @@ from tf_sdca.ops._loader import load_ops
 LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
           "poisson_loss", "absolute_loss")
 VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive", "shrinking")
+# The multiclass losses of the packed-rows ops (`num_classes` = K >= 2): a
+# block of K duals per row, labels class ids; one thread, and the visiting
+# orders below.
+MULTICLASS_LOSSES = ("softmax_loss", "multiclass_hinge_loss")
+MULTICLASS_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
 
 
 # The most passes one op call makes (kMaxPasses in solver_options.h); a call
@@ -47,9 +52,27 @@ def _tensor(value, dtype, name):
 
 
 def _check_options(loss_type, l1, l2, num_loss_partitions,
-                   num_inner_iterations, visit_order, gamma, num_threads):
-  if loss_type not in LOSSES:
-    raise ValueError(f"loss_type must be one of {LOSSES}, got {loss_type!r}")
+                   num_inner_iterations, visit_order, gamma, num_threads,
+                   num_classes=None):
+  """Checks the options; `num_classes` None: only the binary and regression
+  losses (the mini-batch op), else the packed-rows ops' K."""
+  if num_classes is not None and loss_type in MULTICLASS_LOSSES:
+    if int(num_classes) < 2:
+      raise ValueError(f"num_classes must be >= 2 for {loss_type}, got "
+                       f"{num_classes}")
+    if visit_order not in MULTICLASS_VISIT_ORDERS:
+      raise ValueError(f"visit_order must be one of "
+                       f"{MULTICLASS_VISIT_ORDERS} for {loss_type}, got "
+                       f"{visit_order!r}")
+    if int(num_threads) > 1:
+      raise ValueError(f"num_threads={num_threads}: {loss_type} is solved "
+                       "on one thread")
+  elif loss_type not in LOSSES:
+    allowed = LOSSES if num_classes is None else LOSSES + MULTICLASS_LOSSES
+    raise ValueError(f"loss_type must be one of {allowed}, got {loss_type!r}")
+  elif num_classes is not None and int(num_classes) != 1:
+    raise ValueError(f"num_classes must be 1 for {loss_type}, got "
+                     f"{num_classes}")
   if visit_order not in VISIT_ORDERS:
     raise ValueError(
         f"visit_order must be one of {VISIT_ORDERS}, got {visit_order!r}")
@@ -296,7 +319,8 @@ def _data_tensors(row_ptr, feature_ids, feature_values, dense_features,
 
 
 def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
-                num_passes, visit_order, gamma, compute_objective):
+                num_passes, visit_order, gamma, compute_objective,
+                num_classes=1):
   """(weights, duals, seed) as tensors and the attributes of one epoch call
   (PackedSolve)."""
   state = (_tensor(weights, tf.float64, "weights"),
@@ -305,7 +329,8 @@ def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
   attrs = dict(loss_type=loss_type, l1=float(l1), l2=float(l2),
                num_loss_partitions=int(num_loss_partitions),
                num_passes=int(num_passes), visit_order=visit_order,
-               gamma=float(gamma), compute_objective=bool(compute_objective))
+               gamma=float(gamma), compute_objective=bool(compute_objective),
+               num_classes=int(num_classes))
   return state, attrs
 
 
@@ -316,7 +341,7 @@ PACKED_VISIT_ORDERS = VISIT_ORDERS
 
 def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
               example_weights, example_labels, num_sparse_features,
-              loss_type, gamma=1.0, num_threads=1, name=None):
+              loss_type, gamma=1.0, num_threads=1, name=None, num_classes=1):
   """Validates a data set held in memory once and packs it for
   `packed_solve`.
 
@@ -350,11 +375,14 @@ def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
     num_sparse_features: sparse ids must be in `[0, num_sparse_features)`;
       the weight table of `packed_solve` has `num_sparse_features + d`
       entries.
-    loss_type: one of `LOSSES`; labels are checked against its domain and
-      `packed_solve` must use the same loss.
+    loss_type: one of `LOSSES` or `MULTICLASS_LOSSES`; labels are checked
+      against its domain and `packed_solve` must use the same loss.
     gamma: smooth-hinge smoothing (must match `packed_solve`'s).
-    num_threads: threads of each `packed_solve` on these rows (>= 1).
+    num_threads: threads of each `packed_solve` on these rows (>= 1; 1 for
+      a multiclass loss).
     name: op name.
+    num_classes: K (>= 2) for a multiclass loss, whose labels are class ids
+      (integers in `[0, K)` as floats); 1 for the others.
 
   Returns:
     A scalar resource tensor that owns the packed rows (freed when the last
@@ -366,7 +394,8 @@ def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
       table, NaN or inf, labels outside the loss's domain, negative weights);
       the message names the argument, the position and the value.
   """
-  _check_options(loss_type, 0.0, 1.0, 1, 1, "permutation", gamma, 0)
+  _check_options(loss_type, 0.0, 1.0, 1, 1, "permutation", gamma,
+                 num_threads, num_classes)
   if int(num_sparse_features) < 0:
     raise ValueError(
         f"num_sparse_features must be >= 0, got {num_sparse_features}")
@@ -378,12 +407,12 @@ def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
                        example_weights, example_labels),
         loss_type=loss_type, gamma=float(gamma),
         num_sparse_features=int(num_sparse_features),
-        num_threads=int(num_threads))
+        num_threads=int(num_threads), num_classes=int(num_classes))
 
 
 def new_packed_rows(num_examples, num_ids, dense_dim, num_sparse_features,
                     loss_type, gamma=1.0, num_threads=1, has_values=False,
-                    name=None):
+                    name=None, num_classes=1):
   """Packed rows to fill chunk by chunk with `append_rows`.
 
   The records `pack_rows` writes, for a data set read in pieces (e.g. from
@@ -403,7 +432,8 @@ def new_packed_rows(num_examples, num_ids, dense_dim, num_sparse_features,
     num_examples: the rows to come (>= 0).
     num_ids: their sparse entries together (>= 0).
     dense_dim: their dense columns (>= 0).
-    num_sparse_features, loss_type, gamma, num_threads: as for `pack_rows`.
+    num_sparse_features, loss_type, gamma, num_threads, num_classes: as
+      for `pack_rows`.
     has_values: whether the sparse entries come with values (else 1.0).
     name: op name.
 
@@ -413,7 +443,8 @@ def new_packed_rows(num_examples, num_ids, dense_dim, num_sparse_features,
   Raises:
     ValueError: on bad options or sizes.
   """
-  _check_options(loss_type, 0.0, 1.0, 1, 1, "permutation", gamma, 0)
+  _check_options(loss_type, 0.0, 1.0, 1, 1, "permutation", gamma,
+                 num_threads, num_classes)
   for label, value in (("num_examples", num_examples), ("num_ids", num_ids),
                        ("dense_dim", dense_dim),
                        ("num_sparse_features", num_sparse_features)):
@@ -430,7 +461,7 @@ def new_packed_rows(num_examples, num_ids, dense_dim, num_sparse_features,
         _tensor(dense_dim, tf.int64, "dense_dim"),
         num_sparse_features=int(num_sparse_features), loss_type=loss_type,
         gamma=float(gamma), num_threads=int(num_threads),
-        has_values=bool(has_values))
+        has_values=bool(has_values), num_classes=int(num_classes))
 
 
 def append_rows(rows, row_ptr, feature_ids, feature_values, dense_features,
@@ -463,7 +494,7 @@ def append_rows(rows, row_ptr, feature_ids, feature_values, dense_features,
 def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                  num_loss_partitions=1, num_passes=1,
                  visit_order="permutation", gamma=1.0,
-                 compute_objective=True, name=None):
+                 compute_objective=True, name=None, num_classes=1):
   """SDCA passes over rows packed by `pack_rows`: one call per epoch.
 
   Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1`; only
@@ -472,8 +503,12 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
 
   Args:
     rows: the handle returned by `pack_rows`.
-    weights: float64 `[num_sparse_features + d]` unshrunk weights.
-    duals: float64 `[n]`, one per packed row.
+    weights: float64 `[num_sparse_features + d]` unshrunk weights; for a
+      multiclass loss `[(num_sparse_features + d) * K]`, the `[m, K]` table
+      row-major.
+    duals: float64 `[n]`, one per packed row; for a multiclass loss
+      `[n * K]`, row i's block `e_y - p` (p on the simplex) at
+      `[i * K, (i + 1) * K)`.
     seed: int; pass p visits rows in an order that depends on (seed, p).
     loss_type: one of `LOSSES`, the one the rows were packed for.
     l1, l2: regularisation (the objective of `sdca_optimizer`).
@@ -488,6 +523,8 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
     gamma: smooth-hinge smoothing (the packing's).
     compute_objective: evaluate the objective parts after the passes.
     name: op name.
+    num_classes: the rows' `num_classes` (K of a multiclass loss: each
+      visit solves the row's block of K duals exactly).
 
   Returns:
     `(weights, duals, objective)`: the new weights and duals and, at them,
@@ -507,9 +544,9 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
     raise ValueError(f"num_passes must be in [0, {MAX_PASSES}], got "
                      f"{num_passes}")
   _check_options(loss_type, l1, l2, num_loss_partitions, 1, visit_order,
-                 gamma, 0)
+                 gamma, 0, num_classes)
   with tf.name_scope(name or "packed_solve"):
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
                                num_loss_partitions, num_passes, visit_order,
-                               gamma, compute_objective)
+                               gamma, compute_objective, num_classes)
     return load_ops().tf_sdca_packed_solve(rows, *state, **attrs)

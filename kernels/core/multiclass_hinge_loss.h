@@ -1,0 +1,98 @@
+// Multiclass hinge loss (Crammer and Singer; the structured-output SVM with
+// the 0/1 label loss): phi(z) = max_k (D_k + z_k) - z_y, D_k = [k != y].
+//
+// phi is the maximum of the affine functions p . (D + z) - z_y over the
+// simplex, so its conjugate at p - e_y is -p . D = -(1 - p_y) = -alpha_y,
+// and the block step (multiclass_loss.h) maximises
+//   p' . (D + z) - q/2 |p' - p|^2   over the simplex:
+// the Euclidean projection of p + (D + z) / q onto the simplex. That is the
+// exact maximiser of the block; sequential dual ascent's steepest feasible
+// ascent step (Frank-Wolfe towards the vertex of the most violated class,
+// with exact line search) maximises the same concave f along one feasible
+// direction only, so the projection gains at least as much per visit.
+// Derivation in g3doc/multiclass.md.
+#ifndef TF_SDCA_KERNELS_CORE_MULTICLASS_HINGE_LOSS_H_
+#define TF_SDCA_KERNELS_CORE_MULTICLASS_HINGE_LOSS_H_
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "kernels/core/multiclass_loss.h"
+
+namespace tf_sdca {
+
+class MulticlassHingeLoss final : public MulticlassLoss {
+ public:
+  using MulticlassLoss::MulticlassLoss;
+
+  const char* Name() const override { return "multiclass_hinge_loss"; }
+
+  void UpdateBlock(int label, const double* dual, const double* scores,
+                   double q, double* new_dual, double* work) const override {
+    const int k = num_classes();
+    double* v = work;
+    double* sorted = work + k;
+    if (!(q > 0.0)) {
+      // A row without features: the vertex of the largest D_k + z_k.
+      int best = 0;
+      for (int j = 1; j < k; ++j) {
+        if (Violation(scores, label, j) > Violation(scores, label, best)) {
+          best = j;
+        }
+      }
+      for (int j = 0; j < k; ++j) {
+        new_dual[j] = (j == label ? 1.0 : 0.0) - (j == best ? 1.0 : 0.0);
+      }
+      return;
+    }
+    // Scaled by q (w = q v projected onto the simplex of mass q), so that
+    // the step is exact also when q is large.
+    for (int j = 0; j < k; ++j) {
+      const double p =
+          std::clamp((j == label ? 1.0 : 0.0) - dual[j], 0.0, 1.0);
+      v[j] = q * p + Violation(scores, label, j);
+      sorted[j] = v[j];
+    }
+    std::sort(sorted, sorted + k, std::greater<double>());
+    // tau: the largest prefix whose mean excess stays positive.
+    double prefix = 0.0, tau = sorted[0] - q;
+    for (int j = 0; j < k; ++j) {
+      prefix += sorted[j];
+      const double t = (prefix - q) / (j + 1);
+      if (sorted[j] - t > 0.0) tau = t;
+    }
+    double total = 0.0;
+    for (int j = 0; j < k; ++j) {
+      v[j] = std::max(v[j] - tau, 0.0);
+      total += v[j];
+    }
+    // Rounding can leave the mass a few ulps from q: renormalised onto the
+    // simplex exactly as the dual domain wants.
+    for (int j = 0; j < k; ++j) {
+      new_dual[j] = (j == label ? 1.0 : 0.0) - v[j] / total;
+    }
+  }
+
+  double PrimalLoss(const double* scores, int label) const override {
+    double top = -INFINITY;
+    for (int j = 0; j < num_classes(); ++j) {
+      top = std::max(top, Violation(scores, label, j));
+    }
+    return top - scores[label];
+  }
+
+  double DualLoss(const double* dual, int label) const override {
+    return -std::clamp(dual[label], 0.0, 1.0);
+  }
+
+ private:
+  // D_j + z_j.
+  static double Violation(const double* scores, int label, int j) {
+    return (j == label ? 0.0 : 1.0) + scores[j];
+  }
+};
+
+}  // namespace tf_sdca
+
+#endif  // TF_SDCA_KERNELS_CORE_MULTICLASS_HINGE_LOSS_H_

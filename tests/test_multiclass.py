@@ -1,0 +1,396 @@
+"""The multiclass losses (softmax, multiclass hinge) on the packed-rows engine:
+each block step is the exact maximiser of its block subproblem (checked
+against scipy's SLSQP on the same concave function), the optimum on real
+data matches scikit-learn's (LogisticRegression multinomial, LinearSVC
+Crammer-Singer) in an objective computed here in numpy, K = 2 softmax is
+binary logistic reparametrised, sparse and dense features and example
+weights mean what they say, and bad labels / K are named errors.
+
+The objective everywhere: sum_i s_i phi_i(W^T x_i) + l2/2 |W|^2, which is
+scikit-learn's C sum_i loss_i + 1/2 |W|^2 divided by C for C = 1 / l2.
+"""
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.optimize import minimize
+from sklearn import datasets
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC
+
+from tf_sdca import losses
+from tf_sdca.ops import sdca_ops
+from tf_sdca.ops._loader import load_ops
+from tf_sdca.trainer import InMemorySdca
+
+MULTICLASS = ("softmax_loss", "multiclass_hinge_loss")
+
+
+# ------------------------------------------------------------- references
+def np_primal(loss, z, y):
+  """phi(z) per row, written from the definitions (not tf_sdca.losses)."""
+  n = z.shape[0]
+  z_y = z[np.arange(n), y]
+  if loss == "softmax_loss":
+    top = z.max(axis=1)
+    return top + np.log(np.exp(z - top[:, None]).sum(axis=1)) - z_y
+  margin = 1.0 - (np.arange(z.shape[1])[None, :] == y[:, None]) + z
+  return margin.max(axis=1) - z_y
+
+
+def np_objective(loss, w, x, y, l2, s=None):
+  z = x.astype(np.float64) @ w
+  phi = np_primal(loss, z, y)
+  if s is not None:
+    phi = phi * s
+  return phi.sum() + 0.5 * l2 * np.sum(w * w)
+
+
+def block_objective(loss, p_new, p_old, z, q, y):
+  """f(p') = -phi*(p' - e_y) + (p' - p) . z - q/2 |p' - p|^2."""
+  if loss == "softmax_loss":
+    safe = np.where(p_new > 0, p_new, 1.0)
+    conj = np.sum(np.where(p_new > 0, p_new * np.log(safe), 0.0))
+  else:
+    conj = -(1.0 - p_new[y])
+  step = p_new - p_old
+  return -conj + step @ z - 0.5 * q * step @ step
+
+
+def scipy_block(loss, p_old, z, q, y):
+  """The block's maximiser by SLSQP over the simplex."""
+  k = z.shape[0]
+  lower = 1e-14 if loss == "softmax_loss" else 0.0
+  best = None
+  for start in (np.full(k, 1.0 / k), np.clip(p_old, lower, 1.0)):
+    res = minimize(lambda p: -block_objective(loss, p, p_old, z, q, y),
+                   start / start.sum(), method="SLSQP",
+                   bounds=[(lower, 1.0)] * k,
+                   constraints=[{"type": "eq",
+                                 "fun": lambda p: p.sum() - 1.0}],
+                   options={"ftol": 1e-15, "maxiter": 1000})
+    if best is None or res.fun < best.fun:
+      best = res
+  return best.x
+
+
+def _empty_sparse():
+  return (np.zeros(0, np.int64), np.zeros(0, np.int32),
+          np.zeros(0, np.float32))
+
+
+# ------------------------------------------------------------ block steps
+@pytest.mark.parametrize("loss", MULTICLASS)
+@pytest.mark.parametrize("k", [3, 5, 10])
+def test_block_step_maximises_the_block_dual(loss, k):
+  rng = np.random.default_rng(k)
+  d, l2 = 4, 0.625  # exact in the op's float32 attribute
+  # q = s |x|^2 / l2 from ~1e-5 to ~1e3 and scores up to ~50: both the
+  # warm-started joint Newton and its nested fallback (softmax) are hit.
+  for trial in range(8):
+    x = (rng.normal(size=(1, d)) * 10.0 ** (trial / 2 - 2.5)).astype(
+        np.float32)
+    s = float(np.float32(rng.uniform(0.5, 2.0)))
+    y = int(rng.integers(k))
+    w = rng.normal(size=(d, k)) * (0.3 + trial % 4) / max(
+        1e-2, float(np.abs(x).max()))
+    p_old = rng.dirichlet(np.ones(k) * 0.5)
+    alpha = np.eye(k)[y] - p_old
+    rows = sdca_ops.pack_rows(*_empty_sparse(), x, np.array([s], np.float32),
+                              np.array([y], np.float32), 0, loss,
+                              num_classes=k)
+    w_new, a_new, _ = sdca_ops.packed_solve(
+        rows, w.ravel(), alpha, 0, loss, 0.0, l2, num_passes=1,
+        num_classes=k)
+    a_new = a_new.numpy()
+    p_new = np.eye(k)[y] - a_new
+    x64 = x[0].astype(np.float64)
+    z = x64 @ w
+    q = s * (x64 @ x64) / l2
+    ref = scipy_block(loss, p_old, z, q, y)
+    ours_f = block_objective(loss, p_new, p_old, z, q, y)
+    ref_f = block_objective(loss, ref, p_old, z, q, y)
+    # Ours is the exact maximiser: never below SLSQP's (to its tolerance),
+    # and the block is strongly concave (q > 0), so the points agree too.
+    assert ours_f >= ref_f - 1e-9 * (1 + abs(ref_f))
+    if loss == "softmax_loss" or q > 1e-2:
+      np.testing.assert_allclose(p_new, ref, atol=2e-5)
+    # On the simplex, and the weights moved by (s / l2) x (alpha' - alpha).
+    assert p_new.min() >= 0.0 and abs(p_new.sum() - 1.0) < 1e-12
+    np.testing.assert_allclose(
+        w_new.numpy().reshape(d, k),
+        w + (s / l2) * np.outer(x64, a_new - alpha), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss", MULTICLASS)
+def test_block_step_of_a_row_without_features_is_the_loss_subgradient(loss):
+  # q = 0: the step maximises -phi*(p' - e_y) + p'.z, whose maximiser is
+  # the loss's gradient (softmax) or the most violated class's vertex.
+  k = 4
+  rows = sdca_ops.pack_rows(*_empty_sparse(), np.zeros((1, 2), np.float32),
+                            np.ones(1, np.float32),
+                            np.array([1], np.float32), 0, loss,
+                            num_classes=k)
+  _, a_new, _ = sdca_ops.packed_solve(rows, np.zeros(2 * k), np.zeros(k), 0,
+                                      loss, 0.0, 1.0, num_passes=1,
+                                      num_classes=k)
+  p = np.eye(k)[1] - a_new.numpy()
+  if loss == "softmax_loss":
+    np.testing.assert_allclose(p, np.full(k, 0.25), rtol=1e-14)
+  else:
+    assert p.max() == 1.0 and p[1] == 0.0  # a class != y (margin 1 > 0)
+
+
+# --------------------------------------------------------------- optimum
+def _real(name):
+  data = getattr(datasets, f"load_{name}")()
+  x = data.data / 16.0 if name == "digits" else (
+      StandardScaler().fit_transform(data.data))
+  return x.astype(np.float32), data.target.astype(np.int64)
+
+
+def _sklearn(loss, x, y, l2):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    if loss == "softmax_loss":
+      model = LogisticRegression(C=1.0 / l2, fit_intercept=False,
+                                 tol=1e-12, max_iter=10000)
+    else:
+      model = LinearSVC(C=1.0 / l2, multi_class="crammer_singer",
+                        fit_intercept=False, tol=1e-10, max_iter=100000)
+    model.fit(x.astype(np.float64), y)
+  return model.coef_.T
+
+
+# Hinge SDCA's gap falls sublinearly (the loss is not smooth): digits takes
+# l2 = 10 to reach 1e-6 in about a second.
+@pytest.mark.parametrize("loss,name,l2", [
+    ("softmax_loss", "iris", 1.0), ("softmax_loss", "wine", 1.0),
+    ("softmax_loss", "digits", 1.0), ("multiclass_hinge_loss", "iris", 1.0),
+    ("multiclass_hinge_loss", "wine", 1.0),
+    ("multiclass_hinge_loss", "digits", 10.0)])
+def test_optimum_matches_sklearn(loss, name, l2):
+  x, y = _real(name)
+  k = int(y.max()) + 1
+  model = InMemorySdca(loss=loss, num_classes=k, l2=l2)
+  history = model.fit(labels=y, dense=x, epochs=3000, tol=1e-6, verbose=0)
+  assert history["duality_gap"][-1] < 1e-6
+  assert model.dense_weights.shape == (x.shape[1], k)
+  ours = np_objective(loss, model.dense_weights, x, y, l2)
+  theirs = np_objective(loss, _sklearn(loss, x, y, l2), x, y, l2)
+  assert abs(ours - theirs) <= 1e-4 * theirs
+  # The history's objective is ours (per unit weight).
+  np.testing.assert_allclose(history["loss"][-1] * len(y), ours, rtol=1e-9)
+  # predict / predict_classes / decision_function agree with W.
+  z = x.astype(np.float64) @ model.dense_weights
+  np.testing.assert_allclose(model.decision_function(dense=x), z,
+                             rtol=1e-12, atol=1e-12)
+  out = model.predict(dense=x)
+  if loss == "softmax_loss":
+    np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(np.log(out) - np.log(out[:, :1]),
+                               z - z[:, :1], atol=1e-9)
+  else:
+    np.testing.assert_allclose(out, z, rtol=1e-12, atol=1e-12)
+  np.testing.assert_array_equal(model.predict_classes(dense=x),
+                                np.argmax(z, axis=1))
+
+
+def test_softmax_with_two_classes_is_binary_logistic():
+  # With W = [w0, w1] the softmax loss is the logistic loss of
+  # v = w1 - w0 (label 1 <=> class 1). At the optimum w0 = -w1 (their
+  # gradients are opposite), so |W|^2 = |v|^2 / 2 and l2/2 |W|^2 =
+  # (l2/2)/2 |v|^2: binary logistic with l2' = l2 / 2 has the optimum v.
+  x, y = _real("breast_cancer")
+  l2 = 2.0
+  multi = InMemorySdca(loss="softmax", num_classes=2, l2=l2)
+  multi.fit(labels=y, dense=x, epochs=500, tol=1e-12, verbose=0)
+  binary = InMemorySdca(loss="logistic", l2=l2 / 2)
+  binary.fit(labels=y, dense=x, epochs=500, tol=1e-12, verbose=0)
+  w = multi.dense_weights
+  np.testing.assert_allclose(w[:, 1] - w[:, 0], binary.dense_weights,
+                             rtol=1e-6, atol=1e-8)
+  np.testing.assert_allclose(w[:, 0], -w[:, 1], rtol=1e-6, atol=1e-8)
+  np.testing.assert_allclose(multi.predict(dense=x)[:, 1],
+                             binary.predict(dense=x), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("loss", MULTICLASS)
+def test_sparse_and_dense_parts_share_one_table(loss):
+  # The first 6 columns as CSR ids with values (zeros dropped), the rest
+  # dense: the same optimum as all dense, the table split the same way.
+  x, y = _real("wine")
+  k, cut = 3, 6
+  sparse = x[:, :cut]
+  rows, cols = np.nonzero(sparse)
+  indptr = np.concatenate([[0], np.cumsum(np.bincount(rows,
+                                                      minlength=len(y)))])
+  both = InMemorySdca(loss=loss, num_classes=k, l2=1.0)
+  both.fit(labels=y, dense=x[:, cut:], indptr=indptr, indices=cols,
+           values=sparse[rows, cols], num_features=cut, epochs=3000,
+           tol=1e-8, verbose=0)
+  dense = InMemorySdca(loss=loss, num_classes=k, l2=1.0)
+  dense.fit(labels=y, dense=x, epochs=3000, tol=1e-8, verbose=0)
+  assert both.sparse_weights.shape == (cut, k)
+  w_both = np.vstack([both.sparse_weights, both.dense_weights])
+  ours = np_objective(loss, w_both, x, y, 1.0)
+  ref = np_objective(loss, dense.dense_weights, x, y, 1.0)
+  assert abs(ours - ref) <= 1e-6 * ref
+  np.testing.assert_allclose(
+      both.decision_function(dense=x[:, cut:], indptr=indptr, indices=cols,
+                             values=sparse[rows, cols]),
+      x.astype(np.float64) @ w_both, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("loss", MULTICLASS)
+def test_example_weight_two_is_the_row_twice(loss):
+  x, y = _real("iris")
+  s = np.ones(len(y), np.float32)
+  s[::3] = 2.0
+  weighted = InMemorySdca(loss=loss, num_classes=3, l2=1.0)
+  h = weighted.fit(labels=y, dense=x, example_weights=s, epochs=3000,
+                   tol=1e-9, verbose=0)
+  assert h["duality_gap"][-1] < 1e-9
+  twice = InMemorySdca(loss=loss, num_classes=3, l2=1.0)
+  twice.fit(labels=np.concatenate([y, y[::3]]),
+            dense=np.vstack([x, x[::3]]), epochs=3000, tol=1e-9, verbose=0)
+  a = np_objective(loss, weighted.dense_weights, x, y, 1.0, s)
+  b = np_objective(loss, twice.dense_weights, x, y, 1.0, s)
+  assert abs(a - b) <= 1e-7 * b
+
+
+@pytest.mark.parametrize("loss", MULTICLASS)
+def test_gap_certifies_with_l1_and_partitions(loss):
+  # The gap (op objective parts) is P - D >= 0 at every epoch, and with L1
+  # and CoCoA+ scaling it still falls to 0; the primal is the numpy one.
+  x, y = _real("iris")
+  k, l1, l2 = 3, 0.5, 1.0
+  rows = sdca_ops.pack_rows(*_empty_sparse(), x, np.ones(len(y), np.float32),
+                            y.astype(np.float32), 0, loss, num_classes=k)
+  w = np.zeros(x.shape[1] * k)
+  a = np.zeros(len(y) * k)
+  gaps = []
+  for epoch in range(3000):
+    w, a, parts = sdca_ops.packed_solve(rows, w, a, epoch, loss, l1, l2,
+                                        num_loss_partitions=2,
+                                        num_classes=k)
+    parts = parts.numpy()
+    gap = parts[0] + parts[1] + l2 * parts[2] + l1 * parts[3]
+    gaps.append(gap)
+    if gap < 1e-9:
+      break
+  assert min(gaps) >= -1e-9 and gaps[-1] < 1e-9
+  shrunk = losses.shrink_l1(w.numpy(), l1, l2).reshape(-1, k)
+  primal = (np_primal(loss, x.astype(np.float64) @ shrunk, y).sum() +
+            0.5 * l2 * np.sum(shrunk ** 2) + l1 * np.abs(shrunk).sum())
+  np.testing.assert_allclose(parts[0] + 0.5 * l2 * parts[2] +
+                             l1 * parts[3], primal, rtol=1e-12)
+  assert np.count_nonzero(shrunk) < shrunk.size  # L1 zeroed some weights
+
+
+def test_losses_module_matches_the_op_objective():
+  x, y = _real("iris")
+  rng = np.random.default_rng(0)
+  for loss in MULTICLASS:
+    w = rng.normal(size=(x.shape[1], 3))
+    p = rng.dirichlet(np.ones(3), size=len(y))
+    a = np.eye(3)[y] - p
+    rows = sdca_ops.pack_rows(*_empty_sparse(), x,
+                              np.ones(len(y), np.float32),
+                              y.astype(np.float32), 0, loss, num_classes=3)
+    _, _, parts = sdca_ops.packed_solve(rows, w.ravel(), a.ravel(), 0, loss,
+                                        0.0, 1.0, num_passes=0,
+                                        num_classes=3)
+    z = x.astype(np.float64) @ w
+    np.testing.assert_allclose(losses.primal(loss, z, y).sum(),
+                               parts.numpy()[0], rtol=1e-12)
+    np.testing.assert_allclose(losses.dual(loss, a, y).sum(),
+                               parts.numpy()[1], rtol=1e-12)
+    np.testing.assert_allclose(losses.primal(loss, z, y),
+                               np_primal(loss, z, y), rtol=1e-12)
+    # The Fenchel-Young gap of every row is >= 0.
+    fy = losses.primal(loss, z, y) + losses.dual(loss, a, y) + (a * z).sum(1)
+    assert fy.min() >= -1e-12
+    # The TensorFlow spelling computes the same.
+    np.testing.assert_allclose(
+        losses.primal(loss, tf.constant(z), tf.constant(y)).numpy(),
+        losses.primal(loss, z, y), rtol=1e-12)
+    np.testing.assert_allclose(
+        losses.dual(loss, tf.constant(a), tf.constant(y)).numpy(),
+        losses.dual(loss, a, y), rtol=1e-12)
+  z = rng.normal(size=(5, 4))
+  np.testing.assert_allclose(
+      losses.activation("softmax", z),
+      np.exp(z) / np.exp(z).sum(axis=1, keepdims=True), rtol=1e-12)
+  np.testing.assert_allclose(losses.activation("multiclass_hinge", z), z)
+
+
+# ----------------------------------------------------------------- errors
+@pytest.mark.parametrize("bad,row", [(-1.0, 2), (3.0, 4), (1.5, 0)])
+@pytest.mark.parametrize("loss", ["softmax", "multiclass_hinge"])
+def test_bad_labels_are_named(loss, bad, row):
+  x, y = _real("iris")
+  labels = y.astype(np.float32)
+  labels[row] = bad
+  model = InMemorySdca(loss=loss, num_classes=3)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=rf"example_labels\[{row}\] = {bad:g} must be an "
+                     r"integer class id in \[0, 3\)"):
+    model.fit(labels=labels, dense=x, epochs=1, verbose=0)
+
+
+def test_num_classes_below_two_is_refused():
+  for k in (None, 1, 0):
+    with pytest.raises(ValueError, match="num_classes"):
+      InMemorySdca(loss="softmax", num_classes=k)
+  with pytest.raises(ValueError, match="num_classes must be 1"):
+    InMemorySdca(loss="logistic", num_classes=3)
+  # The op's own check, past the Python wrappers.
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="num_classes = 1 must be >= 2 for softmax_loss"):
+    load_ops().tf_sdca_pack_rows(
+        *_empty_sparse(), np.zeros((1, 1), np.float32),
+        np.ones(1, np.float32), np.zeros(1, np.float32),
+        loss_type="softmax_loss", num_sparse_features=0, num_classes=1)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="num_classes = 3 must be 1 for logistic_loss"):
+    load_ops().tf_sdca_pack_rows(
+        *_empty_sparse(), np.zeros((1, 1), np.float32),
+        np.ones(1, np.float32), np.zeros(1, np.float32),
+        loss_type="logistic_loss", num_sparse_features=0, num_classes=3)
+
+
+def test_unsupported_options_are_refused():
+  with pytest.raises(ValueError, match="one thread"):
+    InMemorySdca(loss="softmax", num_classes=3, num_threads=2)
+  with pytest.raises(ValueError, match="visit_order"):
+    InMemorySdca(loss="softmax", num_classes=3, visit_order="adaptive")
+  x, y = _real("iris")
+  with pytest.raises(ValueError, match="mini-batches"):
+    InMemorySdca(loss="softmax", num_classes=3).fit(
+        labels=y, dense=x, batch_size=10, verbose=0)
+  with pytest.raises(tf.errors.UnimplementedError, match="one thread"):
+    load_ops().tf_sdca_pack_rows(
+        *_empty_sparse(), np.zeros((1, 1), np.float32),
+        np.ones(1, np.float32), np.zeros(1, np.float32),
+        loss_type="softmax_loss", num_sparse_features=0, num_classes=3,
+        num_threads=2)
+  # Packed for K = 3, solved as K = 4; duals off the simplex.
+  rows = sdca_ops.pack_rows(*_empty_sparse(), x, np.ones(len(y), np.float32),
+                            y.astype(np.float32), 0, "softmax_loss",
+                            num_classes=3)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="num_classes 3"):
+    sdca_ops.packed_solve(rows, np.zeros(16), np.zeros(len(y) * 4), 0,
+                          "softmax_loss", 0.0, 1.0, num_classes=4)
+  duals = np.zeros(len(y) * 3)
+  duals[5 * 3 + 0] = 0.5  # row 5's block sums to 0.5
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"duals\[5, :\] = \[0.5, 0, 0\]"):
+    sdca_ops.packed_solve(rows, np.zeros(12), duals, 0, "softmax_loss", 0.0,
+                          1.0, num_classes=3)
+  # The mini-batch door does not take them.
+  with pytest.raises(ValueError, match="loss_type must be one of"):
+    sdca_ops._check_options("softmax_loss", 0.0, 1.0, 1, 1, "permutation",
+                            1.0, 0)
