@@ -18,7 +18,7 @@ accuracy), no intercept. The objectives are the same problem:
            LinearSVC(multi_class="crammer_singer", C = 1 / l2,
            fit_intercept=False)
 computed here in numpy for every solver's W. P* is ours run to a relative
-duality gap of 1e-8, which certifies it within 1e-8 of the optimum (a peer
+duality gap of 1e-7, which certifies it within 1e-7 of the optimum (a peer
 that does better is reported).
 
 Times: ours from the `fit` call (packing included) to the end of the first
@@ -140,9 +140,12 @@ def main():
     solvers = ["lbfgs", "saga"] if loss == "softmax" else ["crammer_singer"]
     op_loss = "softmax" if loss == "softmax" else "multiclass_hinge"
     for l2 in (float(v) for v in args.l2.split(",")):
-      # P*: ours to a relative duality gap of 1e-8 (a certificate: P* is
-      # within 1e-8 of it), lowered by any better objective a peer reaches.
-      _, p_star = ours(op_loss, x, y, l2, None, tol=1e-8, epochs=20000)
+      # P*: ours to a relative duality gap of 1e-7 (a certificate: P* is
+      # within 1e-7 of it, a thousandth of the target), lowered by any
+      # better objective a peer reaches.
+      _, p_star = ours(op_loss, x, y, l2, None, tol=1e-7, epochs=20000,
+                       visit_order=("permutation" if loss == "softmax"
+                                    else "shrinking"))
       target = p_star * (1 + TARGET)
       # The hinge also with LIBLINEAR-style shrinking of the rows at rest.
       orders = (["permutation"] if loss == "softmax" else
@@ -159,7 +162,7 @@ def main():
           seconds, best, tol = sklearn_to_target(
               loss, solver if loss == "softmax" else None, x, y, l2, target,
               args.budget)
-          if best < p_star * (1 - 1e-8):  # would lower P*: say so
+          if best < p_star * (1 - 1e-7):  # would lower P*: say so
             print(f"  note: {solver} reached {best:.10g} < P* {p_star:.10g}")
           peer_times[solver].append(seconds if seconds is not None
                                     else np.inf)
