@@ -408,3 +408,18 @@ def test_unsupported_options_are_refused():
   with pytest.raises(ValueError, match="loss_type must be one of"):
     sdca_ops._check_options("softmax_loss", 0.0, 1.0, 1, 1, "permutation",
                             1.0, 0)
+
+
+def test_row_chunks_train_as_the_arrays_whole():
+  from tf_sdca.trainer import RowChunks  # pylint: disable=import-outside-toplevel
+  x, y = _real("wine")
+  chunks = RowChunks([dict(labels=y[:100], dense=x[:100]),
+                      dict(labels=y[100:], dense=x[100:])],
+                     num_examples=len(y), dense_dim=x.shape[1])
+  whole = InMemorySdca(loss="softmax", num_classes=3, seed=3)
+  whole.fit(labels=y, dense=x, epochs=5, verbose=0)
+  pieces = InMemorySdca(loss="softmax", num_classes=3, seed=3)
+  pieces.fit(rows=chunks, epochs=5, verbose=0)
+  np.testing.assert_array_equal(pieces.dense_weights, whole.dense_weights)
+  np.testing.assert_array_equal(pieces.duals, whole.duals)
+  assert pieces.duals.shape == (len(y), 3)
