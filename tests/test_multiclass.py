@@ -165,16 +165,21 @@ def _sklearn(loss, x, y, l2):
 
 
 # Hinge SDCA's gap falls sublinearly (the loss is not smooth): digits takes
-# l2 = 10 to reach 1e-6 in about a second.
-@pytest.mark.parametrize("loss,name,l2", [
-    ("softmax_loss", "iris", 1.0), ("softmax_loss", "wine", 1.0),
-    ("softmax_loss", "digits", 1.0), ("multiclass_hinge_loss", "iris", 1.0),
-    ("multiclass_hinge_loss", "wine", 1.0),
-    ("multiclass_hinge_loss", "digits", 10.0)])
-def test_optimum_matches_sklearn(loss, name, l2):
+# l2 = 10 to reach 1e-6 in about a second. 'shrinking' (hinge only) leaves
+# rows resting at alpha = 0 out of passes: the same optimum.
+@pytest.mark.parametrize("loss,name,l2,order", [
+    ("softmax_loss", "iris", 1.0, "permutation"),
+    ("softmax_loss", "wine", 1.0, "cyclic"),
+    ("softmax_loss", "digits", 1.0, "permutation"),
+    ("multiclass_hinge_loss", "iris", 1.0, "uniform"),
+    ("multiclass_hinge_loss", "wine", 1.0, "permutation"),
+    ("multiclass_hinge_loss", "wine", 1.0, "shrinking"),
+    ("multiclass_hinge_loss", "digits", 10.0, "permutation"),
+    ("multiclass_hinge_loss", "digits", 10.0, "shrinking")])
+def test_optimum_matches_sklearn(loss, name, l2, order):
   x, y = _real(name)
   k = int(y.max()) + 1
-  model = InMemorySdca(loss=loss, num_classes=k, l2=l2)
+  model = InMemorySdca(loss=loss, num_classes=k, l2=l2, visit_order=order)
   history = model.fit(labels=y, dense=x, epochs=3000, tol=1e-6, verbose=0)
   assert history["duality_gap"][-1] < 1e-6
   assert model.dense_weights.shape == (x.shape[1], k)
@@ -367,6 +372,8 @@ def test_unsupported_options_are_refused():
     InMemorySdca(loss="softmax", num_classes=3, num_threads=2)
   with pytest.raises(ValueError, match="visit_order"):
     InMemorySdca(loss="softmax", num_classes=3, visit_order="adaptive")
+  with pytest.raises(ValueError, match="visit_order"):
+    InMemorySdca(loss="softmax", num_classes=3, visit_order="shrinking")
   x, y = _real("iris")
   with pytest.raises(ValueError, match="mini-batches"):
     InMemorySdca(loss="softmax", num_classes=3).fit(
@@ -390,7 +397,29 @@ def test_unsupported_options_are_refused():
                      match=r"duals\[5, :\] = \[0.5, 0, 0\]"):
     sdca_ops.packed_solve(rows, np.zeros(12), duals, 0, "softmax_loss", 0.0,
                           1.0, num_classes=3)
+  with pytest.raises(tf.errors.UnimplementedError,
+                     match="visit_order 'shrinking' is not available for "
+                     "softmax_loss"):
+    load_ops().tf_sdca_packed_solve(
+        rows, np.zeros(12), np.zeros(len(y) * 3), 0,
+        loss_type="softmax_loss", l1=0.0, l2=1.0, num_classes=3,
+        visit_order="shrinking")
   # The mini-batch door does not take them.
   with pytest.raises(ValueError, match="loss_type must be one of"):
     sdca_ops._check_options("softmax_loss", 0.0, 1.0, 1, 1, "permutation",
                             1.0, 0)
+
+
+def test_row_chunks_train_as_the_arrays_whole():
+  from tf_sdca.trainer import RowChunks  # pylint: disable=import-outside-toplevel
+  x, y = _real("wine")
+  chunks = RowChunks([dict(labels=y[:100], dense=x[:100]),
+                      dict(labels=y[100:], dense=x[100:])],
+                     num_examples=len(y), dense_dim=x.shape[1])
+  whole = InMemorySdca(loss="softmax", num_classes=3, seed=3)
+  whole.fit(labels=y, dense=x, epochs=5, verbose=0)
+  pieces = InMemorySdca(loss="softmax", num_classes=3, seed=3)
+  pieces.fit(rows=chunks, epochs=5, verbose=0)
+  np.testing.assert_array_equal(pieces.dense_weights, whole.dense_weights)
+  np.testing.assert_array_equal(pieces.duals, whole.duals)
+  assert pieces.duals.shape == (len(y), 3)

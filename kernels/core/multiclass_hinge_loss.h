@@ -86,6 +86,26 @@ class MulticlassHingeLoss final : public MulticlassLoss {
     return -std::clamp(dual[label], 0.0, 1.0);
   }
 
+  bool Shrinkable() const override { return true; }
+  bool BlockViolation(int label, const double* dual, const double* scores,
+                      double* gap, bool* at_bound,
+                      double* margin) const override {
+    double top = -INFINITY, other = -INFINITY, mean = 0.0;
+    bool zero = true;
+    for (int j = 0; j < num_classes(); ++j) {
+      const double s = Violation(scores, label, j);
+      const double p = (j == label ? 1.0 : 0.0) - dual[j];
+      top = std::max(top, s);
+      if (j != label) other = std::max(other, s);
+      mean += p * s;
+      zero = zero && dual[j] == 0.0;
+    }
+    *gap = std::max(top - mean, 0.0);
+    *at_bound = zero;
+    *margin = other - scores[label];
+    return true;
+  }
+
  private:
   // D_j + z_j.
   static double Violation(const double* scores, int label, int j) {

@@ -54,6 +54,20 @@ class MulticlassLoss {
   // dual . z is the example's Fenchel-Young gap (>= 0).
   virtual double DualLoss(const double* dual, int label) const = 0;
 
+  // For a loss whose block can sit still at p = e_y (the multiclass hinge,
+  // where a row classified with margin keeps alpha = 0): writes the row's
+  // gap G = max_k s_k - p . s with s_k = D_k + z_k (0 iff the block is
+  // optimal at these scores: the reference's per-example gap), whether
+  // p = e_y, and the margin max_{k != y} s_k - s_y (< 0: p = e_y is the
+  // block's optimum); returns true. False for a loss without such a bound
+  // (the 'shrinking' order then has nothing to shrink).
+  virtual bool Shrinkable() const { return false; }
+  virtual bool BlockViolation(int label, const double* dual,
+                              const double* scores, double* gap,
+                              bool* at_bound, double* margin) const {
+    return false;
+  }
+
  private:
   const int num_classes_;
 };

@@ -246,7 +246,9 @@ class PackedRows {
   // weights contiguous), `duals` [n, K] row-major; options.loss is unused.
   // Each visit solves the row's whole block of K duals exactly and moves
   // only the class weights whose duals changed. The passes, visiting orders
-  // ('permutation', 'uniform', 'cyclic') and CoCoA+ scaling are Solve's.
+  // ('permutation', 'uniform', 'cyclic') and CoCoA+ scaling are Solve's;
+  // kShrinking, for a loss that is Shrinkable() (multiclass hinge), leaves
+  // rows resting at alpha = 0 out of the passes (packed_rows.cc says when).
   void SolveBlocks(const SolverOptions& options, const MulticlassLoss& loss,
                    double* weights, double* duals) const;
   // Evaluate for the multiclass losses: sums over rows of s_i phi_i(z_i)

@@ -113,7 +113,8 @@ inline ::tensorflow::Status ReadEpochAttrs(
     int num_classes;
     TF_RETURN_IF_ERROR(ReadNumClasses(context, loss_type, true, &num_classes));
     if (options->order == VisitOrder::kAdaptive ||
-        options->order == VisitOrder::kShrinking) {
+        (options->order == VisitOrder::kShrinking &&
+         multiclass_type != MulticlassLossType::kMulticlassHinge)) {
       return ::tensorflow::errors::Unimplemented(
           "visit_order '", order, "' is not available for ", loss_type,
           " (use 'permutation', 'uniform' or 'cyclic')");

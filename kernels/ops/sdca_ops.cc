@@ -474,7 +474,9 @@ objective: [4] at (out_weights, out_duals): sum_i s_i phi_i(w.x_i), sum_i
 loss_type: the loss the rows were packed for (with the same gamma).
 num_classes: the rows' num_classes (K of softmax_loss and
   multiclass_hinge_loss, whose visits solve a row's block of K duals
-  exactly; visit_order 'permutation', 'uniform' or 'cyclic').
+  exactly; visit_order 'permutation', 'uniform' or 'cyclic', and
+  'shrinking' for multiclass_hinge_loss: rows at alpha = 0 classified with
+  more margin than the last pass's largest per-row gap are skipped).
 num_loss_partitions: number of solvers whose changes are added (CoCoA+
   sigma).
 num_passes: passes over the rows in this call (0: only the objective).

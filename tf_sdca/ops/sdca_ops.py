@@ -17,6 +17,9 @@ VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive", "shrinking")
 # orders below.
 MULTICLASS_LOSSES = ("softmax_loss", "multiclass_hinge_loss")
 MULTICLASS_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
+# ... and for the multiclass hinge, whose rows classified with margin rest
+# at alpha = 0, LIBLINEAR-style shrinking of those rows.
+MULTICLASS_HINGE_VISIT_ORDERS = MULTICLASS_VISIT_ORDERS + ("shrinking",)
 
 
 # The most passes one op call makes (kMaxPasses in solver_options.h); a call
@@ -60,10 +63,12 @@ def _check_options(loss_type, l1, l2, num_loss_partitions,
     if int(num_classes) < 2:
       raise ValueError(f"num_classes must be >= 2 for {loss_type}, got "
                        f"{num_classes}")
-    if visit_order not in MULTICLASS_VISIT_ORDERS:
-      raise ValueError(f"visit_order must be one of "
-                       f"{MULTICLASS_VISIT_ORDERS} for {loss_type}, got "
-                       f"{visit_order!r}")
+    orders = (MULTICLASS_HINGE_VISIT_ORDERS
+              if loss_type == "multiclass_hinge_loss"
+              else MULTICLASS_VISIT_ORDERS)
+    if visit_order not in orders:
+      raise ValueError(f"visit_order must be one of {orders} for "
+                       f"{loss_type}, got {visit_order!r}")
     if int(num_threads) > 1:
       raise ValueError(f"num_threads={num_threads}: {loss_type} is solved "
                        "on one thread")
