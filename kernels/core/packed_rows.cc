@@ -1558,6 +1558,55 @@ ObjectiveParts PackedRows::EvaluateBlocks(
   return parts;
 }
 
+void PackedRows::BlockRowLosses(const SolverOptions& options,
+                                const MulticlassLoss& loss,
+                                const double* weights, const double* duals,
+                                double* primal, double* dual) const {
+  const int64_t num_classes = loss.num_classes();
+  const double shrinkage = options.l1 / options.l2;
+  std::vector<double> z(num_classes);
+  for (int64_t i = 0; i < num_examples_; ++i) {
+    const char* record = buffer_.get() + offsets_[i];
+    const Header* h = reinterpret_cast<const Header*>(record);
+    const double s = h->weight;
+    primal[i] = dual[i] = 0.0;
+    if (s <= 0.0) continue;
+    BlockScores(record, num_classes, weights, shrinkage, z.data());
+    const int label = static_cast<int>(h->label);
+    primal[i] = s * loss.PrimalLoss(z.data(), label);
+    dual[i] = s * loss.DualLoss(duals + i * num_classes, label);
+  }
+}
+
+void PackedRows::AddBlockChanges(const double* change, int64_t num_classes,
+                                 double scale, double* weights) const {
+  for (int64_t i = 0; i < num_examples_; ++i) {
+    const double* c = change + i * num_classes;
+    if (std::all_of(c, c + num_classes, [](double v) { return v == 0.0; })) {
+      continue;
+    }
+    const char* record = buffer_.get() + offsets_[i];
+    const Header* h = reinterpret_cast<const Header*>(record);
+    const double coef = scale * h->weight;
+    const int64_t nnz = h->nnz;
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const float* values = reinterpret_cast<const float*>(ids + nnz);
+    const float* x = has_values_ ? values + nnz : values;
+    auto add = [&](double* row, double v) {
+      for (int64_t k = 0; k < num_classes; ++k) row[k] += coef * v * c[k];
+    };
+    for (int64_t e = 0; e < nnz; ++e) {
+      add(weights + static_cast<int64_t>(ids[e]) * num_classes,
+          has_values_ ? values[e] : 1.0);
+    }
+    for (int64_t d = 0; d < dense_dim_; ++d) {
+      if (x[d] != 0.0f) {
+        add(weights + (num_sparse_features_ + d) * num_classes, x[d]);
+      }
+    }
+  }
+}
+
 bool PackedRows::CheckBlockDuals(const double* duals,
                                  const MulticlassLoss& loss,
                                  std::string* error) const {

@@ -259,6 +259,16 @@ class PackedRows {
                                 const double* weights, const double* duals,
                                 int64_t chunks,
                                 const ParallelFor& parallel_for) const;
+  // The weighted per-row terms of EvaluateBlocks: primal[i] = s_i
+  // phi_i(W^T x_i), dual[i] = s_i phi_i*(-alpha_i) (0 for s_i = 0).
+  void BlockRowLosses(const SolverOptions& options, const MulticlassLoss& loss,
+                      const double* weights, const double* duals,
+                      double* primal, double* dual) const;
+  // weights[slot, k] += scale * s_i * x_i[slot] * change[i, k] for every row
+  // i whose change is not zero: W moved by a change of the [n, K] duals
+  // (scale = 1 / l2 keeps the unshrunk W = (1/l2) sum_i s_i x_i alpha_i^T).
+  void AddBlockChanges(const double* change, int64_t num_classes, double scale,
+                       double* weights) const;
   // CheckDuals for blocks: false (and *error naming the row, the class and
   // the row's label) when row i's block is not finite or not e_y - p with p
   // on the simplex.

@@ -21,6 +21,7 @@
 
 #include "kernels/core/fingerprint.h"
 #include "kernels/core/loss.h"
+#include "kernels/core/multiclass_loss.h"
 #include "kernels/core/packed_rows.h"
 #include "kernels/core/random.h"
 #include "kernels/core/solver_options.h"
@@ -84,8 +85,13 @@ class OptimizerOp : public OpKernel {
   explicit OptimizerOp(OpKernelConstruction* context) : OpKernel(context) {
     std::string loss_type, order;
     OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type));
-    OP_REQUIRES(context, ParseLossType(loss_type, &loss_type_),
+    MulticlassLossType multiclass_type;
+    const bool multiclass =
+        ParseMulticlassLossType(loss_type, &multiclass_type);
+    OP_REQUIRES(context, multiclass || ParseLossType(loss_type, &loss_type_),
                 InvalidArgument("unknown loss_type ", loss_type));
+    OP_REQUIRES_OK(context, ReadNumClasses(context, loss_type, multiclass,
+                                           &num_classes_));
     bool adaptive;
     OP_REQUIRES_OK(context, context->GetAttr("adaptive", &adaptive));
     OP_REQUIRES_OK(context, context->GetAttr("visit_order", &order));
@@ -115,8 +121,24 @@ class OptimizerOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("seed", &seed));
     seed_ = static_cast<uint64_t>(seed);
     OP_REQUIRES_OK(context, context->GetAttr("num_threads", &num_threads_));
+    if (multiclass) {
+      OP_REQUIRES(context,
+                  options_.order != VisitOrder::kAdaptive &&
+                      (options_.order != VisitOrder::kShrinking ||
+                       multiclass_type == MulticlassLossType::kMulticlassHinge),
+                  ::tensorflow::errors::Unimplemented(
+                      "visit_order '", order, "'", adaptive ? " (adaptive)" : "",
+                      " is not available for ", loss_type));
+      multiclass_ = MakeMulticlassLoss(multiclass_type, num_classes_);
+      return;
+    }
     loss_ = MakeLossUpdater(loss_type_, gamma);
     options_.loss = loss_.get();
+  }
+
+  // The loss's name, for messages.
+  const char* LossName() const {
+    return multiclass_ ? multiclass_->Name() : loss_->Name();
   }
 
   void Compute(OpKernelContext* context) override {
@@ -181,16 +203,24 @@ class OptimizerOp : public OpKernel {
     const auto t4 = Clock::now();
     std::vector<double> w = batch.w0;
     std::vector<double> primal(n), dual_loss(n);
-    StateRecord record;
-    record.primal_losses = primal.data();
-    record.dual_losses = dual_loss.data();
     WatchCancellation(context, &options);
-    rows.Solve(options, w.data(), duals.data(), &record);
-    OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>Optimizer"));
+    std::vector<double> delta(batch.w0.size());
+    if (multiclass_) {
+      SolveBlocksToFloat32(rows, options, batch.labels, &w, &duals, &delta);
+      OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>Optimizer"));
+      rows.BlockRowLosses(options, *multiclass_, w.data(), duals.data(),
+                          primal.data(), dual_loss.data());
+    } else {
+      StateRecord record;
+      record.primal_losses = primal.data();
+      record.dual_losses = dual_loss.data();
+      rows.Solve(options, w.data(), duals.data(), &record);
+      OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>Optimizer"));
+      OP_REQUIRES(context, record.error.empty(),
+                  InvalidArgument(record.error));
+      for (size_t j = 0; j < delta.size(); ++j) delta[j] = w[j] - batch.w0[j];
+    }
     const auto t5 = Clock::now();
-    OP_REQUIRES(context, record.error.empty(), InvalidArgument(record.error));
-    std::vector<double> delta(batch.num_slots);
-    for (int64_t j = 0; j < batch.num_slots; ++j) delta[j] = w[j] - batch.w0[j];
     // Every step was finite, but the float32 outputs may still overflow
     // (weights near the float32 limit): never return a non-finite weight.
     auto check_weight = [&](const char* name, int g, int64_t k,
@@ -200,26 +230,30 @@ class OptimizerOp : public OpKernel {
           std::isfinite(static_cast<float>(w + d))) {
         return absl::OkStatus();
       }
-      return InvalidArgument(loss_->Name(), ": ", name, "[", g, "][", k,
+      return InvalidArgument(LossName(), ": ", name, "[", g, "][", k,
                              "] = ", w, " would change by ", d,
                              ", beyond float32; rescale the features or "
                              "raise l2");
     };
     // Outputs.
+    const int64_t K = num_classes_;
     Tensor* state_out;
     OP_REQUIRES_OK(context, context->allocate_output(
-                                0, TensorShape({n, 4}), &state_out));
+                                0, TensorShape({n, K + 3}), &state_out));
     auto out = state_out->matrix<float>();
     for (int64_t i = 0; i < n; ++i) {
-      out(i, 0) = static_cast<float>(duals[i]);  // exact: rounded by the step
-      out(i, 1) = static_cast<float>(primal[i]);
-      out(i, 2) = static_cast<float>(dual_loss[i]);
-      out(i, 3) = example_weights[i];
+      // Exact: rounded by the step (binary) or by SolveBlocksToFloat32.
+      for (int64_t k = 0; k < K; ++k) {
+        out(i, k) = static_cast<float>(duals[i * K + k]);
+      }
+      out(i, K) = static_cast<float>(primal[i]);
+      out(i, K + 1) = static_cast<float>(dual_loss[i]);
+      out(i, K + 2) = example_weights[i];
       // A loss beyond float32 (extreme features or weights): an error
       // naming the example, never an inf in the state.
       OP_REQUIRES(context,
-                  std::isfinite(out(i, 1)) && std::isfinite(out(i, 2)),
-                  InvalidArgument(loss_->Name(), ": example ", i,
+                  std::isfinite(out(i, K)) && std::isfinite(out(i, K + 1)),
+                  InvalidArgument(LossName(), ": example ", i,
                                   "'s primal loss ", primal[i],
                                   " and dual loss ", dual_loss[i],
                                   " (weighted) do not fit the float32 "
@@ -234,7 +268,8 @@ class OptimizerOp : public OpKernel {
       Tensor* d;
       OP_REQUIRES_OK(context, sparse_out.allocate(g, w.shape(), &d));
       float* dst = d->flat<float>().data();
-      const int64_t first = batch.sparse_offsets[g];
+      // Entries of the weight table (K per slot for a multiclass loss).
+      const int64_t first = batch.sparse_offsets[g] * num_classes_;
       for (int64_t k = 0; k < w.NumElements(); ++k) {
         OP_REQUIRES_OK(context,
                        check_weight("sparse_weights", g, k, first + k));
@@ -249,7 +284,7 @@ class OptimizerOp : public OpKernel {
       Tensor* d;
       OP_REQUIRES_OK(context, dense_out.allocate(g, w.shape(), &d));
       float* dst = d->flat<float>().data();
-      const int64_t first = batch.dense_offsets[g];
+      const int64_t first = batch.dense_offsets[g] * num_classes_;
       for (int64_t k = 0; k < w.NumElements(); ++k) {
         OP_REQUIRES_OK(context, check_weight("dense_weights", g, k, first + k));
         dst[k] = delta[first + k];
@@ -289,9 +324,15 @@ class OptimizerOp : public OpKernel {
       return InvalidArgument("example_labels has ", labels.dim_size(0),
                              " entries but example_weights has ", n);
     }
-    if (state.dims() != 2 || state.dim_size(0) != n || state.dim_size(1) != 4) {
-      return InvalidArgument("example_state_data must have shape [", n,
-                             ", 4], got ", state.shape().DebugString());
+    const int64_t K = num_classes_;
+    if (state.dims() != 2 || state.dim_size(0) != n ||
+        state.dim_size(1) != K + 3) {
+      return InvalidArgument("example_state_data must have shape [", n, ", ",
+                             K + 3, "]",
+                             multiclass_ ? " (num_classes duals, primal "
+                                           "loss, dual loss, weight)"
+                                         : "",
+                             ", got ", state.shape().DebugString());
     }
     batch->num_examples = n;
     const float* w = weights.flat<float>().data();
@@ -305,12 +346,16 @@ class OptimizerOp : public OpKernel {
     batch->labels.resize(n);
     std::string why;
     for (int64_t i = 0; i < n; ++i) {
-      if (!loss_->ConvertLabel(y[i], &batch->labels[i], &why)) {
+      if (!(multiclass_ ? multiclass_->ConvertLabel(y[i], &batch->labels[i],
+                                                    &why)
+                        : loss_->ConvertLabel(y[i], &batch->labels[i],
+                                              &why))) {
         return InvalidArgument("example_labels[", i, "] = ", y[i], " ", why,
-                               " for ", loss_->Name());
+                               " for ", LossName());
       }
     }
     auto s = state.matrix<float>();
+    if (multiclass_) return ReadDualBlocks(s, y, *batch, duals);
     duals->resize(n);
     for (int64_t i = 0; i < n; ++i) {
       const float d = s(i, 0);
@@ -353,7 +398,14 @@ class OptimizerOp : public OpKernel {
       TF_RETURN_IF_ERROR(CheckRank(ex, 1, "sparse_example_indices" + tag));
       TF_RETURN_IF_ERROR(CheckRank(ids, 1, "sparse_feature_indices" + tag));
       TF_RETURN_IF_ERROR(CheckRank(sp_idx, 1, "sparse_indices" + tag));
-      TF_RETURN_IF_ERROR(CheckRank(sp_w, 1, "sparse_weights" + tag));
+      // [u] weights, or [u, K] for a multiclass loss.
+      TF_RETURN_IF_ERROR(
+          CheckRank(sp_w, multiclass_ ? 2 : 1, "sparse_weights" + tag));
+      if (multiclass_ && sp_w.dim_size(1) != num_classes_) {
+        return InvalidArgument("sparse_weights", tag, " has ",
+                               sp_w.dim_size(1), " columns, not num_classes = ",
+                               num_classes_);
+      }
       const int64_t nnz = ex.dim_size(0);
       if (ids.dim_size(0) != nnz) {
         return InvalidArgument("sparse_feature_indices", tag, " has ",
@@ -380,8 +432,8 @@ class OptimizerOp : public OpKernel {
                                sp_w.dim_size(0), " entries but sparse_indices",
                                tag, " has ", u);
       }
-      TF_RETURN_IF_ERROR(
-          CheckFinite(sp_w.flat<float>().data(), u, "sparse_weights" + tag));
+      TF_RETURN_IF_ERROR(CheckFinite(sp_w.flat<float>().data(),
+                                     u * num_classes_, "sparse_weights" + tag));
       batch->sparse_offsets[g + 1] = batch->sparse_offsets[g] + u;
       // Slots are the packed records' int32 ids.
       if (batch->sparse_offsets[g + 1] >
@@ -466,12 +518,15 @@ class OptimizerOp : public OpKernel {
     }
     MergeDuplicates(threads, parallel_for, batch);
 
-    batch->w0.resize(batch->num_sparse_slots);
+    const int64_t K = num_classes_;
+    batch->w0.resize(batch->num_sparse_slots * K);
     for (int g = 0; g < num_sparse_; ++g) {
       const float* w =
           context->input(SparseWeightsIndex() + g).flat<float>().data();
-      std::copy(w, w + (batch->sparse_offsets[g + 1] - batch->sparse_offsets[g]),
-                batch->w0.begin() + batch->sparse_offsets[g]);
+      std::copy(w,
+                w + (batch->sparse_offsets[g + 1] - batch->sparse_offsets[g]) *
+                        K,
+                batch->w0.begin() + batch->sparse_offsets[g] * K);
     }
     return absl::OkStatus();
   }
@@ -555,19 +610,23 @@ class OptimizerOp : public OpKernel {
                                " rows but example_weights has ", n);
       }
       const int64_t d = x.dim_size(1);
-      if (w.NumElements() != d) {
+      if (w.NumElements() != d * num_classes_) {
         return InvalidArgument("dense_weights", tag, " has ", w.NumElements(),
                                " elements but dense_features", tag, " has ", d,
-                               " columns");
+                               " columns",
+                               multiclass_ ? " (times num_classes = " +
+                                                 std::to_string(num_classes_) +
+                                                 ")"
+                                           : std::string());
       }
       TF_RETURN_IF_ERROR(
           CheckFinite(x.flat<float>().data(), n * d, "dense_features" + tag));
-      TF_RETURN_IF_ERROR(
-          CheckFinite(w.flat<float>().data(), d, "dense_weights" + tag));
+      TF_RETURN_IF_ERROR(CheckFinite(w.flat<float>().data(),
+                                     d * num_classes_, "dense_weights" + tag));
       groups.push_back(x.flat<float>().data());
       batch->dense_offsets.push_back(offset);
       const float* wd = w.flat<float>().data();
-      batch->w0.insert(batch->w0.end(), wd, wd + d);
+      batch->w0.insert(batch->w0.end(), wd, wd + d * num_classes_);
       offset += d;
     }
     batch->num_slots = offset;
@@ -614,8 +673,88 @@ class OptimizerOp : public OpKernel {
     }
   }
 
+  // A multiclass loss's blocks from the float32 state: every dual but the
+  // label's is read as stored, and the label's is their negated sum (the
+  // block is e_y - p with p on the simplex, exactly, in float64), which the
+  // stored one must match to float32 rounding.
+  Status ReadDualBlocks(::tensorflow::TTypes<float>::ConstMatrix s,
+                        const float* y, const Batch& batch,
+                        std::vector<double>* duals) const {
+    const int64_t n = batch.num_examples, K = num_classes_;
+    duals->assign(n * K, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int label = static_cast<int>(batch.labels[i]);
+      double* block = duals->data() + i * K;
+      double others = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        if (!std::isfinite(s(i, k))) {
+          return InvalidArgument("example_state_data[", i, ", ", k, "] = ",
+                                 s(i, k), " is not finite");
+        }
+        if (k == label) continue;
+        block[k] = s(i, k);
+        others += block[k];
+      }
+      block[label] = -others;
+      const bool rounded_sum =
+          std::fabs(s(i, label) - block[label]) <=
+          1e-6 * std::max(1.0, std::fabs(block[label]));
+      if (!rounded_sum || !multiclass_->DualInDomain(block, label)) {
+        return InvalidArgument(
+            "example_state_data[", i, ", 0:", K, "] is not a valid dual block "
+            "of ", LossName(), " for example_labels[", i, "] = ", y[i],
+            " (it must be e_y - p, p on the simplex: its entry for the label ",
+            "is ", s(i, label), ", the others sum to ", others, ")");
+      }
+      for (int c = K; c < K + 3; ++c) {
+        if (!std::isfinite(s(i, c))) {
+          return InvalidArgument("example_state_data[", i, ", ", c, "] = ",
+                                 s(i, c), " is not finite");
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // SolveBlocks, then every block rounded to what the float32 state keeps
+  // (each non-label dual toward zero, the label's their negated sum: still
+  // e_y - p with p on the simplex) and the weights moved by the rounded
+  // change only, so that they stay W(alpha) of the duals returned. `w`
+  // enters as the batch's weights and leaves as the new ones; *delta is the
+  // change.
+  void SolveBlocksToFloat32(const PackedRows& rows,
+                            const SolverOptions& options,
+                            const std::vector<double>& labels,
+                            std::vector<double>* w, std::vector<double>* duals,
+                            std::vector<double>* delta) const {
+    const int64_t n = rows.num_examples(), K = num_classes_;
+    std::vector<double> before = *duals;
+    std::vector<double> solved_w = *w;
+    rows.SolveBlocks(options, *multiclass_, solved_w.data(), duals->data());
+    for (int64_t i = 0; i < n; ++i) {
+      const int label = static_cast<int>(labels[i]);
+      double* block = duals->data() + i * K;
+      double others = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        if (k == label) continue;
+        float f = static_cast<float>(block[k]);
+        if (std::fabs(f) > std::fabs(block[k])) f = std::nextafter(f, 0.0f);
+        block[k] = f;
+        others += f;
+      }
+      block[label] = -others;
+      for (int64_t k = 0; k < K; ++k) before[i * K + k] = block[k] -
+                                                          before[i * K + k];
+    }
+    std::fill(delta->begin(), delta->end(), 0.0);
+    rows.AddBlockChanges(before.data(), K, 1.0 / options.l2, delta->data());
+    for (size_t j = 0; j < delta->size(); ++j) (*w)[j] += (*delta)[j];
+  }
+
   LossType loss_type_;
   std::unique_ptr<DualLossUpdater> loss_;
+  std::unique_ptr<MulticlassLoss> multiclass_;  // or a multiclass loss
+  int num_classes_ = 1;
   SolverOptions options_;
   uint64_t seed_ = 0;
   int num_sparse_ = 0;

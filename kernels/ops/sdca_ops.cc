@@ -54,6 +54,9 @@ Status OptimizerShapeFn(InferenceContext* c) {
   TF_RETURN_IF_ERROR(
       c->GetAttr("num_sparse_features_with_values", &num_with_values));
   TF_RETURN_IF_ERROR(c->GetAttr("num_dense_features", &num_dense));
+  int64_t num_classes;
+  TF_RETURN_IF_ERROR(c->GetAttr("num_classes", &num_classes));
+  const int64_t state_columns = num_classes > 1 ? num_classes + 3 : 4;
   if (num_with_values > num_sparse) {
     return tensorflow::errors::InvalidArgument(
         "num_sparse_features_with_values (", num_with_values,
@@ -84,10 +87,10 @@ Status OptimizerShapeFn(InferenceContext* c) {
   TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(state_shape, 0), batch,
                                 "example_state_data (rows)",
                                 "example_weights", &batch));
-  DimensionHandle four;
-  if (!c->WithValue(c->Dim(state_shape, 1), 4, &four).ok()) {
+  DimensionHandle columns;
+  if (!c->WithValue(c->Dim(state_shape, 1), state_columns, &columns).ok()) {
     return tensorflow::errors::InvalidArgument(
-        "example_state_data must have 4 columns, got shape ",
+        "example_state_data must have ", state_columns, " columns, got shape ",
         c->DebugString(state_shape));
   }
   ShapeHandle scalar;
@@ -112,7 +115,8 @@ Status OptimizerShapeFn(InferenceContext* c) {
     }
     TF_RETURN_IF_ERROR(
         RankNamed(c, sp_idx + g, 1, Tag("sparse_indices", g), &a));
-    TF_RETURN_IF_ERROR(RankNamed(c, sp_w + g, 1, Tag("sparse_weights", g), &b));
+    TF_RETURN_IF_ERROR(RankNamed(c, sp_w + g, num_classes > 1 ? 2 : 1,
+                                 Tag("sparse_weights", g), &b));
     TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(b, 0), c->Dim(a, 0),
                                   Tag("sparse_weights", g),
                                   Tag("sparse_indices", g), &u));
@@ -135,7 +139,7 @@ Status OptimizerShapeFn(InferenceContext* c) {
     }
     c->set_output(1 + num_sparse + g, w);
   }
-  c->set_output(0, c->Matrix(batch, 4));
+  c->set_output(0, c->Matrix(batch, state_columns));
   return absl::OkStatus();
 }
 
@@ -252,7 +256,8 @@ REGISTER_OP("TfSdca>Optimizer")
     .Output("out_delta_dense_weights: num_dense_features * float")
     .Attr(
         "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
-        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss'}")
+        "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss', "
+        "'softmax_loss', 'multiclass_hinge_loss'}")
     .Attr("adaptive: bool = false")
     .Attr("num_sparse_features: int >= 0")
     .Attr("num_sparse_features_with_values: int >= 0")
@@ -267,6 +272,7 @@ REGISTER_OP("TfSdca>Optimizer")
     .Attr("seed: int = 0")
     .Attr("gamma: float = 1.0")
     .Attr("num_threads: int >= 0 = 0")
+    .Attr("num_classes: int >= 1 = 1")
     .SetShapeFn(OptimizerShapeFn)
     .Doc(R"doc(
 Runs SDCA (stochastic dual coordinate ascent) on one mini-batch.
@@ -292,7 +298,8 @@ example_labels: [batch] labels; {0, 1} for logistic, hinge and smooth hinge,
 sparse_indices: per sparse group, the distinct ids whose weights are given.
 sparse_weights: per sparse group, the unshrunk weights of sparse_indices.
 dense_weights: per dense group, the d unshrunk weights.
-example_state_data: [batch, 4]: dual, primal loss, dual loss, example weight.
+example_state_data: [batch, 4]: dual, primal loss, dual loss, example weight
+  ([batch, K + 3] for a multiclass loss: the K duals, then the same three).
 call_index: scalar; mixed into the seed of the visiting order, so that a
   caller counting its calls gets a fresh order every call even when the
   input duals repeat (e.g. every batch of the first epoch: all zero).
@@ -318,6 +325,11 @@ seed: seed of the visiting order; it is mixed with call_index and a digest of
 gamma: smoothing of smooth_hinge_loss (> 0).
 num_threads: threads reading the batch (mapping ids to slots); 0 = the CPU
   device's threads. The solve itself runs on one thread.
+num_classes: K for softmax_loss and multiclass_hinge_loss (>= 2; labels are
+  class ids in [0, K), sparse_weights [u, K], dense_weights [d, K], each
+  example's K duals a block e_y - p with p on the simplex, solved exactly per
+  visit; the state keeps the non-label duals rounded toward zero and the
+  label's as their negated sum); 1 for the other losses.
 )doc");
 
 static ::tensorflow::InitOnStartupMarker const register_pack_rows =

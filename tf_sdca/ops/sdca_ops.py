@@ -118,7 +118,8 @@ def sdca_optimizer(sparse_example_indices,
                    gamma=1.0,
                    num_threads=0,
                    call_index=0,
-                   name=None):
+                   name=None,
+                   num_classes=1):
   """Runs SDCA on one mini-batch; the inputs of `tf.raw_ops.SdcaOptimizerV2`.
 
   Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1` over the batch,
@@ -144,7 +145,8 @@ def sdca_optimizer(sparse_example_indices,
       `sparse_indices`.
     dense_weights: list of float tensors with `d` elements each.
     example_state_data: float `[batch, 4]`: dual, primal loss, dual loss,
-      example weight (zeros for unseen examples).
+      example weight (zeros for unseen examples); `[batch, K + 3]` for a
+      multiclass loss (the K duals first).
     loss_type: one of `LOSSES`.
     l1: L1 regularisation, >= 0.
     l2: L2 regularisation, > 0.
@@ -162,6 +164,10 @@ def sdca_optimizer(sparse_example_indices,
       With the default 0 the order still depends on the input duals, so it
       repeats when they do (e.g. equal-sized batches of new examples).
     name: op name.
+    num_classes: K (>= 2) for `softmax_loss` / `multiclass_hinge_loss`:
+      labels are class ids in `[0, K)`, `sparse_weights` `[u, K]`,
+      `dense_weights` `[d, K]`, the state `[batch, K + 3]` (the K duals of
+      a row are `e_y - p`, p on the simplex); 1 for the other losses.
 
   Returns:
     `(out_example_state_data, out_delta_sparse_weights,
@@ -178,8 +184,14 @@ def sdca_optimizer(sparse_example_indices,
     ...     tf.constant([0.0, 1.0]), [], [], [tf.zeros([1])],
     ...     tf.zeros([2, 4]), loss_type="logistic_loss", l1=0.0, l2=1.0)
   """
+  multiclass = loss_type in MULTICLASS_LOSSES
+  # (num_threads only reads the batch here: the solve is on one thread.)
   _check_options(loss_type, l1, l2, num_loss_partitions, num_inner_iterations,
-                 visit_order, gamma, num_threads)
+                 "permutation" if adaptive and multiclass else visit_order,
+                 gamma, 0 if multiclass else num_threads,
+                 num_classes if multiclass or num_classes != 1 else None)
+  if adaptive and multiclass:
+    raise ValueError(f"adaptive=True is not available for {loss_type}")
   sparse_example_indices = list(sparse_example_indices)
   sparse_feature_values = list(sparse_feature_values)
   dense_features = list(dense_features)
@@ -226,7 +238,8 @@ def sdca_optimizer(sparse_example_indices,
         visit_order=visit_order,
         seed=int(seed),
         gamma=float(gamma),
-        num_threads=int(num_threads))
+        num_threads=int(num_threads),
+        num_classes=int(num_classes))
 
 
 def sdca_shrink_l1(weights, l1, l2, name=None):
