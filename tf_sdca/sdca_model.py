@@ -51,6 +51,7 @@ _OPTION_DEFAULTS = dict(
     seed=0,
     gamma=1.0,
     num_inner_iterations=1,
+    num_classes=1,
     num_threads=0,
 )
 _REQUIRED_OPTIONS = ("loss_type", "symmetric_l2_regularization")
@@ -96,7 +97,7 @@ def _as_list(v):
 class _Weights(tf.Module):
   """A (possibly partitioned along axis 0) weight and its float64 slot."""
 
-  def __init__(self, variables, name):
+  def __init__(self, variables, name, num_classes=1):
     super().__init__(name=name)
     self.variables_ = _as_list(variables)
     if not self.variables_:
@@ -107,8 +108,16 @@ class _Weights(tf.Module):
       if not v.shape.is_fully_defined() or v.shape.rank == 0:
         raise ValueError(f"{name}: variable {v.name} needs a known shape of "
                          f"rank >= 1, got {v.shape}")
-    sizes = [v.shape.num_elements() for v in self.variables_]
+    # Rows: a variable's elements, or its rows of K class weights (any
+    # shape with K in the last axis, e.g. [n, K], or [K] for one bias row).
+    for v in self.variables_:
+      if num_classes > 1 and v.shape[-1] != num_classes:
+        raise ValueError(f"{name}: variable {v.name} has shape {v.shape}; "
+                         f"with num_classes={num_classes} its last axis "
+                         f"must be the {num_classes} classes")
+    sizes = [v.shape.num_elements() // num_classes for v in self.variables_]
     self.size = sum(sizes)
+    slot_shape = [-1] if num_classes == 1 else [-1, num_classes]
     # Built outside any tf.function, so that a model created while tracing
     # (e.g. by SDCAOptimizer's first step) owns eager state usable by every
     # later trace.
@@ -117,7 +126,8 @@ class _Weights(tf.Module):
       # when the slots' initialisers run: start from their initial values.
       initial = [v if tf.executing_eagerly() else v.initial_value
                  for v in self.variables_]
-      self.slots = [tf.Variable(tf.cast(tf.reshape(v, [-1]), tf.float64),
+      self.slots = [tf.Variable(tf.cast(tf.reshape(v, slot_shape),
+                                        tf.float64),
                                 trainable=False, name="unshrunk")
                     for v in initial]
       self.offsets = tf.constant([0] + list(_cumsum(sizes)), tf.int64)
@@ -262,17 +272,18 @@ class _ExampleStateTable(tf.lookup.experimental.DenseHashTable):
   checkpoints written now restore into the older model.
   """
 
-  def __init__(self, name):
+  def __init__(self, name, width=4):
     super().__init__(key_dtype=tf.int64, value_dtype=tf.float32,
-                     default_value=tf.zeros([4], tf.float32),
+                     default_value=tf.zeros([width], tf.float32),
                      empty_key=_EMPTY_KEY, deleted_key=_DELETED_KEY,
                      name=name)
+    self.width = width
 
   def entries(self):
-    """(keys `[m]`, values `[m, 4]`) of the stored examples."""
+    """(keys `[m]`, values `[m, width]`) of the stored examples."""
     keys, values = self.export()  # every bucket
     keys = tf.reshape(keys, [-1])
-    values = tf.reshape(values, [-1, 4])
+    values = tf.reshape(values, [-1, self.width])
     used = keys > _DELETED_KEY
     return tf.boolean_mask(keys, used), tf.boolean_mask(values, used)
 
@@ -292,7 +303,7 @@ class _ExampleStateTable(tf.lookup.experimental.DenseHashTable):
 
   def _copy_trackable_to_cpu(self, object_map):
     if self not in object_map:
-      object_map[self] = _ExampleStateTable(self._name)
+      object_map[self] = _ExampleStateTable(self._name, self.width)
     object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
 
 
@@ -348,7 +359,10 @@ class SdcaModel(tf.Module):
       `symmetric_l1_regularization` (0), `num_loss_partitions` (1),
       `num_table_shards` (1), `adaptive` (False), and tf_sdca's extras
       `visit_order` ('permutation'), `seed` (0), `gamma` (1.0, smooth hinge),
-      `num_inner_iterations` (1), `num_threads` (0).
+      `num_inner_iterations` (1), `num_threads` (0), `num_classes` (1; K >= 2
+      with `loss_type` `softmax_loss` or `multiclass_hinge_loss`: labels are
+      class ids in [0, K), every weight variable has the K classes in its
+      last axis, e.g. `[rows, K]`, and `predictions` are `[B, K]`).
 
   Raises:
     ValueError: for unknown option keys, missing or bad values, or
@@ -365,10 +379,16 @@ class SdcaModel(tf.Module):
                                 "dense_features_weights"}
     if unknown:
       raise ValueError(f"unknown variables keys: {sorted(unknown)}")
-    self._sparse = [_Weights(v, f"sparse_{i}") for i, v in
+    # K of a multiclass loss (weights [rows, K], state rows of K duals then
+    # primal loss, dual loss, weight); 1 for the others (state rows of 4).
+    self._num_classes = self._options["num_classes"]
+    self._state_width = (4 if self._num_classes == 1 else
+                         self._num_classes + 3)
+    self._sparse = [_Weights(v, f"sparse_{i}", self._num_classes)
+                    for i, v in
                     enumerate(variables["sparse_features_weights"])]
-    self._dense = [_Weights(v, f"dense_{i}") for i, v in
-                   enumerate(variables["dense_features_weights"])]
+    self._dense = [_Weights(v, f"dense_{i}", self._num_classes)
+                   for i, v in enumerate(variables["dense_features_weights"])]
     self._examples = examples
     # The compiled steps of eager calls: not state, not checkpointed.
     self._functions = self._no_dependency({})
@@ -376,7 +396,8 @@ class SdcaModel(tf.Module):
       self._check_examples(examples)
     with tf.init_scope():
       self._tables = [
-          _ExampleStateTable(name=f"sdca_example_state_{i}")
+          _ExampleStateTable(name=f"sdca_example_state_{i}",
+                             width=self._state_width)
           for i in range(self._options["num_table_shards"])]
       # Mixed into the op's seed: each minimize call visits its batch in a
       # fresh order, even when the batch's duals repeat (all zero in a first
@@ -403,9 +424,27 @@ class SdcaModel(tf.Module):
       raise ValueError(f"options[{key!r}] must be {expected}, got "
                        f"{opts[key]!r}")
 
-    if opts["loss_type"] not in losses.NAMES + losses.OP_NAMES:
-      fail("loss_type", f"one of {losses.OP_NAMES} (or {losses.NAMES})")
+    names = (losses.NAMES + losses.OP_NAMES + losses.MULTICLASS_NAMES +
+             losses.MULTICLASS)
+    if opts["loss_type"] not in names:
+      fail("loss_type", f"one of {losses.OP_NAMES + losses.MULTICLASS} (or "
+           f"{losses.NAMES + losses.MULTICLASS_NAMES})")
     opts["loss_type"] = losses.op_name(opts["loss_type"])
+    k = opts["num_classes"]
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+      fail("num_classes", "an integer")
+    if losses.is_multiclass(opts["loss_type"]):
+      if k < 2:
+        fail("num_classes", f"an integer >= 2 for {opts['loss_type']}")
+      if opts["adaptive"] or opts["visit_order"] not in (
+          sdca_ops.MULTICLASS_HINGE_VISIT_ORDERS
+          if opts["loss_type"] == "multiclass_hinge_loss" else
+          sdca_ops.MULTICLASS_VISIT_ORDERS):
+        fail("visit_order", f"one of {sdca_ops.MULTICLASS_VISIT_ORDERS} "
+             f"for {opts['loss_type']} (not adaptive)")
+    elif k != 1:
+      fail("num_classes", f"1 for {opts['loss_type']} (K classes need "
+           "loss_type softmax_loss or multiclass_hinge_loss)")
     if opts["visit_order"] not in sdca_ops.VISIT_ORDERS:
       fail("visit_order", f"one of {sdca_ops.VISIT_ORDERS}")
     # Python numbers only: the values become op attributes, fixed when the
@@ -484,9 +523,9 @@ class SdcaModel(tf.Module):
       name: name scope.
 
     Returns:
-      The new per-example state `[B, 4]`, as a tensor that depends on every
-      update (in eager mode the update has run when this returns). Pass it
-      to `update_weights`.
+      The new per-example state `[B, 4]` (`[B, K + 3]` multiclass), as a
+      tensor that depends on every update (in eager mode the update has run
+      when this returns). Pass it to `update_weights`.
 
     Raises:
       ValueError: if there are no examples or their structure does not
@@ -564,6 +603,7 @@ class SdcaModel(tf.Module):
         num_inner_iterations=o["num_inner_iterations"],
         adaptive=o["adaptive"], visit_order=o["visit_order"],
         seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
+        num_classes=self._num_classes,
         call_index=self._calls.read_value())
     updates = self._insert_state(keys, new_state)
     with tf.control_dependencies([new_state]):
@@ -635,21 +675,26 @@ class SdcaModel(tf.Module):
 
   def _linear_predictions(self, examples):
     n = tf.shape(tf.convert_to_tensor(examples["example_labels"]))[0]
-    z = tf.zeros([n], tf.float64)
+    k = self._num_classes
+    z = tf.zeros([n] if k == 1 else [n, k], tf.float64)
     for col, weights in zip(examples["sparse_features"], self._sparse):
       # Only the rows the batch uses: a 2^24-row table is not read whole.
       w = self._shrink(weights.gather(col.feature_indices))
       if col.feature_values is not None:
-        w *= tf.cast(col.feature_values, tf.float64)
+        values = tf.cast(col.feature_values, tf.float64)
+        w *= values if k == 1 else values[:, None]
       z += tf.math.unsorted_segment_sum(w, col.example_indices, n)
     for x, weights in zip(examples["dense_features"], self._dense):
       x = tf.cast(self._dense_matrix(x), tf.float64)
-      z += tf.linalg.matvec(x, self._shrunk(weights))
+      w = self._shrunk(weights)
+      z += tf.linalg.matvec(x, w) if k == 1 else tf.matmul(x, w)
     return z
 
   @_plain_python
   def predictions(self, examples):
-    """Sigmoid for logistic, exp for Poisson, w.x otherwise (float32)."""
+    """Sigmoid for logistic, exp for Poisson, w.x otherwise (float32);
+    `[B, K]` class probabilities for softmax, scores `W^T x` for the
+    multiclass hinge."""
     z = losses.activation(self._options["loss_type"],
                           self._linear_predictions(examples))
     return tf.cast(z, tf.float32)
@@ -668,7 +713,8 @@ class SdcaModel(tf.Module):
       float64 scalar `sum_i s_i loss_i / sum_i s_i`.
     """
     z = self._linear_predictions(examples)
-    y = tf.cast(examples["example_labels"], tf.float64)
+    y = tf.cast(examples["example_labels"],
+                tf.float64 if self._num_classes == 1 else tf.int64)
     s = tf.cast(examples["example_weights"], tf.float64)
     per = losses.primal(self._options["loss_type"], z, y,
                         self._options["gamma"])
@@ -694,13 +740,15 @@ class SdcaModel(tf.Module):
 
   @_plain_python
   def linear_predictions(self, examples):
-    """float64 `w.x` per example at the current shrunk float64 weights."""
+    """float64 `w.x` per example (`[B, K]` `W^T x` for a multiclass loss)
+    at the current shrunk float64 weights."""
     return self._linear_predictions(examples)
 
   @_plain_python
   def example_state(self, examples):
     """The stored `[B, 4]` state rows (dual, primal loss, dual loss, weight)
-    of the batch's example ids; zeros for ids never trained."""
+    of the batch's example ids (`[B, K + 3]`, the K duals first, for a
+    multiclass loss); zeros for ids never trained."""
     return self._lookup_state(self._keys(examples))
 
   @_plain_python
@@ -713,7 +761,8 @@ class SdcaModel(tf.Module):
     by its id fingerprint, and the unshrunk float64 weights.
 
     Returns:
-      dict with `keys` (int64 `[m]`), `values` (float32 `[m, 4]`),
+      dict with `keys` (int64 `[m]`), `values` (float32 `[m, 4]`, or
+      `[m, K + 3]` for a multiclass loss),
       `slots` (list of float64 arrays, one per weight variable, in the
       order sparse groups then dense groups) and `calls` (the number of
       `minimize` calls so far, which the visiting orders depend on).
@@ -724,7 +773,7 @@ class SdcaModel(tf.Module):
       keys.append(k.numpy())
       values.append(v.numpy())
     return dict(keys=np.concatenate(keys),
-                values=np.concatenate(values).reshape(-1, 4),
+                values=np.concatenate(values).reshape(-1, self._state_width),
                 slots=[slot.numpy() for w in self._sparse + self._dense
                        for slot in w.slots],
                 calls=int(self._calls.numpy()))
@@ -740,7 +789,12 @@ class SdcaModel(tf.Module):
     for slot, value in zip(slots, state["slots"]):
       slot.assign(np.reshape(value, slot.shape))
     keys = _table_keys(tf.constant(state["keys"], tf.int64))
-    values = tf.constant(np.reshape(state["values"], [-1, 4]), tf.float32)
+    if np.shape(state["values"])[-1] != self._state_width:
+      raise ValueError(f"state values have shape {np.shape(state['values'])};"
+                       f" the model keeps {self._state_width} numbers per "
+                       "example")
+    values = tf.constant(np.reshape(state["values"], [-1, self._state_width]),
+                         tf.float32)
     shard = self._shards(keys)
     for i, table in enumerate(self._tables):
       mine = tf.equal(shard, i)
@@ -773,7 +827,7 @@ class SdcaModel(tf.Module):
       tf.errors.InvalidArgumentError: when the tables hold examples whose
         weights are all 0 (the gap per unit of weight is undefined).
     """
-    total = tf.zeros([4], tf.float64)
+    total = tf.zeros([self._state_width], tf.float64)
     entries = tf.constant(0, tf.int64)
     for table in self._tables:
       _, values = table.entries()
@@ -781,8 +835,9 @@ class SdcaModel(tf.Module):
       entries += tf.shape(values, out_type=tf.int64)[0]
     r1, r2 = self._regularization()
     check = tf.debugging.Assert(
-        tf.logical_or(tf.equal(entries, 0), total[3] > 0.0),
+        tf.logical_or(tf.equal(entries, 0), total[-1] > 0.0),
         ["approximate_duality_gap: every trained example's weight is 0 "
          "(example_weights); the gap per unit of weight is undefined"])
     with tf.control_dependencies([check]):
-      return (total[1] + total[2] + r1 + r2) / tf.identity(total[3])
+      # primal losses, dual losses, weights: the last three columns.
+      return (total[-3] + total[-2] + r1 + r2) / tf.identity(total[-1])
