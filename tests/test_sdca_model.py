@@ -323,9 +323,9 @@ def _hash_table_model(monkeypatch):
   before DenseHashTable: what older checkpoints hold."""
   from tf_sdca import sdca_model  # pylint: disable=import-outside-toplevel
   with monkeypatch.context() as patch:
-    patch.setattr(sdca_model, "_ExampleStateTable", lambda name: (
+    patch.setattr(sdca_model, "_ExampleStateTable", lambda name, width=4: (
         tf.lookup.experimental.MutableHashTable(
-            tf.int64, tf.float32, tf.zeros([4], tf.float32), name=name)))
+            tf.int64, tf.float32, tf.zeros([width], tf.float32), name=name)))
     return _checkpoint_setup()
 
 
