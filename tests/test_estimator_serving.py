@@ -245,9 +245,6 @@ def test_labels_outside_the_vocabulary_or_the_binary_range(tmp_path,
 def test_n_classes_and_label_dimension_that_sdca_cannot_train(tmp_path,
                                                               problem):
   _, _, columns = problem
-  with pytest.raises(NotImplementedError,
-                     match="multiclass is not implemented yet"):
-    _untrained(tmp_path, columns, n_classes=3)
   with pytest.raises(ValueError, match="n_classes must be an integer >= 2"):
     _untrained(tmp_path, columns, n_classes=1)
   with pytest.raises(ValueError, match="n_classes = 2 distinct strings"):

@@ -99,15 +99,17 @@ class LinearSDCA:
     self.adaptive = adaptive
     self.extra_options = dict(options)
 
-  def sdca_options(self, loss_type, seed=None):
-    """The `SdcaModel` options for `loss_type`; `seed` (RunConfig's
-    tf_random_seed) unless the options name one."""
+  def sdca_options(self, loss_type, seed=None, num_classes=1):
+    """The `SdcaModel` options for `loss_type` (with K classes); `seed`
+    (RunConfig's tf_random_seed) unless the options name one."""
     options = dict(
         loss_type=loss_type,
         symmetric_l1_regularization=self.symmetric_l1_regularization,
         symmetric_l2_regularization=self.symmetric_l2_regularization,
         num_loss_partitions=self.num_loss_partitions,
         num_table_shards=self.num_table_shards or 1, adaptive=self.adaptive)
+    if num_classes > 1:
+      options["num_classes"] = num_classes
     if seed is not None:
       options["seed"] = seed
     options.update(self.extra_options)
@@ -140,9 +142,12 @@ class _LinearModel(tf.Module):
   """The weights (TensorFlow's names), the global step, the feature layer
   and, once started, the `SdcaModel` over the weights."""
 
-  def __init__(self, layer, partitioner):
+  def __init__(self, layer, partitioner, num_classes=1):
     super().__init__(name="linear")
     self.layer = layer
+    # Logits per class: 1 (binary, regression) or K (multiclass); each
+    # feature's weights are [rows, width], the bias [width].
+    self.width = num_classes
     self.global_step = tf.Variable(tf.constant(0, tf.int64),
                                    trainable=False, name="global_step")
     self.weights = {}
@@ -150,12 +155,12 @@ class _LinearModel(tf.Module):
     for group in self.groups:
       name = self.weight_name(group)
       sizes = _partition_sizes(partitioner, group.rows)
-      parts = [tf.Variable(tf.zeros([size, 1]),
+      parts = [tf.Variable(tf.zeros([size, self.width]),
                            name=name + (f"/part_{i}" if len(sizes) > 1
                                         else ""))
                for i, size in enumerate(sizes)]
       self.weights[name] = parts[0] if len(parts) == 1 else parts
-    self.weights[BIAS] = tf.Variable(tf.zeros([1]), name=BIAS)
+    self.weights[BIAS] = tf.Variable(tf.zeros([self.width]), name=BIAS)
     self.sdca = None
 
   @staticmethod
@@ -167,8 +172,8 @@ class _LinearModel(tf.Module):
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
   def shapes(self):
-    return {name: [sum(int(p.shape[0]) for p in self.parts(name))] +
-            ([1] if name != BIAS else [])
+    return {name: ([sum(int(p.shape[0]) for p in self.parts(name))]
+                   if name != BIAS else []) + [self.width]
             for name in self.weights}
 
   def assign(self, name, value):
@@ -189,8 +194,10 @@ class _LinearModel(tf.Module):
                                      dense_features_weights=dense), options)
 
   def logits(self, transformed, batch):
-    """float32 `[B]` logits from the weights (not the SDCA slots): what was
-    trained, written by `update_weights`."""
+    """float32 `[B]` logits (`[B, K]` multiclass) from the weights (not the
+    SDCA slots): what was trained, written by `update_weights`."""
+    if self.width > 1:
+      return self._class_logits(transformed, batch)
     z = tf.zeros([batch], tf.float32)
     for group in self.groups:
       block = transformed[group.name]
@@ -204,6 +211,20 @@ class _LinearModel(tf.Module):
         w = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
         z += tf.linalg.matvec(block[1], w[:, 0])
     return z + self.weights[BIAS][0]
+
+  def _class_logits(self, transformed, batch):
+    z = tf.zeros([batch, self.width], tf.float32)
+    for group in self.groups:
+      block = transformed[group.name]
+      parts = self.parts(self.weight_name(group))
+      if block[0] == "sparse":
+        _, rows, ids, values = block
+        w = tf.nn.embedding_lookup(parts, ids)  # [nnz, K]
+        z += tf.math.unsorted_segment_sum(w * values[:, None], rows, batch)
+      else:
+        w = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
+        z += tf.matmul(block[1], w)
+    return z + self.weights[BIAS]
 
 
 def _split_soft_labels(sparse, dense, labels, weights, ids, batch):
@@ -357,7 +378,9 @@ class _LinearEstimator:
   def _build(self):
     if self._model is not None:
       return self._model
-    model = _LinearModel(self._layer, self._partitioner)
+    model = _LinearModel(self._layer, self._partitioner,
+                         getattr(self._head, "n_classes", 1)
+                         if self._head.loss_type == "softmax_loss" else 1)
     if self.latest_checkpoint() is None and self._warm_start_from:
       values = checkpoints.warm_start_values(self._warm_start_from,
                                              model.shapes())
@@ -366,7 +389,8 @@ class _LinearEstimator:
       _LOG.info("Warm-started %d weights from %s", len(values),
                 self._warm_start_from)
     model.start_sdca(self._optimizer.sdca_options(
-        self._head.loss_type, self._config.tf_random_seed))
+        self._head.loss_type, self._config.tf_random_seed,
+        num_classes=model.width))
     self._checkpoint = tf.train.Checkpoint(
         weights=model.weights, global_step=model.global_step,
         sdca=model.sdca)
@@ -504,9 +528,10 @@ class _LinearEstimator:
     state = model.sdca.minimize(global_step=model.global_step,
                                 examples=examples)
     model.sdca.update_weights(state)
-    # The state's column 1 holds s_i loss_i at the weights the step started
-    # from: the batch's loss for the logs, without another pass.
-    return (tf.reduce_sum(tf.cast(state[:, 1], tf.float64)),
+    # The state's primal column (1 of 4; K of K + 3) holds s_i loss_i at the
+    # weights the step started from: the batch's loss for the logs, without
+    # another pass.
+    return (tf.reduce_sum(tf.cast(state[:, -3], tf.float64)),
             tf.reduce_sum(tf.cast(s, tf.float64)))
 
   def _eval_step(self, features, labels):
@@ -576,6 +601,10 @@ class _LinearEstimator:
       raise ValueError(f"tol must be > 0, got {tol!r}")
     hooks = _check_hooks(hooks, "train")
     if self._config.is_distributed:
+      if self._head.loss_type == "softmax_loss":
+        raise ValueError("LinearClassifier(n_classes > 2) trains in one "
+                         "process: the multiclass losses are not "
+                         "distributed yet")
       return self._train_across_processes(input_fn, hooks, steps, max_steps,
                                           saving_listeners, tol)
     listeners = list(saving_listeners or [])
@@ -779,7 +808,7 @@ class _LinearEstimator:
     sdca = self._model.sdca
     values = sdca.get_state()["values"].astype(np.float64)
     r1, r2 = (float(r) for r in sdca.regularization())
-    primal_losses, dual_losses = values[:, 1].sum(), values[:, 2].sum()
+    primal_losses, dual_losses = values[:, -3].sum(), values[:, -2].sum()
     primal = primal_losses + r1 + 0.5 * r2
     gap = primal_losses + dual_losses + r1 + r2
     return gap / max(abs(primal), 1e-300), values.shape[0]
@@ -938,10 +967,8 @@ def _classifier_head(n_classes, weight_column, label_vocabulary,
       or n_classes < 2:
     raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}")
   if n_classes > 2:
-    raise NotImplementedError(
-        f"n_classes={n_classes}: multiclass is not implemented yet (issue "
-        "16 adds multiclass losses to SDCA); LinearClassifier trains binary "
-        "classifiers (n_classes=2) with the logistic loss")
+    return heads.MultiClassHead(n_classes, _weight_column_name(weight_column),
+                                label_vocabulary, loss_reduction)
   return heads.BinaryClassHead(_weight_column_name(weight_column),
                                label_vocabulary, loss_reduction)
 
@@ -960,8 +987,10 @@ def _regression_head(label_dimension, weight_column, loss_reduction):
 
 
 class LinearClassifier(_LinearEstimator):
-  """Binary linear classifier trained by SDCA on the logistic loss
-  (TensorFlow's `tf.estimator.LinearClassifier` with `LinearSDCA`).
+  """Linear classifier trained by SDCA (TensorFlow's
+  `tf.estimator.LinearClassifier` with `LinearSDCA`): the logistic loss for
+  two classes, the softmax (multinomial logistic) loss for `n_classes > 2`,
+  which TensorFlow's SDCA never trained.
 
   Args:
     feature_columns: `tf.feature_column` columns (numeric, bucketized,
@@ -970,10 +999,13 @@ class LinearClassifier(_LinearEstimator):
       preprocessing layers with integer output keyed by feature name, or an
       adapted `keras.utils.FeatureSpace`.
     model_dir: checkpoint directory (a temporary one if None).
-    n_classes: 2 (multiclass is not implemented yet).
+    n_classes: number of classes (2: binary; more: softmax, whose weights
+      are `[rows, n_classes]` per column and `[n_classes]` for the bias, and
+      whose predictions carry TensorFlow's multi-class keys).
     weight_column: feature (or numeric_column) of example weights.
-    label_vocabulary: the 2 label strings (mapped to 0 and 1); without it
-      labels are numbers in [0, 1] (probabilities allowed).
+    label_vocabulary: the n_classes label strings (mapped to 0, 1, ...);
+      without it labels are numbers: in [0, 1] for two classes
+      (probabilities allowed), class ids in [0, n_classes) for more.
     optimizer: a `LinearSDCA`.
     config: a `RunConfig`.
     warm_start_from: a checkpoint, model_dir or `WarmStartSettings` whose
@@ -987,7 +1019,6 @@ class LinearClassifier(_LinearEstimator):
 
   Raises:
     ValueError: for a bad argument.
-    NotImplementedError: `n_classes > 2`.
   """
 
   def __init__(self, feature_columns, model_dir=None, n_classes=2,
