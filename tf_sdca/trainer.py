@@ -806,12 +806,13 @@ class _Resident:
                             csr is not None and csr[2] is not None)
     self.rows = None
 
-  def pack(self, num_features, loss, gamma, num_threads):
-    """Validates and packs the rows once for `num_threads` threads; epochs
-    then go through `TfSdca>PackedSolve`. The packed copy replaces the
-    arrays."""
+  def pack(self, num_features, loss, gamma, num_threads, num_classes=1):
+    """Validates and packs the rows once for `num_threads` threads (and K
+    classes of a multiclass loss); epochs then go through
+    `TfSdca>PackedSolve`. The packed copy replaces the arrays."""
     del num_features  # given to the constructor
-    self.rows = _Packed(self.chunks, loss, gamma, num_threads).rows
+    self.rows = _Packed(self.chunks, loss, gamma, num_threads,
+                        num_classes).rows
     self.chunks = None
 
 

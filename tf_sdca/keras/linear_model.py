@@ -99,13 +99,17 @@ class LinearModel(keras.Model):
   data uses the row position when it has none.
 
   Labels: `{0, 1}` for the classification losses, any real number for
-  `squared` / `absolute`, counts `>= 0` for `poisson`. Outputs `[n, 1]`:
+  `squared` / `absolute`, counts `>= 0` for `poisson`, class ids in
+  `[0, K)` for `softmax` / `multiclass_hinge`. Outputs `[n, 1]`:
   probabilities for `logistic`, expected counts for `poisson`, `w.x + b`
-  otherwise.
+  otherwise; `[n, K]` for the multiclass losses (class probabilities for
+  `softmax`, scores `W^T x + b` for `multiclass_hinge`), whose kernels are
+  `[size, K]` and bias `[K]`.
 
   Args:
-    loss: 'logistic', 'hinge', 'smooth_hinge', 'squared', 'absolute' or
-      'poisson' (or the op's names, 'logistic_loss', ...).
+    loss: 'logistic', 'hinge', 'smooth_hinge', 'squared', 'absolute',
+      'poisson', or the multiclass 'softmax' and 'multiclass_hinge' (or the
+      op's names, 'logistic_loss', ...).
     l1: L1 regularisation strength, >= 0.
     l2: L2 regularisation strength, > 0.
     use_bias: add a bias (a constant-1 feature, regularised).
@@ -128,18 +132,29 @@ class LinearModel(keras.Model):
       `tf_sdca.trainer.InMemorySdca`); for streamed batches, the op's
       threads reading a batch.
     num_table_shards: shards of the dual-state hash table (streaming).
+    num_classes: K (>= 2) for 'softmax' and 'multiclass_hinge' (one thread;
+      one process); None for the other losses.
     **kwargs: `keras.Model` arguments (`name`, ...).
   """
 
   def __init__(self, loss="logistic", l1=0.0, l2=1.0, use_bias=True,
                categorical_features=None, example_id="example_id",
                num_loss_partitions=1, visit_order="permutation", seed=0,
-               gamma=1.0, num_threads=0, num_table_shards=1, **kwargs):
+               gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
+               **kwargs):
     super().__init__(**kwargs)
     self.loss_type = losses.op_name(loss)
     self.loss_name = loss
+    multiclass = losses.is_multiclass(self.loss_type)
+    if multiclass and num_classes is None:
+      raise ValueError(f"loss={loss!r} needs num_classes (K >= 2)")
     sdca_ops._check_options(self.loss_type, l1, l2, num_loss_partitions, 1,
-                            visit_order, gamma, num_threads)
+                            visit_order, gamma, num_threads,
+                            num_classes if multiclass or num_classes
+                            is not None else None)
+    # K of a multiclass loss: kernels [size, K], bias [K], outputs [n, K];
+    # 1 for the others.
+    self.num_classes = int(num_classes) if multiclass else 1
     self.l1 = float(l1)
     self.l2 = float(l2)
     self.use_bias = bool(use_bias)
@@ -178,10 +193,11 @@ class LinearModel(keras.Model):
     self._spec = [list(s) for s in spec]
     for name, _, size, _, _ in self._spec:
       self._kernels[name] = self.add_weight(
-          shape=(size, 1), initializer="zeros", name=f"kernel_{name}")
+          shape=(size, self.num_classes), initializer="zeros",
+          name=f"kernel_{name}")
     if self.use_bias:
-      self.bias = self.add_weight(shape=(1,), initializer="zeros",
-                                  name="bias")
+      self.bias = self.add_weight(shape=(self.num_classes,),
+                                  initializer="zeros", name="bias")
     self.built = True
 
   def get_build_config(self):
@@ -208,6 +224,8 @@ class LinearModel(keras.Model):
         num_loss_partitions=self.num_loss_partitions,
         visit_order=self.visit_order, seed=self.seed, gamma=self.gamma,
         num_threads=self.num_threads, num_table_shards=self.num_table_shards)
+    if self.num_classes > 1:
+      config["num_classes"] = self.num_classes
     return config
 
   @classmethod
@@ -258,7 +276,10 @@ class LinearModel(keras.Model):
     return tf.reshape(value, [tf.shape(value)[0], -1])
 
   def _logits(self, features):
-    """float32 `w.x + b` per example from the Keras weights."""
+    """float32 `w.x + b` per example from the Keras weights (`[B, K]`
+    `W^T x + b` for a multiclass loss)."""
+    if self.num_classes > 1:
+      return self._class_logits(features)
     z = None
     for name, kind, _, _, _ in self._spec:
       value, kernel = features[name], self._kernels[name]
@@ -276,17 +297,41 @@ class LinearModel(keras.Model):
       z = z + self.bias[0]
     return z
 
+  def _class_logits(self, features):
+    z = None
+    for name, kind, _, _, _ in self._spec:
+      value, kernel = features[name], self._kernels[name]
+      if kind == "categorical":
+        if isinstance(value, tf.SparseTensor):
+          value = tf.RaggedTensor.from_sparse(value)
+        # The K weights of each id, summed per row: [B, K].
+        part = tf.reduce_sum(tf.gather(kernel, value), axis=1)
+      elif isinstance(value, tf.SparseTensor):
+        part = tf.sparse.sparse_dense_matmul(value, kernel)
+      else:
+        part = tf.matmul(value, kernel)
+      z = part if z is None else z + part
+    if self.bias is not None:
+      z = z + self.bias
+    return z
+
+  def _outputs(self, features):
+    """The model's outputs `[B, 1]` (`[B, K]` multiclass)."""
+    y = self._activation(self._logits(features))
+    return y if self.num_classes > 1 else y[:, None]
+
   def _activation(self, z):
     return losses.activation(self.loss_type, z)
 
   def call(self, inputs, training=False):
-    """Probabilities (logistic), rates (Poisson) or scores, `[B, 1]`."""
+    """Probabilities (logistic), rates (Poisson) or scores, `[B, 1]`;
+    `[B, K]` class probabilities (softmax) or scores (multiclass hinge)."""
     del training
     if self._spec is None:
       x = self._as_dict(inputs)
       self._build_spec(self._spec_of(
           {k: v for k, v in x.items() if k != self.example_id}, True))
-    return self._activation(self._logits(self._transform(inputs)))[:, None]
+    return self._outputs(self._transform(inputs))
 
   # ----------------------------------------------------------------- SDCA
   def _ensure_sdca(self):
@@ -308,7 +353,9 @@ class LinearModel(keras.Model):
          "num_loss_partitions": self.num_loss_partitions,
          "num_table_shards": self.num_table_shards,
          "visit_order": self.visit_order, "seed": self.seed,
-         "gamma": self.gamma, "num_threads": self.num_threads})
+         "gamma": self.gamma, "num_threads": self.num_threads,
+         **({"num_classes": self.num_classes} if self.num_classes > 1
+            else {})})
     if self._pending_state is not None:
       self._sdca.set_state(self._pending_state)
       self._pending_state = None
@@ -367,19 +414,21 @@ class LinearModel(keras.Model):
     if self.example_id not in x:
       raise InvalidInputError(_MISSING_IDS.format(name=self.example_id))
     features = self._transform(x)
-    y_pred = self._activation(self._logits(features))[:, None]
+    y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, x[self.example_id])
     state = self._sdca.minimize(examples=examples)
     self._sdca.update_weights(state)
-    # Column 1 of the state is each example's weighted loss at the weights
-    # its step started from: the batch's loss, for the progress bar.
-    loss = tf.reduce_sum(state[:, 1]) / tf.maximum(tf.reduce_sum(sw), 1e-30)
+    # The state's primal column (1 of 4; K of K + 3) is each example's
+    # weighted loss at the weights its step started from: the batch's loss,
+    # for the progress bar.
+    loss = tf.reduce_sum(state[:, -3]) / tf.maximum(tf.reduce_sum(sw),
+                                                    1e-30)
     return self._update_metrics(y, y_pred, sw, loss)
 
   def test_step(self, data):
     x, y, sw = self._unpack(data)
     features = self._transform(x)
-    y_pred = self._activation(self._logits(features))[:, None]
+    y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, None)
     loss = self._sdca.unregularized_loss(examples)
     if self._train_weight > 0:
@@ -411,7 +460,7 @@ class LinearModel(keras.Model):
     n = _num_rows(x)
     if n == 0:
       raise InvalidInputError("fit got no examples (x has 0 rows)")
-    labels = _labels(y, n, self.loss_type)
+    labels = _labels(y, n, self.loss_type, self.num_classes)
     weights = _weights(sample_weight, n, labels, class_weight)
     if not weights.any():
       raise InvalidInputError(
@@ -431,7 +480,7 @@ class LinearModel(keras.Model):
     keys = self._sdca._keys({"example_ids": (
         ids if ids.dtype == tf.string else tf.strings.as_string(ids))})
     keys = keys.numpy()
-    duals = self._duals_for(keys)
+    duals = self._duals_for(keys, labels)
     # The weight table in the SdcaModel's slot order: the sparse and
     # categorical features (in spec order), then the dense ones and the bias.
     sparse, dense, num_sparse = [], [], 0
@@ -456,7 +505,8 @@ class LinearModel(keras.Model):
       return (_merged_rows(n, sparse) if sparse else None,
               np.concatenate(dense, axis=1) if dense else None, labels,
               weights, num_sparse)
-    table = np.concatenate([slot.numpy() for group in
+    # Row-major [slots, K] for a multiclass loss: the engine's layout.
+    table = np.concatenate([slot.numpy().reshape(-1) for group in
                             self._sdca._sparse + self._sdca._dense
                             for slot in group.slots])
     resident = trainer._Resident(
@@ -464,15 +514,17 @@ class LinearModel(keras.Model):
         np.concatenate(dense, axis=1) if dense else None, labels, weights,
         num_sparse)
     resident.pack(num_sparse, self.loss_type, self.gamma,
-                  trainer._choose_threads(self.num_threads, n))
+                  1 if self.num_classes > 1 else
+                  trainer._choose_threads(self.num_threads, n),
+                  self.num_classes)
     metric_inputs = None
     if self._compile_metrics is not None:
       # Train metrics are computed on all rows after each epoch.
       features = self._transform({name: _to_host(value)
                                   for name, value in x.items()})
       metric_inputs = (features, tf.constant(labels), tf.constant(weights))
-    return _PackedRows(resident.rows, keys, duals, table, weights,
-                       metric_inputs)
+    return _PackedRows(resident.rows, keys, duals.reshape(-1), table,
+                       weights, metric_inputs)
 
   def _fit_across_processes(self, strategy, x, y, sample_weight,
                             class_weight, epochs, tol, verbose):
@@ -487,6 +539,9 @@ class LinearModel(keras.Model):
     from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
     if y is None:
       raise ValueError("fit needs labels y")
+    if self.num_classes > 1:
+      raise ValueError(f"{self.loss_type} trains in one process: the "
+                       "multiclass losses are not distributed yet")
     csr, dense, labels, weights, num_sparse = self._pack(
         x, y, sample_weight, class_weight, arrays_only=True)
     indptr, indices, values = csr if csr is not None else (None,) * 3
@@ -508,18 +563,24 @@ class LinearModel(keras.Model):
                                        for h in result.history]}
     return history
 
-  def _duals_for(self, keys):
-    """float64 duals of the rows with these example-id keys."""
+  def _duals_for(self, keys, labels):
+    """float64 duals of the rows with these example-id keys (`[n, K]`
+    blocks for a multiclass loss, whose rows have these `labels`)."""
     for source in ((None if self._packed is None else
                     (self._packed.keys, self._packed.duals)),
                    self._row_duals):
       if source is not None and np.array_equal(source[0], keys):
-        return np.array(source[1], np.float64)
+        duals = source[1]
+        return np.array(getattr(duals, "numpy", lambda: duals)(), np.float64)
     self._flush_packed()
+    k = self.num_classes
     if sum(int(table.size()) for table in self._sdca._tables) == 0:
-      return np.zeros(keys.shape[0], np.float64)
-    state = self._sdca._lookup_state(tf.constant(keys))
-    return state[:, 0].numpy().astype(np.float64)
+      return np.zeros((keys.shape[0], k) if k > 1 else keys.shape[0],
+                      np.float64)
+    state = self._sdca._lookup_state(tf.constant(keys)).numpy()
+    if k == 1:
+      return state[:, 0].astype(np.float64)
+    return _dual_blocks(state, labels)
 
   def _packed_step(self):
     """One epoch over the packed rows (the traced `train_step` of an
@@ -531,7 +592,8 @@ class LinearModel(keras.Model):
     w, duals, parts = sdca_ops.packed_solve(
         p.rows, p.table, p.duals, self.seed * 1_000_003 + calls,
         loss_type=self.loss_type, l1=self.l1, l2=self.l2,
-        visit_order=self.visit_order, gamma=self.gamma)
+        visit_order=self.visit_order, gamma=self.gamma,
+        num_classes=self.num_classes)
     p.table.assign(w)
     p.duals.assign(duals)
     p.parts.assign(parts)
@@ -542,7 +604,7 @@ class LinearModel(keras.Model):
         tf.cast(primal / max(p.total_weight, 1e-300), tf.float32))
     if p.metric_inputs is not None:
       features, y, sw = p.metric_inputs
-      y_pred = self._activation(self._logits(features))[:, None]
+      y_pred = self._outputs(features)
       self._compile_metrics.update_state(y[:, None], y_pred, sw)
     return self.get_metrics_result()
 
@@ -552,8 +614,9 @@ class LinearModel(keras.Model):
     offset = 0
     for group in self._sdca._sparse + self._sdca._dense:
       for var, slot in zip(group.variables_, group.slots):
-        part = table[offset:offset + slot.shape[0]]
-        offset += slot.shape[0]
+        size = slot.shape.num_elements()
+        part = tf.reshape(table[offset:offset + size], slot.shape)
+        offset += size
         slot.assign(part)
         var.assign(tf.reshape(tf.cast(
             losses.shrink_l1(part, self.l1, self.l2), var.dtype), var.shape))
@@ -573,9 +636,13 @@ class LinearModel(keras.Model):
     p = self._packed
     if p is None:
       return
-    values = np.zeros((p.keys.shape[0], 4), np.float32)
-    values[:, 0] = p.duals.numpy()
-    values[:, 3] = p.example_weights
+    k = self.num_classes
+    values = np.zeros((p.keys.shape[0], 4 if k == 1 else k + 3), np.float32)
+    if k == 1:
+      values[:, 0] = p.duals.numpy()
+    else:
+      values[:, :k] = _float32_blocks(p.duals.numpy().reshape(-1, k))
+    values[:, -1] = p.example_weights
     self._sdca._insert_state(tf.constant(p.keys), tf.constant(values))
 
   def _leave_packed(self):
@@ -633,7 +700,7 @@ class LinearModel(keras.Model):
     x = {name: _to_host(value) for name, value in self._as_dict(x).items()}
     n = _num_rows(x)
     if y is not None:
-      y = _labels(y, n, self.loss_type)
+      y = _labels(y, n, self.loss_type, self.num_classes)
     if sample_weight is not None:
       sample_weight = _weights(sample_weight, n, y, None)
     spec = self._spec_of({k: v for k, v in x.items()
@@ -903,7 +970,8 @@ class LinearModel(keras.Model):
       p = self._packed
       parts = sdca_ops.packed_solve(
           p.rows, p.table, p.duals, 0, loss_type=self.loss_type, l1=self.l1,
-          l2=self.l2, num_passes=0, gamma=self.gamma)[2]
+          l2=self.l2, num_passes=0, gamma=self.gamma,
+          num_classes=self.num_classes)[2]
       p.parts.assign(parts)
       self._train_weight = p.total_weight
       return self._packed_gap()
@@ -915,6 +983,9 @@ class LinearModel(keras.Model):
     for batch in data:
       z, alpha, y, s = self._gap_batch(batch)
       y, s = y.numpy(), s.numpy().astype(np.float64)
+      if self.num_classes > 1:
+        y = y.astype(np.int64)
+        alpha = tf.constant(_dual_blocks(alpha.numpy(), y))
       primal += float(s @ losses.primal(self.loss_type, z.numpy(), y,
                                         self.gamma))
       dual += float(s @ losses.dual(self.loss_type, alpha.numpy(), y,
@@ -930,8 +1001,9 @@ class LinearModel(keras.Model):
   def _gap_batch(self, data):
     x, y, sw = self._unpack(data)
     examples = self._examples(self._transform(x), y, sw, x[self.example_id])
+    state = self._sdca.example_state(examples)
     return (self._sdca.linear_predictions(examples),
-            self._sdca.example_state(examples)[:, 0], y, sw)
+            state[:, 0] if self.num_classes == 1 else state, y, sw)
 
   def sdca_state(self):
     """The SDCA training state, as `tf_sdca.SdcaModel.get_state()` returns
@@ -1254,7 +1326,29 @@ def _to_host(value):
   return tf.constant(array)
 
 
-def _labels(y, n, loss_type):
+def _dual_blocks(state, labels):
+  """float64 `[n, K]` dual blocks from float32 state rows `[n, K + 3]`:
+  the label's dual is the negated sum of the others (as the op reads it)."""
+  k = state.shape[1] - 3
+  alpha = state[:, :k].astype(np.float64)
+  rows = np.arange(alpha.shape[0])
+  labels = np.asarray(labels, np.int64)
+  alpha[rows, labels] = 0.0
+  alpha[rows, labels] = -alpha.sum(axis=1)
+  return alpha
+
+
+def _float32_blocks(alpha):
+  """`[n, K]` dual blocks in float32 as the op stores them: every dual
+  rounded toward zero (so that the blocks stay e_y - p with p on the
+  simplex once the label's is rebuilt from the others)."""
+  rounded = alpha.astype(np.float32)
+  away = np.abs(rounded) > np.abs(alpha)
+  rounded[away] = np.nextafter(rounded[away], np.float32(0))
+  return rounded
+
+
+def _labels(y, n, loss_type, num_classes=1):
   y = np.asarray(y.numpy() if isinstance(y, tf.Tensor) else y)
   if y.dtype.kind not in "biuf":
     raise InvalidInputError(
@@ -1276,6 +1370,12 @@ def _labels(y, n, loss_type):
     if bad.size:
       raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be 0 or "
                               f"1 for {loss_type}")
+  elif losses.is_multiclass(loss_type):
+    bad = np.flatnonzero((y < 0) | (y >= num_classes) | (y != np.round(y)))
+    if bad.size:
+      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be a "
+                              f"class id in [0, {num_classes}) for "
+                              f"{loss_type}")
   elif loss_type == "poisson_loss":
     bad = np.flatnonzero(y < 0)
     if bad.size:
