@@ -41,13 +41,25 @@ import numpy as np
 LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
           "poisson_loss", "absolute_loss")
 BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
+# Drawn for one call in four: K classes, labels class ids, a block of K
+# duals per row.
+MULTICLASS = ("softmax_loss", "multiclass_hinge_loss")
 OPS = ("optimizer", "pack_rows", "packed_solve", "shrink_l1", "fprint",
        "example_keys", "distinct_ids", "append_rows")
 FAILURES = ("crash", "hang", "nonfinite", "accepted", "unnamed", "unexpected")
 HUGE = (1e20, 1e30, 3e38, -3e38)
 
 
-def _labels(loss, n, rng):
+def _loss(rng):
+  """A loss, and K (1 for the binary and regression losses)."""
+  if rng.random() < 0.25:
+    return str(rng.choice(MULTICLASS)), int(rng.integers(2, 7))
+  return str(rng.choice(LOSSES)), 1
+
+
+def _labels(loss, n, rng, k=1):
+  if loss in MULTICLASS:
+    return rng.integers(0, k, n).astype(np.float32)
   if loss in BINARY:
     return rng.integers(0, 2, n).astype(np.float32)
   if loss == "poisson_loss":
@@ -55,7 +67,9 @@ def _labels(loss, n, rng):
   return rng.normal(size=n).astype(np.float32)
 
 
-def _bad_label(loss, rng):
+def _bad_label(loss, rng, k=1):
+  if loss in MULTICLASS:
+    return float(rng.choice([k, -1.0, 0.5, k + 0.5]))
   if loss in BINARY:
     return float(rng.choice([2.0, -1.5, 0.5]))
   if loss == "poisson_loss":
@@ -65,7 +79,8 @@ def _bad_label(loss, rng):
 
 # ------------------------------------------------------------ valid calls
 def _valid_optimizer(rng):
-  loss = str(rng.choice(LOSSES))
+  loss, k = _loss(rng)
+  shape = (lambda *dims: dims) if k == 1 else (lambda *dims: dims + (k,))
   n = int(rng.integers(1, 7))
   groups = int(rng.integers(0, 3))
   dense_groups = int(rng.integers(0 if groups else 1, 3))
@@ -81,35 +96,42 @@ def _valid_optimizer(rng):
         rng.integers(0, vocab, nnz).astype(np.int64))
     kw["sparse_feature_values"].append(rng.normal(size=nnz).astype(np.float32))
     kw["sparse_indices"].append(np.arange(vocab, dtype=np.int64))
-    kw["sparse_weights"].append(rng.normal(size=vocab).astype(np.float32))
+    kw["sparse_weights"].append(
+        rng.normal(size=shape(vocab)).astype(np.float32))
   for _ in range(dense_groups):
     d = int(rng.integers(1, 4))
     kw["dense_features"].append(rng.normal(size=(n, d)).astype(np.float32))
-    kw["dense_weights"].append(np.zeros(d, np.float32))
+    kw["dense_weights"].append(np.zeros(shape(d), np.float32))
   kw.update(example_weights=np.ones(n, np.float32),
-            example_labels=_labels(loss, n, rng),
-            example_state_data=np.zeros((n, 4), np.float32),
+            example_labels=_labels(loss, n, rng, k),
+            example_state_data=np.zeros((n, 4 if k == 1 else k + 3),
+                                        np.float32),
             loss_type=loss, l1=float(rng.choice([0.0, 0.1])),
             l2=float(rng.choice([0.5, 1.0, 10.0])),
             num_inner_iterations=int(rng.integers(1, 4)))
+  if k > 1:
+    kw["num_classes"] = k
   return kw
 
 
 def _valid_rows(rng):
-  loss = str(rng.choice(LOSSES))
+  loss, k = _loss(rng)
   n = int(rng.integers(1, 9))
   vocab = int(rng.integers(1, 10))
   lengths = rng.integers(0, 4, n)
   row_ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
   nnz = int(row_ptr[-1])
   d = int(rng.integers(0, 3))
-  return dict(row_ptr=row_ptr,
-              feature_ids=rng.choice(vocab, nnz).astype(np.int32),
-              feature_values=rng.normal(size=nnz).astype(np.float32),
-              dense_features=rng.normal(size=(n, d)).astype(np.float32),
-              example_weights=np.ones(n, np.float32),
-              example_labels=_labels(loss, n, rng),
-              num_sparse_features=vocab, loss_type=loss)
+  kw = dict(row_ptr=row_ptr,
+            feature_ids=rng.choice(vocab, nnz).astype(np.int32),
+            feature_values=rng.normal(size=nnz).astype(np.float32),
+            dense_features=rng.normal(size=(n, d)).astype(np.float32),
+            example_weights=np.ones(n, np.float32),
+            example_labels=_labels(loss, n, rng, k),
+            num_sparse_features=vocab, loss_type=loss)
+  if k > 1:
+    kw["num_classes"] = k
+  return kw
 
 
 # -------------------------------------------------------------- mutations
@@ -161,12 +183,30 @@ def _set_option(key, value, kind="invalid"):
 
 
 def _bad_label_mutation(kw, rng):
-  label = _bad_label(kw["loss_type"], rng)
+  label = _bad_label(kw["loss_type"], rng, kw.get("num_classes", 1))
   if label is None:
     return False
   kw["example_labels"] = np.array(kw["example_labels"])
   kw["example_labels"][0] = label
   return None
+
+
+def _wrong_num_classes(kw, rng):
+  """K that does not fit the loss: 1 for a multiclass loss, 3 for another;
+  in packed_solve, K + 1 for rows packed with K."""
+  del rng
+  if "rows" in kw:  # packed_solve: the solve's K differs from the rows'
+    kw["num_classes"] = kw.get("num_classes", 1) + 1
+  else:
+    kw["num_classes"] = 1 if kw["loss_type"] in MULTICLASS else 3
+
+
+_NUM_CLASSES_MUTATIONS = [
+    ("num_classes that does not fit the loss", "invalid", "num_classes",
+     _wrong_num_classes),
+    _set_option("num_classes", 0), _set_option("num_classes", -4),
+    _set_option("num_classes", 2**31 + 1),
+]
 
 
 def _with_extreme(key, scale):
@@ -233,7 +273,7 @@ MUTATIONS = {
         ("dense_weights=[]", "invalid", "dense_weights",
          lambda kw, rng: False if not kw["dense_weights"] else
          kw.update(dense_weights=[])),
-    ],
+    ] + _NUM_CLASSES_MUTATIONS,
     "pack_rows": _common_data_mutations(
         "feature_ids", "feature_values", "dense_features") + [
         _set_entry("row_ptr", -1), _set_entry("row_ptr", 10**9),
@@ -242,7 +282,7 @@ MUTATIONS = {
         _set_option("num_sparse_features", -1),
         _set_option("num_threads", 0),
         _set_option("feature_ids", None),
-    ],
+    ] + _NUM_CLASSES_MUTATIONS,
     "packed_solve": [
         _set_entry("weights", np.nan), _set_entry("weights", np.inf),
         _set_entry("weights", 1e300, "extreme"),
@@ -258,7 +298,7 @@ MUTATIONS = {
         _set_option("l1", -1.0), _set_option("visit_order", "sorted"),
         _set_option("num_loss_partitions", 0),
         _set_option("seed", "seven"), _set_option("weights", None),
-    ],
+    ] + _NUM_CLASSES_MUTATIONS,
     "shrink_l1": [
         _set_entry("weights", np.nan), _set_entry("weights", np.inf),
         _set_entry("weights", 3e38, "extreme"),
@@ -311,11 +351,14 @@ def generate(op, seed, number):
                 num_ids=int(kw["row_ptr"][-1]),
                 dense_dim=kw["dense_features"].shape[1], has_values=True)
     if op == "packed_solve":
-      kw = dict(rows=kw, weights=np.zeros(kw["num_sparse_features"] +
-                                          kw["dense_features"].shape[1]),
-                duals=np.zeros(len(kw["example_labels"])), seed=number,
+      k = kw.get("num_classes", 1)
+      kw = dict(rows=kw, weights=np.zeros((kw["num_sparse_features"] +
+                                           kw["dense_features"].shape[1]) * k),
+                duals=np.zeros(len(kw["example_labels"]) * k), seed=number,
                 loss_type=kw["loss_type"], l1=0.0, l2=1.0,
                 num_passes=int(rng.integers(1, 4)))
+      if k > 1:
+        kw["num_classes"] = k
   elif op == "shrink_l1":
     kw = dict(weights=rng.normal(size=int(rng.integers(0, 6))).astype(
         np.float32), l1=0.1, l2=1.0)
@@ -377,10 +420,11 @@ def _run(op, kw, mode):
 def _append_in_two_pieces(tf_sdca, kw):
   """new_packed_rows for the whole data set, then append_rows of its first
   half and its second; returns the rows' objective after one pass."""
+  k = kw.get("num_classes", 1)
   rows = tf_sdca.new_packed_rows(
       kw["num_examples"], kw["num_ids"], kw["dense_dim"],
       kw["num_sparse_features"], kw["loss_type"], gamma=kw.get("gamma", 1.0),
-      has_values=kw["has_values"])
+      has_values=kw["has_values"], num_classes=k)
   row_ptr = kw["row_ptr"]
   n = len(row_ptr) - 1 if row_ptr is not None and np.ndim(row_ptr) == 1 \
       else 0
@@ -399,10 +443,11 @@ def _append_in_two_pieces(tf_sdca, kw):
                         **part)
   # (A reservation past int32 ids must fail in new_packed_rows, not here.)
   slots = min(kw["num_sparse_features"], 2**24) + kw["dense_dim"]
-  return tf_sdca.packed_solve(rows, np.zeros(slots),
-                              np.zeros(kw["num_examples"]), 0,
+  return tf_sdca.packed_solve(rows, np.zeros(slots * k),
+                              np.zeros(kw["num_examples"] * k), 0,
                               kw["loss_type"], kw.get("l1", 0.0),
-                              kw.get("l2", 1.0), gamma=kw.get("gamma", 1.0))[:2]
+                              kw.get("l2", 1.0), gamma=kw.get("gamma", 1.0),
+                              num_classes=k)[:2]
 
 
 def _worker(seed):
