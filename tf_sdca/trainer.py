@@ -21,6 +21,7 @@ Example:
   >>> history = model.fit(labels=y, dense=x, epochs=20, tol=1e-6, verbose=0)
   >>> scores = model.predict(dense=x)
 """
+import numbers
 import os
 import re
 import time
@@ -93,11 +94,22 @@ class InMemorySdca:
       every epoch, ~1.5x slower) warns.
     num_classes: K (>= 2) for a multiclass loss; None (or 1) for the
       others.
+    average_from: None, or an epoch T0 >= 0: output averaging (the
+      reference's SDCA with averaging, over epochs). `fit` then leaves the
+      model at the mean of the iterates after epochs T0, T0 + 1, ..., T (the
+      weights and the duals alike: the weights stay W(mean alpha), since
+      they are linear in the duals, and the mean duals are feasible), so
+      that `predict` uses the averaged weights; `last_iterate` keeps the
+      last epoch's (`sparse_weights`, `dense_weights`, `duals`). With
+      T0 = T the average is the last iterate. The history's `loss` and
+      `duality_gap` are then those of the average (`last_loss`,
+      `last_duality_gap`: the last iterate's). A later `fit` starts from
+      the average.
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
                visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
-               pack=True, num_classes=None):
+               pack=True, num_classes=None, average_from=None):
     loss = losses.op_name(loss)
     if losses.is_multiclass(loss) and num_classes is None:
       raise ValueError(f"{losses.short_name(loss)} needs num_classes (the "
@@ -116,6 +128,13 @@ class InMemorySdca:
     self.seed = int(seed)
     self.gamma = float(gamma)
     self.num_threads = int(num_threads)
+    if average_from is not None and (
+        isinstance(average_from, bool) or
+        not isinstance(average_from, numbers.Integral) or average_from < 0):
+      raise ValueError(f"average_from must be None or an epoch count >= 0, "
+                       f"got {average_from!r}")
+    self.average_from = None if average_from is None else int(average_from)
+    self.last_iterate = None
     if not pack:
       warnings.warn(
           "InMemorySdca(pack=False) is deprecated and ignored: the rows are "
@@ -304,6 +323,11 @@ class InMemorySdca:
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
+    average = _IterateAverage(self) if self.average_from is not None else None
+    if average is not None:
+      history.update(last_loss=[], last_duality_gap=[])
+      if initial_epoch >= self.average_from:  # the start is an iterate
+        average.add()
     watch = losses.ProgressWatch()
     for epoch in range(initial_epoch, epochs):
       # Each epoch's order depends on (seed, epoch) only, so training resumed
@@ -342,6 +366,14 @@ class InMemorySdca:
       elapsed = time.perf_counter() - start_time
       parts = self._resident_call(resident, epoch, passes=0)
       objective, gap = self._objective_and_gap_from(parts)
+      if average is not None:
+        history["last_loss"].append(objective / total_weight)
+        history["last_duality_gap"].append(gap / max(abs(objective), 1e-300))
+        if epoch + 1 >= self.average_from:
+          average.add()
+        if average.count:
+          objective, gap = self._objective_and_gap_from(
+              average.parts(resident))
       history["loss"].append(objective / total_weight)
       history["duality_gap"].append(gap / max(abs(objective), 1e-300))
       history["rows_per_sec"].append(n / elapsed)  # training only
@@ -357,6 +389,8 @@ class InMemorySdca:
         callback(epoch, history)
       if tol is not None and history["duality_gap"][-1] < tol:
         break
+    if average is not None and average.count:
+      average.install()
     return history
 
   def _weight_table(self):
@@ -568,6 +602,55 @@ def _in_user_rows(message, rows, sparse, dense_dim, epoch, index):
   message = re.sub(r"\s*\[Op:[^\]]*\]( name: \S*)?\s*$", "", message)
   return (f"in mini-batch {index + 1} of epoch {epoch + 1}: " +
           _BATCH_POSITION.sub(annotate, message))
+
+
+class _IterateAverage:
+  """The running mean of a model's iterates (its float64 weight table and
+  duals) for `InMemorySdca(average_from=...)`."""
+
+  def __init__(self, model):
+    self.model = model
+    self.count = 0
+    self.table = None
+    self.duals = None
+
+  def add(self):
+    """Adds the model's current iterate to the mean."""
+    table = np.array(self.model._weight_table(), np.float64)  # pylint: disable=protected-access
+    duals = np.array(self.model.duals, np.float64).reshape(-1)
+    self.count += 1
+    if self.count == 1:
+      self.table, self.duals = table, duals
+    else:
+      self.table += (table - self.table) / self.count
+      self.duals += (duals - self.duals) / self.count
+
+  def parts(self, resident):
+    """The exact objective parts at the mean (a PackedSolve call without
+    passes)."""
+    m = self.model
+    return sdca_ops.packed_solve(
+        resident.rows, _aliased(self.table), _aliased(self.duals), 0,
+        loss_type=m.loss, l1=m.l1, l2=m.l2, num_passes=0,
+        visit_order=m.visit_order, gamma=m.gamma,
+        num_classes=m.num_classes)[2].numpy()
+
+  def install(self):
+    """Keeps the last iterate in `last_iterate` and makes the mean the
+    model's weights and duals."""
+    m = self.model
+    m.last_iterate = dict(sparse_weights=m.sparse_weights,
+                          dense_weights=m.dense_weights, duals=m.duals)
+    table = self.table
+    if m._multiclass:  # pylint: disable=protected-access
+      table = table.reshape(-1, m.num_classes)
+    k = 0 if m.sparse_weights is None else m.sparse_weights.shape[0]
+    if m.sparse_weights is not None:
+      m.sparse_weights = table[:k]
+    if m.dense_weights is not None:
+      m.dense_weights = table[k:]
+    m.duals = self.duals.reshape(m.duals.shape)
+    m._table = None  # pylint: disable=protected-access
 
 
 def objective_and_gap(parts, loss, l1, l2):
