@@ -428,8 +428,16 @@ def _append_in_two_pieces(tf_sdca, kw):
   row_ptr = kw["row_ptr"]
   n = len(row_ptr) - 1 if row_ptr is not None and np.ndim(row_ptr) == 1 \
       else 0
-  cut = n // 2
+  # Arrays whose length is not the row count (a mutation) go whole into one
+  # append: split in two, each half could look valid.
+  per_row = [kw[key] for key in ("dense_features", "example_weights",
+                                 "example_labels")]
+  whole = any(isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] != n
+              for v in per_row)
+  cut = 0 if whole else n // 2
   for lo, hi in ((0, cut), (cut, n)):
+    if hi == lo and whole:
+      continue
     part = {}
     for key in ("feature_ids", "feature_values"):
       value = kw[key]

@@ -610,6 +610,13 @@ class OptimizerOp : public OpKernel {
                                " rows but example_weights has ", n);
       }
       const int64_t d = x.dim_size(1);
+      if (multiclass_ && (w.dims() != 2 || w.dim_size(0) != d ||
+                          w.dim_size(1) != num_classes_)) {
+        return InvalidArgument("dense_weights", tag, " must have shape [", d,
+                               ", ", num_classes_, "] (dense_features", tag,
+                               "'s columns, num_classes), got ",
+                               w.shape().DebugString());
+      }
       if (w.NumElements() != d * num_classes_) {
         return InvalidArgument("dense_weights", tag, " has ", w.NumElements(),
                                " elements but dense_features", tag, " has ", d,
