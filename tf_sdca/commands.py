@@ -436,7 +436,9 @@ def train(args):
                      "(no checkpoint.npz); run without --resume to train one")
   verbose = 0 if args.quiet else 1
   multiclass = losses.is_multiclass(args.loss)
-  if multiclass != (args.num_classes is not None):
+  # (`tf-sdca demo` builds its own arguments, without --num-classes.)
+  num_classes = getattr(args, "num_classes", None)
+  if multiclass != (num_classes is not None):
     raise ValueError(
         f"--loss {args.loss} needs --num-classes K" if multiclass else
         f"--num-classes is for the multiclass losses (softmax, "
@@ -468,12 +470,12 @@ def train(args):
                               if args.format == "criteo" else None),
                 scale=None, rows=info["rows"], epochs_done=0, history=[])
     if multiclass:
-      meta["num_classes"] = args.num_classes
+      meta["num_classes"] = num_classes
       meta["classes"] = choose_classes(
-          cache.concatenate(arrays["labels"], np.float64), args.num_classes)
+          cache.concatenate(arrays["labels"], np.float64), num_classes)
     ckpt = None
   if multiclass and args.resume and (
-      meta.get("num_classes") != args.num_classes or
+      meta.get("num_classes") != num_classes or
       meta["loss"] != losses.op_name(args.loss)):
     raise ValueError(f"--resume: the model was trained with --loss "
                      f"{meta['loss']} --num-classes {meta.get('num_classes')}")
