@@ -771,11 +771,6 @@ bool PackedRows::Reserve(const Shape& shape, int num_threads,
     *error = out.str();
     return false;
   }
-  if (shape.num_examples == 0 && shape.num_ids > 0) {
-    *error = "num_examples = 0 rows cannot hold num_ids = " +
-             std::to_string(shape.num_ids) + " sparse entries";
-    return false;
-  }
   const int64_t n = shape.num_examples;
   num_examples_ = n;
   num_sparse_features_ = shape.num_sparse_features;

@@ -362,6 +362,9 @@ class NewPackedRowsOp : public OpKernel {
     PackedRows::Shape shape;
     shape.num_examples = sizes[0];
     shape.num_ids = sizes[1];
+    OP_REQUIRES(context, shape.num_examples != 0 || shape.num_ids <= 0,
+                InvalidArgument("num_examples = 0 rows cannot hold num_ids = ",
+                                shape.num_ids, " sparse entries"));
     shape.dense_dim = sizes[2];
     shape.num_sparse_features = attrs_.num_sparse_features;
     shape.has_values = has_values_;
