@@ -450,7 +450,9 @@ def _append_in_two_pieces(tf_sdca, kw):
     tf_sdca.append_rows(rows, row_ptr=row_ptr[lo:hi + 1] - row_ptr[lo],
                         **part)
   # (A reservation past int32 ids must fail in new_packed_rows, not here.)
-  slots = min(kw["num_sparse_features"], 2**24) + kw["dense_dim"]
+  # (Capped: inside a tf.function a table of 2^24 zeros becomes a 128 MB
+  # graph constant, and tracing it took longer than the hang timeout.)
+  slots = min(kw["num_sparse_features"], 2**16) + kw["dense_dim"]
   return tf_sdca.packed_solve(rows, np.zeros(slots * k),
                               np.zeros(kw["num_examples"] * k), 0,
                               kw["loss_type"], kw.get("l1", 0.0),
