@@ -67,6 +67,25 @@ class MulticlassHingeLoss final : public MulticlassLoss {
       v[j] = std::max(v[j] - tau, 0.0);
       total += v[j];
     }
+    if (!(total > 0.0 && std::isfinite(total))) {
+      // Scores so far beyond q that q is lost in their sums (q 1e12 against
+      // scores 1e30): the projection is the vertex of the largest
+      // q p + D + z to within rounding; take it rather than 0 / 0.
+      int best = 0;
+      for (int j = 1; j < k; ++j) {
+        if (q * std::clamp((j == label ? 1.0 : 0.0) - dual[j], 0.0, 1.0) +
+                Violation(scores, label, j) >
+            q * std::clamp((best == label ? 1.0 : 0.0) - dual[best], 0.0,
+                           1.0) +
+                Violation(scores, label, best)) {
+          best = j;
+        }
+      }
+      for (int j = 0; j < k; ++j) {
+        new_dual[j] = (j == label ? 1.0 : 0.0) - (j == best ? 1.0 : 0.0);
+      }
+      return;
+    }
     // Rounding can leave the mass a few ulps from q: renormalised onto the
     // simplex exactly as the dual domain wants.
     for (int j = 0; j < k; ++j) {
