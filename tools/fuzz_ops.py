@@ -382,6 +382,46 @@ def generate(op, seed, number):
   return kw, applied
 
 
+# ------------------------------------------------------------------ corpus
+def corpus(seed, calls):
+  """The data of `calls` calls of each of pack_rows, packed_solve and
+  append_rows (mutated as the fuzzer mutates them) as text records for
+  kernels/tests/corpus_replay_main.cc, which replays them through the
+  TensorFlow-free core under the sanitizers. Calls whose data is not
+  arrays (a mutation to None or a string) are left out."""
+  def line(value, kind):
+    flat = np.asarray(value).ravel()
+    if kind == "int":
+      return " ".join(str(int(v)) for v in flat)
+    return " ".join(repr(float(v)) for v in flat)
+
+  records = []
+  for op in ("pack_rows", "packed_solve", "append_rows"):
+    for number in range(calls):
+      kw, _ = generate(op, seed, number)
+      data = kw["rows"] if op == "packed_solve" else kw
+      fields = [data.get(key) for key in (
+          "row_ptr", "feature_ids", "feature_values", "dense_features",
+          "example_weights", "example_labels")]
+      if not all(isinstance(f, np.ndarray) and f.dtype.kind in "iuf"
+                 for f in fields):
+        continue
+      sizes = (data.get("num_sparse_features"), data.get("num_classes", 1))
+      if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                 for v in sizes):
+        continue
+      row_ptr, ids, values, dense, weights, labels = fields
+      n = max(row_ptr.size - 1, 0)
+      d = dense.shape[1] if dense.ndim == 2 else 0
+      records.append(
+          f"RECORD {data['loss_type']} {int(sizes[1])} {n} {int(sizes[0])} "
+          f"{d}\n" + "\n".join([
+              line(row_ptr, "int"), line(ids, "int"), line(values, "float"),
+              line(dense, "float"), line(weights, "float"),
+              line(labels, "float")]) + "\n")
+  return "".join(records)
+
+
 # ----------------------------------------------------------------- running
 def _run(op, kw, mode):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel

@@ -902,10 +902,16 @@ bool PackedRows::Append(const ResidentData& d, int64_t chunks,
         h->num_hot = 0;
         h->unused = 0;
       }
-      std::memcpy(p, d.ids + first, 4 * nnz);
-      if (has_values_) std::memcpy(p + 4 * nnz, d.values + first, 4 * nnz);
+      // (Empty parts may come with null pointers: memcpy must not see them,
+      // even for 0 bytes.)
+      if (nnz > 0) {
+        std::memcpy(p, d.ids + first, 4 * nnz);
+        if (has_values_) std::memcpy(p + 4 * nnz, d.values + first, 4 * nnz);
+      }
       p += per_entry * nnz;
-      std::memcpy(p, d.dense + i * dense_dim_, 4 * dense_dim_);
+      if (dense_dim_ > 0) {
+        std::memcpy(p, d.dense + i * dense_dim_, 4 * dense_dim_);
+      }
       p += 4 * dense_dim_;
       const int64_t record_end = row + 1 < first_row + n ? offsets_[row + 1]
                                                          : end;
