@@ -1377,33 +1377,42 @@ namespace tf_sdca {
 
 // Sparse entries first, then dense columns; each slot's K weights are
 // contiguous, so the inner loop is a contiguous axpy.
-void PackedRows::BlockScores(const char* record, int64_t num_classes,
-                             const double* weights, double shrinkage,
-                             double* z) const {
+template <class Weight, class Fn>
+void PackedRows::ForEachClassRow(const char* record, int64_t num_classes,
+                                 Weight* weights, const Fn& fn) const {
   const Header* h = reinterpret_cast<const Header*>(record);
   const int64_t nnz = h->nnz;
   const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
   const float* values = reinterpret_cast<const float*>(ids + nnz);
   const float* x = has_values_ ? values + nnz : values;
-  std::fill(z, z + num_classes, 0.0);
-  auto add = [&](const double* row, double v) {
-    if (shrinkage > 0.0) {
-      for (int64_t j = 0; j < num_classes; ++j) {
-        z[j] += v * ShrinkL1(row[j], shrinkage);
-      }
-    } else {
-      for (int64_t j = 0; j < num_classes; ++j) z[j] += v * row[j];
-    }
-  };
   for (int64_t e = 0; e < nnz; ++e) {
-    add(weights + static_cast<int64_t>(ids[e]) * num_classes,
-        has_values_ ? values[e] : 1.0);
+    fn(weights + static_cast<int64_t>(ids[e]) * num_classes,
+       has_values_ ? values[e] : 1.0);
   }
   for (int64_t c = 0; c < dense_dim_; ++c) {
     if (x[c] != 0.0f) {
-      add(weights + (num_sparse_features_ + c) * num_classes, x[c]);
+      fn(weights + (num_sparse_features_ + c) * num_classes,
+         static_cast<double>(x[c]));
     }
   }
+}
+
+void PackedRows::BlockScores(const char* record, int64_t num_classes,
+                             const double* weights, double shrinkage,
+                             double* z) const {
+  std::fill(z, z + num_classes, 0.0);
+  ForEachClassRow(record, num_classes, weights,
+                  [&](const double* row, double v) {
+                    if (shrinkage > 0.0) {
+                      for (int64_t j = 0; j < num_classes; ++j) {
+                        z[j] += v * ShrinkL1(row[j], shrinkage);
+                      }
+                    } else {
+                      for (int64_t j = 0; j < num_classes; ++j) {
+                        z[j] += v * row[j];
+                      }
+                    }
+                  });
 }
 
 void PackedRows::SolveBlocks(const SolverOptions& options,
@@ -1497,22 +1506,12 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
           alpha[j] = next[j];
         }
         if (changed.empty()) continue;
-        const int64_t nnz = h->nnz;
-        const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-        const float* values = reinterpret_cast<const float*>(ids + nnz);
-        const float* x = has_values_ ? values + nnz : values;
-        auto apply = [&](double* row, double v) {
-          for (const int64_t j : changed) row[j] += v * delta[j];
-        };
-        for (int64_t e = 0; e < nnz; ++e) {
-          apply(weights + static_cast<int64_t>(ids[e]) * num_classes,
-                has_values_ ? values[e] : 1.0);
-        }
-        for (int64_t c = 0; c < dense_dim_; ++c) {
-          if (x[c] != 0.0f) {
-            apply(weights + (num_sparse_features_ + c) * num_classes, x[c]);
-          }
-        }
+        ForEachClassRow(record, num_classes, weights,
+                        [&](double* row, double v) {
+                          for (const int64_t j : changed) {
+                            row[j] += v * delta[j];
+                          }
+                        });
       }
       if (shrink) {
         ShrinkingState& state = *shrinking_;
@@ -1592,24 +1591,11 @@ void PackedRows::AddBlockChanges(const double* change, int64_t num_classes,
       continue;
     }
     const char* record = buffer_.get() + offsets_[i];
-    const Header* h = reinterpret_cast<const Header*>(record);
-    const double coef = scale * h->weight;
-    const int64_t nnz = h->nnz;
-    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-    const float* values = reinterpret_cast<const float*>(ids + nnz);
-    const float* x = has_values_ ? values + nnz : values;
-    auto add = [&](double* row, double v) {
+    const double coef =
+        scale * reinterpret_cast<const Header*>(record)->weight;
+    ForEachClassRow(record, num_classes, weights, [&](double* row, double v) {
       for (int64_t k = 0; k < num_classes; ++k) row[k] += coef * v * c[k];
-    };
-    for (int64_t e = 0; e < nnz; ++e) {
-      add(weights + static_cast<int64_t>(ids[e]) * num_classes,
-          has_values_ ? values[e] : 1.0);
-    }
-    for (int64_t d = 0; d < dense_dim_; ++d) {
-      if (x[d] != 0.0f) {
-        add(weights + (num_sparse_features_ + d) * num_classes, x[d]);
-      }
-    }
+    });
   }
 }
 

@@ -307,6 +307,12 @@ class PackedRows {
   // into hot_ids_.
   template <class Fn>
   void VisitRecord(int64_t i, const Fn& fn) const;
+  // fn(row, x_j) for every feature j of the one-thread record at `record`
+  // (sparse entries, then nonzero dense columns), `row` pointing at slot
+  // j's K class weights in the [num_slots(), K] table `weights`.
+  template <class Weight, class Fn>
+  void ForEachClassRow(const char* record, int64_t num_classes,
+                       Weight* weights, const Fn& fn) const;
   // z = W^T x of the one-thread record at `record`, W the [num_slots(),
   // num_classes] table shrunk by `shrinkage` on the fly.
   void BlockScores(const char* record, int64_t num_classes,
