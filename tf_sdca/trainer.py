@@ -489,35 +489,8 @@ class InMemorySdca:
     multiclass loss."""
     n = (dense.shape[0] if dense is not None else
          (np.asarray(ids).shape[0] if ids is not None else len(indptr) - 1))
-    if self._multiclass:
-      return self._class_scores(n, dense, ids, indptr, indices, values)
-    z = np.zeros(n)
-    if dense is not None:
-      dense = np.asarray(dense, dtype=np.float32)
-      if dense.ndim == 1:
-        dense = dense[:, None]
-      z += dense @ self._shrunk(self.dense_weights)
-    csr = self._csr(n, ids, indptr, indices, values)
-    if csr is not None:
-      ws = self._shrunk(self.sparse_weights)
-      indptr_, indices_, values_ = csr
-      # In chunks of rows: whole-data temporaries would take 16 bytes per
-      # non-zero (4 GB for 10M Criteo rows).
-      for start in range(0, n, _SCORE_CHUNK):
-        stop = min(n, start + _SCORE_CHUNK)
-        lo, hi = indptr_[start], indptr_[stop]
-        contrib = ws[indices_[lo:hi]]
-        if values_ is not None:
-          contrib = contrib * values_[lo:hi]
-        rows = np.repeat(np.arange(stop - start),
-                         np.diff(indptr_[start:stop + 1]))
-        z[start:stop] += np.bincount(rows, weights=contrib,
-                                     minlength=stop - start)
-    return z
-
-  def _class_scores(self, n, dense, ids, indptr, indices, values):
-    """`[n, K]` scores of a multiclass model."""
-    z = np.zeros((n, self.num_classes))
+    k = self.num_classes if self._multiclass else None
+    z = np.zeros(n if k is None else (n, k))
     if dense is not None:
       dense = np.asarray(dense, dtype=np.float32)
       if dense.ndim == 1:
@@ -527,18 +500,25 @@ class InMemorySdca:
     if csr is not None:
       ws = self._shrunk(self.sparse_weights)
       indptr_, indices_, values_ = csr
+      # In chunks of rows: whole-data temporaries would take 16 bytes per
+      # non-zero (4 GB for 10M Criteo rows).
       for start in range(0, n, _SCORE_CHUNK):
         stop = min(n, start + _SCORE_CHUNK)
         lo, hi = indptr_[start], indptr_[stop]
-        contrib = ws[indices_[lo:hi]]
+        contrib = ws[indices_[lo:hi]]  # [nnz] or [nnz, K]
         if values_ is not None:
-          contrib = contrib * values_[lo:hi, None]
-        # Sums over each non-empty row's run of entries.
+          contrib = contrib * (values_[lo:hi] if k is None else
+                               values_[lo:hi, None])
         lengths = np.diff(indptr_[start:stop + 1])
-        full = np.flatnonzero(lengths)
-        if full.size:
-          z[start + full] += np.add.reduceat(
-              contrib, indptr_[start + full] - lo, axis=0)
+        if k is None:
+          rows = np.repeat(np.arange(stop - start), lengths)
+          z[start:stop] += np.bincount(rows, weights=contrib,
+                                       minlength=stop - start)
+        else:  # sums over each non-empty row's run of entries
+          full = np.flatnonzero(lengths)
+          if full.size:
+            z[start + full] += np.add.reduceat(
+                contrib, indptr_[start + full] - lo, axis=0)
     return z
 
   def predict(self, **features):
