@@ -440,7 +440,11 @@ class SplitPass {
 
   void Begin() { Merge(0, size_); }
 
-  // Solves the k-th row of this thread's share.
+  // Solves the k-th row of this thread's share. With kDeferShared the
+  // change of the shared (cold) weights waits for ApplyDeferred, so that in
+  // lockstep every thread's k-th step reads the table before any of them
+  // writes it, as T truly parallel threads at the same speed do.
+  template <bool kDeferShared = false>
   __attribute__((always_inline))
   inline void Visit(int64_t k) {
     // The hot weights are in this thread's copy: prefetch only cold ones.
@@ -475,7 +479,11 @@ class SplitPass {
     const double coef =
         step_.Update(h->label, s, h->norm, sums.Total(), s_.duals + h->row);
     if (coef == 0.0) return;
-    step_.template ApplySparse<SharedAccess>(ids, values, cold, coef, s_.w);
+    if (kDeferShared) {
+      deferred_ = {ids, values, cold, coef};
+    } else {
+      step_.template ApplySparse<SharedAccess>(ids, values, cold, coef, s_.w);
+    }
     const double* scale = s_.scale;
     for (int64_t e = cold; e < nnz; ++e) {
       const int32_t j = ids[e];
@@ -485,9 +493,25 @@ class SplitPass {
     for (int64_t c = 0; c < s_.dd; ++c) wd[c] += coef * scale_d[c] * x[c];
   }
 
+  // Writes the shared weights' change held back by Visit<true>.
+  void ApplyDeferred() {
+    if (deferred_.coef == 0.0) return;
+    step_.template ApplySparse<SharedAccess>(deferred_.ids, deferred_.values,
+                                             deferred_.count, deferred_.coef,
+                                             s_.w);
+    deferred_.coef = 0.0;
+  }
+
   void End() { Merge(0, size_); }
 
  private:
+  struct Deferred {
+    const int32_t* ids = nullptr;
+    const float* values = nullptr;
+    int64_t count = 0;
+    double coef = 0.0;
+  };
+
   // Adds this thread's change of private slots [begin, end) to the shared
   // values and takes theirs.
   void Merge(int64_t begin, int64_t end) {
@@ -506,6 +530,7 @@ class SplitPass {
   // local_: this thread's view; seen_: the shared values at its last merge.
   std::vector<double> local_, seen_, inv_scale_;
   int64_t since_merge_;
+  Deferred deferred_;
 };
 
 template <bool kValue>
@@ -1318,8 +1343,9 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
                  for (int64_t k = 0; k < longest; ++k) {
                    if (cancelled(k)) break;
                    for (auto& p : passes) {
-                     if (k < p->count()) p->Visit(k);
+                     if (k < p->count()) p->template Visit<true>(k);
                    }
+                   for (auto& p : passes) p->ApplyDeferred();
                  }
                  for (auto& p : passes) p->End();
                });

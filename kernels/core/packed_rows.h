@@ -227,10 +227,12 @@ class PackedRows {
              StateRecord* record = nullptr) const;
 
   // Like Solve, but with num_threads() > 1 the threads' rows are visited on
-  // the calling thread in lockstep: every thread's k-th row before any
-  // thread's (k + 1)-th, so that each sees the others' changes as late as
-  // truly parallel threads at the same speed do. Deterministic: for tests
-  // of convergence at any thread count on a machine with fewer cores.
+  // the calling thread in lockstep: every thread's k-th step reads the
+  // weights before any thread writes its k-th change, and all are written
+  // before any (k + 1)-th step, so that each sees the others' changes as
+  // late as truly parallel threads at the same speed do (the worst case of
+  // real threads). Deterministic: for tests of convergence at any thread
+  // count on a machine with fewer cores.
   void SolveLockstep(const SolverOptions& options, double* weights,
                      double* duals) const;
 
