@@ -412,6 +412,10 @@ class SplitPass {
     const char* buffer;
     int64_t dd, num_hot, sync_every, frequent_every;
     int64_t lines;        // of a record to prefetch (PrefetchLines())
+    // ThreadSync::kFresh: each range merged every `every` rows (powers of
+    // two dividing sync_every) instead of the two intervals above.
+    const PackedRows::MergeRange* ranges;
+    int64_t num_ranges;
     const double* scale;  // [num_hot + dd], sigma' of each private slot
     double* shared_hot;   // [num_hot + dd]
     double* w;            // the table (cold ids read and added here)
@@ -455,7 +459,15 @@ class SplitPass {
     // decreasing order of frequency) gather the other threads' changes
     // fastest: they are merged every `frequent_every` rows, all hot ids
     // every `sync_every` rows.
-    if (++since_merge_ == s_.sync_every) {
+    if (s_.num_ranges > 0) {
+      if (++since_merge_ == s_.sync_every) since_merge_ = 0;
+      for (int64_t r = 0; r < s_.num_ranges; ++r) {
+        const PackedRows::MergeRange& range = s_.ranges[r];
+        if ((since_merge_ & (range.every - 1)) == 0) {
+          Merge(range.begin, range.end);
+        }
+      }
+    } else if (++since_merge_ == s_.sync_every) {
       since_merge_ = 0;
       Merge(0, size_);
     } else if (since_merge_ % s_.frequent_every == 0) {
@@ -695,6 +707,7 @@ int64_t PackedRows::PrefetchLines() const {
 }
 
 int64_t PackedRows::SyncInterval() const {
+  if (thread_sync_ == ThreadSync::kFresh) return kFreshSyncInterval;
   return std::clamp<int64_t>(num_examples_ / (64 * num_threads_), 16, 1024);
 }
 
@@ -756,6 +769,24 @@ void PackedRows::ChooseSlotScales(const std::vector<int64_t>& uses) {
     const double rho = n > 0 ? static_cast<double>(uses[h]) / n : 0.0;
     slot_scales_[h] = 1.0 + (threads - 2.0) * std::min(1.0, interval * rho);
   }
+  merge_ranges_.clear();
+  if (thread_sync_ != ThreadSync::kFresh) return;
+  std::fill(slot_scales_.begin(), slot_scales_.end(), 1.0);
+  // m_h: the largest power of two <= 1 / ((T - 1) rho_h), in [1, 64]. The
+  // hot slots come most frequent first, so equal intervals form runs.
+  for (int64_t h = 0; h < num_hot + dense_dim_; ++h) {
+    const double expected = (threads - 1.0) * uses[h] / std::max<double>(n, 1);
+    int64_t every = 1;
+    while (every < kFreshSyncInterval && 2.0 * every * expected <= 1.0) {
+      every *= 2;
+    }
+    if (!merge_ranges_.empty() && merge_ranges_.back().end == h &&
+        merge_ranges_.back().every == every) {
+      merge_ranges_.back().end = h + 1;
+    } else {
+      merge_ranges_.push_back({h, h + 1, every});
+    }
+  }
 }
 
 bool PackedRows::Pack(const ResidentData& d, int num_threads, int64_t chunks,
@@ -806,6 +837,7 @@ bool PackedRows::Reserve(const Shape& shape, int num_threads,
   num_appended_ = ids_appended_ = records_end_ = 0;
   hot_ids_.clear();
   slot_scales_.clear();
+  merge_ranges_.clear();
   const bool split = num_threads_ > 1;
   // (No rows: nothing to split; the rows are complete at once.)
   id_counts_.assign(split && n > 0 ? num_sparse_features_ : 0, 0);
@@ -984,6 +1016,38 @@ void PackedRows::SplitRecords(int64_t chunks,
     }
     return extra;
   };
+  // kFresh: sum over the row's private slots of rho_h x_h^2 (repeated hot
+  // ids summed first), with the same scratch.
+  const bool fresh = thread_sync_ == ThreadSync::kFresh;
+  std::vector<double> rho(fresh ? uses.size() : 0);
+  for (size_t h = 0; h < rho.size(); ++h) {
+    rho[h] = static_cast<double>(uses[h]) / std::max<int64_t>(num_examples_, 1);
+  }
+  auto SharedNorm = [&](const int32_t* hot, const float* values,
+                        int64_t num_hot, const float* x, int64_t i,
+                        double* slot_sum, int64_t* slot_row) {
+    for (int64_t a = 0; a < num_hot; ++a) {
+      const double v = has_values_ ? values[a] : 1.0;
+      if (slot_row[hot[a]] != i) {
+        slot_row[hot[a]] = i;
+        slot_sum[hot[a]] = v;
+      } else {
+        slot_sum[hot[a]] += v;
+      }
+    }
+    double shared = 0.0;
+    for (int64_t a = 0; a < num_hot; ++a) {
+      if (slot_row[hot[a]] != i) continue;
+      slot_row[hot[a]] = -1;
+      const double v = slot_sum[hot[a]];
+      shared += rho[hot[a]] * v * v;
+    }
+    const double* rho_d = rho.data() + hot_ids_.size();
+    for (int64_t c = 0; c < dense_dim_; ++c) {
+      shared += rho_d[c] * static_cast<double>(x[c]) * x[c];
+    }
+    return shared;
+  };
   const int64_t n = num_examples_;
   const int64_t pieces =
       std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
@@ -1014,9 +1078,16 @@ void PackedRows::SplitRecords(int64_t chunks,
       }
       h->num_hot = static_cast<int32_t>(nnz - h->num_cold);
       const float* dense = values + (has_values_ ? nnz : 0);
-      h->norm += ExtraScaledNorm(ids + h->num_cold, values + h->num_cold,
-                                 h->num_hot, dense, i, slot_sum.data(),
-                                 slot_row.data());
+      if (fresh) {
+        const double shared =
+            SharedNorm(ids + h->num_cold, values + h->num_cold, h->num_hot,
+                       dense, i, slot_sum.data(), slot_row.data());
+        h->norm = std::max(h->norm, 0.5 * num_threads_ * shared);
+      } else {
+        h->norm += ExtraScaledNorm(ids + h->num_cold, values + h->num_cold,
+                                   h->num_hot, dense, i, slot_sum.data(),
+                                   slot_row.data());
+      }
     }
   });
   // The hot index was only needed to write the records.
@@ -1306,6 +1377,8 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
                      buffer_.get(),         dense_dim_,
                      num_hot,               SyncInterval(),
                      FrequentSyncInterval(), PrefetchLines(),
+                     merge_ranges_.data(),
+                     static_cast<int64_t>(merge_ranges_.size()),
                      slot_scales_.data(),
                      shared_hot.data(),     weights,
                      duals};

@@ -137,6 +137,38 @@ class PackedRows {
   static constexpr int64_t kMaxHotIds = 16384;
   static constexpr int64_t kFrequentHotIds = 16;
 
+  // How the threads' private copies of the hot and dense weights keep up
+  // with each other (num_threads > 1; set before Pack or Reserve).
+  enum class ThreadSync {
+    // The dense ones and the kFrequentHotIds most frequent hot ids merged
+    // every FrequentSyncInterval() rows, all every SyncInterval() rows (at
+    // least 16 rows), each private slot solved with CoCoA+'s sigma' (the
+    // class comment). Cheap, but with 3 or more threads in lockstep (the
+    // timing of truly parallel threads) far above one thread's gap after
+    // the same epochs (g3doc/benchmarks.md): sigma' ~ T - 1 lands on nearly
+    // every hot id of a Criteo row, so every step shrinks ~T - 1 times.
+    kScaled,
+    // Each private slot h merged every m_h rows, m_h the largest power of
+    // two <= 1 / ((T - 1) rho_h) (rho_h: the share of rows using it), at
+    // most kFreshSyncInterval: a step misses about one other thread's change
+    // of each slot, Hogwild's staleness, so no slot needs sigma' (all 1);
+    // a row's norm is raised to T S_i / 2 where that is larger (S_i = sum
+    // over its private slots of rho_h x_h^2: T steps at once move the
+    // direction all rows share about T S_i / |x_i|^2 of a full step each,
+    // and from 2 on they diverge). In lockstep within 3x of one thread's gap
+    // after 20 epochs up to 8 threads, but the frequent merges cost 3-4x
+    // the rows/s with two real threads (g3doc/benchmarks.md).
+    kFresh,
+  };
+  static constexpr int64_t kFreshSyncInterval = 64;
+  void set_thread_sync(ThreadSync sync) { thread_sync_ = sync; }
+  ThreadSync thread_sync() const { return thread_sync_; }
+  // A run of private slots [begin, end) merged every `every` rows (kFresh).
+  struct MergeRange {
+    int64_t begin, end, every;
+  };
+  const std::vector<MergeRange>& merge_ranges() const { return merge_ranges_; }
+
   // Packs `data`, which must be valid (ValidateRowPtr, PrepareResidentRows)
   // with converted labels and squared norms, for Solve with `num_threads`
   // (>= 1) threads: Reserve, then one Append of every row. Rows are copied
@@ -355,6 +387,8 @@ class PackedRows {
   int num_threads_ = 1;
   std::vector<int32_t> hot_ids_;
   std::vector<double> slot_scales_;
+  ThreadSync thread_sync_ = ThreadSync::kScaled;
+  std::vector<MergeRange> merge_ranges_;  // kFresh: by merge interval
   mutable std::unique_ptr<ShrinkingState> shrinking_ =
       std::make_unique<ShrinkingState>();
 };
