@@ -149,19 +149,24 @@ class PackedRows {
     // every hot id of a Criteo row, so every step shrinks ~T - 1 times.
     kScaled,
     // Each private slot h merged every m_h rows, m_h the largest power of
-    // two <= 1 / ((T - 1) rho_h) (rho_h: the share of rows using it), at
-    // most kFreshSyncInterval: a step misses about one other thread's change
-    // of each slot, Hogwild's staleness, so no slot needs sigma' (all 1);
-    // a row's norm is raised to T S_i / 2 where that is larger (S_i = sum
-    // over its private slots of rho_h x_h^2: T steps at once move the
-    // direction all rows share about T S_i / |x_i|^2 of a full step each,
-    // and from 2 on they diverge). In lockstep within 3x of one thread's gap
-    // after 20 epochs up to 8 threads, but the frequent merges cost 3-4x
-    // the rows/s with two real threads (g3doc/benchmarks.md).
+    // two <= 8 / ((T - 1) rho_h) (rho_h: the share of rows using it), at
+    // most kFreshSyncInterval: a step misses about 8 of the other threads'
+    // changes of each slot, close to Hogwild's staleness, so no slot needs
+    // sigma' (all 1); a row's norm is raised to T S_i / 2 where that is
+    // larger (S_i = sum over its private slots of rho_h x_h^2: T steps at
+    // once move the direction all rows share about T S_i / |x_i|^2 of a
+    // full step each, and from 2 on they diverge). In lockstep within 1.7x
+    // of one thread's gap after 20 epochs up to 8 threads (16: ~60x); two
+    // real threads run at ~0.9x kScaled's rows/s (g3doc/benchmarks.md).
     kFresh,
+    // kScaled with two threads (within 1.5x of one thread's gap in lockstep
+    // and the faster), kFresh with three or more.
+    kAuto,
   };
-  static constexpr int64_t kFreshSyncInterval = 64;
-  void set_thread_sync(ThreadSync sync) { thread_sync_ = sync; }
+  static constexpr int64_t kFreshSyncInterval = 1024;
+  void set_thread_sync(ThreadSync sync) { requested_sync_ = sync; }
+  // The mode the rows were packed for (kAuto resolved; kScaled with one
+  // thread, where it does not matter).
   ThreadSync thread_sync() const { return thread_sync_; }
   // A run of private slots [begin, end) merged every `every` rows (kFresh).
   struct MergeRange {
@@ -387,6 +392,7 @@ class PackedRows {
   int num_threads_ = 1;
   std::vector<int32_t> hot_ids_;
   std::vector<double> slot_scales_;
+  ThreadSync requested_sync_ = ThreadSync::kAuto;
   ThreadSync thread_sync_ = ThreadSync::kScaled;
   std::vector<MergeRange> merge_ranges_;  // kFresh: by merge interval
   mutable std::unique_ptr<ShrinkingState> shrinking_ =

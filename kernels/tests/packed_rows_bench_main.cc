@@ -4,7 +4,7 @@
 //   g++ -O3 -std=c++17 -pthread -I. kernels/core/*.cc
 //       kernels/tests/packed_rows_bench_main.cc -o /tmp/packed_rows_bench
 //   /tmp/packed_rows_bench [rows=1000000] [epochs=10] [threads=1,2,4,8,16]
-//                          [threads | lockstep | record] [scaled | fresh]
+//                          [threads | lockstep | record] [auto | scaled | fresh]
 //
 // Rows: 26 categorical fields with Zipf-distributed values hashed into 2^20
 // buckets, 13 uniform counts in [0, 1] and an intercept; labels drawn from a
@@ -21,7 +21,7 @@
 // TfSdca>Optimizer does (a StateRecord: duals rounded to float32, the rows'
 // losses recorded), to weigh what that costs against the plain pass (the
 // thread counts are ignored). The last argument picks how the threads'
-// private copies keep up (PackedRows::ThreadSync, default scaled).
+// private copies keep up (PackedRows::ThreadSync, default auto).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -163,9 +163,9 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 4 ? argv[4] : "";
   const bool lockstep = mode == "lockstep";
   const bool record = mode == "record";
-  const std::string sync = argc > 5 ? argv[5] : "scaled";
-  if (sync != "scaled" && sync != "fresh") {
-    std::fprintf(stderr, "sync must be scaled or fresh, not %s\n",
+  const std::string sync = argc > 5 ? argv[5] : "auto";
+  if (sync != "auto" && sync != "scaled" && sync != "fresh") {
+    std::fprintf(stderr, "sync must be auto, scaled or fresh, not %s\n",
                  sync.c_str());
     return 1;
   }
@@ -173,9 +173,10 @@ int main(int argc, char** argv) {
               record ? "  (float32 duals, losses recorded)" : "");
   for (const int threads : thread_counts) {
     tf_sdca::PackedRows rows_packed;
-    rows_packed.set_thread_sync(sync == "fresh"
-                                    ? tf_sdca::PackedRows::ThreadSync::kFresh
-                                    : tf_sdca::PackedRows::ThreadSync::kScaled);
+    using Sync = tf_sdca::PackedRows::ThreadSync;
+    rows_packed.set_thread_sync(sync == "fresh"    ? Sync::kFresh
+                                : sync == "scaled" ? Sync::kScaled
+                                                   : Sync::kAuto);
     if (!rows_packed.Pack(view, record ? 1 : threads, 2,
                           tf_sdca::StdThreadParallelFor(2), &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
