@@ -121,7 +121,10 @@ struct StateRecord {
 // slots, and T threads that all move a weight shared by every row (an
 // intercept, a dense column) move it T times as far as each expects: with
 // T >= 3 truly parallel threads that overshoot kept the gap from falling.
-// Each private slot h is therefore solved as in CoCoA+ with sigma' =
+// From three threads on (ThreadSync::kFresh, the default there) each slot is
+// therefore merged about as often as the other threads change it (see
+// ThreadSync). With two threads (kScaled), each private slot h is solved as
+// in CoCoA+ with sigma' =
 // slot_scales()[h] (1 + (T - 2) times the share of rows that use it within
 // a merge interval: T - 1 for a column in every row, ~1 for a rare one; see
 // ChooseSlotScales for why not T): the thread's copy holds
