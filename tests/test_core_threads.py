@@ -1,7 +1,10 @@
 """The TensorFlow-independent solver core, built on its own: the lock-free
 threads over packed rows (kernels/tests/packed_threads_main.cc) are free of
 data races under ThreadSanitizer, lose no update and converge with 3, 4 and
-8 threads in lockstep."""
+8 threads in lockstep; and issue 13's target for T threads in lockstep (the
+worst-case timing of T truly parallel threads, PackedRows::SolveLockstep) on
+Criteo-shaped rows (kernels/tests/packed_rows_bench_main.cc): after 20
+epochs a relative duality gap within 3x of one thread's."""
 import glob
 import os
 import shutil
@@ -15,6 +18,7 @@ DRIVERS = {
     "packed": os.path.join(ROOT, "kernels", "tests", "packed_threads_main.cc"),
     "chunks": os.path.join(ROOT, "kernels", "tests", "packed_chunks_main.cc"),
 }
+BENCH = os.path.join(ROOT, "kernels", "tests", "packed_rows_bench_main.cc")
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None,
                                 reason="needs g++")
@@ -47,3 +51,43 @@ def test_core_has_no_data_races_under_thread_sanitizer(tmp_path, driver):
   assert "ThreadSanitizer" not in result.stderr, result.stderr[-3000:]
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.strip() == "OK"
+
+
+def _lockstep_gaps(binary, rows, epochs, threads, *extra):
+  """{T: relative gap after `epochs` lockstep epochs} from the bench driver."""
+  result = subprocess.run(
+      [binary, str(rows), str(epochs), ",".join(map(str, threads)),
+       "lockstep", *extra], capture_output=True, text=True, check=True,
+      timeout=600)
+  gaps = {}
+  for line in result.stdout.splitlines():
+    fields = line.split()
+    if len(fields) >= 5 and fields[1] == str(epochs):
+      gaps[int(fields[0])] = float(fields[4])
+  assert sorted(gaps) == sorted(threads), result.stdout
+  return gaps
+
+
+@pytest.fixture(scope="module")
+def lockstep_gaps(tmp_path_factory):
+  binary = str(tmp_path_factory.mktemp("bench") / "packed_rows_bench")
+  subprocess.run(["g++", "-std=c++17", "-O2", "-I" + ROOT, BENCH, *CORE,
+                  "-o", binary, "-lpthread"], check=True, capture_output=True)
+  # 20,000 Criteo-shaped rows (26 Zipf ids, 13 counts and an intercept),
+  # logistic, l2 = 1: one thread ends 20 epochs at a gap of ~1.4e-5.
+  return _lockstep_gaps(binary, 20000, 20, [1, 2, 3, 4, 8, 16])
+
+
+# With the default ThreadSync (kAuto: kFresh from 3 threads) measured 1.4x
+# (3 threads), 1.4x (4), 2.0x (8) one thread's gap; kScaled, the mode for
+# every count before: 67x, 370x, 4300x. 16 threads end at 130x (issue 13's
+# target not met there).
+@pytest.mark.parametrize("threads", [
+    2, 3, 4, 8,
+    pytest.param(16, marks=pytest.mark.xfail(strict=True, reason="issue 13")),
+])
+def test_lockstep_threads_gap_within_3x_of_one_thread(lockstep_gaps,
+                                                      threads):
+  one = lockstep_gaps[1]
+  assert 0.0 < one < 1e-3, lockstep_gaps
+  assert 0.0 < lockstep_gaps[threads] <= 3.0 * one, lockstep_gaps

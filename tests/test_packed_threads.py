@@ -117,9 +117,11 @@ def test_threads_reach_the_one_thread_optimum(loss, l1, threads):
   epochs_one, optimum = _train_to_optimum(data, loss, l1, 2.0, 1)
   epochs, primal = _train_to_optimum(data, loss, l1, 2.0, threads)
   np.testing.assert_allclose(primal, optimum, rtol=1e-9)
-  # Slower per epoch than one thread (the shared slots' CoCoA+ scaling),
-  # measured 1.3-1.8x with 3 threads, 4-6x with 8 here; not stuck.
-  assert epochs <= 8 * epochs_one, (epochs, epochs_one)
+  # Threads with 3 or more merge the shared slots about as often as their
+  # rows change them (ThreadSync::kFresh): measured 0.9-1.0x one thread's
+  # epochs with 3 threads, 0.9-1.04x with 4, 1.04-1.9x with 8 here (with
+  # the CoCoA+ scaling used before: 1.3-1.8x, 4-6x).
+  assert epochs <= 3 * epochs_one, (epochs, epochs_one)
 
 
 @pytest.mark.parametrize("part", ["dense_only", "sparse_only"])

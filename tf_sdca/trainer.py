@@ -84,8 +84,10 @@ class InMemorySdca:
       lock-free threads over one weight table (`tf_sdca.pack_rows`; ~0.7x
       the time per epoch with 2 threads on Criteo-shaped rows, results vary
       in the last bits between runs), at most one per 4096 rows and one
-      per core; 3 or more need more epochs than one thread (a warning says
-      so, and says when fewer threads than asked are used). Mini-batches
+      per core; 3 or more merge the weights most rows share nearly every
+      row, to converge in about the epochs of one thread, which may make an
+      epoch slower than with 2 (not yet measured on more than 2 cores; a
+      warning says so, and says when fewer threads than asked are used). Mini-batches
       use them to read each batch. The exact objective uses TensorFlow's
       intra-op threads.
     pack: deprecated and ignored: the rows are always packed once per `fit`
@@ -890,9 +892,10 @@ def _choose_threads(num_threads, n):
   that is not what was asked or is likely slower than fewer threads: at
   most one per 4096 rows (thread start-up dominates shorter epochs) and one
   per core (threads sharing a core only see each other's changes later);
-  and three or more converge in more epochs than one or two, because the
-  weights that most rows share are scaled down per step to keep them from
-  overshooting (g3doc/benchmarks.md)."""
+  and with three or more the weights that most rows share are merged
+  between the threads nearly every row, so that they converge in about one
+  thread's epochs, at a cost per row not yet measured on more than 2 cores
+  (g3doc/benchmarks.md)."""
   threads = _packed_threads(num_threads, n)
   cores = os.cpu_count() or 1
   if threads > cores:
@@ -905,9 +908,10 @@ def _choose_threads(num_threads, n):
         stacklevel=3)
   if threads >= 3:
     warnings.warn(
-        f"num_threads={threads}: with 3 or more lock-free threads an epoch "
-        "is faster but makes less progress (the weights most rows share "
-        "take smaller steps; 8 threads needed 4-6x the epochs of one in "
-        "the measurements of g3doc/benchmarks.md): compare with "
+        f"num_threads={threads}: with 3 or more lock-free threads the "
+        "weights most rows share are merged between the threads nearly "
+        "every row (so that an epoch makes about one thread's progress), "
+        "which may cost more time than the threads save (not yet measured "
+        "on more than 2 cores, g3doc/benchmarks.md): compare with "
         "num_threads=2 on your data", UserWarning, stacklevel=3)
   return threads

@@ -121,7 +121,10 @@ struct StateRecord {
 // slots, and T threads that all move a weight shared by every row (an
 // intercept, a dense column) move it T times as far as each expects: with
 // T >= 3 truly parallel threads that overshoot kept the gap from falling.
-// Each private slot h is therefore solved as in CoCoA+ with sigma' =
+// From three threads on (ThreadSync::kFresh, the default there) each slot is
+// therefore merged about as often as the other threads change it (see
+// ThreadSync). With two threads (kScaled), each private slot h is solved as
+// in CoCoA+ with sigma' =
 // slot_scales()[h] (1 + (T - 2) times the share of rows that use it within
 // a merge interval: T - 1 for a column in every row, ~1 for a rare one; see
 // ChooseSlotScales for why not T): the thread's copy holds
@@ -136,6 +139,43 @@ class PackedRows {
  public:
   static constexpr int64_t kMaxHotIds = 16384;
   static constexpr int64_t kFrequentHotIds = 16;
+
+  // How the threads' private copies of the hot and dense weights keep up
+  // with each other (num_threads > 1; set before Pack or Reserve).
+  enum class ThreadSync {
+    // The dense ones and the kFrequentHotIds most frequent hot ids merged
+    // every FrequentSyncInterval() rows, all every SyncInterval() rows (at
+    // least 16 rows), each private slot solved with CoCoA+'s sigma' (the
+    // class comment). Cheap, but with 3 or more threads in lockstep (the
+    // timing of truly parallel threads) far above one thread's gap after
+    // the same epochs (g3doc/benchmarks.md): sigma' ~ T - 1 lands on nearly
+    // every hot id of a Criteo row, so every step shrinks ~T - 1 times.
+    kScaled,
+    // Each private slot h merged every m_h rows, m_h the largest power of
+    // two <= 8 / ((T - 1) rho_h) (rho_h: the share of rows using it), at
+    // most kFreshSyncInterval: a step misses about 8 of the other threads'
+    // changes of each slot, close to Hogwild's staleness, so no slot needs
+    // sigma' (all 1); a row's norm is raised to T S_i / 2 where that is
+    // larger (S_i = sum over its private slots of rho_h x_h^2: T steps at
+    // once move the direction all rows share about T S_i / |x_i|^2 of a
+    // full step each, and from 2 on they diverge). In lockstep within 1.7x
+    // of one thread's gap after 20 epochs up to 8 threads (16: ~60x); two
+    // real threads run at ~0.9x kScaled's rows/s (g3doc/benchmarks.md).
+    kFresh,
+    // kScaled with two threads (within 1.5x of one thread's gap in lockstep
+    // and the faster), kFresh with three or more.
+    kAuto,
+  };
+  static constexpr int64_t kFreshSyncInterval = 1024;
+  void set_thread_sync(ThreadSync sync) { requested_sync_ = sync; }
+  // The mode the rows were packed for (kAuto resolved; kScaled with one
+  // thread, where it does not matter).
+  ThreadSync thread_sync() const { return thread_sync_; }
+  // A run of private slots [begin, end) merged every `every` rows (kFresh).
+  struct MergeRange {
+    int64_t begin, end, every;
+  };
+  const std::vector<MergeRange>& merge_ranges() const { return merge_ranges_; }
 
   // Packs `data`, which must be valid (ValidateRowPtr, PrepareResidentRows)
   // with converted labels and squared norms, for Solve with `num_threads`
@@ -227,10 +267,12 @@ class PackedRows {
              StateRecord* record = nullptr) const;
 
   // Like Solve, but with num_threads() > 1 the threads' rows are visited on
-  // the calling thread in lockstep: every thread's k-th row before any
-  // thread's (k + 1)-th, so that each sees the others' changes as late as
-  // truly parallel threads at the same speed do. Deterministic: for tests
-  // of convergence at any thread count on a machine with fewer cores.
+  // the calling thread in lockstep: every thread's k-th step reads the
+  // weights before any thread writes its k-th change, and all are written
+  // before any (k + 1)-th step, so that each sees the others' changes as
+  // late as truly parallel threads at the same speed do (the worst case of
+  // real threads). Deterministic: for tests of convergence at any thread
+  // count on a machine with fewer cores.
   void SolveLockstep(const SolverOptions& options, double* weights,
                      double* duals) const;
 
@@ -371,6 +413,9 @@ class PackedRows {
   int num_threads_ = 1;
   std::vector<int32_t> hot_ids_;
   std::vector<double> slot_scales_;
+  ThreadSync requested_sync_ = ThreadSync::kAuto;
+  ThreadSync thread_sync_ = ThreadSync::kScaled;
+  std::vector<MergeRange> merge_ranges_;  // kFresh: by merge interval
   mutable std::unique_ptr<ShrinkingState> shrinking_ =
       std::make_unique<ShrinkingState>();
 };

@@ -4,7 +4,8 @@
 //   g++ -O3 -std=c++17 -pthread -I. kernels/core/*.cc
 //       kernels/tests/packed_rows_bench_main.cc -o /tmp/packed_rows_bench
 //   /tmp/packed_rows_bench [rows=1000000] [epochs=10] [threads=1,2,4,8,16]
-//                          [lockstep | record]
+//                          [threads | lockstep | record] [auto | scaled | fresh]
+//                          [tolerance=0]
 //
 // Rows: 26 categorical fields with Zipf-distributed values hashed into 2^20
 // buckets, 13 uniform counts in [0, 1] and an intercept; labels drawn from a
@@ -20,7 +21,11 @@
 // (its times are one core's). `record` solves on one thread as
 // TfSdca>Optimizer does (a StateRecord: duals rounded to float32, the rows'
 // losses recorded), to weigh what that costs against the plain pass (the
-// thread counts are ignored).
+// thread counts are ignored). The last argument picks how the threads'
+// private copies keep up (PackedRows::ThreadSync, default auto). With a
+// tolerance > 0 a thread count stops after the first epoch whose relative
+// gap is at most that (kernels/tests/run_thread_scaling.sh: epochs and
+// seconds to 1e-4).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -162,10 +167,21 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 4 ? argv[4] : "";
   const bool lockstep = mode == "lockstep";
   const bool record = mode == "record";
+  const std::string sync = argc > 5 ? argv[5] : "auto";
+  const double tolerance = argc > 6 ? std::atof(argv[6]) : 0.0;
+  if (sync != "auto" && sync != "scaled" && sync != "fresh") {
+    std::fprintf(stderr, "sync must be auto, scaled or fresh, not %s\n",
+                 sync.c_str());
+    return 1;
+  }
   std::printf("threads epoch   seconds     rows/s   rel.gap  w drift%s\n",
               record ? "  (float32 duals, losses recorded)" : "");
   for (const int threads : thread_counts) {
     tf_sdca::PackedRows rows_packed;
+    using Sync = tf_sdca::PackedRows::ThreadSync;
+    rows_packed.set_thread_sync(sync == "fresh"    ? Sync::kFresh
+                                : sync == "scaled" ? Sync::kScaled
+                                                   : Sync::kAuto);
     if (!rows_packed.Pack(view, record ? 1 : threads, 2,
                           tf_sdca::StdThreadParallelFor(2), &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
@@ -180,6 +196,7 @@ int main(int argc, char** argv) {
     state.primal_losses = primal.data();
     state.dual_losses = dual_losses.data();
     double total = 0.0;
+    int epochs_run = 0;
     for (int epoch = 0; epoch < epochs; ++epoch) {
       options.seed = static_cast<uint64_t>(epoch);
       const auto start = std::chrono::steady_clock::now();
@@ -202,9 +219,11 @@ int main(int argc, char** argv) {
       std::printf("%7d %5d %9.3f %10.0f %9.2e  %.1e\n", record ? 1 : threads,
                   epoch + 1, seconds, rows / seconds, gap / primal_value,
                   Drift(view, w, duals, options.l2));
+      ++epochs_run;
+      if (gap / primal_value <= tolerance) break;
     }
     std::printf("%7d total %9.3f %10.0f (mean rows/s)\n",
-                record ? 1 : threads, total, rows * epochs / total);
+                record ? 1 : threads, total, rows * epochs_run / total);
     std::fflush(stdout);
   }
   return 0;
