@@ -1,7 +1,8 @@
 """The TensorFlow-independent solver core, built on its own: the lock-free
 threads over packed rows (kernels/tests/packed_threads_main.cc) are free of
 data races under ThreadSanitizer, lose no update and converge with 3, 4 and
-8 threads in lockstep; and issue 13's target for T threads in lockstep (the
+8 threads in lockstep (the multiclass losses' blocks too,
+kernels/tests/multiclass_blocks_main.cc); and issue 13's target for T threads in lockstep (the
 worst-case timing of T truly parallel threads, PackedRows::SolveLockstep) on
 Criteo-shaped rows (kernels/tests/packed_rows_bench_main.cc): after 20
 epochs a relative duality gap within 3x of one thread's."""
@@ -17,6 +18,8 @@ CORE = sorted(glob.glob(os.path.join(ROOT, "kernels", "core", "*.cc")))
 DRIVERS = {
     "packed": os.path.join(ROOT, "kernels", "tests", "packed_threads_main.cc"),
     "chunks": os.path.join(ROOT, "kernels", "tests", "packed_chunks_main.cc"),
+    "multiclass": os.path.join(ROOT, "kernels", "tests",
+                               "multiclass_blocks_main.cc"),
 }
 BENCH = os.path.join(ROOT, "kernels", "tests", "packed_rows_bench_main.cc")
 
@@ -91,3 +94,35 @@ def test_lockstep_threads_gap_within_3x_of_one_thread(lockstep_gaps,
   one = lockstep_gaps[1]
   assert 0.0 < one < 1e-3, lockstep_gaps
   assert 0.0 < lockstep_gaps[threads] <= 3.0 * one, lockstep_gaps
+
+
+@pytest.fixture(scope="module")
+def multiclass_lockstep_gaps(tmp_path_factory):
+  """{(loss, T, lockstep): relative gap after 20 epochs} of
+  multiclass_blocks_main's threads mode (24,000 rows, K = 5)."""
+  binary = str(tmp_path_factory.mktemp("multiclass") / "multiclass_blocks")
+  subprocess.run(["g++", "-std=c++17", "-O2", "-I" + ROOT,
+                  DRIVERS["multiclass"], *CORE, "-o", binary, "-lpthread"],
+                 check=True, capture_output=True)
+  result = subprocess.run([binary, "threads"], capture_output=True, text=True,
+                          check=True, timeout=600)
+  gaps = {}
+  for line in result.stdout.splitlines():
+    loss, threads, lockstep, gap = line.split()
+    gaps[loss, int(threads), lockstep == "1"] = float(gap)
+  return gaps
+
+
+# Measured: softmax 0.99x / 1.26x / 1.14x one thread's gap with 2 / 3 / 4
+# threads in lockstep and 3.9x with 8; the multiclass hinge 0.8-1.0x up to 8.
+@pytest.mark.parametrize("loss,threads", [
+    ("softmax_loss", 2), ("softmax_loss", 3), ("softmax_loss", 4),
+    pytest.param("softmax_loss", 8, marks=pytest.mark.xfail(
+        strict=True, reason="issue 16: 8 threads end at ~4x")),
+    ("multiclass_hinge_loss", 2), ("multiclass_hinge_loss", 3),
+    ("multiclass_hinge_loss", 4), ("multiclass_hinge_loss", 8)])
+def test_multiclass_lockstep_threads_gap_within_3x_of_one_thread(
+    multiclass_lockstep_gaps, loss, threads):
+  one = multiclass_lockstep_gaps[loss, 1, True]
+  assert 0 < one < 1e-2
+  assert multiclass_lockstep_gaps[loss, threads, True] <= 3 * one

@@ -23,7 +23,7 @@ from sklearn.svm import LinearSVC
 from tf_sdca import losses
 from tf_sdca.ops import sdca_ops
 from tf_sdca.ops._loader import load_ops
-from tf_sdca.trainer import InMemorySdca
+from tf_sdca.trainer import InMemorySdca, objective_and_gap
 
 MULTICLASS = ("softmax_loss", "multiclass_hinge_loss")
 
@@ -368,8 +368,6 @@ def test_num_classes_below_two_is_refused():
 
 
 def test_unsupported_options_are_refused():
-  with pytest.raises(ValueError, match="one thread"):
-    InMemorySdca(loss="softmax", num_classes=3, num_threads=2)
   with pytest.raises(ValueError, match="visit_order"):
     InMemorySdca(loss="softmax", num_classes=3, visit_order="adaptive")
   with pytest.raises(ValueError, match="visit_order"):
@@ -378,12 +376,6 @@ def test_unsupported_options_are_refused():
   with pytest.raises(ValueError, match="mini-batches"):
     InMemorySdca(loss="softmax", num_classes=3).fit(
         labels=y, dense=x, batch_size=10, verbose=0)
-  with pytest.raises(tf.errors.UnimplementedError, match="one thread"):
-    load_ops().tf_sdca_pack_rows(
-        *_empty_sparse(), np.zeros((1, 1), np.float32),
-        np.ones(1, np.float32), np.zeros(1, np.float32),
-        loss_type="softmax_loss", num_sparse_features=0, num_classes=3,
-        num_threads=2)
   # Packed for K = 3, solved as K = 4; duals off the simplex.
   rows = sdca_ops.pack_rows(*_empty_sparse(), x, np.ones(len(y), np.float32),
                             y.astype(np.float32), 0, "softmax_loss",
@@ -423,3 +415,49 @@ def test_row_chunks_train_as_the_arrays_whole():
   np.testing.assert_array_equal(pieces.dense_weights, whole.dense_weights)
   np.testing.assert_array_equal(pieces.duals, whole.duals)
   assert pieces.duals.shape == (len(y), 3)
+
+
+@pytest.mark.parametrize("loss,l1", [("softmax_loss", 0.0),
+                                     ("softmax_loss", 0.05),
+                                     ("multiclass_hinge_loss", 0.0)])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_lock_free_threads_reach_the_one_thread_optimum(loss, l1, threads):
+  """Digits (8x8 pixel intensities as they come, 0..16) packed for several
+  threads: the frequent pixels are private per thread, the rare ones shared
+  (ids), row weights 1..3; the threads' epochs reach one thread's optimum,
+  certified by the exact gap at the threads' own (W, alpha)."""
+  data = datasets.load_digits()
+  x = data.data.astype(np.float32)
+  y = data.target.astype(np.float32)
+  n, d = x.shape
+  rows_i, cols = np.nonzero(x)
+  row_ptr = np.searchsorted(rows_i, np.arange(n + 1)).astype(np.int64)
+  ids = cols.astype(np.int64)
+  values = x[rows_i, cols]
+  s = (1 + np.arange(n) % 3).astype(np.float32)
+  # The hinge's gap falls sublinearly: a larger l2 and a looser certificate.
+  hinge = loss == "multiclass_hinge_loss"
+  l2, tol = (3000.0, 1e-6) if hinge else (30.0, 1e-9)
+
+  def solve(num_threads):
+    rows = sdca_ops.pack_rows(row_ptr, ids, values,
+                              np.zeros((n, 0), np.float32), s, y, d, loss,
+                              num_threads=num_threads, num_classes=10)
+    w, alpha = np.zeros(d * 10), np.zeros(n * 10)
+    for epoch in range(3000):
+      w, alpha, parts = sdca_ops.packed_solve(
+          rows, w, alpha, epoch, loss, l1, l2, num_classes=10)
+      w, alpha = w.numpy(), alpha.numpy()
+      primal, gap = objective_and_gap(parts.numpy(), loss, l1, l2)
+      if gap <= tol * primal:
+        break
+    assert gap <= tol * primal, (num_threads, epoch, gap / primal)
+    return primal, w.reshape(d, 10)
+
+  one_primal, one_w = solve(1)
+  primal, w = solve(threads)
+  assert abs(primal - one_primal) <= 2 * tol * one_primal
+  if not hinge:  # the hinge's optimum need not be unique
+    shrunk = lambda v: np.sign(v) * np.maximum(np.abs(v) - l1 / l2, 0)
+    np.testing.assert_allclose(shrunk(w), shrunk(one_w),
+                               atol=1e-3 * np.abs(shrunk(one_w)).max())

@@ -61,10 +61,12 @@ class InMemorySdca:
   `[num_features, K]`, `dense_weights` `[d, K]`), the objective
   `sum_i s_i loss_i(W^T x_i) + l2/2 |W|^2 + l1 |W|_1`, the labels class ids
   in `[0, K)`, the duals `[n, K]`; each visit of a row solves its block of
-  K duals exactly (g3doc/multiclass.md). One thread, the whole data set per
-  epoch (no `batch_size`), visiting orders 'permutation', 'uniform',
-  'cyclic', and for the multiclass hinge 'shrinking' (rows resting at
-  alpha = 0 left out of passes: ~3.5x less training time on digits).
+  K duals exactly (g3doc/multiclass.md). The whole data set per epoch (no
+  `batch_size`), on `num_threads` lock-free threads as for the binary
+  losses, visiting orders 'permutation', 'uniform', 'cyclic', and for the
+  multiclass hinge 'shrinking' (rows resting at alpha = 0 left out of
+  passes: ~3.5x less training time on digits; one thread only, with more
+  it is 'permutation').
 
   Example:
     >>> model = InMemorySdca(loss="softmax", num_classes=10, l2=1.0)
@@ -318,8 +320,7 @@ class InMemorySdca:
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     resident = _Packed(rows, self.loss, self.gamma,
-                       (1 if self._multiclass else
-                        _choose_threads(self.num_threads, n))
+                       _choose_threads(self.num_threads, n)
                        if one_call else 1, self.num_classes)
     total_weight = resident.total_weight
     fixed = None if one_call or shuffle else list(self._batches(

@@ -547,6 +547,190 @@ class SplitPass {
   Deferred deferred_;
 };
 
+// One thread's share of a threaded pass of the multiclass losses
+// (PackedRows::SolveBlocks with num_threads() > 1): SplitPass's scheme with
+// a block of K class weights per slot. The cold ids' class rows are read
+// with relaxed atomic loads and moved by atomic adds in the shared table;
+// the private slots (hot ids, dense columns) live in this thread's
+// [num_hot + dd, K] copy, merged as SplitPass merges them (every slot of a
+// merge range moves its K classes together), with the same sigma' per
+// slot (ThreadSync::kScaled) and the same raised row norms (the records'
+// norms, whichever the mode), since a block step's q is the binary step's.
+template <class Header>
+class BlockSplitPass {
+ public:
+  struct Shared {
+    const char* buffer;
+    int64_t dd, num_hot, num_classes, sync_every, frequent_every;
+    const PackedRows::MergeRange* ranges;
+    int64_t num_ranges;
+    const double* scale;  // [num_hot + dd], sigma' of each private slot
+    double* shared_hot;   // [(num_hot + dd) * K]
+    double* w;            // [num_slots * K]: cold ids read and added here
+    double* duals;        // [n * K]
+    double sigma, inv_l2, shrinkage;
+    bool has_values;
+  };
+
+  BlockSplitPass(const MulticlassLoss& loss, const Shared& shared,
+                 const int64_t* visit, int64_t count, int64_t phase)
+      : loss_(loss),
+        s_(shared),
+        visit_(visit),
+        count_(count),
+        k_(shared.num_classes),
+        size_(shared.num_hot + shared.dd),
+        frequent_(std::min<int64_t>(shared.num_hot,
+                                    PackedRows::kFrequentHotIds)),
+        local_(size_ * k_),
+        seen_(size_ * k_),
+        z_(k_),
+        next_(k_),
+        delta_(k_),
+        work_(4 * k_),
+        since_merge_(phase) {
+    changed_.reserve(k_);
+  }
+
+  int64_t count() const { return count_; }
+
+  void Begin() { Merge(0, size_); }
+
+  // Solves the k-th row of this thread's share; with kDeferShared the cold
+  // ids' change waits for ApplyDeferred (lockstep, as SplitPass::Visit).
+  template <bool kDeferShared = false>
+  void Visit(int64_t k) {
+    if (s_.num_ranges > 0) {
+      if (++since_merge_ == s_.sync_every) since_merge_ = 0;
+      for (int64_t r = 0; r < s_.num_ranges; ++r) {
+        const PackedRows::MergeRange& range = s_.ranges[r];
+        if ((since_merge_ & (range.every - 1)) == 0) {
+          Merge(range.begin, range.end);
+        }
+      }
+    } else if (++since_merge_ == s_.sync_every) {
+      since_merge_ = 0;
+      Merge(0, size_);
+    } else if (since_merge_ % s_.frequent_every == 0) {
+      Merge(0, frequent_);
+      Merge(s_.num_hot, size_);
+    }
+    const Header* h = reinterpret_cast<const Header*>(s_.buffer + visit_[k]);
+    const double s = h->weight;
+    if (s <= 0.0) return;
+    const int64_t cold = h->num_cold, nnz = cold + h->num_hot;
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const float* values = reinterpret_cast<const float*>(ids + nnz);
+    const bool has_values = s_.has_values;
+    const float* x = has_values ? values + nnz : values;
+    // z = W^T x, the private slots from this thread's copy.
+    std::fill(z_.begin(), z_.end(), 0.0);
+    for (int64_t e = 0; e < nnz; ++e) {
+      const double v = has_values ? values[e] : 1.0;
+      if (e < cold) {
+        const double* row = s_.w + static_cast<int64_t>(ids[e]) * k_;
+        for (int64_t j = 0; j < k_; ++j) {
+          z_[j] += v * Effective(SharedAccess::Load(row + j));
+        }
+      } else {
+        const double* row = local_.data() + static_cast<int64_t>(ids[e]) * k_;
+        for (int64_t j = 0; j < k_; ++j) z_[j] += v * Effective(row[j]);
+      }
+    }
+    const double* dense_rows = local_.data() + s_.num_hot * k_;
+    for (int64_t c = 0; c < s_.dd; ++c) {
+      if (x[c] == 0.0f) continue;
+      const double* row = dense_rows + c * k_;
+      for (int64_t j = 0; j < k_; ++j) z_[j] += x[c] * Effective(row[j]);
+    }
+    const int label = static_cast<int>(h->label);
+    double* alpha = s_.duals + h->row * k_;
+    loss_.UpdateBlock(label, alpha, z_.data(), s_.sigma * s * h->norm *
+                      s_.inv_l2, next_.data(), work_.data());
+    changed_.clear();
+    for (int64_t j = 0; j < k_; ++j) {
+      const double change = next_[j] - alpha[j];
+      if (change == 0.0) continue;
+      delta_[j] = s_.sigma * s * change * s_.inv_l2;
+      changed_.push_back(j);
+      alpha[j] = next_[j];
+    }
+    if (changed_.empty()) return;
+    if (kDeferShared) {
+      deferred_ids_ = ids;
+      deferred_values_ = values;
+      deferred_count_ = cold;
+      deferred_changed_ = changed_;
+      deferred_delta_ = delta_;
+    } else {
+      ApplyCold(ids, values, cold, changed_, delta_);
+    }
+    const double* scale = s_.scale;
+    for (int64_t e = cold; e < nnz; ++e) {
+      const int64_t slot = ids[e];
+      const double v = scale[slot] * (has_values ? values[e] : 1.0);
+      double* row = local_.data() + slot * k_;
+      for (const int64_t j : changed_) row[j] += v * delta_[j];
+    }
+    for (int64_t c = 0; c < s_.dd; ++c) {
+      if (x[c] == 0.0f) continue;
+      const double v = scale[s_.num_hot + c] * x[c];
+      double* row = local_.data() + (s_.num_hot + c) * k_;
+      for (const int64_t j : changed_) row[j] += v * delta_[j];
+    }
+  }
+
+  void ApplyDeferred() {
+    if (deferred_changed_.empty()) return;
+    ApplyCold(deferred_ids_, deferred_values_, deferred_count_,
+              deferred_changed_, deferred_delta_);
+    deferred_changed_.clear();
+  }
+
+  void End() { Merge(0, size_); }
+
+ private:
+  double Effective(double w) const {
+    return s_.shrinkage > 0.0 ? ShrinkL1(w, s_.shrinkage) : w;
+  }
+
+  void ApplyCold(const int32_t* ids, const float* values, int64_t cold,
+                 const std::vector<int64_t>& changed,
+                 const std::vector<double>& delta) const {
+    for (int64_t e = 0; e < cold; ++e) {
+      const double v = s_.has_values ? values[e] : 1.0;
+      double* row = s_.w + static_cast<int64_t>(ids[e]) * k_;
+      for (const int64_t j : changed) SharedAccess::Add(row + j, v * delta[j]);
+    }
+  }
+
+  // Adds this thread's change of private slots [begin, end) (all K
+  // classes) to the shared values and takes theirs.
+  void Merge(int64_t begin, int64_t end) {
+    for (int64_t h = begin; h < end; ++h) {
+      const double inv_scale = 1.0 / s_.scale[h];
+      for (int64_t j = h * k_; j < (h + 1) * k_; ++j) {
+        const double change = (local_[j] - seen_[j]) * inv_scale;
+        if (change != 0.0) SharedAccess::Add(s_.shared_hot + j, change);
+        local_[j] = seen_[j] = SharedAccess::Load(s_.shared_hot + j);
+      }
+    }
+  }
+
+  const MulticlassLoss& loss_;
+  const Shared s_;
+  const int64_t* const visit_;
+  const int64_t count_, k_, size_, frequent_;
+  std::vector<double> local_, seen_, z_, next_, delta_, work_;
+  std::vector<int64_t> changed_;
+  int64_t since_merge_;
+  const int32_t* deferred_ids_ = nullptr;
+  const float* deferred_values_ = nullptr;
+  int64_t deferred_count_ = 0;
+  std::vector<int64_t> deferred_changed_;
+  std::vector<double> deferred_delta_;
+};
+
 template <bool kValue>
 using Flag = std::integral_constant<bool, kValue>;
 
@@ -1491,14 +1675,23 @@ namespace tf_sdca {
 template <class Weight, class Fn>
 void PackedRows::ForEachClassRow(const char* record, int64_t num_classes,
                                  Weight* weights, const Fn& fn) const {
+  // Both layouts share the header's first 28 bytes (row, norm, label,
+  // weight); a split record (num_threads_ > 1) lists its cold ids, then
+  // its hot ids as indices into hot_ids_.
   const Header* h = reinterpret_cast<const Header*>(record);
-  const int64_t nnz = h->nnz;
+  int64_t nnz = h->nnz, cold = nnz;
   const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+  if (num_threads_ > 1) {
+    const SplitHeader* split = reinterpret_cast<const SplitHeader*>(record);
+    cold = split->num_cold;
+    nnz = cold + split->num_hot;
+    ids = reinterpret_cast<const int32_t*>(split + 1);
+  }
   const float* values = reinterpret_cast<const float*>(ids + nnz);
   const float* x = has_values_ ? values + nnz : values;
   for (int64_t e = 0; e < nnz; ++e) {
-    fn(weights + static_cast<int64_t>(ids[e]) * num_classes,
-       has_values_ ? values[e] : 1.0);
+    const int64_t id = e < cold ? ids[e] : hot_ids_[ids[e]];
+    fn(weights + id * num_classes, has_values_ ? values[e] : 1.0);
   }
   for (int64_t c = 0; c < dense_dim_; ++c) {
     if (x[c] != 0.0f) {
@@ -1531,6 +1724,10 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
                              double* duals) const {
   const int64_t n = num_examples_;
   if (n == 0) return;
+  if (num_threads_ > 1) {
+    SolveBlocksSplit(options, loss, /*lockstep=*/false, weights, duals);
+    return;
+  }
   const int64_t num_classes = loss.num_classes();
   const double sigma = static_cast<double>(options.num_loss_partitions);
   const double inv_l2 = 1.0 / options.l2;
@@ -1636,6 +1833,121 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
                            : std::numeric_limits<double>::infinity();
         }
       }
+    }
+  });
+}
+
+void PackedRows::SolveBlocksLockstep(const SolverOptions& options,
+                                     const MulticlassLoss& loss,
+                                     double* weights, double* duals) const {
+  if (num_threads_ > 1) {
+    SolveBlocksSplit(options, loss, /*lockstep=*/true, weights, duals);
+  } else {
+    SolveBlocks(options, loss, weights, duals);
+  }
+}
+
+void PackedRows::SolveBlocksSplit(const SolverOptions& options,
+                                  const MulticlassLoss& loss, bool lockstep,
+                                  double* weights, double* duals) const {
+  const int64_t n = num_examples_;
+  const int64_t threads = std::min<int64_t>(num_threads_, n);
+  const int64_t num_hot = static_cast<int64_t>(hot_ids_.size());
+  const int64_t k = loss.num_classes();
+  double* dense_weights = weights + num_sparse_features_ * k;
+  const ParallelFor run_threads = StdThreadParallelFor(threads);
+  auto first_row = [&](int64_t t) { return n * t / threads; };
+  auto offset_of = [this](int64_t i) { return offsets_[i]; };
+  using Pass = BlockSplitPass<SplitHeader>;
+  WithPartitionScaling(options, num_slots() * k, weights, [&] {
+    std::vector<int64_t> visit;
+    std::vector<double> shared_hot((num_hot + dense_dim_) * k);
+    for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
+      if (options.Cancelled()) break;  // the hot weights are written back
+      const int64_t* order = offsets_.data();  // kCyclic
+      if (options.order == VisitOrder::kUniform) {
+        visit.resize(n);
+        for (int64_t t = 0; t < threads; ++t) {
+          Rng rng = PassRng(options.seed, t + 1, pass);
+          FillVisitOrder(options.order, first_row(t), first_row(t + 1),
+                         nullptr, &rng, offset_of,
+                         visit.data() + first_row(t));
+        }
+        order = visit.data();
+      } else if (options.order != VisitOrder::kCyclic) {
+        // One permutation cut into the threads' shares ('shrinking' too:
+        // the threads do not shrink).
+        visit.resize(n);
+        Rng rng = PassRng(options.seed, 0, pass);
+        FillVisitOrder(VisitOrder::kPermutation, 0, n, nullptr, &rng,
+                       offset_of, visit.data());
+        order = visit.data();
+      }
+      for (int64_t h = 0; h < num_hot; ++h) {
+        std::copy(weights + static_cast<int64_t>(hot_ids_[h]) * k,
+                  weights + (static_cast<int64_t>(hot_ids_[h]) + 1) * k,
+                  shared_hot.begin() + h * k);
+      }
+      std::copy(dense_weights, dense_weights + dense_dim_ * k,
+                shared_hot.begin() + num_hot * k);
+      const Pass::Shared shared{
+          buffer_.get(),
+          dense_dim_,
+          num_hot,
+          k,
+          SyncInterval(),
+          FrequentSyncInterval(),
+          merge_ranges_.data(),
+          static_cast<int64_t>(merge_ranges_.size()),
+          slot_scales_.data(),
+          shared_hot.data(),
+          weights,
+          duals,
+          static_cast<double>(options.num_loss_partitions),
+          1.0 / options.l2,
+          options.l1 / options.l2,
+          has_values_};
+      std::vector<std::unique_ptr<Pass>> passes;
+      for (int64_t t = 0; t < threads; ++t) {
+        passes.push_back(std::make_unique<Pass>(
+            loss, shared, order + first_row(t),
+            first_row(t + 1) - first_row(t), SyncInterval() * t / threads));
+      }
+      auto cancelled = [&options](int64_t row) {
+        return (row & (kCancelCheckRows - 1)) == kCancelCheckRows - 1 &&
+               options.Cancelled();
+      };
+      if (!lockstep) {
+        run_threads(threads, [&](int64_t t) {
+          Pass& p = *passes[t];
+          p.Begin();
+          for (int64_t row = 0; row < p.count(); ++row) {
+            if (cancelled(row)) break;
+            p.Visit(row);
+          }
+          p.End();
+        });
+      } else {
+        int64_t longest = 0;
+        for (auto& p : passes) {
+          p->Begin();
+          longest = std::max(longest, p->count());
+        }
+        for (int64_t row = 0; row < longest; ++row) {
+          if (cancelled(row)) break;
+          for (auto& p : passes) {
+            if (row < p->count()) p->template Visit<true>(row);
+          }
+          for (auto& p : passes) p->ApplyDeferred();
+        }
+        for (auto& p : passes) p->End();
+      }
+      for (int64_t h = 0; h < num_hot; ++h) {
+        std::copy(shared_hot.begin() + h * k, shared_hot.begin() + (h + 1) * k,
+                  weights + static_cast<int64_t>(hot_ids_[h]) * k);
+      }
+      std::copy(shared_hot.begin() + num_hot * k, shared_hot.end(),
+                dense_weights);
     }
   });
 }

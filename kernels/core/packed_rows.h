@@ -282,8 +282,8 @@ class PackedRows {
                           const double* duals, int64_t chunks,
                           const ParallelFor& parallel_for) const;
 
-  // The multiclass losses (multiclass_loss.h) on the same records, rows
-  // packed with one thread and labels converted by `loss` (class ids):
+  // The multiclass losses (multiclass_loss.h) on the same records, labels
+  // converted by `loss` (class ids):
   // `weights` is the table [num_slots(), K] row-major (a slot's K class
   // weights contiguous), `duals` [n, K] row-major; options.loss is unused.
   // Each visit solves the row's whole block of K duals exactly and moves
@@ -291,8 +291,16 @@ class PackedRows {
   // ('permutation', 'uniform', 'cyclic') and CoCoA+ scaling are Solve's;
   // kShrinking, for a loss that is Shrinkable() (multiclass hinge), leaves
   // rows resting at alpha = 0 out of the passes (packed_rows.cc says when).
+  // Packed for num_threads() > 1, the threads solve their shares of the
+  // pass lock-free as Solve's do, each private slot (hot id, dense column)
+  // a row of K class weights in every thread's copy, merged and scaled as
+  // there; 'shrinking' is then 'permutation'.
   void SolveBlocks(const SolverOptions& options, const MulticlassLoss& loss,
                    double* weights, double* duals) const;
+  // SolveBlocks with the threads' rows in lockstep (as SolveLockstep).
+  void SolveBlocksLockstep(const SolverOptions& options,
+                           const MulticlassLoss& loss, double* weights,
+                           double* duals) const;
   // Evaluate for the multiclass losses: sums over rows of s_i phi_i(z_i)
   // and s_i phi_i*(-alpha_i), and the norms of the shrunk [num_slots(), K]
   // table.
@@ -370,6 +378,9 @@ class PackedRows {
   void ChooseHotIds(std::vector<int64_t>* uses);
   void SolveSplit(const SolverOptions& options, bool lockstep,
                   double* weights, double* duals) const;
+  void SolveBlocksSplit(const SolverOptions& options,
+                        const MulticlassLoss& loss, bool lockstep,
+                        double* weights, double* duals) const;
   // Fills slot_scales_ from the rows' use of each private slot.
   void ChooseSlotScales(const std::vector<int64_t>& uses);
   // Once every row is appended with num_threads > 1: chooses the hot ids

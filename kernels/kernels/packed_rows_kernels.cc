@@ -281,13 +281,6 @@ struct PackAttrs {
                              "int32)");
     }
     TF_RETURN_IF_ERROR(context->GetAttr("num_threads", &num_threads));
-    if (multiclass && num_threads > 1) {
-      // The lock-free threads' private slots and scales are per weight,
-      // not per block of K: not built for the multiclass losses yet.
-      return ::tensorflow::errors::Unimplemented(
-          "num_threads = ", num_threads, ": ", loss_type,
-          " is solved on one thread (num_threads = 1)");
-    }
     return absl::OkStatus();
   }
 

@@ -367,7 +367,7 @@ rows: a handle that owns the packed rows (freed with the last reference).
 loss_type: the loss whose label domain the labels are checked against;
   PackedSolve must use the same loss (and gamma, and num_classes).
   'softmax_loss' and 'multiclass_hinge_loss' are multiclass: labels are
-  class ids (integers in [0, num_classes) given as floats), one thread.
+  class ids (integers in [0, num_classes) given as floats).
 num_classes: K for the multiclass losses (>= 2); 1 for the others.
 num_sparse_features: size of the sparse part of the weight table (ids must
   be in [0, num_sparse_features)); the table has num_sparse_features + d

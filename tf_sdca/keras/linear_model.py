@@ -132,8 +132,8 @@ class LinearModel(keras.Model):
       `tf_sdca.trainer.InMemorySdca`); for streamed batches, the op's
       threads reading a batch.
     num_table_shards: shards of the dual-state hash table (streaming).
-    num_classes: K (>= 2) for 'softmax' and 'multiclass_hinge' (one thread;
-      one process); None for the other losses.
+    num_classes: K (>= 2) for 'softmax' and 'multiclass_hinge' (one
+      process); None for the other losses.
     **kwargs: `keras.Model` arguments (`name`, ...).
   """
 
@@ -514,7 +514,6 @@ class LinearModel(keras.Model):
         np.concatenate(dense, axis=1) if dense else None, labels, weights,
         num_sparse)
     resident.pack(num_sparse, self.loss_type, self.gamma,
-                  1 if self.num_classes > 1 else
                   trainer._choose_threads(self.num_threads, n),
                   self.num_classes)
     metric_inputs = None

@@ -69,9 +69,6 @@ def _check_options(loss_type, l1, l2, num_loss_partitions,
     if visit_order not in orders:
       raise ValueError(f"visit_order must be one of {orders} for "
                        f"{loss_type}, got {visit_order!r}")
-    if int(num_threads) > 1:
-      raise ValueError(f"num_threads={num_threads}: {loss_type} is solved "
-                       "on one thread")
   elif loss_type not in LOSSES:
     allowed = LOSSES if num_classes is None else LOSSES + MULTICLASS_LOSSES
     raise ValueError(f"loss_type must be one of {allowed}, got {loss_type!r}")
