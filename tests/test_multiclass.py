@@ -461,3 +461,24 @@ def test_lock_free_threads_reach_the_one_thread_optimum(loss, l1, threads):
     shrunk = lambda v: np.sign(v) * np.maximum(np.abs(v) - l1 / l2, 0)
     np.testing.assert_allclose(shrunk(w), shrunk(one_w),
                                atol=1e-3 * np.abs(shrunk(one_w)).max())
+
+
+def test_threads_for_a_multiclass_loss_are_not_taken_silently():
+  """Two threads run a multiclass loss (same optimum) but were slower than
+  one on 2 cores: `fit` says so."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(8192, 4)).astype(np.float32)
+  y = np.argmax(x[:, :3], axis=1)
+  fits = {}
+  for threads in (1, 2):
+    model = InMemorySdca(loss="softmax", num_classes=3, l2=1.0,
+                         num_threads=threads)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      history = model.fit(labels=y, dense=x, epochs=200, tol=1e-9, verbose=0)
+    said = [str(w.message) for w in caught
+            if "compare-and-swap" in str(w.message)]
+    assert len(said) == (threads - 1), said
+    assert history["duality_gap"][-1] < 1e-9
+    fits[threads] = history["loss"][-1]
+  assert abs(fits[2] - fits[1]) <= 1e-9 * fits[1]

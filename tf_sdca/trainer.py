@@ -320,7 +320,7 @@ class InMemorySdca:
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     resident = _Packed(rows, self.loss, self.gamma,
-                       _choose_threads(self.num_threads, n)
+                       _choose_threads(self.num_threads, n, self.num_classes)
                        if one_call else 1, self.num_classes)
     total_weight = resident.total_weight
     fixed = None if one_call or shuffle else list(self._batches(
@@ -888,8 +888,9 @@ def _packed_threads(num_threads, n):
   return max(1, min(num_threads, n // _MIN_ROWS_PER_THREAD))
 
 
-def _choose_threads(num_threads, n):
-  """The lock-free threads `fit` packs n rows for, with a warning whenever
+def _choose_threads(num_threads, n, num_classes=1):
+  """The lock-free threads `fit` packs n rows (of a loss with `num_classes`
+  classes) for, with a warning whenever
   that is not what was asked or is likely slower than fewer threads: at
   most one per 4096 rows (thread start-up dominates shorter epochs) and one
   per core (threads sharing a core only see each other's changes later);
@@ -915,4 +916,12 @@ def _choose_threads(num_threads, n):
         "which may cost more time than the threads save (not yet measured "
         "on more than 2 cores, g3doc/benchmarks.md): compare with "
         "num_threads=2 on your data", UserWarning, stacklevel=3)
+  if threads >= 2 and num_classes > 1:
+    warnings.warn(
+        f"num_threads={threads}: a multiclass step adds up to K = "
+        f"{num_classes} class weights per rarely used id to the shared table "
+        "by compare-and-swap; on 2 cores 2 threads took 1.9x (softmax) and "
+        "1.3x (multiclass hinge) one thread's time per epoch on 60k "
+        "text-like rows (g3doc/multiclass.md): compare with num_threads=1 "
+        "on your data", UserWarning, stacklevel=3)
   return threads

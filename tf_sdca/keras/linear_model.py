@@ -514,7 +514,8 @@ class LinearModel(keras.Model):
         np.concatenate(dense, axis=1) if dense else None, labels, weights,
         num_sparse)
     resident.pack(num_sparse, self.loss_type, self.gamma,
-                  trainer._choose_threads(self.num_threads, n),
+                  trainer._choose_threads(self.num_threads, n,
+                                          self.num_classes),
                   self.num_classes)
     metric_inputs = None
     if self._compile_metrics is not None:
