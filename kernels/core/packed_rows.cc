@@ -387,6 +387,74 @@ class PackedPass {
   const int64_t lines_;
 };
 
+// A thread's merge schedule over its private slots [hot ids | dense
+// columns] (`size` of them, the first `frequent` the most frequent hot ids):
+// counts the row about to be solved and calls merge(begin, end) for the
+// runs due. With ThreadSync::kFresh's `ranges` each range every
+// `range.every` rows; otherwise all every `sync_every` rows, the frequent
+// hot ids and the dense columns every `frequent_every`.
+template <class Merge>
+__attribute__((always_inline)) inline void MergeDue(
+    const PackedRows::MergeRange* ranges, int64_t num_ranges,
+    int64_t sync_every, int64_t frequent_every, int64_t frequent,
+    int64_t num_hot, int64_t size, int64_t* since_merge, const Merge& merge) {
+  if (num_ranges > 0) {
+    if (++*since_merge == sync_every) *since_merge = 0;
+    for (int64_t r = 0; r < num_ranges; ++r) {
+      if ((*since_merge & (ranges[r].every - 1)) == 0) {
+        merge(ranges[r].begin, ranges[r].end);
+      }
+    }
+  } else if (++*since_merge == sync_every) {
+    *since_merge = 0;
+    merge(0, size);
+  } else if (*since_merge % frequent_every == 0) {
+    merge(0, frequent);
+    merge(num_hot, size);
+  }
+}
+
+// Runs the threads' shares of one pass (each a SplitPass or BlockSplitPass:
+// Begin, Visit(k) for its k < count(), End), on `run_threads` or, with
+// `lockstep`, interleaved on the calling thread: every share's k-th step
+// reads before any share's k-th change of the shared table is written
+// (Visit<true> + ApplyDeferred). Every kCancelCheckRows rows a cancelled
+// solve ends the shares (merged as at their end).
+template <class Pass>
+void RunShares(const std::vector<std::unique_ptr<Pass>>& passes,
+               bool lockstep, const SolverOptions& options,
+               const ParallelFor& run_threads) {
+  auto cancelled = [&options](int64_t k) {
+    return (k & (kCancelCheckRows - 1)) == kCancelCheckRows - 1 &&
+           options.Cancelled();
+  };
+  if (!lockstep) {
+    run_threads(static_cast<int64_t>(passes.size()), [&](int64_t t) {
+      Pass& p = *passes[t];
+      p.Begin();
+      for (int64_t k = 0; k < p.count(); ++k) {
+        if (cancelled(k)) break;
+        p.Visit(k);
+      }
+      p.End();
+    });
+    return;
+  }
+  int64_t longest = 0;
+  for (auto& p : passes) {
+    p->Begin();
+    longest = std::max(longest, p->count());
+  }
+  for (int64_t k = 0; k < longest; ++k) {
+    if (cancelled(k)) break;
+    for (auto& p : passes) {
+      if (k < p->count()) p->template Visit<true>(k);
+    }
+    for (auto& p : passes) p->ApplyDeferred();
+  }
+  for (auto& p : passes) p->End();
+}
+
 // One thread's share of a pass over split records (PackedRows with
 // num_threads > 1), taken one row at a time (Visit) so that the threads can
 // run on their own std::threads or interleaved in lockstep on one. Cold
@@ -461,21 +529,9 @@ class SplitPass {
     // decreasing order of frequency) gather the other threads' changes
     // fastest: they are merged every `frequent_every` rows, all hot ids
     // every `sync_every` rows.
-    if (s_.num_ranges > 0) {
-      if (++since_merge_ == s_.sync_every) since_merge_ = 0;
-      for (int64_t r = 0; r < s_.num_ranges; ++r) {
-        const PackedRows::MergeRange& range = s_.ranges[r];
-        if ((since_merge_ & (range.every - 1)) == 0) {
-          Merge(range.begin, range.end);
-        }
-      }
-    } else if (++since_merge_ == s_.sync_every) {
-      since_merge_ = 0;
-      Merge(0, size_);
-    } else if (since_merge_ % s_.frequent_every == 0) {
-      Merge(0, frequent_);
-      Merge(s_.num_hot, size_);
-    }
+    MergeDue(s_.ranges, s_.num_ranges, s_.sync_every, s_.frequent_every,
+             frequent_, s_.num_hot, size_, &since_merge_,
+             [this](int64_t begin, int64_t end) { Merge(begin, end); });
     const Header* h = reinterpret_cast<const Header*>(s_.buffer + visit_[k]);
     const double s = h->weight;
     if (s <= 0.0) return;
@@ -600,21 +656,9 @@ class BlockSplitPass {
   // ids' change waits for ApplyDeferred (lockstep, as SplitPass::Visit).
   template <bool kDeferShared = false>
   void Visit(int64_t k) {
-    if (s_.num_ranges > 0) {
-      if (++since_merge_ == s_.sync_every) since_merge_ = 0;
-      for (int64_t r = 0; r < s_.num_ranges; ++r) {
-        const PackedRows::MergeRange& range = s_.ranges[r];
-        if ((since_merge_ & (range.every - 1)) == 0) {
-          Merge(range.begin, range.end);
-        }
-      }
-    } else if (++since_merge_ == s_.sync_every) {
-      since_merge_ = 0;
-      Merge(0, size_);
-    } else if (since_merge_ % s_.frequent_every == 0) {
-      Merge(0, frequent_);
-      Merge(s_.num_hot, size_);
-    }
+    MergeDue(s_.ranges, s_.num_ranges, s_.sync_every, s_.frequent_every,
+             frequent_, s_.num_hot, size_, &since_merge_,
+             [this](int64_t begin, int64_t end) { Merge(begin, end); });
     const Header* h = reinterpret_cast<const Header*>(s_.buffer + visit_[k]);
     const double s = h->weight;
     if (s <= 0.0) return;
@@ -1591,38 +1635,7 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
                        first_row(t + 1) - first_row(t),
                        SyncInterval() * t / threads));
                  }
-                 // Every kCancelCheckRows rows, a cancelled step ends the
-                 // threads' shares (merged as at their end).
-                 auto cancelled = [&options](int64_t k) {
-                   return (k & (kCancelCheckRows - 1)) ==
-                              kCancelCheckRows - 1 &&
-                          options.Cancelled();
-                 };
-                 if (!lockstep) {
-                   run_threads(threads, [&](int64_t t) {
-                     Pass& p = *passes[t];
-                     p.Begin();
-                     for (int64_t k = 0; k < p.count(); ++k) {
-                       if (cancelled(k)) break;
-                       p.Visit(k);
-                     }
-                     p.End();
-                   });
-                   return;
-                 }
-                 int64_t longest = 0;
-                 for (auto& p : passes) {
-                   p->Begin();
-                   longest = std::max(longest, p->count());
-                 }
-                 for (int64_t k = 0; k < longest; ++k) {
-                   if (cancelled(k)) break;
-                   for (auto& p : passes) {
-                     if (k < p->count()) p->template Visit<true>(k);
-                   }
-                   for (auto& p : passes) p->ApplyDeferred();
-                 }
-                 for (auto& p : passes) p->End();
+                 RunShares(passes, lockstep, options, run_threads);
                });
       for (int64_t h = 0; h < num_hot; ++h) {
         weights[hot_ids_[h]] = shared_hot[h];
@@ -1913,35 +1926,7 @@ void PackedRows::SolveBlocksSplit(const SolverOptions& options,
             loss, shared, order + first_row(t),
             first_row(t + 1) - first_row(t), SyncInterval() * t / threads));
       }
-      auto cancelled = [&options](int64_t row) {
-        return (row & (kCancelCheckRows - 1)) == kCancelCheckRows - 1 &&
-               options.Cancelled();
-      };
-      if (!lockstep) {
-        run_threads(threads, [&](int64_t t) {
-          Pass& p = *passes[t];
-          p.Begin();
-          for (int64_t row = 0; row < p.count(); ++row) {
-            if (cancelled(row)) break;
-            p.Visit(row);
-          }
-          p.End();
-        });
-      } else {
-        int64_t longest = 0;
-        for (auto& p : passes) {
-          p->Begin();
-          longest = std::max(longest, p->count());
-        }
-        for (int64_t row = 0; row < longest; ++row) {
-          if (cancelled(row)) break;
-          for (auto& p : passes) {
-            if (row < p->count()) p->template Visit<true>(row);
-          }
-          for (auto& p : passes) p->ApplyDeferred();
-        }
-        for (auto& p : passes) p->End();
-      }
+      RunShares(passes, lockstep, options, run_threads);
       for (int64_t h = 0; h < num_hot; ++h) {
         std::copy(shared_hot.begin() + h * k, shared_hot.begin() + (h + 1) * k,
                   weights + static_cast<int64_t>(hot_ids_[h]) * k);
