@@ -487,10 +487,13 @@ def train(args):
                        f"rows, the data has {info['rows']:,}")
     if average_from is not None and \
         average_from != meta.get("average_from"):
-      raise ValueError(f"--resume --average-from {average_from}: the model "
-                       f"was trained with --average-from "
-                       f"{meta.get('average_from')} (a mean cannot change "
-                       "its first epoch; leave --average-from out)")
+      trained = meta.get("average_from")
+      raise ValueError(
+          f"--resume --average-from {average_from}: the model was trained "
+          + ("without --average-from" if trained is None else
+             f"with --average-from {trained}") +
+          " (a mean cannot change its first epoch; leave --average-from "
+          "out to continue as it was trained)")
   else:
     meta = dict(format=args.format, loss=losses.op_name(args.loss),
                 l1=args.l1, l2=args.l2,
