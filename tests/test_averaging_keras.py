@@ -175,3 +175,13 @@ def test_multiclass_packed_average(tmp_path):
   loaded = keras.models.load_model(path)
   np.testing.assert_allclose(loaded.last_iterate["kernels"]["features"],
                              model.last_iterate["kernels"]["features"])
+
+
+def test_resuming_the_mean_on_other_rows_is_refused(cancer):
+  x, y = cancer
+  model, _ = _fit(x, y, 3, average_from=1)
+  with pytest.raises(ValueError, match="initial_epoch=3.*average_from=1"):
+    model.fit(x[:100], y[:100], epochs=5, initial_epoch=3, verbose=0)
+  # From epoch 0, a new mean on the new rows.
+  model.fit(x[:100], y[:100], epochs=2, verbose=0)
+  assert model.last_iterate is not None

@@ -727,6 +727,12 @@ class LinearModel(keras.Model):
       return
     if (initial_epoch > 0 and average is not None and average.mean.count and
         average.packed == packed):
+      if packed and not np.array_equal(average.keys, self._packed.keys):
+        raise ValueError(
+            f"fit(initial_epoch={initial_epoch}) with average_from="
+            f"{self.average_from} continues the mean of the last fit, over "
+            "other rows (example ids) than these: resume on the same rows, "
+            "or start a new mean with initial_epoch=0")
       if average.installed:
         self._set_iterate(*average.last)
         average.installed, average.last = False, None
