@@ -73,11 +73,11 @@ def test_the_saved_model_is_the_mean_of_the_recorded_iterates(
   out = str(tmp_path / "scores.txt")
   assert cli.main(["predict", cancer_file, "--model-dir", model_dir,
                    "--format", "libsvm", "--out", out]) == 0
-  x, _ = load_breast_cancer(return_X_y=True)
-  x = np.loadtxt(cancer_file, dtype=str)  # re-read what the file holds
-  dense = np.zeros((len(x), 30))
-  for i, line in enumerate(x):
-    for item in line[1:]:
+  with open(cancer_file) as f:  # the features as the file holds them
+    lines = [line.split()[1:] for line in f]
+  dense = np.zeros((len(lines), 30))
+  for i, items in enumerate(lines):
+    for item in items:
       j, v = item.split(":")
       dense[i, int(j) - 1] = float(v)
   z = dense @ ckpt["sparse_weights"][:30] + ckpt["dense_weights"][0]
@@ -140,4 +140,11 @@ def test_bad_average_from_values_and_help(cancer_file, tmp_path, capsys):
                 "--average-from", "1") == 0
   assert _train(cancer_file, model_dir, "--epochs", "4", "--resume",
                 "--average-from", "2") == 2
+  assert "--average-from 1" in capsys.readouterr().err
+
+
+def test_averaging_is_refused_across_processes(cancer_file, tmp_path,
+                                               capsys):
+  assert _train(cancer_file, str(tmp_path / "d"), "--epochs", "2",
+                "--average-from", "1", "--local-cluster", "2") == 2
   assert "--average-from 1" in capsys.readouterr().err

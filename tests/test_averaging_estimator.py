@@ -2,6 +2,8 @@
 in training steps, checked against the weights of an estimator without
 averaging recorded step by step, on breast_cancer in natural units
 (standardised); checkpoints keep the running mean."""
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -117,3 +119,18 @@ def test_the_exported_model_serves_the_mean(cancer, tmp_path):
   z = features["x"].astype(np.float64) @ w[:30] + w[30]
   np.testing.assert_allclose(served["logits"].numpy()[:, 0], z, rtol=1e-5,
                              atol=1e-6)
+
+
+def test_averaging_is_refused_across_processes(cancer, tmp_path,
+                                               monkeypatch):
+  features, y = cancer
+  monkeypatch.setenv("TF_CONFIG", json.dumps(dict(
+      cluster=dict(worker=["localhost:1", "localhost:2"]),
+      task=dict(type="worker", index=0))))
+  classifier = estimator.LinearClassifier(
+      [fc.numeric_column("x", shape=30)], model_dir=str(tmp_path),
+      optimizer=estimator.LinearSDCA(example_id_column="example_id",
+                                     average_from=2),
+      config=estimator.RunConfig())
+  with pytest.raises(ValueError, match="average_from=2"):
+    classifier.train(_input(features, y), steps=3)
