@@ -66,3 +66,18 @@ def test_multiclass_average_and_bad_values():
   for bad in (-1, 2.5, True, "3"):
     with pytest.raises(ValueError, match="average_from"):
       InMemorySdca(average_from=bad)
+
+
+def test_a_resumed_fit_continues_the_mean():
+  x, y = _cancer()
+  whole = InMemorySdca(loss="logistic", l2=1.0, average_from=4)
+  whole.fit(labels=y, dense=x, epochs=10, verbose=0)
+  parts = InMemorySdca(loss="logistic", l2=1.0, average_from=4)
+  parts.fit(labels=y, dense=x, epochs=6, verbose=0)
+  assert parts.average_count == 3
+  parts.fit(labels=y, dense=x, epochs=10, initial_epoch=6, verbose=0)
+  assert parts.average_count == whole.average_count == 7
+  np.testing.assert_array_equal(parts.dense_weights, whole.dense_weights)
+  np.testing.assert_array_equal(parts.duals, whole.duals)
+  np.testing.assert_array_equal(parts.last_iterate["dense_weights"],
+                                whole.last_iterate["dense_weights"])

@@ -4,7 +4,12 @@ A model directory holds:
   - `model.json`: the format, loss, regularisation, feature layout (hash
     buckets, the dense columns' scale) and the training history;
   - `checkpoint.npz`: the unshrunk float64 weights, the per-example duals
-    (float64: 8 bytes per example) and the epochs done;
+    (float64: 8 bytes per example) and the epochs done; with
+    `--average-from T0` the weights and duals are the mean of the iterates
+    after epochs T0, T0 + 1, ... (what evaluate, predict and export use),
+    and `last_sparse_weights`, `last_dense_weights`, `last_duals` and
+    `average_count` keep the last iterate and the mean's size for
+    `--resume`;
   - `cache/`: the parsed training data (`tf_sdca.data.cache`).
 After every epoch the checkpoint, with a copy of `model.json`'s contents
 inside, is replaced in one rename (`files.save_model_atomically`), then
@@ -82,6 +87,14 @@ def add_parsers(sub):
   # from scripts written when it was an option.
   train.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)
   train.add_argument("--seed", type=int, default=0)
+  train.add_argument("--average-from", type=_int_in(0), default=None,
+                     metavar="T0",
+                     help="output averaging: the saved model is the mean of "
+                     "the iterates after epochs T0, T0+1, ..., the last "
+                     "(weights and duals; the logged loss and duality gap "
+                     "are the mean's). T0 = --epochs saves the last "
+                     "iterate. Kept in model.json: --resume continues the "
+                     "same mean")
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
   train.add_argument("--resume", action="store_true",
@@ -410,6 +423,11 @@ def _check_checkpoint(model_dir, meta, arrays):
     if bad.size:
       fail(f"has metadata scale[{bad[0]}] = {scale[bad[0]]}, not a finite "
            "positive number")
+  for key in ("last_sparse_weights", "last_dense_weights", "last_duals"):
+    if key in arrays:  # the last iterate of an averaged model
+      bad = np.flatnonzero(~np.isfinite(arrays[key]))
+      if bad.size:
+        fail(f"has {key}[{bad[0]}] = {arrays[key].flat[bad[0]]}, not finite")
   if "epoch" in arrays and int(arrays["epoch"]) != meta["epochs_done"]:
     fail(f"is of epoch {int(arrays['epoch'])}, the metadata of epoch "
          f"{meta['epochs_done']}")
@@ -421,7 +439,12 @@ def train(args):
     raise ValueError(f"--loss {args.loss} trains in one process: the "
                      "multiclass losses are not distributed yet (no "
                      "--local-cluster or TF_CONFIG)")
+  average_from = getattr(args, "average_from", None)
   if distributed_command.wanted(args):
+    if average_from is not None:
+      raise ValueError(f"--average-from {average_from}: output averaging "
+                       "trains in one process (not with --local-cluster or "
+                       "TF_CONFIG)")
     return distributed_command.train(args)
   distributed_command.guard_single_process_resume(args)
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
@@ -462,13 +485,23 @@ def train(args):
     if meta["rows"] != info["rows"]:
       raise ValueError(f"--resume: the model was trained on {meta['rows']:,} "
                        f"rows, the data has {info['rows']:,}")
+    if average_from is not None and \
+        average_from != meta.get("average_from"):
+      trained = meta.get("average_from")
+      raise ValueError(
+          f"--resume --average-from {average_from}: the model was trained "
+          + ("without --average-from" if trained is None else
+             f"with --average-from {trained}") +
+          " (a mean cannot change its first epoch; leave --average-from "
+          "out to continue as it was trained)")
   else:
     meta = dict(format=args.format, loss=losses.op_name(args.loss),
                 l1=args.l1, l2=args.l2,
                 gamma=1.0, seed=args.seed, bucket_bits=args.bucket_bits,
                 num_features=(1 << args.bucket_bits
                               if args.format == "criteo" else None),
-                scale=None, rows=info["rows"], epochs_done=0, history=[])
+                scale=None, rows=info["rows"], epochs_done=0, history=[],
+                average_from=average_from)
     if multiclass:
       meta["num_classes"] = num_classes
       meta["classes"] = choose_classes(
@@ -486,7 +519,8 @@ def train(args):
     labels, features = _features(args.format, arrays, meta)
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        seed=meta["seed"], num_threads=args.threads,
-                       num_classes=meta.get("num_classes"))
+                       num_classes=meta.get("num_classes"),
+                       average_from=meta.get("average_from"))
   if ckpt is not None:
     if "rows" in features:  # packed cache part by cache part
       num_features = features["rows"].num_features
@@ -499,6 +533,10 @@ def train(args):
     shapes = dict(sparse_weights=(num_features or 0,) + classes,
                   dense_weights=(dense_dim,) + classes,
                   duals=(info["rows"],) + classes)
+    averaged = int(ckpt.get("average_count", 0)) > 0
+    if averaged:
+      shapes.update({"last_" + key: shape for key, shape in
+                     list(shapes.items())})
     for key, shape in shapes.items():
       if key not in ckpt or ckpt[key].shape != shape:
         raise ValueError(
@@ -508,16 +546,32 @@ def train(args):
     model.sparse_weights = ckpt["sparse_weights"]
     model.dense_weights = ckpt["dense_weights"]
     model.duals = ckpt["duals"]
+    if averaged:  # the checkpoint's weights are the mean so far
+      model.last_iterate = {key: ckpt["last_" + key] for key in
+                            ("sparse_weights", "dense_weights", "duals")}
+      model.average_count = int(ckpt["average_count"])
 
   def checkpoint(epoch, history):
     meta["epochs_done"] = epoch + 1
     meta["history"].append(dict(epoch=epoch + 1, loss=history["loss"][-1],
                                 duality_gap=history["duality_gap"][-1],
                                 rows_per_sec=history["rows_per_sec"][-1]))
-    files.save_model_atomically(
-        args.model_dir, meta, sparse_weights=model.sparse_weights,
-        dense_weights=model.dense_weights, duals=model.duals,
-        epoch=epoch + 1)
+    last = dict(sparse_weights=model.sparse_weights,
+                dense_weights=model.dense_weights, duals=model.duals)
+    mean = model.running_average()
+    if mean is None:  # no averaging, or not yet at epoch T0
+      saved = last
+    else:  # the mean is the model; the last iterate resumes training
+      saved = dict(sparse_weights=mean["sparse_weights"],
+                   dense_weights=mean["dense_weights"], duals=mean["duals"],
+                   average_count=np.int64(mean["count"]),
+                   **{"last_" + key: value for key, value in last.items()})
+      if meta["history"]:
+        meta["history"][-1].update(last_loss=history["last_loss"][-1],
+                                   last_duality_gap=(
+                                       history["last_duality_gap"][-1]))
+    files.save_model_atomically(args.model_dir, meta, epoch=epoch + 1,
+                                **saved)
     if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):
       raise KeyboardInterrupt  # test hook: an interruption after saving
 

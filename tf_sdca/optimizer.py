@@ -43,7 +43,9 @@ class SDCAOptimizer:
     adaptive: adaptive importance sampling of examples.
     loss_type: one of `tf_sdca.ops.LOSSES`.
     **options: tf_sdca's extra `SdcaModel` options (`visit_order`, `seed`,
-      `gamma`, `num_inner_iterations`, `num_threads`).
+      `gamma`, `num_inner_iterations`, `num_threads`, `average_from`: output
+      averaging counted in train steps, the variables then holding the
+      mean of the iterates after step T0 on; see `SdcaModel`).
   """
 
   def __init__(self, example_id_column, num_loss_partitions=1,

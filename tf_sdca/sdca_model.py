@@ -39,6 +39,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import averaging
 from tf_sdca import losses
 from tf_sdca.ops import sdca_ops
 
@@ -53,6 +54,7 @@ _OPTION_DEFAULTS = dict(
     num_inner_iterations=1,
     num_classes=1,
     num_threads=0,
+    average_from=None,
 )
 _REQUIRED_OPTIONS = ("loss_type", "symmetric_l2_regularization")
 
@@ -135,22 +137,34 @@ class _Weights(tf.Module):
       # updating a 2^24-row variable writes only those rows.
       self.touched = tf.Variable(tf.zeros([0], tf.int64), shape=[None],
                                  trainable=False, name="touched_rows")
+    self.means = None  # float64 means of the slots (average_from)
+
+  def start_average(self):
+    """Creates the float64 running means of the slots, starting at their
+    current values."""
+    with tf.init_scope():
+      self.means = [tf.Variable(slot.read_value() if tf.executing_eagerly()
+                                else slot.initial_value,
+                                trainable=False, name="unshrunk_mean")
+                    for slot in self.slots]
 
   def _partition(self, ids):
     part = tf.searchsorted(self.offsets[1:], ids, side="right")
     return tf.cast(part, tf.int32), ids - tf.gather(self.offsets,
                                                      tf.cast(part, tf.int64))
 
-  def gather(self, ids):
-    """Rows `ids` (int64, global) of the unshrunk weights, float64."""
-    if len(self.slots) == 1:
-      return tf.gather(self.slots[0], ids)
+  def gather(self, ids, mean=False):
+    """Rows `ids` (int64, global) of the unshrunk weights (of their mean
+    with `mean`), float64."""
+    slots = self.means if mean else self.slots
+    if len(slots) == 1:
+      return tf.gather(slots[0], ids)
     part, local = self._partition(ids)
-    n = len(self.slots)
+    n = len(slots)
     pieces = tf.dynamic_partition(local, part, n)
     positions = tf.dynamic_partition(tf.range(tf.size(ids)), part, n)
     return tf.dynamic_stitch(
-        positions, [tf.gather(s, p) for s, p in zip(self.slots, pieces)])
+        positions, [tf.gather(s, p) for s, p in zip(slots, pieces)])
 
   def scatter_update(self, ids, values):
     """Writes float64 `values` at distinct global rows `ids`."""
@@ -179,9 +193,9 @@ class _Weights(tf.Module):
       out.append(var.scatter_update(tf.IndexedSlices(values, idx)))
     return out
 
-  def all_rows(self):
-    return tf.concat(self.slots, axis=0) if len(self.slots) > 1 else \
-        self.slots[0]
+  def all_rows(self, mean=False):
+    slots = self.means if mean else self.slots
+    return tf.concat(slots, axis=0) if len(slots) > 1 else slots[0]
 
   def distinct_ids(self, ids, argument):
     """The distinct values of a batch's int64 `ids`, ascending, which the
@@ -362,7 +376,18 @@ class SdcaModel(tf.Module):
       `num_inner_iterations` (1), `num_threads` (0), `num_classes` (1; K >= 2
       with `loss_type` `softmax_loss` or `multiclass_hinge_loss`: labels are
       class ids in [0, K), every weight variable has the K classes in its
-      last axis, e.g. `[rows, K]`, and `predictions` are `[B, K]`).
+      last axis, e.g. `[rows, K]`, and `predictions` are `[B, K]`),
+      `average_from` (None; T0 >= 0: output averaging counted in `minimize`
+      calls. The model keeps float64 running means of the unshrunk weights
+      over the iterates after calls T0, T0 + 1, ... (T0 = 0: the starting
+      weights too); `update_weights` writes the shrunk mean into the
+      variables (every row: O(table) per call, against the touched rows
+      without averaging), and `predictions`, `linear_predictions`,
+      `unregularized_loss` and `regularized_loss` use the mean, while
+      training goes on from the last iterate (`regularization`,
+      `example_state` and the duals are the last iterate's: the per-example
+      duals are not averaged). The means and their count are tracked
+      variables (checkpoints keep them) and part of `get_state`.)
 
   Raises:
     ValueError: for unknown option keys, missing or bad values, or
@@ -404,6 +429,15 @@ class SdcaModel(tf.Module):
       # epoch). Checkpointed, so a resumed run visits the same orders.
       self._calls = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                 name="minimize_calls")
+    self._average_from = self._options["average_from"]
+    if self._average_from is not None:
+      for weights in self._sparse + self._dense:
+        weights.start_average()
+      with tf.init_scope():
+        # Iterates in the means: the start is the first when T0 = 0.
+        self._average_count = tf.Variable(
+            tf.constant(1 if self._average_from == 0 else 0, tf.int64),
+            trainable=False, name="average_count")
 
   # ------------------------------------------------------------ checking
   @staticmethod
@@ -466,6 +500,11 @@ class SdcaModel(tf.Module):
         fail(key, f"an integer >= {low}")
     if not isinstance(opts["adaptive"], bool):
       fail("adaptive", "a bool")
+    try:
+      opts["average_from"] = averaging.check_average_from(
+          opts["average_from"], "minimize call")
+    except ValueError:
+      fail("average_from", "None or a count of minimize calls >= 0")
     return opts
 
   def _check_examples(self, examples):
@@ -613,11 +652,33 @@ class SdcaModel(tf.Module):
       updates.append(weights.apply_delta(uniq, start, delta))
     for weights, delta in zip(self._dense, d_dense):
       updates += weights.assign_add_all(tf.cast(delta, tf.float64))
+    if self._average_from is not None:
+      with tf.control_dependencies(updates):
+        updates += self._average_step()
     if global_step is not None:
       with tf.control_dependencies(updates):
         updates.append(global_step.assign_add(1))
     with tf.control_dependencies(updates):
       return tf.identity(new_state, name="train_op")
+
+  def _average_step(self):
+    """After a `minimize` call's updates: adds the new iterate to the means
+    when the call is the T0-th or later (`mean += (slot - mean) / count`,
+    as `InMemorySdca` averages its epochs)."""
+    added = self._calls.read_value() >= self._average_from
+    count = self._average_count.assign_add(tf.cast(added, tf.int64))
+    rate = tf.where(added, 1.0 / tf.cast(tf.maximum(count, 1), tf.float64),
+                    tf.constant(0.0, tf.float64))
+    return [mean.assign_add(rate * (slot.read_value() - mean.read_value()))
+            for weights in self._sparse + self._dense
+            for mean, slot in zip(weights.means, weights.slots)]
+
+  def _averaged(self):
+    """Whether the outputs come from the means: averaging, with an iterate
+    in them (a bool tensor, or False)."""
+    if self._average_from is None:
+      return False
+    return self._average_count.read_value() > 0
 
   @staticmethod
   def _dense_matrix(x):
@@ -653,6 +714,18 @@ class SdcaModel(tf.Module):
     shrink = (self._options["symmetric_l1_regularization"] /
               self._options["symmetric_l2_regularization"])
     assigns = []
+    if self._average_from is not None:
+      # The mean moves at every row each call: every row is written.
+      averaged = self._averaged()
+      for weights in self._sparse + self._dense:
+        for var, slot, mean in zip(weights.variables_, weights.slots,
+                                   weights.means):
+          value = tf.where(averaged, mean.read_value(), slot.read_value())
+          assigns.append(var.assign(tf.reshape(
+              tf.cast(_shrink_l1(value, shrink), var.dtype), var.shape)))
+        if weights in self._sparse:
+          assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
+      return tf.group(*assigns) if group else None
     for weights in self._sparse:
       rows = weights.touched.read_value()
       written = weights.update_variables(rows, shrink)
@@ -674,19 +747,29 @@ class SdcaModel(tf.Module):
     return self._shrink(weights.all_rows())
 
   def _linear_predictions(self, examples):
+    """`w.x` at the model's weights: the mean of the iterates when
+    averaging (once it holds one), else the training state's."""
+    averaged = self._averaged()
+    if averaged is False:
+      return self._linear_predictions_at(examples, False)
+    return _static_or_cond(
+        averaged, lambda: self._linear_predictions_at(examples, True),
+        lambda: self._linear_predictions_at(examples, False))
+
+  def _linear_predictions_at(self, examples, mean):
     n = tf.shape(tf.convert_to_tensor(examples["example_labels"]))[0]
     k = self._num_classes
     z = tf.zeros([n] if k == 1 else [n, k], tf.float64)
     for col, weights in zip(examples["sparse_features"], self._sparse):
       # Only the rows the batch uses: a 2^24-row table is not read whole.
-      w = self._shrink(weights.gather(col.feature_indices))
+      w = self._shrink(weights.gather(col.feature_indices, mean))
       if col.feature_values is not None:
         values = tf.cast(col.feature_values, tf.float64)
         w *= values if k == 1 else values[:, None]
       z += tf.math.unsorted_segment_sum(w, col.example_indices, n)
     for x, weights in zip(examples["dense_features"], self._dense):
       x = tf.cast(self._dense_matrix(x), tf.float64)
-      w = self._shrunk(weights)
+      w = self._shrink(weights.all_rows(mean))
       z += tf.linalg.matvec(x, w) if k == 1 else tf.matmul(x, w)
     return z
 
@@ -720,21 +803,28 @@ class SdcaModel(tf.Module):
                         self._options["gamma"])
     return tf.reduce_sum(s * per) / _total_weight(s)
 
-  def _regularization(self):
+  def _regularization(self, mean=False):
     l1 = self._options["symmetric_l1_regularization"]
     l2 = self._options["symmetric_l2_regularization"]
     total_l1 = tf.constant(0.0, tf.float64)
     total_l2 = tf.constant(0.0, tf.float64)
     for weights in self._sparse + self._dense:
-      w = self._shrunk(weights)
+      w = self._shrink(weights.all_rows(mean))
       total_l1 += tf.reduce_sum(tf.abs(w))
       total_l2 += tf.reduce_sum(tf.square(w))
     return l1 * total_l1, l2 * total_l2
 
   @_plain_python
   def regularized_loss(self, examples):
-    """unregularized_loss + (l1 |w|_1 + l2/2 |w|^2) / sum of the weights."""
-    r1, r2 = self._regularization()
+    """unregularized_loss + (l1 |w|_1 + l2/2 |w|^2) / sum of the weights
+    (at the mean of the iterates when averaging)."""
+    averaged = self._averaged()
+    if averaged is False:
+      r1, r2 = self._regularization()
+    else:
+      r1, r2 = _static_or_cond(averaged,
+                               lambda: self._regularization(True),
+                               self._regularization)
     s = _total_weight(tf.cast(examples["example_weights"], tf.float64))
     return self.unregularized_loss(examples) + (r1 + 0.5 * r2) / s
 
@@ -765,7 +855,9 @@ class SdcaModel(tf.Module):
       `[m, K + 3]` for a multiclass loss),
       `slots` (list of float64 arrays, one per weight variable, in the
       order sparse groups then dense groups) and `calls` (the number of
-      `minimize` calls so far, which the visiting orders depend on).
+      `minimize` calls so far, which the visiting orders depend on); with
+      `average_from`, `average_count` (iterates in the means) and
+      `average_slots` (the means of `slots`).
     """
     keys, values = [], []
     for table in self._tables:
@@ -776,7 +868,12 @@ class SdcaModel(tf.Module):
                 values=np.concatenate(values).reshape(-1, self._state_width),
                 slots=[slot.numpy() for w in self._sparse + self._dense
                        for slot in w.slots],
-                calls=int(self._calls.numpy()))
+                calls=int(self._calls.numpy()),
+                **({} if self._average_from is None else dict(
+                    average_count=int(self._average_count.numpy()),
+                    average_slots=[mean.numpy() for w in
+                                   self._sparse + self._dense
+                                   for mean in w.means])))
 
   def set_state(self, state):
     """Restores what `get_state` returned (and writes the shrunk weights
@@ -802,6 +899,14 @@ class SdcaModel(tf.Module):
                     tf.boolean_mask(values, mine))
     if "calls" in state:
       self._calls.assign(int(state["calls"]))
+    if self._average_from is not None and "average_slots" in state:
+      means = [mean for w in self._sparse + self._dense for mean in w.means]
+      for mean, value in zip(means, state["average_slots"]):
+        mean.assign(np.reshape(value, mean.shape))
+      self._average_count.assign(int(state["average_count"]))
+    if self._average_from is not None:  # the variables show the mean
+      self._update_step(group=False)
+      return
     shrink = (self._options["symmetric_l1_regularization"] /
               self._options["symmetric_l2_regularization"])
     for weights in self._sparse + self._dense:

@@ -107,8 +107,15 @@ class InMemorySdca:
       last epoch's (`sparse_weights`, `dense_weights`, `duals`). With
       T0 = T the average is the last iterate. The history's `loss` and
       `duality_gap` are then those of the average (`last_loss`,
-      `last_duality_gap`: the last iterate's). A later `fit` starts from
-      the average.
+      `last_duality_gap`: the last iterate's). `average_count` is the
+      number of iterates in the mean. A later `fit` with `initial_epoch=0`
+      starts from the average; one that resumes (`initial_epoch > 0`, with
+      `last_iterate` and `average_count > 0` as a finished `fit` left them,
+      or as restored from a checkpoint) starts from the last iterate and
+      continues the same mean, so that `fit(epochs=5)` then
+      `fit(epochs=10, initial_epoch=5)` ends where `fit(epochs=10)` does.
+      During `fit`, `running_average()` gives the mean so far (for
+      checkpoints).
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
@@ -139,6 +146,8 @@ class InMemorySdca:
                        f"got {average_from!r}")
     self.average_from = None if average_from is None else int(average_from)
     self.last_iterate = None
+    self.average_count = 0  # iterates in the mean (average_from)
+    self._average = None    # the running mean during fit
     if not pack:
       warnings.warn(
           "InMemorySdca(pack=False) is deprecated and ignored: the rows are "
@@ -300,6 +309,18 @@ class InMemorySdca:
       has_dense = rows.dense_dim > 0
     # The class axis of a multiclass loss's weights and duals.
     classes = (self.num_classes,) if self._multiclass else ()
+    average = None
+    if self.average_from is not None:
+      average = _IterateAverage(self)
+      if (initial_epoch > 0 and self.average_count > 0 and
+          self.last_iterate is not None):
+        # Resuming: the model holds the mean of `average_count` iterates;
+        # training goes on from the last one.
+        average.resume(self.average_count)
+        self.sparse_weights = self.last_iterate["sparse_weights"]
+        self.dense_weights = self.last_iterate["dense_weights"]
+        self.duals = self.last_iterate["duals"]
+        self._table = None
     if self.duals is None or self.duals.shape != (n,) + classes:
       self.duals = np.zeros((n,) + classes, np.float64)
     if num_features is not None and (
@@ -326,11 +347,11 @@ class InMemorySdca:
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
     history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
-    average = _IterateAverage(self) if self.average_from is not None else None
     if average is not None:
       history.update(last_loss=[], last_duality_gap=[])
-      if initial_epoch >= self.average_from:  # the start is an iterate
-        average.add()
+      if not average.count and initial_epoch >= self.average_from:
+        average.add()  # the start is an iterate
+      self._average = average
     watch = losses.ProgressWatch()
     for epoch in range(initial_epoch, epochs):
       # Each epoch's order depends on (seed, epoch) only, so training resumed
@@ -392,9 +413,20 @@ class InMemorySdca:
         callback(epoch, history)
       if tol is not None and history["duality_gap"][-1] < tol:
         break
+    self._average = None
     if average is not None and average.count:
       average.install()
     return history
+
+  def running_average(self):
+    """During a `fit` with `average_from`: the mean of the iterates so far
+    as a dict (`sparse_weights`, `dense_weights`, `duals`, `count`), or
+    None before the first iterate counts or outside `fit`. A checkpoint
+    written from `fit`'s callback saves it beside the last iterate (the
+    model's weights then) to resume the mean."""
+    if self._average is None or not self._average.count:
+      return None
+    return self._average.split()
 
   def _weight_table(self):
     """The op's weight table: sparse weights, then dense ones. When both are
@@ -597,6 +629,12 @@ class _IterateAverage:
     self.table = None
     self.duals = None
 
+  def resume(self, count):
+    """Takes the model's weights and duals as the mean of `count`
+    iterates."""
+    self.add()
+    self.count = int(count)
+
   def add(self):
     """Adds the model's current iterate to the mean."""
     table = np.array(self.model._weight_table(), np.float64)  # pylint: disable=protected-access
@@ -618,21 +656,30 @@ class _IterateAverage:
         visit_order=m.visit_order, gamma=m.gamma,
         num_classes=m.num_classes)[2].numpy()
 
+  def split(self):
+    """The mean as the model's parts: dict(sparse_weights, dense_weights,
+    duals, count) (copies)."""
+    m = self.model
+    table = self.table.copy()
+    if m._multiclass:  # pylint: disable=protected-access
+      table = table.reshape(-1, m.num_classes)
+    k = 0 if m.sparse_weights is None else m.sparse_weights.shape[0]
+    return dict(
+        sparse_weights=None if m.sparse_weights is None else table[:k],
+        dense_weights=None if m.dense_weights is None else table[k:],
+        duals=self.duals.reshape(m.duals.shape).copy(), count=self.count)
+
   def install(self):
     """Keeps the last iterate in `last_iterate` and makes the mean the
     model's weights and duals."""
     m = self.model
+    mean = self.split()
     m.last_iterate = dict(sparse_weights=m.sparse_weights,
                           dense_weights=m.dense_weights, duals=m.duals)
-    table = self.table
-    if m._multiclass:  # pylint: disable=protected-access
-      table = table.reshape(-1, m.num_classes)
-    k = 0 if m.sparse_weights is None else m.sparse_weights.shape[0]
-    if m.sparse_weights is not None:
-      m.sparse_weights = table[:k]
-    if m.dense_weights is not None:
-      m.dense_weights = table[k:]
-    m.duals = self.duals.reshape(m.duals.shape)
+    m.sparse_weights = mean["sparse_weights"]
+    m.dense_weights = mean["dense_weights"]
+    m.duals = mean["duals"]
+    m.average_count = self.count
     m._table = None  # pylint: disable=protected-access
 
 

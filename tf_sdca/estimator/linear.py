@@ -71,7 +71,16 @@ class LinearSDCA:
     symmetric_l2_regularization: l2 > 0.
     adaptive: adaptive example sampling.
     **options: tf_sdca's extra `SdcaModel` options (`visit_order`, `seed`,
-      `num_inner_iterations`, `num_threads`).
+      `num_inner_iterations`, `num_threads`, `average_from`).
+      `average_from=T0` (None: off) is output averaging counted in training
+      steps (the estimator's unit: one `minimize` call per batch, the global
+      step): the weights that `predict`, `evaluate`, `export_saved_model`
+      and `get_variable_value` see are the mean of the iterates after steps
+      T0, T0 + 1, ..., the last (T0 = 0 counts the starting weights), while
+      SDCA goes on from the last iterate. The checkpoint keeps the running
+      mean and its count, so `train` called again continues it. The `tol`
+      gap is the last iterate's (the per-example duals are not averaged).
+      One process only.
 
   Raises:
     ValueError: for bad values (the messages of `tf_sdca.SDCAOptimizer`).
@@ -84,7 +93,8 @@ class LinearSDCA:
       raise ValueError(f"example_id_column must be a feature name, got "
                        f"{example_id_column!r}")
     unknown = sorted(set(options) - {"visit_order", "seed",
-                                     "num_inner_iterations", "num_threads"})
+                                     "num_inner_iterations", "num_threads",
+                                     "average_from"})
     if unknown:
       raise ValueError(f"LinearSDCA: unknown options {unknown}")
     # SDCAOptimizer checks every value the SdcaModel will get.
@@ -601,6 +611,11 @@ class _LinearEstimator:
       raise ValueError(f"tol must be > 0, got {tol!r}")
     hooks = _check_hooks(hooks, "train")
     if self._config.is_distributed:
+      average_from = self._optimizer.extra_options.get("average_from")
+      if average_from is not None:
+        raise ValueError(f"LinearSDCA(average_from={average_from}): output "
+                         "averaging trains in one process, not across the "
+                         "processes of a TF_CONFIG cluster")
       if self._head.loss_type == "softmax_loss":
         raise ValueError("LinearClassifier(n_classes > 2) trains in one "
                          "process: the multiclass losses are not "

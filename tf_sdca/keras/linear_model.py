@@ -30,6 +30,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import averaging
 from tf_sdca import losses
 from tf_sdca import trainer
 from tf_sdca.ops import sdca_ops
@@ -134,6 +135,23 @@ class LinearModel(keras.Model):
     num_table_shards: shards of the dual-state hash table (streaming).
     num_classes: K (>= 2) for 'softmax' and 'multiclass_hinge' (one
       process); None for the other losses.
+    average_from: None, or an epoch T0 >= 0: output averaging, as
+      `tf_sdca.trainer.InMemorySdca(average_from=T0)` does it (the
+      reference's SDCA with averaging, over Keras epochs), for in-memory
+      and streamed fits. After `fit` the kernels and bias (and the SDCA
+      state: unshrunk weights, duals) are the mean of the iterates after
+      epochs T0, T0 + 1, ..., the last, so that `predict`, `evaluate`,
+      `save` and `export` use the average; `last_iterate` gives the last
+      epoch's kernels and bias. The logged `loss` and `duality_gap` are the
+      average's (a valid certificate: the mean duals are feasible and the
+      mean weights are theirs), `last_loss` and `last_duality_gap` the last
+      iterate's; validation during `fit` scores the last iterate. T0 =
+      epochs leaves the last iterate. A `fit` with `initial_epoch > 0` after
+      an averaged one (or after `load_model` of one) goes on from the last
+      iterate and continues the same mean (`fit(epochs=4)` then
+      `fit(epochs=8, initial_epoch=4)` ends where `fit(epochs=8)` does); a
+      `fit` from epoch 0 starts a new mean from the current weights. Kept by
+      `get_config` and `save`. Not with a multi-worker strategy.
     **kwargs: `keras.Model` arguments (`name`, ...).
   """
 
@@ -141,8 +159,9 @@ class LinearModel(keras.Model):
                categorical_features=None, example_id="example_id",
                num_loss_partitions=1, visit_order="permutation", seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
-               **kwargs):
+               average_from=None, **kwargs):
     super().__init__(**kwargs)
+    self.average_from = averaging.check_average_from(average_from)
     self.loss_type = losses.op_name(loss)
     self.loss_name = loss
     multiclass = losses.is_multiclass(self.loss_type)
@@ -179,6 +198,7 @@ class LinearModel(keras.Model):
     self._step_mode = None  # what the traced train_step does
     self._train_weight = 0.0
     self._gap_data = None
+    self._average = None    # _Average of an averaging fit
 
   # ------------------------------------------------------------ structure
   def _build_spec(self, spec):
@@ -226,6 +246,8 @@ class LinearModel(keras.Model):
         num_threads=self.num_threads, num_table_shards=self.num_table_shards)
     if self.num_classes > 1:
       config["num_classes"] = self.num_classes
+    if self.average_from is not None:
+      config["average_from"] = self.average_from
     return config
 
   @classmethod
@@ -542,6 +564,10 @@ class LinearModel(keras.Model):
     if self.num_classes > 1:
       raise ValueError(f"{self.loss_type} trains in one process: the "
                        "multiclass losses are not distributed yet")
+    if self.average_from is not None:
+      raise ValueError(f"average_from={self.average_from}: output "
+                       "averaging trains in one process, not across the "
+                       "workers of a MultiWorkerMirroredStrategy")
     csr, dense, labels, weights, num_sparse = self._pack(
         x, y, sample_weight, class_weight, arrays_only=True)
     indptr, indices, values = csr if csr is not None else (None,) * 3
@@ -650,6 +676,159 @@ class LinearModel(keras.Model):
     self._flush_packed()
     self._packed = None
     self._row_duals = None
+
+  # ------------------------------------------------------------ averaging
+  def _iterate(self):
+    """The training state now, as (example keys, float64 weight table,
+    duals): for packed rows the keys in row order and the float64 duals
+    (`[n]` or `[n, K]`); for streamed batches the example state's keys
+    sorted and its float32 rows `[m, width]` (the duals in the first 1 or
+    K columns)."""
+    if self._step_mode == "packed":
+      p = self._packed
+      return p.keys, p.table.numpy(), p.duals.numpy()
+    state = self._sdca.get_state()
+    order = np.argsort(state["keys"], kind="stable")
+    table = np.concatenate([np.reshape(slot, -1) for slot in state["slots"]])
+    return state["keys"][order], table, state["values"][order]
+
+  def _set_iterate(self, keys, table, duals):
+    """Makes (keys, table, duals) as `_iterate` returns them the training
+    state and writes the shrunk weights into the kernels and bias."""
+    if self._step_mode == "packed":
+      p = self._packed
+      if not np.array_equal(p.keys, keys):
+        raise ValueError("average_from: the rows of this fit are not those "
+                         "of the mean it continues (initial_epoch > 0 "
+                         "resumes a mean on the same examples)")
+      p.table.assign(table)
+      p.duals.assign(np.reshape(duals, p.duals.shape))
+      self._write_weights(tf.constant(table))
+      return
+    slots, offset = [], 0
+    for group in self._sdca._sparse + self._sdca._dense:
+      for slot in group.slots:
+        size = slot.shape.num_elements()
+        slots.append(table[offset:offset + size].reshape(slot.shape))
+        offset += size
+    self._sdca.set_state(dict(keys=keys, values=duals, slots=slots))
+
+  def _dual_columns(self):
+    return 1 if self.num_classes == 1 else self.num_classes
+
+  def _start_average(self, packed, initial_epoch):
+    """At the start of `fit`: continues the mean when resuming
+    (`initial_epoch > 0` after an averaged fit: the last iterate becomes
+    the training state again), else starts a new one (holding the start
+    when it is an iterate to average, `initial_epoch >= average_from`)."""
+    average = self._average
+    if self.average_from is None:
+      self._average = None
+      return
+    if (initial_epoch > 0 and average is not None and average.mean.count and
+        average.packed == packed):
+      if packed and not np.array_equal(average.keys, self._packed.keys):
+        raise ValueError(
+            f"fit(initial_epoch={initial_epoch}) with average_from="
+            f"{self.average_from} continues the mean of the last fit, over "
+            "other rows (example ids) than these: resume on the same rows, "
+            "or start a new mean with initial_epoch=0")
+      if average.installed:
+        self._set_iterate(*average.last)
+        average.installed, average.last = False, None
+      return
+    self._average = average = _Average(packed)
+    if initial_epoch >= self.average_from:
+      self._average_add()
+
+  def _average_add(self):
+    """Adds the training state to the mean (examples the mean has not seen
+    yet, e.g. streamed ones, enter it with dual 0, what they had)."""
+    average = self._average
+    keys, table, duals = self._iterate()
+    if not average.packed:
+      duals = duals[:, :self._dual_columns()]
+    if average.keys is not None and not np.array_equal(average.keys, keys):
+      union = np.union1d(average.keys, keys)
+      average.mean.parts[1] = _on_keys(average.keys, average.mean.parts[1],
+                                       union)
+      duals = _on_keys(keys, duals, union)
+      keys = union
+    average.keys = keys
+    average.mean.add([table, duals])
+
+  def _mean_iterate(self, current):
+    """The mean as an iterate (keys, table, duals) for `_set_iterate`;
+    `current`: the training state (`_iterate()`), whose example rows
+    outside the duals (streaming) the mean keeps."""
+    average = self._average
+    table, duals = average.mean.parts
+    if average.packed:
+      return average.keys, table, duals
+    keys, _, values = current
+    values = _on_keys(keys, values, average.keys).astype(np.float32)
+    values[:, :self._dual_columns()] = duals
+    return average.keys, table, values
+
+  def _average_gap(self, measure):
+    """(objective per unit weight, relative gap) of the mean: for packed
+    rows one `PackedSolve` call without passes on the mean table and duals;
+    streamed, `measure` run with the mean installed for the while."""
+    average = self._average
+    if average.packed:
+      p = self._packed
+      table, duals = average.mean.parts
+      parts = sdca_ops.packed_solve(
+          p.rows, tf.constant(table), tf.constant(duals.reshape(-1)), 0,
+          loss_type=self.loss_type, l1=self.l1, l2=self.l2, num_passes=0,
+          gamma=self.gamma, num_classes=self.num_classes)[2].numpy()
+      objective, gap = trainer.objective_and_gap(parts, self.loss_type,
+                                                 self.l1, self.l2)
+      return (objective / max(p.total_weight, 1e-300),
+              gap / max(abs(objective), 1e-300))
+    current = self._iterate()
+    self._set_iterate(*self._mean_iterate(current))
+    try:
+      return measure()
+    finally:
+      self._set_iterate(*current)
+
+  def _average_install(self):
+    """At the end of `fit`: the mean becomes the model (weights, SDCA
+    state); the last iterate is kept to resume from."""
+    average = self._average
+    if average is None or not average.mean.count or average.installed:
+      return
+    current = self._iterate()
+    self._set_iterate(*self._mean_iterate(current))
+    average.last, average.installed = current, True
+
+  @property
+  def last_iterate(self):
+    """After a `fit` with `average_from`: the last epoch's weights as
+    `{"kernels": {feature: array}, "bias": array or None}` (shrunk, as the
+    model's own); None otherwise."""
+    average = self._average
+    if average is None or not average.installed:
+      return None
+    self._ensure_sdca()  # after load_model, the slots' shapes
+    table = average.last[1]
+    kernels, bias, offset = {}, None, 0
+    names = ([n for n, kind, _, _, _ in self._spec if kind != "dense"] +
+             [n for n, kind, _, _, _ in self._spec if kind == "dense"])
+    names += ["bias"] if self.bias is not None else []
+    slots = [slot for group in self._sdca._sparse + self._sdca._dense
+             for slot in group.slots]
+    for name, slot in zip(names, slots):
+      size = slot.shape.num_elements()
+      part = losses.shrink_l1(table[offset:offset + size], self.l1, self.l2)
+      offset += size
+      if name == "bias":
+        bias = part.reshape(-1)
+      else:
+        kernels[name] = part.reshape(size // self.num_classes,
+                                     self.num_classes)
+    return {"kernels": kernels, "bias": bias}
 
   # -------------------------------------------------------------- compile
   def compile(self, metrics=None, weighted_metrics=None, run_eagerly=False,
@@ -913,6 +1092,7 @@ class LinearModel(keras.Model):
     if packed or self._step_mode != "batches":
       self.train_function = None
     self._step_mode = "packed" if packed else "batches"
+    self._start_average(packed, initial_epoch)
     callbacks = list(callbacks or [])
     callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
     return super().fit(
@@ -1041,6 +1221,20 @@ class LinearModel(keras.Model):
       store[f"sdca_slot_{i}"] = slot
     store["sdca_train_weight"] = np.array([self._train_weight])
     store["sdca_calls"] = np.array([state.get("calls", 0)], np.int64)
+    average = self._average
+    if average is not None and average.mean.count:
+      # The running mean (and, when the model holds it, the last iterate),
+      # so that a resumed fit continues the same mean.
+      store["sdca_average_count"] = np.array(
+          [average.mean.count, int(average.installed), int(average.packed)],
+          np.int64)
+      store["sdca_average_keys"] = average.keys
+      store["sdca_average_table"] = average.mean.parts[0]
+      store["sdca_average_duals"] = average.mean.parts[1]
+      if average.installed:
+        store["sdca_average_last_keys"] = average.last[0]
+        store["sdca_average_last_table"] = average.last[1]
+        store["sdca_average_last_duals"] = average.last[2]
 
   def load_own_variables(self, store):
     keys = list(store.keys())
@@ -1072,6 +1266,19 @@ class LinearModel(keras.Model):
         self._row_duals = (np.asarray(store["sdca_row_keys"]),
                            np.asarray(store["sdca_row_duals"]))
       self._packed = None
+      self._average = None
+      if "sdca_average_count" in keys:
+        count, installed, packed = (
+            int(v) for v in np.asarray(store["sdca_average_count"]))
+        self._average = _Average(
+            packed, count, np.asarray(store["sdca_average_keys"]),
+            [np.asarray(store["sdca_average_table"]),
+             np.asarray(store["sdca_average_duals"])])
+        if installed:
+          self._average.installed = True
+          self._average.last = tuple(np.asarray(store[
+              f"sdca_average_last_{part}"]) for part in
+                                     ("keys", "table", "duals"))
       self._train_weight = float(np.asarray(store["sdca_train_weight"])[0])
       if self._sdca is not None:
         self._sdca.set_state(state)
@@ -1144,6 +1351,14 @@ class _DualityGapLogger(keras.callbacks.Callback):
   def on_epoch_end(self, epoch, logs=None):
     model = self._linear
     objective, gap = self._measure()
+    if model._average is not None:  # average_from
+      if epoch + 1 >= model.average_from:
+        model._average_add()
+      if logs is not None:
+        logs["last_loss"] = objective
+        logs["last_duality_gap"] = gap
+      if model._average.mean.count:
+        objective, gap = model._average_gap(self._measure)
     if logs is not None:
       logs["loss"] = objective
       logs["duality_gap"] = gap
@@ -1152,6 +1367,35 @@ class _DualityGapLogger(keras.callbacks.Callback):
       warnings.warn(slow, UserWarning, stacklevel=2)
     if self._tol is not None and gap < self._tol:
       model.stop_training = True
+
+  def on_train_end(self, logs=None):
+    self._linear._average_install()
+
+
+class _Average:
+  """The running mean of an averaging `fit`'s iterates: the float64 weight
+  table (the SdcaModel's slots end to end) and the duals of the examples
+  `keys` (packed rows: float64 per row; streamed: the float32 state's dual
+  columns). `installed`: the model holds the mean, and `last` the last
+  iterate (as `LinearModel._iterate` gives it) to resume from."""
+
+  def __init__(self, packed, count=0, keys=None, parts=None):
+    self.packed = bool(packed)
+    self.mean = averaging.RunningMean(count, parts)
+    self.keys = keys
+    self.installed = False
+    self.last = None
+
+
+def _on_keys(keys, values, new_keys):
+  """`values` (rows keyed by sorted or packed `keys`) on `new_keys`, a
+  superset: the rows of keys not in `keys` are 0."""
+  if np.array_equal(keys, new_keys):
+    return values
+  out = np.zeros((new_keys.shape[0],) + values.shape[1:], values.dtype)
+  order = np.argsort(keys, kind="stable")
+  out[np.searchsorted(new_keys, keys[order])] = values[order]
+  return out
 
 
 class _PackedRows:
