@@ -23,6 +23,7 @@ SOURCES = [
     "kernels/kernels/sdca_kernels.cc",
     "kernels/kernels/batch_index_kernels.cc",
     "kernels/kernels/packed_rows_kernels.cc",
+    "kernels/core/asdca.cc",
     "kernels/core/loss.cc",
     "kernels/core/multiclass_loss.cc",
     "kernels/core/packed_rows.cc",
