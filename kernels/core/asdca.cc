@@ -55,9 +55,13 @@ double AsdcaTheoryTheta(const PackedRows& rows, const DualLossUpdater& loss,
                           std::cbrt(k * k) / std::cbrt(m)});
 }
 
-void SolveAsdca(const PackedRows& rows, const SolverOptions& options,
-                int64_t batch_size, double theta, double* weights,
-                double* duals, double* iterate) {
+namespace {
+
+// The passes, specialised for L1 or not (v = shrink(W) is W without).
+template <bool kHasL1>
+void AsdcaPasses(const PackedRows& rows, const SolverOptions& options,
+                 int64_t batch_size, double theta, double* weights,
+                 double* duals, double* iterate) {
   const int64_t n = rows.num_examples();
   const int64_t slots = rows.num_slots();
   const int64_t num_sparse = rows.num_sparse_features();
@@ -66,15 +70,22 @@ void SolveAsdca(const PackedRows& rows, const SolverOptions& options,
   const double shrinkage = options.l1 / options.l2;
   const double inv_l2 = 1.0 / options.l2;
   const int64_t m = std::max<int64_t>(batch_size, 1);
-  auto v_of = [&](int64_t j) { return ShrinkL1(weights[j], shrinkage); };
+  auto v_of = [&](int64_t j) {
+    return kHasL1 ? ShrinkL1(weights[j], shrinkage) : weights[j];
+  };
   const Decay decay(theta);
+  const int lines = static_cast<int>(rows.PrefetchLines());
 
-  // Slot j's w is v_j + decay(t - since[j]) * offset[j]. While a step
-  // materialises the slots its batch touches, since[j] = t + 1 marks them
-  // and offset[j] holds w_j(t) itself.
-  std::vector<double> offset(slots);
-  std::vector<int64_t> since(slots, 0);
-  for (int64_t j = 0; j < slots; ++j) offset[j] = iterate[j] - v_of(j);
+  // Slot j's w is v_j + decay(t - since) * offset. While a step
+  // materialises the slots its batch touches, since = t + 1 marks them and
+  // offset holds w_j(t) itself. One struct per slot: a random id costs one
+  // cache miss for both.
+  struct Lazy {
+    double offset;
+    int64_t since;
+  };
+  std::vector<Lazy> lazy(slots);
+  for (int64_t j = 0; j < slots; ++j) lazy[j] = {iterate[j] - v_of(j), 0};
   int64_t t = 0;
 
   std::vector<int64_t> order(n);
@@ -88,6 +99,20 @@ void SolveAsdca(const PackedRows& rows, const SolverOptions& options,
     }
     for (int64_t c = 0; c < dd; ++c) {
       fn(num_sparse + c, static_cast<double>(r.dense[c]));
+    }
+  };
+  // The rows are visited in a random order: their records (and, once a
+  // record is in cache, its ids' weights and lazy state) are fetched a few
+  // rows ahead, as SDCA's passes do (PrefetchAhead in packed_rows.cc).
+  constexpr int64_t kRowAhead = 8, kSlotAhead = 3;
+  auto prefetch = [&](int64_t k) {
+    if (k + kRowAhead < n) rows.PrefetchRow(order[k + kRowAhead], lines);
+    if (k + kSlotAhead < n) {
+      const PackedRows::RowView r = rows.Row(order[k + kSlotAhead]);
+      for (int32_t e = 0; e < r.nnz; ++e) {
+        __builtin_prefetch(weights + r.ids[e]);
+        __builtin_prefetch(lazy.data() + r.ids[e], 1);
+      }
     }
   };
 
@@ -106,11 +131,13 @@ void SolveAsdca(const PackedRows& rows, const SolverOptions& options,
       // Every margin of the batch at the same u = (1 - theta) w(t) + theta
       // v = v + decay(t + 1 - since) * offset, before any dual moves.
       for (int64_t k = start; k < stop; ++k) {
+        prefetch(k);
         const PackedRows::RowView r = rows.Row(order[k]);
         if (!(r.weight > 0.0f)) continue;
         double z = 0.0;
         for_each_feature(r, [&](int64_t j, double x) {
-          z += x * (v_of(j) + decay(t + 1 - since[j]) * offset[j]);
+          const Lazy& s = lazy[j];
+          z += x * (v_of(j) + decay(t + 1 - s.since) * s.offset);
         });
         margins[k - start] = z;
       }
@@ -128,9 +155,10 @@ void SolveAsdca(const PackedRows& rows, const SolverOptions& options,
         if (change == 0.0) continue;
         const double coef = r.weight * change * inv_l2;
         for_each_feature(r, [&](int64_t j, double x) {
-          if (since[j] != t + 1) {
-            offset[j] = v_of(j) + decay(t - since[j]) * offset[j];
-            since[j] = t + 1;
+          Lazy& s = lazy[j];
+          if (s.since != t + 1) {
+            s.offset = v_of(j) + decay(t - s.since) * s.offset;
+            s.since = t + 1;
             touched.push_back(j);
           }
           weights[j] += coef * x;
@@ -140,13 +168,27 @@ void SolveAsdca(const PackedRows& rows, const SolverOptions& options,
       // (the others follow the closed form).
       for (const int64_t j : touched) {
         const double v = v_of(j);
-        offset[j] = (1.0 - theta) * offset[j] + theta * v - v;
+        lazy[j].offset = (1.0 - theta) * lazy[j].offset + theta * v - v;
       }
       ++t;
     }
   }
   for (int64_t j = 0; j < slots; ++j) {
-    iterate[j] = v_of(j) + decay(t - since[j]) * offset[j];
+    iterate[j] = v_of(j) + decay(t - lazy[j].since) * lazy[j].offset;
+  }
+}
+
+}  // namespace
+
+void SolveAsdca(const PackedRows& rows, const SolverOptions& options,
+                int64_t batch_size, double theta, double* weights,
+                double* duals, double* iterate) {
+  if (options.l1 > 0.0) {
+    AsdcaPasses<true>(rows, options, batch_size, theta, weights, duals,
+                      iterate);
+  } else {
+    AsdcaPasses<false>(rows, options, batch_size, theta, weights, duals,
+                       iterate);
   }
 }
 
