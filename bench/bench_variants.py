@@ -125,13 +125,17 @@ def main(argv=None):
   parser.add_argument("--epochs", type=int, default=100)
   parser.add_argument("--rows", type=int, default=10_000)
   parser.add_argument("--asdca-epochs", type=int, default=3000)
+  parser.add_argument("--asdca-l2-scales", default="1,0.01",
+                      help="the ASDCA table is run at these multiples of "
+                      "each problem's l2 (small: ill-conditioned)")
   parser.add_argument("--only-asdca", action="store_true",
                       help="skip the hinge table (PEGASOS, averaging)")
   args = parser.parse_args(argv)
   # (SDCA's slow-progress warning is for users, not for this table.)
   warnings.simplefilter("ignore", UserWarning)
   for name, x, y, xt, yt, l2 in problems(args.rows):
-    asdca_table(name, x, y, l2, args.asdca_epochs)
+    for scale in (float(v) for v in args.asdca_l2_scales.split(",")):
+      asdca_table(name, x, y, l2 * scale, args.asdca_epochs)
     if args.only_asdca:
       continue
     n = x.shape[0]

@@ -45,11 +45,11 @@ _SCORE_CHUNK = 1 << 18
 # the threads every epoch costs more than they gain (scikit-learn's
 # breast_cancer, 569 rows: two threads took 1.7x the time of one).
 _MIN_ROWS_PER_THREAD = 4096
-# Rows per ASDCA step when the user gives none (g3doc/benchmarks.md: the
-# epochs to a target barely depend on it with the paper's theta in the
-# ill-conditioned regime, while each step's fixed costs, the dense columns
-# above all, are paid once per batch).
-_ASDCA_BATCH_SIZE = 64
+# Rows per ASDCA step when the user gives none: the reference's 8. The
+# paper's theta shrinks like 1/sqrt(m) once m > 1 / k, and m = 64 took 1.7-3x
+# the epochs of m = 8 at about the same time per epoch (bench_variants.py,
+# g3doc/benchmarks.md); smaller m pays the per-step bookkeeping more often.
+_ASDCA_BATCH_SIZE = 8
 
 
 class InMemorySdca:
