@@ -37,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # pylint: disable=wrong-import-position
 import scipy.sparse  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
-from sklearn.datasets import load_breast_cancer  # pylint: disable=wrong-import-position
+from sklearn.datasets import load_breast_cancer, load_iris  # pylint: disable=wrong-import-position
 from sklearn.preprocessing import StandardScaler  # pylint: disable=wrong-import-position
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +76,16 @@ def problems(rows):
   y = 2.0 * data["labels"].astype(np.float64) - 1.0
   yield ("Criteo-shaped (generated)", x[:rows], y[:rows], x[rows:], y[rows:],
          10.0)
+
+
+def iris_in_cm():
+  """Iris versicolor (-1) against virginica (+1), not separable, in its
+  natural units (cm) plus an intercept: an ill-conditioned ASDCA problem
+  (max |x_i|^2 = 124)."""
+  data = load_iris()
+  keep = data.target > 0
+  x = np.column_stack([data.data[keep], np.ones(keep.sum())])
+  return x, np.where(data.target[keep] == 2, 1.0, -1.0)
 
 
 def _sdca_inputs(x, y):
@@ -133,6 +143,8 @@ def main(argv=None):
   args = parser.parse_args(argv)
   # (SDCA's slow-progress warning is for users, not for this table.)
   warnings.simplefilter("ignore", UserWarning)
+  asdca_table("iris (cm), versicolor vs virginica", *iris_in_cm(), 1.0,
+              args.asdca_epochs)
   for name, x, y, xt, yt, l2 in problems(args.rows):
     for scale in (float(v) for v in args.asdca_l2_scales.split(",")):
       asdca_table(name, x, y, l2 * scale, args.asdca_epochs)
