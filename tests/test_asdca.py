@@ -25,6 +25,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 
 from tf_sdca.ops import sdca_ops
 from tf_sdca.trainer import InMemorySdca
+from tf_sdca.trainer import RowChunks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -237,6 +238,32 @@ def test_batch_size_below_one_is_refused(batch_size):
   with pytest.raises(ValueError, match=r"asdca_batch_size .*>= 1"):
     InMemorySdca(loss="logistic", visit_order="asdca",
                  asdca_batch_size=batch_size)
+
+
+def test_threads_are_not_used_and_say_so():
+  with pytest.warns(UserWarning, match="'asdca' runs on one thread"):
+    InMemorySdca(loss="logistic", visit_order="asdca", num_threads=2)
+
+
+def test_row_chunks_and_averaging_take_asdca_too():
+  # fit(rows=RowChunks) packs chunk by chunk, average_from averages the
+  # (W(alpha), alpha) iterates: both compose with ASDCA's epochs, and the
+  # gap of the average stays a valid certificate.
+  x, y = _iris()
+  chunks = [dict(labels=y[:40], dense=x[:40]), dict(labels=y[40:],
+                                                    dense=x[40:])]
+  kwargs = dict(loss="logistic", l2=10.0, visit_order="asdca")
+  whole = InMemorySdca(**kwargs)
+  _fit(whole, x, y, epochs=15, tol=None)
+  chunked = InMemorySdca(**kwargs)
+  chunked.fit(rows=RowChunks(chunks, num_examples=len(y), dense_dim=5),
+              epochs=15, verbose=0)
+  np.testing.assert_array_equal(chunked.dense_weights, whole.dense_weights)
+  averaged = InMemorySdca(average_from=5, **kwargs)
+  history = _fit(averaged, x, y, epochs=15, tol=None)
+  assert np.all(np.asarray(history["duality_gap"]) >= 0)
+  np.testing.assert_array_equal(averaged.last_iterate["dense_weights"],
+                                whole.dense_weights)
 
 
 def test_minibatches_of_the_trainer_are_refused():

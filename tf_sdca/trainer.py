@@ -141,6 +141,11 @@ class InMemorySdca:
     self.asdca_theta = None if asdca_theta is None else float(asdca_theta)
     self.asdca_theta_used = None
     self.asdca_iterate = None  # float64 [num_features + d], shrunk
+    if self._asdca and int(num_threads) > 1:
+      warnings.warn(
+          f"num_threads={num_threads}: visit_order 'asdca' runs on one "
+          "thread (its batches' margins are not split over threads yet)",
+          UserWarning, stacklevel=2)
     if losses.is_multiclass(loss) and num_classes is None:
       raise ValueError(f"{losses.short_name(loss)} needs num_classes (the "
                        "number of classes K >= 2)")
