@@ -439,6 +439,10 @@ class InMemorySdca:
         print(f"  loss {history['loss'][-1]:.6f}  relative duality gap "
               f"{history['duality_gap'][-1]:.3e}  {n / elapsed:,.0f} rows/s")
       slow = watch.update(history["duality_gap"][-1])
+      if slow and self._asdca:
+        slow += (f". ASDCA's theta = {self.asdca_theta_used:.3g} is small "
+                 "when some |x_i|^2 is large: a larger asdca_theta can be "
+                 "much faster (or diverge; g3doc/trainer.md)")
       if slow:
         warnings.warn(slow, UserWarning, stacklevel=2)
       if callback is not None:
