@@ -18,6 +18,7 @@ _LAZY = {
     "pack_rows": ("tf_sdca.ops", "pack_rows"),
     "new_packed_rows": ("tf_sdca.ops", "new_packed_rows"),
     "append_rows": ("tf_sdca.ops", "append_rows"),
+    "asdca_solve": ("tf_sdca.ops", "asdca_solve"),
     "packed_solve": ("tf_sdca.ops", "packed_solve"),
     "sdca_optimizer": ("tf_sdca.ops", "sdca_optimizer"),
     "sdca_shrink_l1": ("tf_sdca.ops", "sdca_shrink_l1"),

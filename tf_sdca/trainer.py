@@ -45,6 +45,11 @@ _SCORE_CHUNK = 1 << 18
 # the threads every epoch costs more than they gain (scikit-learn's
 # breast_cancer, 569 rows: two threads took 1.7x the time of one).
 _MIN_ROWS_PER_THREAD = 4096
+# Rows per ASDCA step when the user gives none: the reference's 8. The
+# paper's theta shrinks like 1/sqrt(m) once m > 1 / k, and m = 64 took 1.7-3x
+# the epochs of m = 8 at about the same time per epoch (bench_variants.py,
+# g3doc/benchmarks.md); smaller m pays the per-step bookkeeping more often.
+_ASDCA_BATCH_SIZE = 8
 
 
 class InMemorySdca:
@@ -79,7 +84,15 @@ class InMemorySdca:
       op's name ('logistic_loss').
     l1: L1 regularisation (>= 0).
     l2: L2 regularisation (> 0).
-    visit_order: see `tf_sdca.sdca_optimizer`.
+    visit_order: see `tf_sdca.sdca_optimizer`; or 'asdca': accelerated
+      mini-batch SDCA (Shalev-Shwartz and Zhang 2013; `tf_sdca.asdca_solve`)
+      for a smooth loss (logistic, squared, smooth hinge), one
+      `TfSdca>AsdcaSolve` call per epoch on rows packed for one thread.
+      The weights are W(alpha) of its duals (the history's duality gap
+      certifies them, as for SDCA); the accelerated iterate it carries
+      from epoch to epoch is `asdca_iterate` (shrunk weights: the sparse
+      ones, then the dense ones, in one vector). Whole data set per epoch
+      only (no `batch_size`).
     seed: seed of the visiting order and of the batch order.
     gamma: smooth-hinge smoothing.
     num_threads: threads solving each epoch (0 or 1: one). Packed rows:
@@ -116,16 +129,39 @@ class InMemorySdca:
       `fit(epochs=10, initial_epoch=5)` ends where `fit(epochs=10)` does.
       During `fit`, `running_average()` gives the mean so far (for
       checkpoints).
+    asdca_batch_size: rows per ASDCA step m (>= 1; visit_order 'asdca').
+      Each epoch deals a fresh permutation of the rows into n/m batches.
+    asdca_theta: ASDCA's theta in (0, 1], or None for the paper's
+      1/4 min{1, sqrt(k/m), k, k^(2/3)/m^(1/3)}, k = l2 gamma_loss /
+      max_i s_i |x_i|^2 (gamma_loss = 1 / sup loss'': 4 logistic, 1
+      squared, gamma smooth hinge), which provably converges but, on
+      ill-conditioned data (small k), slowly: a larger theta can be much
+      faster or diverge (g3doc/benchmarks.md). The theta used is
+      `asdca_theta_used` after `fit`.
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
                visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
-               pack=True, num_classes=None, average_from=None):
+               pack=True, num_classes=None, average_from=None,
+               asdca_batch_size=_ASDCA_BATCH_SIZE, asdca_theta=None):
     loss = losses.op_name(loss)
+    self._asdca = visit_order == "asdca"
+    if self._asdca:
+      sdca_ops.check_asdca_options(loss, asdca_batch_size, asdca_theta)
+    self.asdca_batch_size = int(asdca_batch_size) if self._asdca else None
+    self.asdca_theta = None if asdca_theta is None else float(asdca_theta)
+    self.asdca_theta_used = None
+    self.asdca_iterate = None  # float64 [num_features + d], shrunk
+    if self._asdca and int(num_threads) > 1:
+      warnings.warn(
+          f"num_threads={num_threads}: visit_order 'asdca' runs on one "
+          "thread (its batches' margins are not split over threads yet)",
+          UserWarning, stacklevel=2)
     if losses.is_multiclass(loss) and num_classes is None:
       raise ValueError(f"{losses.short_name(loss)} needs num_classes (the "
                        "number of classes K >= 2)")
-    sdca_ops._check_options(loss, l1, l2, 1, 1, visit_order, gamma,
+    sdca_ops._check_options(loss, l1, l2, 1, 1, self._packed_order(
+        visit_order), gamma,
                             num_threads,
                             1 if num_classes is None else int(num_classes))
     self.loss = loss
@@ -157,6 +193,12 @@ class InMemorySdca:
     self.dense_weights = None   # float64 [d], unshrunk
     self._table = None          # the last op call's weight table
     self.duals = None           # float64 [n], the dual of each row
+
+  def _packed_order(self, visit_order=None):
+    """The visit_order of the PackedSolve calls: ASDCA's objective
+    evaluations take 'permutation' (no passes: the order is unused)."""
+    order = self.visit_order if visit_order is None else visit_order
+    return "permutation" if order == "asdca" else order
 
   # --------------------------------------------------------------- data
   @staticmethod
@@ -334,6 +376,10 @@ class InMemorySdca:
 
     batch_size = int(batch_size or n)
     one_call = batch_size >= n
+    if self._asdca and not one_call:
+      raise ValueError(f"batch_size={batch_size} < {n} rows: visit_order "
+                       "'asdca' trains on the whole data set per epoch "
+                       "(its own mini-batches are asdca_batch_size)")
     if self._multiclass and not one_call:
       raise ValueError(f"batch_size={batch_size} < {n} rows: {self.loss} "
                        "trains on the whole data set per epoch (no "
@@ -341,7 +387,8 @@ class InMemorySdca:
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     resident = _Packed(rows, self.loss, self.gamma,
-                       _choose_threads(self.num_threads, n, self.num_classes)
+                       (1 if self._asdca else
+                        _choose_threads(self.num_threads, n, self.num_classes))
                        if one_call else 1, self.num_classes)
     total_weight = resident.total_weight
     fixed = None if one_call or shuffle else list(self._batches(
@@ -365,7 +412,9 @@ class InMemorySdca:
       start_time = time.perf_counter()
       if epoch == initial_epoch:
         start_time = prepare_start
-      if one_call:
+      if self._asdca:
+        self._asdca_call(resident, epoch)
+      elif one_call:
         self._resident_call(resident, epoch, passes=1)
       else:
         if fixed is None:
@@ -389,7 +438,15 @@ class InMemorySdca:
       # Training time only: the exact objective below is bookkeeping.
       elapsed = time.perf_counter() - start_time
       parts = self._resident_call(resident, epoch, passes=0)
-      objective, gap = self._objective_and_gap_from(parts)
+      try:
+        objective, gap = self._objective_and_gap_from(parts)
+      except FloatingPointError as error:
+        if not self._asdca:
+          raise
+        raise FloatingPointError(
+            f"ASDCA with theta = {self.asdca_theta_used:.4g} diverged "
+            f"({error}); lower asdca_theta (None: the paper's, which "
+            "converges)") from None
       if average is not None:
         history["last_loss"].append(objective / total_weight)
         history["last_duality_gap"].append(gap / max(abs(objective), 1e-300))
@@ -407,6 +464,10 @@ class InMemorySdca:
         print(f"  loss {history['loss'][-1]:.6f}  relative duality gap "
               f"{history['duality_gap'][-1]:.3e}  {n / elapsed:,.0f} rows/s")
       slow = watch.update(history["duality_gap"][-1])
+      if slow and self._asdca:
+        slow += (f". ASDCA's theta = {self.asdca_theta_used:.3g} is small "
+                 "when some |x_i|^2 is large: a larger asdca_theta can be "
+                 "much faster (or diverge; g3doc/trainer.md)")
       if slow:
         warnings.warn(slow, UserWarning, stacklevel=2)
       if callback is not None:
@@ -449,21 +510,45 @@ class InMemorySdca:
         duals=_aliased(np.ascontiguousarray(self.duals,
                                             np.float64).reshape(-1)),
         seed=self.seed * 1_000_003 + epoch, loss_type=self.loss, l1=self.l1,
-        l2=self.l2, num_passes=passes, visit_order=self.visit_order,
+        l2=self.l2, num_passes=passes, visit_order=self._packed_order(),
         gamma=self.gamma, compute_objective=passes == 0,
         num_classes=self.num_classes)
     w, duals, parts = sdca_ops.packed_solve(resident.rows, **options)
     if passes:
-      w = self._table = w.numpy()
-      if self._multiclass:
-        w = w.reshape(-1, self.num_classes)
-      k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
-      if self.sparse_weights is not None:
-        self.sparse_weights = w[:k]
-      if self.dense_weights is not None:
-        self.dense_weights = w[k:]
+      self._install_table(w)
       self.duals = duals.numpy().reshape(self.duals.shape)
     return parts.numpy()
+
+  def _install_table(self, w):
+    """Makes the op's weight table `w` the model's sparse and dense
+    weights (views of it)."""
+    w = self._table = w.numpy()
+    if self._multiclass:
+      w = w.reshape(-1, self.num_classes)
+    k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
+    if self.sparse_weights is not None:
+      self.sparse_weights = w[:k]
+    if self.dense_weights is not None:
+      self.dense_weights = w[k:]
+
+  def _asdca_call(self, resident, epoch):
+    """One `TfSdca>AsdcaSolve` pass over the packed rows. A run starts (or
+    resumes from weights without an iterate) at w = shrink(W)."""
+    table = self._weight_table()
+    iterate = self.asdca_iterate
+    if iterate is None or iterate.shape != table.shape:
+      iterate = losses.shrink_l1(table, self.l1, self.l2)
+    w, duals, iterate, _, theta = sdca_ops.asdca_solve(
+        resident.rows, _aliased(table),
+        _aliased(np.ascontiguousarray(self.duals, np.float64)),
+        _aliased(np.asarray(iterate, np.float64)),
+        self.seed * 1_000_003 + epoch, self.loss, self.l1, self.l2,
+        self.asdca_batch_size, self.asdca_theta, gamma=self.gamma,
+        compute_objective=False)
+    self._install_table(w)
+    self.duals = duals.numpy().reshape(self.duals.shape)
+    self.asdca_iterate = iterate.numpy()
+    self.asdca_theta_used = float(theta)
 
   def _objective_and_gap_from(self, parts):
     """(primal, duality gap) from the op's objective parts (see
@@ -653,7 +738,7 @@ class _IterateAverage:
     return sdca_ops.packed_solve(
         resident.rows, _aliased(self.table), _aliased(self.duals), 0,
         loss_type=m.loss, l1=m.l1, l2=m.l2, num_passes=0,
-        visit_order=m.visit_order, gamma=m.gamma,
+        visit_order=m._packed_order(), gamma=m.gamma,  # pylint: disable=protected-access
         num_classes=m.num_classes)[2].numpy()
 
   def split(self):

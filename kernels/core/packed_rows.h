@@ -236,6 +236,36 @@ class PackedRows {
   // Bytes held (records, row offsets, labels, hot ids).
   int64_t bytes() const;
 
+  // Row i's record read in place, for solvers outside this class (ASDCA,
+  // asdca.h); rows packed with one thread only (the split records of the
+  // lock-free threads keep hot ids as indices).
+  struct RowView {
+    int64_t row;
+    double norm;   // |x_i|^2
+    double label;  // converted
+    float weight;  // s_i
+    int32_t nnz;
+    const int32_t* ids;
+    const float* values;  // nullptr: all 1.0
+    const float* dense;   // [dense_dim()]
+  };
+  RowView Row(int64_t i) const {
+    const Header* h = reinterpret_cast<const Header*>(buffer_.get() +
+                                                      offsets_[i]);
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const float* values = reinterpret_cast<const float*>(ids + h->nnz);
+    return {h->row, h->norm, h->label, h->weight, h->nnz, ids,
+            has_values_ ? values : nullptr,
+            has_values_ ? values + h->nnz : values};
+  }
+  // Asks the cache for row i's record (its first `lines` cache lines)
+  // without reading it: a solver visiting rows in a random order issues it
+  // a few rows ahead.
+  void PrefetchRow(int64_t i, int lines) const {
+    const char* p = buffer_.get() + offsets_[i];
+    for (int line = 0; line < lines; ++line) __builtin_prefetch(p + 64 * line);
+  }
+
   // False (and *error naming duals[i]) when duals[i] is not finite or
   // outside the loss's dual domain for row i's label.
   bool CheckDuals(const double* duals, const DualLossUpdater& loss,

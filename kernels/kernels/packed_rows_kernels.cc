@@ -3,7 +3,8 @@
 // (kernels/core/packed_rows.h, PackedRows) into a resource that the handle
 // owns, in one call (PackRows) or chunk by chunk (NewPackedRows, then
 // AppendRows); each epoch is then one PackedSolve call that validates only
-// the weights and duals.
+// the weights and duals. TfSdca>AsdcaSolve (accelerated mini-batch SDCA,
+// kernels/core/asdca.h) solves the same packed rows.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/core/asdca.h"
 #include "kernels/core/loss.h"
 #include "kernels/core/multiclass_loss.h"
 #include "kernels/core/packed_rows.h"
@@ -533,5 +535,173 @@ REGISTER_KERNEL_BUILDER(Name("TfSdca>AppendRows").Device(DEVICE_CPU),
                         AppendRowsOp);
 REGISTER_KERNEL_BUILDER(Name("TfSdca>PackedSolve").Device(DEVICE_CPU),
                         PackedSolveOp);
+
+namespace {
+
+// TfSdca>AsdcaSolve: ASDCA passes over one-thread packed rows, the
+// accelerated iterate an input and an output (kept by the caller between
+// epochs).
+class AsdcaSolveOp : public OpKernel {
+ public:
+  explicit AsdcaSolveOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type_));
+    LossType type;
+    OP_REQUIRES(context, ParseLossType(loss_type_, &type),
+                InvalidArgument("unknown loss_type ", loss_type_));
+    float l1, l2;
+    OP_REQUIRES_OK(context, context->GetAttr("l1", &l1));
+    OP_REQUIRES_OK(context, context->GetAttr("l2", &l2));
+    OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma_));
+    OP_REQUIRES(context, std::isfinite(l1) && l1 >= 0,
+                InvalidArgument("l1 = ", l1, " must be >= 0"));
+    OP_REQUIRES(context, std::isfinite(l2) && l2 > 0,
+                InvalidArgument("l2 = ", l2, " must be > 0"));
+    OP_REQUIRES(context, std::isfinite(gamma_) && gamma_ > 0,
+                InvalidArgument("gamma = ", gamma_, " must be > 0"));
+    loss_ = MakeLossUpdater(type, gamma_);
+    std::string error;
+    OP_REQUIRES(context, AsdcaSupportsLoss(*loss_, &error),
+                InvalidArgument(error));
+    options_.loss = loss_.get();
+    options_.l1 = l1;
+    options_.l2 = l2;
+    OP_REQUIRES_OK(context, context->GetAttr("num_passes",
+                                             &options_.num_inner_iterations));
+    OP_REQUIRES(context, options_.num_inner_iterations <= kMaxPasses,
+                InvalidArgument("num_passes = ",
+                                options_.num_inner_iterations,
+                                " is more than the limit of ", kMaxPasses,
+                                " passes per call"));
+    OP_REQUIRES_OK(context, context->GetAttr("batch_size", &batch_size_));
+    float theta;
+    OP_REQUIRES_OK(context, context->GetAttr("theta", &theta));
+    OP_REQUIRES(context, theta == 0.0f || (theta > 0.0f && theta <= 1.0f),
+                InvalidArgument("theta = ", theta,
+                                " must be in (0, 1], or 0 for the paper's"));
+    theta_ = theta;
+    OP_REQUIRES_OK(context,
+                   context->GetAttr("compute_objective", &compute_objective_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& weights = context->input(1);
+    const Tensor& duals = context->input(2);
+    const Tensor& iterate = context->input(3);
+    const Tensor& seed = context->input(4);
+    PackedRowsResource* resource;
+    OP_REQUIRES_OK(context, LookupRows(context, &resource));
+    OP_REQUIRES(context,
+                resource->loss_type() == loss_type_ &&
+                    resource->gamma() == gamma_,
+                InvalidArgument("the rows were packed for ",
+                                resource->loss_type(), " (gamma ",
+                                resource->gamma(), "), not for ", loss_type_,
+                                " (gamma ", gamma_, ")"));
+    OP_REQUIRES_OK(context, CheckEpochState(weights, duals, seed));
+    OP_REQUIRES_OK(context, CheckRank(iterate, 1, "iterate"));
+    const PackedRows* rows;
+    OP_REQUIRES_OK(context, resource->Complete(&rows));
+    OP_REQUIRES(context, rows->num_threads() == 1,
+                ::tensorflow::errors::Unimplemented(
+                    "rows packed for ", rows->num_threads(),
+                    " threads: ASDCA solves rows packed with num_threads = "
+                    "1"));
+    const int64_t slots = rows->num_slots();
+    OP_REQUIRES(context, weights.dim_size(0) == slots,
+                InvalidArgument("weights has ", weights.dim_size(0),
+                                " entries; the packed rows need ", slots, " (",
+                                rows->num_sparse_features(), " sparse + ",
+                                rows->dense_dim(), " dense)"));
+    OP_REQUIRES(context, iterate.dim_size(0) == slots,
+                InvalidArgument("iterate has ", iterate.dim_size(0),
+                                " entries; the packed rows need ", slots));
+    OP_REQUIRES(context, duals.dim_size(0) == rows->num_examples(),
+                InvalidArgument("duals has ", duals.dim_size(0),
+                                " entries but the packed rows are ",
+                                rows->num_examples()));
+    OP_REQUIRES_OK(context, CheckFiniteWeights(TensorBuffer<double>(weights),
+                                               slots));
+    const double* iterate_in = TensorBuffer<double>(iterate);
+    for (int64_t j = 0; j < slots; ++j) {
+      OP_REQUIRES(context, std::isfinite(iterate_in[j]),
+                  InvalidArgument("iterate[", j, "] = ", iterate_in[j],
+                                  " must be finite"));
+    }
+    std::string error;
+    OP_REQUIRES(context,
+                rows->CheckDuals(TensorBuffer<double>(duals), *loss_, &error),
+                InvalidArgument(error));
+    // Outputs start as copies of the inputs (which may alias unaligned
+    // numpy memory: raw buffers), and the passes update them in place.
+    Tensor* weights_out;
+    Tensor* duals_out;
+    Tensor* iterate_out;
+    Tensor* objective_out;
+    Tensor* theta_out;
+    OP_REQUIRES_OK(context, context->allocate_output(0, weights.shape(),
+                                                     &weights_out));
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(1, duals.shape(), &duals_out));
+    OP_REQUIRES_OK(context, context->allocate_output(2, iterate.shape(),
+                                                     &iterate_out));
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                3, TensorShape({4}), &objective_out));
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(4, TensorShape({}), &theta_out));
+    double* w = weights_out->flat<double>().data();
+    double* alpha = duals_out->flat<double>().data();
+    const double* weights_in = TensorBuffer<double>(weights);
+    const double* duals_in = TensorBuffer<double>(duals);
+    std::copy(weights_in, weights_in + slots, w);
+    std::copy(duals_in, duals_in + rows->num_examples(), alpha);
+    double* w_iterate = iterate_out->flat<double>().data();
+    std::copy(iterate_in, iterate_in + slots, w_iterate);
+    const double theta =
+        theta_ > 0.0
+            ? theta_
+            : AsdcaTheoryTheta(*rows, *loss_, options_.l2, batch_size_);
+    theta_out->scalar<double>()() = theta;
+    SolverOptions options = options_;
+    options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
+    WatchCancellation(context, &options);
+    if (options.num_inner_iterations > 0) {
+      SolveAsdca(*rows, options, batch_size_, theta, w, alpha, w_iterate);
+      OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>AsdcaSolve"));
+      std::string dual_error;
+      rows->CheckDuals(alpha, *loss_, &dual_error);
+      for (int64_t j = 0; j < slots && dual_error.empty(); ++j) {
+        if (!std::isfinite(w[j]) || !std::isfinite(w_iterate[j])) {
+          dual_error = "the weights or the iterate are not finite at slot " +
+                       std::to_string(j);
+        }
+      }
+      OP_REQUIRES(context, dual_error.empty(),
+                  InvalidArgument(loss_->Name(), ": ASDCA with theta = ",
+                                  theta, " diverged (", dual_error,
+                                  "); lower theta (0: the paper's), raise l2 "
+                                  "or rescale the features"));
+    }
+    if (!compute_objective_) return WriteObjective(nullptr, objective_out);
+    const ObjectiveParts parts = rows->Evaluate(
+        options, w, alpha,
+        context->device()->tensorflow_cpu_worker_threads()->num_threads,
+        DevicePool(context));
+    WriteObjective(&parts, objective_out);
+  }
+
+ private:
+  std::unique_ptr<DualLossUpdater> loss_;
+  SolverOptions options_;
+  std::string loss_type_;
+  float gamma_ = 1.0f;
+  int64_t batch_size_ = 1;
+  double theta_ = 0.0;
+  bool compute_objective_ = true;
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("TfSdca>AsdcaSolve").Device(DEVICE_CPU),
+                        AsdcaSolveOp);
 
 }  // namespace tf_sdca

@@ -20,6 +20,9 @@ MULTICLASS_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
 # ... and for the multiclass hinge, whose rows classified with margin rest
 # at alpha = 0, LIBLINEAR-style shrinking of those rows.
 MULTICLASS_HINGE_VISIT_ORDERS = MULTICLASS_VISIT_ORDERS + ("shrinking",)
+# The losses accelerated mini-batch SDCA (`asdca_solve`) converges for: the
+# smooth ones (bounded loss'').
+ASDCA_LOSSES = ("logistic_loss", "squared_loss", "smooth_hinge_loss")
 
 
 # The most passes one op call makes (kMaxPasses in solver_options.h); a call
@@ -565,3 +568,84 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                                num_loss_partitions, num_passes, visit_order,
                                gamma, compute_objective, num_classes)
     return load_ops().tf_sdca_packed_solve(rows, *state, **attrs)
+
+
+def check_asdca_options(loss_type, batch_size, theta):
+  """Raises ValueError unless ASDCA can run `loss_type` with `batch_size`
+  rows per step and `theta` (None: the paper's)."""
+  if loss_type not in ASDCA_LOSSES:
+    raise ValueError(
+        f"ASDCA needs a smooth loss ({', '.join(ASDCA_LOSSES)}); "
+        f"{loss_type} is not smooth: use smooth_hinge_loss for a hinge-like "
+        "loss, or another visit_order for SDCA")
+  if (isinstance(batch_size, bool) or
+      not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
+    raise ValueError(f"asdca_batch_size must be an integer >= 1, got "
+                     f"{batch_size!r}")
+  if theta is not None and (isinstance(theta, bool) or
+                            not isinstance(theta, (int, float, np.number)) or
+                            not 0.0 < float(theta) <= 1.0):
+    raise ValueError(f"asdca_theta must be None (the paper's) or in (0, 1], "
+                     f"got {theta!r}")
+
+
+def asdca_solve(rows, weights, duals, iterate, seed, loss_type, l1, l2,
+                batch_size, theta=None, num_passes=1, gamma=1.0,
+                compute_objective=True, name=None):
+  """Accelerated mini-batch SDCA passes over rows packed by `pack_rows`
+  (with `num_threads=1`): one call per epoch.
+
+  ASDCA (Shalev-Shwartz and Zhang, "Accelerated Mini-Batch Stochastic Dual
+  Coordinate Ascent", NIPS 2013) minimises the objective of `packed_solve`
+  for a smooth loss. Each pass deals a permutation of the rows into batches
+  of `batch_size`; per batch, with v = shrink(weights) and the accelerated
+  iterate w: u = (1 - theta) w + theta v, every dual of the batch moves
+  theta of the way to -loss'(x_i.u), the weights by their changes, and
+  w <- (1 - theta) w + theta v. The returned weights are W(alpha) (their
+  duality gap with the duals certifies them); the iterate must be passed
+  to the next call.
+
+  Args:
+    rows: the handle from `pack_rows` / `new_packed_rows`, one thread.
+    weights: float64 `[m]` unshrunk weights W(alpha).
+    duals: float64 `[n]`.
+    iterate: float64 `[m]` accelerated iterate (shrunk); start a run with
+      `shrink(weights)`.
+    seed: int; the batches of pass p depend on (seed, p).
+    loss_type: one of `ASDCA_LOSSES`, the rows' loss.
+    l1, l2: regularisation.
+    batch_size: rows per step (>= 1).
+    theta: in (0, 1], or None for the paper's 1/4 min{1, sqrt(k/m), k,
+      k^(2/3)/m^(1/3)}, k = l2 gamma_loss / max_i s_i |x_i|^2.
+    num_passes: passes in this call (0: only the objective).
+    gamma: smooth-hinge smoothing (the packing's).
+    compute_objective: evaluate the objective parts after the passes.
+    name: op name.
+
+  Returns:
+    `(weights, duals, iterate, objective, theta)`: objective as
+    `packed_solve`'s, theta the one used.
+
+  Raises:
+    ValueError: on bad options (a loss that is not smooth, batch_size < 1,
+      theta outside (0, 1]).
+    tf.errors.InvalidArgumentError: on bad weights, duals or iterate, rows
+      packed for another loss, or a theta so large that the passes
+      diverged.
+    tf.errors.UnimplementedError: rows packed for several threads.
+  """
+  _check_options(loss_type, l1, l2, 1, 1, "permutation", gamma, 0, 1)
+  check_asdca_options(loss_type, batch_size, theta)
+  if not 0 <= int(num_passes) <= MAX_PASSES:
+    raise ValueError(f"num_passes must be in [0, {MAX_PASSES}], got "
+                     f"{num_passes}")
+  with tf.name_scope(name or "asdca_solve"):
+    return load_ops().tf_sdca_asdca_solve(
+        rows, _tensor(weights, tf.float64, "weights"),
+        _tensor(duals, tf.float64, "duals"),
+        _tensor(iterate, tf.float64, "iterate"),
+        _tensor(seed, tf.int64, "seed"), loss_type=loss_type, l1=float(l1),
+        l2=float(l2), gamma=float(gamma), num_passes=int(num_passes),
+        batch_size=int(batch_size),
+        theta=0.0 if theta is None else float(theta),
+        compute_objective=bool(compute_objective))
