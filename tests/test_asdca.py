@@ -13,6 +13,7 @@ the paper's formulas computed here in numpy; the core's lazy iterate
 against a dense implementation in kernels/tests/asdca_main.cc.
 """
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -355,3 +356,69 @@ def test_core_driver_is_clean_under_asan_and_ubsan(tmp_path):
   # The sanitizers' build of the core takes ~15-50 s.
   _run_core_driver(tmp_path, ["-O1", "-g", "-fsanitize=address,undefined",
                               "-fno-sanitize-recover=all"])
+
+
+def test_keras_model_trains_asdca_in_memory_to_the_sdca_optimum(tmp_path):
+  """keras.LinearModel(visit_order='asdca') on iris in cm: the epochs run
+  TfSdca>AsdcaSolve over the packed rows and end at InMemorySdca's ASDCA
+  weights (same seeds, same batches) and at SDCA's optimum; save/load keeps
+  the options; a streamed dataset is refused."""
+  from tf_sdca import keras as sdca_keras  # pylint: disable=import-outside-toplevel
+  x, y = _iris()
+  x = x[:, :4]  # the model's bias is the intercept
+  model = sdca_keras.LinearModel(loss="smooth_hinge", l2=10.0,
+                                 visit_order="asdca", asdca_batch_size=8)
+  model.fit({"x": x}, y, epochs=1500, verbose=0)
+  kernel = model.get_weights()
+  ours = np.concatenate([kernel[0].ravel(), kernel[1].ravel()])
+  ref = InMemorySdca(loss="smooth_hinge", l2=10.0)
+  ref.fit(labels=y, dense=np.hstack([x, np.ones((len(y), 1), np.float32)]),
+          epochs=5000, tol=1e-14, verbose=0)
+  np.testing.assert_allclose(ours, ref.dense_weights, rtol=1e-5, atol=1e-6)
+  path = str(tmp_path / "asdca.keras")
+  model.save(path)
+  loaded = tf.keras.models.load_model(path)
+  assert loaded.visit_order == "asdca" and loaded.asdca_batch_size == 8
+  data = tf.data.Dataset.from_tensor_slices(
+      ({"x": x, "example_id": np.arange(len(y))}, y)).batch(10)
+  with pytest.raises(ValueError, match="asdca.*not a streamed"):
+    model.fit(data, epochs=1, verbose=0)
+  with pytest.raises(ValueError, match="hinge_loss is not smooth"):
+    sdca_keras.LinearModel(loss="hinge", visit_order="asdca")
+
+
+def test_cli_trains_asdca_and_resumes_its_iterate(tmp_path):
+  """`tf-sdca train --visit-order asdca` on iris in cm as LIBSVM lines: 6
+  epochs in one run equal 3 + 3 with `--resume` (the checkpoint keeps the
+  accelerated iterate); refused with --local-cluster and for a loss that is
+  not smooth."""
+  from tf_sdca import cli  # pylint: disable=import-outside-toplevel
+  x, y = _iris()
+  x = x[:, :4]
+  path = str(tmp_path / "iris.svm")
+  with open(path, "w") as f:
+    for label, row in zip(y, x):
+      f.write(f"{int(label)} " + " ".join(f"{j + 1}:{v:.9g}"
+                                          for j, v in enumerate(row)) + "\n")
+  args = ["--format", "libsvm", "--loss", "smooth_hinge", "--l2", "10",
+          "--tol", "0", "--quiet", "--visit-order", "asdca",
+          "--asdca-batch-size", "4"]
+
+  def train(model_dir, epochs, *extra):
+    assert cli.main(["train", path, "--model-dir", model_dir, "--epochs",
+                     str(epochs), *args, *extra]) == 0
+    with np.load(os.path.join(model_dir, "checkpoint.npz")) as ckpt:
+      return {k: ckpt[k] for k in ckpt.files}
+
+  whole = train(str(tmp_path / "whole"), 6)
+  train(str(tmp_path / "parts"), 3)
+  parts = train(str(tmp_path / "parts"), 6, "--resume")
+  for key in ("dense_weights", "sparse_weights", "duals", "asdca_iterate"):
+    np.testing.assert_array_equal(whole[key], parts[key])
+  with open(os.path.join(tmp_path, "whole", "model.json")) as f:
+    assert json.load(f)["visit_order"] == "asdca"
+  assert cli.main(["train", path, "--model-dir", str(tmp_path / "x"),
+                   "--epochs", "1", *args[:2], "--loss", "hinge",
+                   "--visit-order", "asdca", "--quiet"]) != 0
+  assert cli.main(["train", path, "--model-dir", str(tmp_path / "y"),
+                   "--epochs", "1", *args, "--local-cluster", "2"]) != 0

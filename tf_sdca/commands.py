@@ -87,6 +87,19 @@ def add_parsers(sub):
   # from scripts written when it was an option.
   train.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)
   train.add_argument("--seed", type=int, default=0)
+  train.add_argument("--visit-order", default="permutation",
+                     choices=("permutation", "cyclic", "uniform", "adaptive",
+                              "shrinking", "asdca"),
+                     help="order of SDCA's coordinate steps, or asdca: the "
+                     "reference's accelerated mini-batch SDCA (smooth losses: "
+                     "logistic, squared, smooth_hinge; one thread). Kept in "
+                     "model.json")
+  train.add_argument("--asdca-batch-size", type=_int_in(1), default=8,
+                     help="rows per ASDCA step (--visit-order asdca)")
+  train.add_argument("--asdca-theta", type=float, default=None,
+                     help="ASDCA's theta in (0, 1]; default: the paper's, "
+                     "provably convergent but slow on ill-conditioned data "
+                     "(g3doc/trainer.md)")
   train.add_argument("--average-from", type=_int_in(0), default=None,
                      metavar="T0",
                      help="output averaging: the saved model is the mean of "
@@ -441,6 +454,9 @@ def train(args):
                      "--local-cluster or TF_CONFIG)")
   average_from = getattr(args, "average_from", None)
   if distributed_command.wanted(args):
+    if getattr(args, "visit_order", "permutation") == "asdca":
+      raise ValueError("--visit-order asdca trains in one process (not with "
+                       "--local-cluster or TF_CONFIG)")
     if average_from is not None:
       raise ValueError(f"--average-from {average_from}: output averaging "
                        "trains in one process (not with --local-cluster or "
@@ -501,7 +517,11 @@ def train(args):
                 num_features=(1 << args.bucket_bits
                               if args.format == "criteo" else None),
                 scale=None, rows=info["rows"], epochs_done=0, history=[],
-                average_from=average_from)
+                average_from=average_from,
+                visit_order=getattr(args, "visit_order", "permutation"))
+    if meta["visit_order"] == "asdca":
+      meta.update(asdca_batch_size=args.asdca_batch_size,
+                  asdca_theta=args.asdca_theta)
     if multiclass:
       meta["num_classes"] = num_classes
       meta["classes"] = choose_classes(
@@ -517,10 +537,14 @@ def train(args):
     labels, features = None, dict(rows=_criteo_row_chunks(arrays, meta))
   else:
     labels, features = _features(args.format, arrays, meta)
+  # A resumed model keeps the order (and ASDCA's options) it was trained with.
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        seed=meta["seed"], num_threads=args.threads,
                        num_classes=meta.get("num_classes"),
-                       average_from=meta.get("average_from"))
+                       average_from=meta.get("average_from"),
+                       visit_order=meta.get("visit_order", "permutation"),
+                       asdca_batch_size=meta.get("asdca_batch_size", 8),
+                       asdca_theta=meta.get("asdca_theta"))
   if ckpt is not None:
     if "rows" in features:  # packed cache part by cache part
       num_features = features["rows"].num_features
@@ -546,6 +570,8 @@ def train(args):
     model.sparse_weights = ckpt["sparse_weights"]
     model.dense_weights = ckpt["dense_weights"]
     model.duals = ckpt["duals"]
+    if "asdca_iterate" in ckpt:  # ASDCA's accelerated iterate goes on
+      model.asdca_iterate = ckpt["asdca_iterate"]
     if averaged:  # the checkpoint's weights are the mean so far
       model.last_iterate = {key: ckpt["last_" + key] for key in
                             ("sparse_weights", "dense_weights", "duals")}
@@ -570,6 +596,8 @@ def train(args):
         meta["history"][-1].update(last_loss=history["last_loss"][-1],
                                    last_duality_gap=(
                                        history["last_duality_gap"][-1]))
+    if model.asdca_iterate is not None:
+      saved["asdca_iterate"] = model.asdca_iterate
     files.save_model_atomically(args.model_dir, meta, epoch=epoch + 1,
                                 **saved)
     if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):

@@ -125,7 +125,13 @@ class LinearModel(keras.Model):
       1/num_loss_partitions of the data whose updates are summed (see
       `tf_sdca.SdcaModel`).
     visit_order: order of the coordinate steps ('permutation', 'uniform',
-      'cyclic', 'adaptive', 'shrinking'; see `tf_sdca.sdca_optimizer`).
+      'cyclic', 'adaptive', 'shrinking'; see `tf_sdca.sdca_optimizer`), or
+      'asdca': accelerated mini-batch SDCA (`InMemorySdca`'s, for the smooth
+      losses logistic, squared and smooth_hinge, one thread) on in-memory
+      data; a streamed `tf.data` fit refuses it.
+    asdca_batch_size, asdca_theta: ASDCA's rows per step and theta (None:
+      the paper's), as for `tf_sdca.trainer.InMemorySdca`. Each in-memory
+      `fit` starts the accelerated iterate at the shrunk weights.
     seed: seed of the visiting orders.
     gamma: smoothing of the smooth hinge loss.
     num_threads: lock-free threads of each epoch over packed rows (0 or 1:
@@ -159,7 +165,8 @@ class LinearModel(keras.Model):
                categorical_features=None, example_id="example_id",
                num_loss_partitions=1, visit_order="permutation", seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
-               average_from=None, **kwargs):
+               average_from=None, asdca_batch_size=8, asdca_theta=None,
+               **kwargs):
     super().__init__(**kwargs)
     self.average_from = averaging.check_average_from(average_from)
     self.loss_type = losses.op_name(loss)
@@ -167,8 +174,15 @@ class LinearModel(keras.Model):
     multiclass = losses.is_multiclass(self.loss_type)
     if multiclass and num_classes is None:
       raise ValueError(f"loss={loss!r} needs num_classes (K >= 2)")
+    self._asdca = visit_order == "asdca"
+    if self._asdca:
+      sdca_ops.check_asdca_options(self.loss_type, asdca_batch_size,
+                                   asdca_theta)
+    self.asdca_batch_size = int(asdca_batch_size)
+    self.asdca_theta = None if asdca_theta is None else float(asdca_theta)
     sdca_ops._check_options(self.loss_type, l1, l2, num_loss_partitions, 1,
-                            visit_order, gamma, num_threads,
+                            "permutation" if self._asdca else visit_order,
+                            gamma, num_threads,
                             num_classes if multiclass or num_classes
                             is not None else None)
     # K of a multiclass loss: kernels [size, K], bias [K], outputs [n, K];
@@ -248,6 +262,9 @@ class LinearModel(keras.Model):
       config["num_classes"] = self.num_classes
     if self.average_from is not None:
       config["average_from"] = self.average_from
+    if self._asdca:
+      config.update(asdca_batch_size=self.asdca_batch_size,
+                    asdca_theta=self.asdca_theta)
     return config
 
   @classmethod
@@ -374,7 +391,8 @@ class LinearModel(keras.Model):
          "symmetric_l2_regularization": self.l2,
          "num_loss_partitions": self.num_loss_partitions,
          "num_table_shards": self.num_table_shards,
-         "visit_order": self.visit_order, "seed": self.seed,
+         "visit_order": ("permutation" if self._asdca else
+                         self.visit_order), "seed": self.seed,
          "gamma": self.gamma, "num_threads": self.num_threads,
          **({"num_classes": self.num_classes} if self.num_classes > 1
             else {})})
@@ -536,6 +554,7 @@ class LinearModel(keras.Model):
         np.concatenate(dense, axis=1) if dense else None, labels, weights,
         num_sparse)
     resident.pack(num_sparse, self.loss_type, self.gamma,
+                  1 if self._asdca else
                   trainer._choose_threads(self.num_threads, n,
                                           self.num_classes),
                   self.num_classes)
@@ -546,7 +565,9 @@ class LinearModel(keras.Model):
                                   for name, value in x.items()})
       metric_inputs = (features, tf.constant(labels), tf.constant(weights))
     return _PackedRows(resident.rows, keys, duals.reshape(-1), table,
-                       weights, metric_inputs)
+                       weights, metric_inputs,
+                       losses.shrink_l1(table, self.l1, self.l2)
+                       if self._asdca else None)
 
   def _fit_across_processes(self, strategy, x, y, sample_weight,
                             class_weight, epochs, tol, verbose):
@@ -615,11 +636,18 @@ class LinearModel(keras.Model):
     far, then the new weights written to the model."""
     p = self._packed
     calls = self._sdca._calls
-    w, duals, parts = sdca_ops.packed_solve(
-        p.rows, p.table, p.duals, self.seed * 1_000_003 + calls,
-        loss_type=self.loss_type, l1=self.l1, l2=self.l2,
-        visit_order=self.visit_order, gamma=self.gamma,
-        num_classes=self.num_classes)
+    if self._asdca:
+      w, duals, iterate, parts, _ = sdca_ops.asdca_solve(
+          p.rows, p.table, p.duals, p.iterate, self.seed * 1_000_003 + calls,
+          self.loss_type, self.l1, self.l2, self.asdca_batch_size,
+          self.asdca_theta, gamma=self.gamma)
+      p.iterate.assign(iterate)
+    else:
+      w, duals, parts = sdca_ops.packed_solve(
+          p.rows, p.table, p.duals, self.seed * 1_000_003 + calls,
+          loss_type=self.loss_type, l1=self.l1, l2=self.l2,
+          visit_order=self.visit_order, gamma=self.gamma,
+          num_classes=self.num_classes)
     p.table.assign(w)
     p.duals.assign(duals)
     p.parts.assign(parts)
@@ -1072,6 +1100,11 @@ class LinearModel(keras.Model):
     else:
       if y is not None or sample_weight is not None:
         raise ValueError("with a dataset, labels and weights come from it")
+      if self._asdca:
+        raise ValueError("visit_order='asdca' trains in-memory data (numpy, "
+                         "scipy or dicts of arrays), not a streamed "
+                         "tf.data.Dataset: ASDCA's batches are drawn from "
+                         "every row each epoch")
       self._leave_packed()
       train = self._dataset(x, class_weight, for_training=True)
       gap_data, total = train, None
@@ -1405,7 +1438,7 @@ class _PackedRows:
   inputs of the train metrics (None without compiled metrics)."""
 
   def __init__(self, rows, keys, duals, table, example_weights,
-               metric_inputs):
+               metric_inputs, iterate=None):
     self.rows = rows
     self.keys = keys
     self.example_weights = example_weights
@@ -1415,6 +1448,9 @@ class _PackedRows:
     self.parts = tf.Variable(np.full(4, np.nan), trainable=False,
                              dtype=tf.float64)
     self.metric_inputs = metric_inputs
+    # ASDCA's accelerated iterate (visit_order='asdca'), else None.
+    self.iterate = (None if iterate is None else
+                    tf.Variable(iterate, trainable=False, dtype=tf.float64))
 
 
 # ------------------------------------------------------------------ helpers
