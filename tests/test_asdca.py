@@ -422,3 +422,16 @@ def test_cli_trains_asdca_and_resumes_its_iterate(tmp_path):
                    "--visit-order", "asdca", "--quiet"]) != 0
   assert cli.main(["train", path, "--model-dir", str(tmp_path / "y"),
                    "--epochs", "1", *args, "--local-cluster", "2"]) != 0
+
+
+def test_the_streaming_doors_say_where_asdca_runs():
+  """SdcaModel (and so SDCAOptimizer and the estimators) solve mini-batches
+  as they come: 'asdca' is refused with the doors that run it."""
+  from tf_sdca import SdcaModel  # pylint: disable=import-outside-toplevel
+  options = dict(loss_type="logistic_loss", symmetric_l1_regularization=0.0,
+                 symmetric_l2_regularization=1.0, num_loss_partitions=1,
+                 num_table_shards=1, visit_order="asdca")
+  with pytest.raises(ValueError, match="InMemorySdca, keras.LinearModel"):
+    SdcaModel(None, {"sparse_features_weights": [],
+                     "dense_features_weights": [tf.Variable(tf.zeros([2]))]},
+              options)

@@ -479,6 +479,12 @@ class SdcaModel(tf.Module):
     elif k != 1:
       fail("num_classes", f"1 for {opts['loss_type']} (K classes need "
            "loss_type softmax_loss or multiclass_hinge_loss)")
+    if opts["visit_order"] == "asdca":
+      fail("visit_order", f"one of {sdca_ops.VISIT_ORDERS}: SdcaModel solves "
+           "mini-batches as they come, and ASDCA (accelerated mini-batch "
+           "SDCA) needs the whole data set in memory (InMemorySdca, "
+           "keras.LinearModel's in-memory fit, tf-sdca train --visit-order "
+           "asdca)")
     if opts["visit_order"] not in sdca_ops.VISIT_ORDERS:
       fail("visit_order", f"one of {sdca_ops.VISIT_ORDERS}")
     # Python numbers only: the values become op attributes, fixed when the

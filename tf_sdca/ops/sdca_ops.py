@@ -78,6 +78,12 @@ def _check_options(loss_type, l1, l2, num_loss_partitions,
   elif num_classes is not None and int(num_classes) != 1:
     raise ValueError(f"num_classes must be 1 for {loss_type}, got "
                      f"{num_classes}")
+  if visit_order == "asdca":
+    raise ValueError(
+        "visit_order='asdca' (accelerated mini-batch SDCA) needs the whole "
+        "data set in memory: InMemorySdca, keras.LinearModel's in-memory "
+        "fit or tf-sdca train --visit-order asdca; this op takes one "
+        f"of {VISIT_ORDERS}")
   if visit_order not in VISIT_ORDERS:
     raise ValueError(
         f"visit_order must be one of {VISIT_ORDERS}, got {visit_order!r}")
