@@ -140,14 +140,17 @@ def main(argv=None):
                       "each problem's l2 (small: ill-conditioned)")
   parser.add_argument("--only-asdca", action="store_true",
                       help="skip the hinge table (PEGASOS, averaging)")
+  parser.add_argument("--plots", default=None, metavar="DIR",
+                      help="also draw each table's curves (relative "
+                      "suboptimality per epoch) as PNGs in DIR")
   args = parser.parse_args(argv)
   # (SDCA's slow-progress warning is for users, not for this table.)
   warnings.simplefilter("ignore", UserWarning)
   asdca_table("iris (cm), versicolor vs virginica", *iris_in_cm(), 1.0,
-              args.asdca_epochs)
+              args.asdca_epochs, args.plots)
   for name, x, y, xt, yt, l2 in problems(args.rows):
     for scale in (float(v) for v in args.asdca_l2_scales.split(",")):
-      asdca_table(name, x, y, l2 * scale, args.asdca_epochs)
+      asdca_table(name, x, y, l2 * scale, args.asdca_epochs, args.plots)
     if args.only_asdca:
       continue
     n = x.shape[0]
@@ -181,6 +184,11 @@ def main(argv=None):
             f"{(str(reached[0]) if reached else '> ' + str(args.epochs)):>15s}"
             f" {(f'{reached[1]:.3f}' if reached else '-'):>9s} {sub:>20.2e} "
             f"{accuracy:>14.4f}")
+    if args.plots:
+      curves = {label: [(e, (f - best) / best) for e, _, f in history]
+                for label, (history, _) in runs.items()}
+      print("plot:", plot(curves, f"{name}: hinge, l2 = {l2:g}", TARGET,
+                          args.plots, f"variants_hinge_{name}"))
 
 def _reached(history, best, target):
   """(epochs, training seconds) of the first epoch within `target` of
@@ -194,7 +202,36 @@ def _reached(history, best, target):
   return None
 
 
-def asdca_table(name, x, y, l2, epochs):
+def plot(curves, title, target, directory, stem):
+  """Draws {label: [(epoch, relative suboptimality)]} on log-log axes as
+  DIR/stem.png (the stem's non-alphanumerics as '_'); returns the path."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for label, points in curves.items():
+    if points:
+      ax.plot([p[0] for p in points], [max(p[1], 1e-12) for p in points],
+              label=label, lw=1.2)
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel("epochs (passes over the rows)")
+  ax.set_ylabel("relative suboptimality (f - f*) / f*")
+  ax.set_title(title, fontsize=10)
+  for t in np.atleast_1d(target):
+    ax.axhline(t, color="grey", lw=0.5, ls="--")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  os.makedirs(directory, exist_ok=True)
+  slug = "".join(c if c.isalnum() else "_" for c in stem).strip("_")
+  path = os.path.join(directory, "_".join(filter(None, slug.split("_"))) +
+                      ".png")
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def asdca_table(name, x, y, l2, epochs, plots=None):
   """ASDCA's ratios to SDCA on the smooth hinge (see the module doc)."""
   inputs = _sdca_inputs(x, y)
   ref = InMemorySdca(loss="smooth_hinge", l2=l2)
@@ -252,6 +289,13 @@ def asdca_table(name, x, y, l2, epochs):
                 f"{seconds / ref_seconds:.2f}" if ref_seconds else "-"]
     print(f"{label:40s} {cells[0]:>11s} {cells[1]:>7s} {cells[2]:>14s} "
           f"{cells[3]:>11s} {cells[4]:>7s} {cells[5]:>14s}")
+  if plots:
+    curves = {label: [(e, (f - best) / abs(best)) for e, f in
+                      enumerate(histories[0]["loss"], start=1)]
+              for label, histories in results.items()
+              if histories[0] is not None}
+    print("plot:", plot(curves, f"{name}: smooth hinge, l2 = {l2:g}",
+                        (1e-3, 1e-6), plots, f"variants_asdca_{name}_{l2:g}"))
 
 
 if __name__ == "__main__":
