@@ -503,3 +503,45 @@ def test_checkpoints_keep_a_complete_round_whatever_fails(tmp_path,
   with pytest.raises(ClusterError, match="has 4 rows"):
     training._restore(state_dir, cluster, options, table_ids, _Duals(4),  # pylint: disable=protected-access
                       None)
+
+
+@pytest.mark.parametrize("loss,l2", [("softmax", 5.0),
+                                     ("multiclass_hinge", 1000.0)])
+def test_multiclass_on_a_local_cluster_reaches_the_single_process_optimum(
+    tmp_path, loss, l2):
+  """Digits (pixel intensities 0..16 as they come, the pixels as CSR ids
+  plus an intercept column) with 10 classes on two worker processes: each
+  table row's 10 class weights are exchanged together, the extrapolated
+  blocks stay on the simplex, and the rounds end at the objective and
+  weights one process reaches, both certified by their gaps."""
+  from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
+  from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
+  x, y = load_digits(return_X_y=True)
+  rows, cols = np.nonzero(x)
+  data = dict(labels=y.astype(np.float32),
+              indptr=np.searchsorted(rows, np.arange(len(y) + 1)).astype(
+                  np.int64),
+              indices=cols.astype(np.int64),
+              values=x[rows, cols].astype(np.float32),
+              dense=np.ones((len(y), 1), np.float32))
+  tol = 1e-9 if loss == "softmax" else 1e-5
+  model = InMemorySdca(loss, l2=l2, num_classes=10)
+  history = model.fit(data["labels"], dense=data["dense"],
+                      indptr=data["indptr"], indices=data["indices"],
+                      values=data["values"], num_features=64, epochs=20000,
+                      tol=tol, verbose=0)
+  objective = history["loss"][-1] * len(y)
+  env, tag = _tagged_env()
+  result = launch.train_local_cluster(
+      2, **data, num_features=64, model_dir=str(tmp_path), loss=loss, l2=l2,
+      num_classes=10, tol=tol, max_rounds=20000, checkpoint_every=500,
+      env=env, timeout=400)
+  _assert_nothing_left(tag, result["addresses"])
+  last = result["history"][-1]
+  assert last["duality_gap"] <= tol
+  assert last["loss"] * len(y) == pytest.approx(objective, rel=2 * tol)
+  assert result["sparse_weights"].shape == (64, 10)
+  assert result["dense_weights"].shape == (1, 10)
+  if loss == "softmax":  # (the hinge's optimum need not be unique)
+    np.testing.assert_allclose(result["sparse_weights"], model.sparse_weights,
+                               atol=1e-3 * np.abs(model.sparse_weights).max())

@@ -59,20 +59,24 @@ class Shard:
     seed: pass p of round r visits the rows in an order depending only on
       (seed, r, index, p): a resumed run repeats an uninterrupted one.
     index: this shard's index in [0, K).
+    num_classes: C classes of a multiclass loss (softmax, multiclass
+      hinge): weights `[num_slots, C]` and duals `[n, C]`, flattened
+      row-major in `solve` / `evaluate`; 1 for the others.
 
   Attributes:
     n: rows.
     touched: int64, the sorted distinct global sparse ids of the rows.
     num_dense: d.
-    duals: float64 `[n]`.
+    duals: float64 `[n]` (`[n * C]`, row-major blocks, for C classes).
     total_weight: sum of the example weights.
   """
 
   def __init__(self, labels, dense=None, ids=None, indptr=None, indices=None,
                values=None, example_weights=None, num_features=None,
                loss="logistic", l1=0.0, l2=1.0, gamma=1.0, num_shards=1,
-               combine="add", num_passes=1, seed=0, index=0):
+               combine="add", num_passes=1, seed=0, index=0, num_classes=1):
     self.loss = losses.op_name(loss)
+    self.num_classes = int(num_classes)
     if not (l1 >= 0 and l2 > 0 and gamma > 0 and int(num_passes) >= 1):
       raise ValueError(f"need l1 >= 0, l2 > 0, gamma > 0 and num_passes >= "
                        f"1, got l1={l1}, l2={l2}, gamma={gamma}, "
@@ -116,8 +120,8 @@ class Shard:
     self.rows = sdca_ops.pack_rows(
         row_ptr, local.astype(np.int32).ravel(), values, dense, weights,
         labels, num_sparse_features=self.touched.size, loss_type=self.loss,
-        gamma=self.gamma, num_threads=1)
-    self.duals = np.zeros(n, np.float64)
+        gamma=self.gamma, num_threads=1, num_classes=self.num_classes)
+    self.duals = np.zeros(n * self.num_classes, np.float64)
 
   @property
   def sigma(self):
@@ -149,12 +153,12 @@ class Shard:
     """One round's local solve against the round's local weights.
 
     Args:
-      weights: float64 `[num_slots]`, the round's weights at the local
-        table's entries (unshrunk).
+      weights: float64 `[num_slots * C]`, the round's weights at the local
+        table's entries (unshrunk; a slot's C class weights together).
       round_index: the round (seeds the visiting order).
 
     Returns:
-      float64 `[num_slots]`: this shard's change of the weights, to be
+      float64 `[num_slots * C]`: this shard's change of the weights, to be
       summed over the shards (already divided by K when averaging). The
       shard's duals move accordingly.
     """
@@ -163,7 +167,8 @@ class Shard:
         self.rows, w, self.duals, seed=self.call_seed(round_index),
         loss_type=self.loss, l1=self.l1, l2=self.l2,
         num_loss_partitions=self.sigma, num_passes=self.num_passes,
-        gamma=self.gamma, compute_objective=False)
+        gamma=self.gamma, compute_objective=False,
+        num_classes=self.num_classes)
     delta = new_w.numpy() - w
     new_duals = new_duals.numpy()
     if self.combine == "average":
@@ -179,7 +184,8 @@ class Shard:
     _, _, parts = sdca_ops.packed_solve(
         self.rows, np.ascontiguousarray(weights, np.float64), self.duals,
         seed=0, loss_type=self.loss, l1=self.l1, l2=self.l2, num_passes=0,
-        gamma=self.gamma, compute_objective=True)
+        gamma=self.gamma, compute_objective=True,
+        num_classes=self.num_classes)
     parts = parts.numpy()
     return float(parts[0]), float(parts[1])
 
@@ -188,11 +194,20 @@ def extrapolation_limit(loss, labels, duals, change):
   """The largest beta <= 1e300 keeping `duals + beta * change` in the dual
   domain of `loss` (the op's `DualInDomain`): binary losses need
   dual * y in [0, 1] (y = +-1), the absolute loss |dual| <= 1, Poisson
-  dual <= label; squared: unbounded."""
+  dual <= label; squared: unbounded; a multiclass block (`[n * C]` duals,
+  class-id labels) is e_y - p with p on the simplex, so its label's dual
+  must stay in [0, 1] and the others in [-1, 0] (the block's sum stays 0:
+  both ends of the extrapolation sum to 0)."""
   loss = losses.op_name(loss)
   duals = np.asarray(duals, np.float64)
   change = np.asarray(change, np.float64)
-  if loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
+  if losses.is_multiclass(loss):
+    labels = np.asarray(labels).astype(np.int64)
+    classes = duals.size // max(labels.size, 1)
+    is_label = (np.arange(classes)[None, :] == labels[:, None]).ravel()
+    value, step = duals, change
+    low, high = np.where(is_label, 0.0, -1.0), np.where(is_label, 1.0, 0.0)
+  elif loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
     sign = np.where(np.asarray(labels) > 0, 1.0, -1.0)
     value, step, low, high = duals * sign, change * sign, 0.0, 1.0
   elif loss == "absolute_loss":

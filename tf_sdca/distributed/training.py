@@ -48,10 +48,11 @@ class Result:
   """What `train` returns on every worker.
 
   Attributes:
-    sparse_weights: float64 `[num_features]`, unshrunk (`InMemorySdca`'s
-      layout; zero where no row has the id).
-    dense_weights: float64 `[d]`, unshrunk.
-    duals: float64, this worker's rows' duals.
+    sparse_weights: float64 `[num_features]` (`[num_features, C]` for C
+      classes), unshrunk (`InMemorySdca`'s layout; zero where no row has
+      the id).
+    dense_weights: float64 `[d]` (`[d, C]`), unshrunk.
+    duals: float64, this worker's rows' duals (`[n, C]` for C classes).
     history: list of per-round dicts: `round`, `loss` (primal / total
       weight), `duality_gap` (relative), `seconds`, `solve_seconds`,
       `exchange_seconds`, `bytes_sent` (this worker, this round).
@@ -88,7 +89,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
           model_dir=None, loss="logistic", l1=0.0, l2=1.0, gamma=1.0,
           max_rounds=100, tol=1e-4, local_passes=1, seed=0, exchange="auto",
           checkpoint_every=1, resume=False, startup_timeout=120.0,
-          verbose=1, cluster=None, momentum=True):
+          verbose=1, cluster=None, momentum=True, num_classes=1):
   """Trains one model with the other workers of the `TF_CONFIG` cluster.
 
   Every worker calls it with its own rows and the same options; the rows
@@ -122,6 +123,9 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     momentum: extrapolate the rounds (`shard.Momentum`: far fewer rounds
       with weak regularisation, g3doc/distributed.md); False: plain
       CoCoA+.
+    num_classes: C for the multiclass losses (softmax, multiclass hinge;
+      labels are class ids in [0, C)): every table row then holds C class
+      weights, exchanged together; 1 for the others.
 
   Returns:
     A `Result` (the same weights on every worker).
@@ -156,6 +160,9 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
                  num_features=None if num_features is None else int(
                      num_features), num_workers=cluster.size,
                  momentum=bool(momentum))
+  classes = int(num_classes)
+  if classes != 1:  # (absent for one class: older checkpoints resume)
+    options["num_classes"] = classes
   if not cluster.joined:
     cluster.join(op_error, options)
 
@@ -168,7 +175,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
         values=values, example_weights=example_weights,
         num_features=num_features, loss=loss, l1=l1, l2=l2, gamma=gamma,
         num_shards=cluster.size, combine="add", num_passes=local_passes,
-        seed=seed, index=cluster.index)
+        seed=seed, index=cluster.index, num_classes=classes)
   except Exception as e:  # pylint: disable=broad-except
     error = e
   # Everyone learns whether every shard could be built, and the shapes.
@@ -194,26 +201,30 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   touched = [t.astype(np.int64) for t in touched]
   table_ids = np.unique(np.concatenate(touched)) if touched else np.zeros(
       0, np.int64)
-  positions = [np.concatenate([np.searchsorted(table_ids, t),
-                               table_ids.size + np.arange(shard.num_dense)])
+  # Where each worker's local entries sit in the table (a row's C class
+  # weights together).
+  positions = [_class_entries(np.concatenate(
+      [np.searchsorted(table_ids, t),
+       table_ids.size + np.arange(shard.num_dense)]), classes)
                for t in touched]
   own = positions[cluster.index]
   table_size = table_ids.size + shard.num_dense
-  largest = max(p.size for p in positions)
+  largest = max(p.size for p in positions) // classes
   if exchange == "auto":
     exchange = min(("allreduce", "allgather"), key=lambda e: bytes_per_round(
-        e, cluster.size, table_size, largest))
+        e, cluster.size, table_size * classes, largest * classes))
   layout = dict(exchange=exchange, table_size=int(table_size),
                 largest_shard=int(largest), num_workers=cluster.size,
                 total_rows=total_rows,
                 bytes_per_round=bytes_per_round(exchange, cluster.size,
-                                                table_size, largest))
+                                                table_size * classes,
+                                                largest * classes))
   log(f"{cluster.size} workers, {total_rows:,} rows; table {table_size:,} "
       f"rows ({table_ids.size:,} touched ids + {shard.num_dense} dense); "
       f"largest shard touches {largest:,}; exchange: {exchange}, "
       f"{layout['bytes_per_round'] / 2**20:.2f} MB per worker per round")
 
-  weights = np.zeros(table_size)
+  weights = np.zeros(table_size * classes)
   history = []
   accelerate = shard_lib.Momentum() if momentum else None
   previous = None  # (duals, weights) of the last round, with momentum
@@ -250,7 +261,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
       os.kill(os.getpid(), signal.SIGKILL)
     sent_before = cluster.bytes_sent
     if exchange == "allreduce":
-      change = np.zeros(table_size)
+      change = np.zeros(table_size * classes)
       change[own] = delta
       weights = weights + cluster.all_reduce(change)
     else:
@@ -302,12 +313,31 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
       break
 
   duals, weights = current
-  sparse = np.zeros(0 if num_features is None else int(num_features))
-  sparse[table_ids] = weights[:table_ids.size]
-  return Result(sparse_weights=sparse,
-                dense_weights=weights[table_ids.size:].copy(),
-                duals=duals, history=history, index=cluster.index,
-                **layout)
+  sparse, dense = _split_table(weights, table_ids, num_features, classes)
+  return Result(sparse_weights=sparse, dense_weights=dense,
+                duals=duals if classes == 1 else duals.reshape(-1, classes),
+                history=history, index=cluster.index, **layout)
+
+
+def _class_entries(slots, classes):
+  """The flat entries of table rows `slots` when each holds `classes`
+  class weights (row-major)."""
+  if classes == 1:
+    return slots
+  return (slots[:, None] * classes + np.arange(classes)).ravel()
+
+
+def _split_table(weights, table_ids, num_features, classes):
+  """(sparse `[num_features]` (or `[num_features, C]`) with the table's
+  ids filled, dense `[d]` (`[d, C]`)) of the flat table `weights`."""
+  table = weights.reshape(-1, classes)
+  sparse = np.zeros((0 if num_features is None else int(num_features),
+                     classes))
+  sparse[table_ids] = table[:table_ids.size]
+  dense = table[table_ids.size:].copy()
+  if classes == 1:
+    return sparse[:, 0], dense[:, 0]
+  return sparse, dense
 
 
 def _test_kill_round(index):
@@ -410,9 +440,10 @@ def _restore(state_dir, cluster, options, table_ids, shard, accelerate):
                                                     round_number))) as f:
     duals = f["duals"]
     start_duals = f["start"] if "start" in f.files else duals
-  if duals.shape != (shard.n,):
+  if duals.shape != (shard.n * shard.num_classes,):
     raise ClusterError(f"--resume: worker {cluster.index} has {shard.n} rows,"
-                       f" its checkpoint {duals.shape[0]}")
+                       f" its checkpoint "
+                       f"{duals.shape[0] // shard.num_classes}")
   shard.duals = start_duals
   if accelerate is not None and state.get("momentum"):
     accelerate.restore(state["momentum"])
@@ -431,8 +462,7 @@ def read_model(model_dir, num_features=None):
   with np.load(os.path.join(state_dir, _weights_file(state["round"]))) as f:
     table_ids, weights = f["table_ids"], f["weights"]
   size = num_features or state["options"]["num_features"] or 0
-  sparse = np.zeros(size)
-  sparse[table_ids] = weights[:table_ids.size]
-  return dict(state["layout"], sparse_weights=sparse,
-              dense_weights=weights[table_ids.size:].copy(),
+  sparse, dense = _split_table(weights, table_ids, size,
+                               state["options"].get("num_classes", 1))
+  return dict(state["layout"], sparse_weights=sparse, dense_weights=dense,
               history=state["history"])
