@@ -545,3 +545,47 @@ def test_multiclass_on_a_local_cluster_reaches_the_single_process_optimum(
   if loss == "softmax":  # (the hinge's optimum need not be unique)
     np.testing.assert_allclose(result["sparse_weights"], model.sparse_weights,
                                atol=1e-3 * np.abs(model.sparse_weights).max())
+
+
+def test_cli_local_cluster_trains_softmax_on_libsvm_class_labels(tmp_path):
+  """`tf-sdca train --loss softmax --num-classes 3 --local-cluster 2` on
+  iris (cm) as two LIBSVM files with labels 1, 2, 3: the workers agree on
+  the classes from both files, and the model equals the one-process one
+  (objective, weights, classes in model.json); `evaluate` scores it."""
+  from sklearn.datasets import load_iris  # pylint: disable=import-outside-toplevel
+  x, y = load_iris(return_X_y=True)
+  perm = np.random.default_rng(0).permutation(len(y))
+  x, y = x[perm], y[perm] + 1
+  paths = []
+  for part, rows in enumerate(np.array_split(np.arange(len(y)), 2)):
+    path = str(tmp_path / f"iris-{part}.svm")
+    with open(path, "w") as f:
+      for i in rows:
+        f.write(f"{y[i]} " + " ".join(f"{j + 1}:{v:g}"
+                                      for j, v in enumerate(x[i])) + "\n")
+    paths.append(path)
+  options = ["--format", "libsvm", "--loss", "softmax", "--num-classes", "3",
+             "--l2", "1", "--epochs", "20000", "--tol", "1e-10", "--quiet"]
+  env, tag = _tagged_env()
+  two = str(tmp_path / "two")
+  result = _cli(["train", *paths, "--model-dir", two, "--local-cluster", "2",
+                 *options], env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert _processes_with_tag(tag) == []
+  one = str(tmp_path / "one")
+  result = _cli(["train", *paths, "--model-dir", one, *options], env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  meta1, ckpt1 = _model(one)
+  meta2, ckpt2 = _model(two)
+  assert meta2["classes"] == meta1["classes"] == [1.0, 2.0, 3.0]
+  assert meta2["distributed"]["workers"] == 2
+  assert meta2["history"][-1]["duality_gap"] <= 1e-10
+  assert meta2["history"][-1]["loss"] == pytest.approx(
+      meta1["history"][-1]["loss"], rel=1e-8)
+  assert ckpt2["sparse_weights"].shape == ckpt1["sparse_weights"].shape
+  np.testing.assert_allclose(ckpt2["sparse_weights"], ckpt1["sparse_weights"],
+                             atol=1e-4)
+  result = _cli(["evaluate", *paths, "--model-dir", two, "--format",
+                 "libsvm"], env)
+  assert result.returncode == 0 and "accuracy" in result.stdout, (
+      result.stdout + result.stderr[-1000:])

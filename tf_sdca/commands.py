@@ -449,9 +449,12 @@ def _check_checkpoint(model_dir, meta, arrays):
 def train(args):
   """`tf-sdca train`."""
   if losses.is_multiclass(args.loss) and distributed_command.wanted(args):
-    raise ValueError(f"--loss {args.loss} trains in one process: the "
-                     "multiclass losses are not distributed yet (no "
-                     "--local-cluster or TF_CONFIG)")
+    if getattr(args, "num_classes", None) is None:
+      raise ValueError(f"--loss {args.loss} needs --num-classes K")
+    if args.format != "libsvm":
+      raise ValueError(f"--loss {args.loss} trains on LIBSVM files with "
+                       "class labels (--format libsvm); Criteo labels are "
+                       "binary")
   average_from = getattr(args, "average_from", None)
   if distributed_command.wanted(args):
     if getattr(args, "visit_order", "permutation") == "asdca":

@@ -89,6 +89,8 @@ def _worker_argv(args):
       argv.append("--" + flag.replace("_", "-"))
   if not getattr(args, "momentum", True):
     argv.append("--no-momentum")
+  if getattr(args, "num_classes", None) is not None:
+    argv += ["--num-classes", str(args.num_classes)]
   if args.cache_dir:
     argv += ["--cache-dir", args.cache_dir]
   return argv
@@ -139,7 +141,9 @@ def _work(args):
     raise ValueError(f"{model_dir} already has a model: pass --resume to "
                      "continue it or --overwrite to replace it")
   loss = losses.op_name(args.loss)
+  num_classes = getattr(args, "num_classes", None)
   options = dict(format=args.format, bucket_bits=args.bucket_bits,
+                 num_classes=num_classes,
                  files=len(args.data), loss=loss, l1=args.l1, l2=args.l2,
                  epochs=args.epochs, tol=args.tol, seed=args.seed,
                  local_passes=args.local_passes, exchange=args.exchange,
@@ -170,6 +174,13 @@ def _work(args):
                               if args.format == "criteo" else None),
                 scale=None, rows=None, epochs_done=0, history=[])
     _agree_on_features(cluster, args.format, arrays, meta)
+    if num_classes is not None:
+      # The classes from every worker's labels (each sees only its files).
+      from tf_sdca.data import cache as cache_lib  # pylint: disable=import-outside-toplevel
+      mine = np.unique(cache_lib.concatenate(arrays["labels"], np.float64))
+      every = np.unique(np.concatenate(cluster.all_gather(mine)))
+      meta.update(num_classes=num_classes,
+                  classes=commands.choose_classes(every, num_classes))
     labels, features = commands._features(  # pylint: disable=protected-access
         args.format, arrays, meta)
     result = training.train(
@@ -178,7 +189,7 @@ def _work(args):
         local_passes=args.local_passes, seed=args.seed,
         exchange=args.exchange, checkpoint_every=args.checkpoint_every,
         resume=args.resume, verbose=0 if args.quiet else 1, cluster=cluster,
-        momentum=args.momentum)
+        momentum=args.momentum, num_classes=num_classes or 1)
   except cluster_lib.ClusterError as error:
     print(f"tf-sdca train: {error}", file=sys.stderr)
     return _EXIT_FAILED
