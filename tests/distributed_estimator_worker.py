@@ -1,7 +1,9 @@
 """One process of tests/test_distributed_doors.py's estimator cluster: the
 script every worker runs (its own TF_CONFIG), as a user's would be.
 
-  python distributed_estimator_worker.py MODEL_DIR DATA.npz OUT.json
+  python distributed_estimator_worker.py MODEL_DIR DATA.npz OUT.json [3]
+
+With `3`: `LinearClassifier(n_classes=3)` on the labels `y3` (softmax).
 """
 import json
 import sys
@@ -11,7 +13,7 @@ import numpy as np
 from tf_sdca import estimator
 
 
-def main(model_dir, data_path, out_path):
+def main(model_dir, data_path, out_path, n_classes="2"):
   config = estimator.RunConfig(model_dir=model_dir, tf_random_seed=1)
   config.join_cluster(startup_timeout=60)  # before any TensorFlow op
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -23,13 +25,15 @@ def main(model_dir, data_path, out_path):
                   id=np.flatnonzero(mine))
   columns = [tf.feature_column.numeric_column("x", shape=3),
              tf.feature_column.categorical_column_with_identity("c", 40)]
+  n_classes = int(n_classes)
+  labels = data["y3"] if n_classes > 2 else data["y"]
   classifier = estimator.LinearClassifier(
-      columns, weight_column="w", config=config,
+      columns, weight_column="w", config=config, n_classes=n_classes,
       optimizer=estimator.LinearSDCA("id", symmetric_l2_regularization=2.0))
 
   def input_fn():
     return tf.data.Dataset.from_tensor_slices(
-        (features, data["y"][mine])).batch(64)
+        (features, labels[mine])).batch(64)
 
   gaps = []
 
@@ -47,4 +51,4 @@ def main(model_dir, data_path, out_path):
 
 
 if __name__ == "__main__":
-  main(*sys.argv[1:4])
+  main(*sys.argv[1:5])

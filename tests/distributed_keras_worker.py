@@ -1,7 +1,10 @@
 """One process of tests/test_distributed_doors.py's Keras cluster: a user's
 script under MultiWorkerMirroredStrategy (its own TF_CONFIG).
 
-  python distributed_keras_worker.py DATA.npz OUT.json
+  python distributed_keras_worker.py DATA.npz OUT.json [softmax]
+
+With `softmax`: 3 classes (labels `y3`), `LinearModel(loss="softmax",
+num_classes=3)`.
 """
 import json
 import sys
@@ -10,22 +13,25 @@ import numpy as np
 import tensorflow as tf
 
 
-def main(data_path, out_path):
+def main(data_path, out_path, mode="logistic"):
   strategy = tf.distribute.MultiWorkerMirroredStrategy()  # program start
   from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
   with np.load(data_path) as f:
     data = {k: f[k] for k in f.files}
   index = strategy.cluster_resolver.task_id
   mine = np.arange(len(data["y"])) % 2 == index  # this worker's rows
+  softmax = mode == "softmax"
+  labels = data["y3"] if softmax else data["y"]
   with strategy.scope():
-    model = LinearModel(loss="logistic", l2=2.0)
+    model = (LinearModel(loss="softmax", num_classes=3, l2=2.0) if softmax
+             else LinearModel(loss="logistic", l2=2.0))
   try:  # a worker's shard is its in-memory rows, not a dataset
     model.fit(tf.data.Dataset.from_tensor_slices(
-        (data["x"][mine], data["y"][mine])).batch(32), epochs=1)
+        (data["x"][mine], labels[mine])).batch(32), epochs=1)
     refused = ""
   except ValueError as error:
     refused = str(error)
-  history = model.fit(data["x"][mine], data["y"][mine],
+  history = model.fit(data["x"][mine], labels[mine],
                       sample_weight=data["w"][mine], epochs=1000, tol=1e-10,
                       verbose=0)
   out = dict(gaps=history.history["duality_gap"], refused=refused,
@@ -35,4 +41,4 @@ def main(data_path, out_path):
 
 
 if __name__ == "__main__":
-  main(*sys.argv[1:3])
+  main(*sys.argv[1:4])

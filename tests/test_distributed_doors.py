@@ -25,7 +25,9 @@ def _rows(n=600, seed=4):
   truth = x @ np.array([1.0, -2.0, 0.5]) + np.sin(c) - 0.3
   y = (rng.uniform(size=n) < 1 / (1 + np.exp(-truth))).astype(np.float32)
   w = rng.uniform(0.5, 2.0, size=n).astype(np.float32)
-  return dict(x=x, c=c, y=y, w=w)
+  y3 = np.argmax(x @ rng.normal(size=(3, 3)) + rng.gumbel(size=(n, 3)),
+                 axis=1).astype(np.float32)
+  return dict(x=x, c=c, y=y, w=w, y3=y3)
 
 
 def _run_cluster(script_args, num_workers, timeout=150):
@@ -80,6 +82,34 @@ def test_estimator_with_a_multi_worker_config_trains_cocoa_plus_to_the_optimum(
   assert chief["global_step"][0] == len(chief["gaps"])  # steps are rounds
 
 
+def test_estimator_with_three_classes_trains_cocoa_plus_across_processes(
+    tmp_path):
+  """LinearClassifier(n_classes=3) with a multi-worker config: the softmax
+  rounds end at the optimum one process reaches, in TF's variable shapes
+  ([rows, 3] per column, [3] for the bias)."""
+  data = _rows()
+  np.savez(tmp_path / "data.npz", **data)
+  model_dir = str(tmp_path / "model")
+  results = _run_cluster(lambda k: [
+      os.path.join(_HERE, "distributed_estimator_worker.py"), model_dir,
+      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json"), "3"], 2)
+  for code, output in results:
+    assert code == 0, output[-3000:]
+  chief, other = (json.load(open(tmp_path / f"out-{k}.json"))
+                  for k in range(2))
+  assert chief["gaps"] == other["gaps"] and chief["gaps"][-1] < 1e-10
+  model = InMemorySdca("softmax", l2=2.0, num_classes=3)
+  model.fit(data["y3"], dense=np.hstack([data["x"], np.ones((600, 1))]),
+            ids=data["c"][:, None], num_features=40,
+            example_weights=data["w"], epochs=3000, tol=1e-12, verbose=0)
+  prefix = "linear/linear_model/"
+  np.testing.assert_allclose(chief[prefix + "x/weights"],
+                             model.dense_weights[:3].ravel(), atol=1e-4)
+  np.testing.assert_allclose(chief[prefix + "bias_weights"],
+                             model.dense_weights[3:].ravel(), atol=1e-4)
+  np.testing.assert_allclose(chief[prefix + "c/weights"],
+                             model.sparse_weights.ravel(), atol=1e-4)
+
 def test_keras_linear_model_under_multi_worker_strategy_trains_cocoa_plus(
     tmp_path):
   data = _rows()
@@ -100,6 +130,28 @@ def test_keras_linear_model_under_multi_worker_strategy_trains_cocoa_plus(
   np.testing.assert_allclose(outs[0]["predictions"],
                              1 / (1 + np.exp(-logits)), atol=1e-5)
 
+
+
+def test_keras_softmax_under_multi_worker_strategy_trains_cocoa_plus(tmp_path):
+  """LinearModel(loss="softmax", num_classes=3) on two workers: one model,
+  the probabilities of the same objective solved in this process."""
+  data = _rows()
+  np.savez(tmp_path / "data.npz", **data)
+  results = _run_cluster(lambda k: [
+      os.path.join(_HERE, "distributed_keras_worker.py"),
+      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json"),
+      "softmax"], 2)
+  for code, output in results:
+    assert code == 0, output[-3000:]
+  outs = [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
+  assert outs[0]["gaps"] == outs[1]["gaps"] and outs[0]["gaps"][-1] < 1e-10
+  assert outs[0]["predictions"] == outs[1]["predictions"]
+  model = InMemorySdca("softmax", l2=2.0, num_classes=3)
+  x1 = np.hstack([data["x"], np.ones((600, 1), np.float32)])
+  model.fit(data["y3"], dense=x1, example_weights=data["w"], epochs=3000,
+            tol=1e-12, verbose=0)
+  np.testing.assert_allclose(np.reshape(outs[0]["predictions"], (600, 3)),
+                             model.predict(dense=x1), atol=1e-5)
 
 _REPLICAS = """
 import numpy as np, tensorflow as tf

@@ -616,10 +616,6 @@ class _LinearEstimator:
         raise ValueError(f"LinearSDCA(average_from={average_from}): output "
                          "averaging trains in one process, not across the "
                          "processes of a TF_CONFIG cluster")
-      if self._head.loss_type == "softmax_loss":
-        raise ValueError("LinearClassifier(n_classes > 2) trains in one "
-                         "process: the multiclass losses are not "
-                         "distributed yet")
       return self._train_across_processes(input_fn, hooks, steps, max_steps,
                                           saving_listeners, tol)
     listeners = list(saving_listeners or [])
@@ -725,7 +721,9 @@ class _LinearEstimator:
         model_dir=self._model_dir, loss=self._head.loss_type, l1=l1, l2=l2,
         max_rounds=step + rounds, tol=tol, seed=int(
             self._config.tf_random_seed or 0),
-        resume=step > 0, verbose=0, cluster=cluster)
+        resume=step > 0, verbose=0, cluster=cluster,
+        num_classes=model.width)
+    # [rows, K] blocks for K > 1 classes (the variables' shapes).
     sparse = losses.shrink_l1(result.sparse_weights, l1, l2)
     dense = losses.shrink_l1(result.dense_weights, l1, l2)
     start = 0
@@ -740,7 +738,8 @@ class _LinearEstimator:
         model.assign(self._model.weight_name(group),
                      dense[column:column + group.rows])
         column += group.rows
-    model.assign(BIAS, dense[column:column + 1])
+    model.assign(BIAS, dense[column:column + 1] if model.width == 1 else
+                 dense[column])
     model.global_step.assign(result.rounds)
     for record in result.history[-rounds:]:
       logs = {"loss": record["loss"], "duality_gap": record["duality_gap"]}

@@ -582,9 +582,9 @@ class LinearModel(keras.Model):
     from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
     if y is None:
       raise ValueError("fit needs labels y")
-    if self.num_classes > 1:
-      raise ValueError(f"{self.loss_type} trains in one process: the "
-                       "multiclass losses are not distributed yet")
+    if self._asdca:
+      raise ValueError("visit_order='asdca' trains in one process, not "
+                       "across the workers of a MultiWorkerMirroredStrategy")
     if self.average_from is not None:
       raise ValueError(f"average_from={self.average_from}: output "
                        "averaging trains in one process, not across the "
@@ -598,10 +598,13 @@ class LinearModel(keras.Model):
         loss=self.loss_type, l1=self.l1, l2=self.l2, gamma=self.gamma,
         max_rounds=epochs, tol=tol, seed=self.seed,
         verbose=1 if verbose else 0,
-        cluster=cluster_lib.Cluster.from_strategy(strategy))
+        cluster=cluster_lib.Cluster.from_strategy(strategy),
+        num_classes=self.num_classes)
     self._packed, self._row_duals = None, None
+    # Row-major [slots, K] (K = 1: the vectors themselves).
     self._write_weights(tf.constant(np.concatenate(
-        [result.sparse_weights, result.dense_weights])))
+        [result.sparse_weights.reshape(-1),
+         result.dense_weights.reshape(-1)])))
     history = keras.callbacks.History()
     history.set_model(self)
     history.epoch = [h["round"] - 1 for h in result.history]
