@@ -20,7 +20,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TF_VERSION = "2.21.0"
 SOURCES = [
     "kernels/ops/sdca_ops.cc",
-    "kernels/ops/asdca_ops.cc",
     "kernels/kernels/sdca_kernels.cc",
     "kernels/kernels/batch_index_kernels.cc",
     "kernels/kernels/packed_rows_kernels.cc",

@@ -1231,15 +1231,16 @@ void PackedRows::SplitRecords(int64_t chunks,
   ChooseHotIds(&uses);
   ChooseSlotScales(uses);
   const std::vector<int32_t>& hot_index = id_counts_;
-  // sum over the row's private slots of (scale - 1) x^2 (entries of a
-  // repeated hot id summed first), added to |x|^2 for the step's q.
-  // slot_sum / slot_row: a chunk's scratch by hot index (slot_row[j] == i:
-  // slot_sum[j] holds row i's sum), so that this is linear in the entries
-  // (comparing every pair of a row's hot ids made packing for threads 3-5x
-  // slower than for one).
-  auto ExtraScaledNorm = [&](const int32_t* hot, const float* values,
-                             int64_t num_hot, const float* x, int64_t i,
-                             double* slot_sum, int64_t* slot_row) {
+  // sum over the row's private slots of per_slot[h] x_h^2, the entries of
+  // a repeated hot id summed first (per_slot has num_hot + dense_dim_
+  // entries: hot ids, then dense columns). slot_sum / slot_row: a chunk's
+  // scratch by hot index (slot_row[j] == i: slot_sum[j] holds row i's sum),
+  // so that this is linear in the entries (comparing every pair of a row's
+  // hot ids made packing for threads 3-5x slower than for one).
+  auto WeightedNorm = [&](const double* per_slot, const int32_t* hot,
+                          const float* values, int64_t num_hot,
+                          const float* x, int64_t i, double* slot_sum,
+                          int64_t* slot_row) {
     for (int64_t a = 0; a < num_hot; ++a) {
       const double v = has_values_ ? values[a] : 1.0;
       if (slot_row[hot[a]] != i) {
@@ -1249,51 +1250,30 @@ void PackedRows::SplitRecords(int64_t chunks,
         slot_sum[hot[a]] += v;
       }
     }
-    double extra = 0.0;
+    double sum = 0.0;
     for (int64_t a = 0; a < num_hot; ++a) {
       if (slot_row[hot[a]] != i) continue;  // a repeat, already counted
       slot_row[hot[a]] = -1;
       const double v = slot_sum[hot[a]];
-      extra += (slot_scales_[hot[a]] - 1.0) * v * v;
+      sum += per_slot[hot[a]] * v * v;
     }
-    const double* scale_d = slot_scales_.data() + hot_ids_.size();
+    const double* per_dense = per_slot + hot_ids_.size();
     for (int64_t c = 0; c < dense_dim_; ++c) {
-      extra += (scale_d[c] - 1.0) * static_cast<double>(x[c]) * x[c];
+      sum += per_dense[c] * static_cast<double>(x[c]) * x[c];
     }
-    return extra;
+    return sum;
   };
-  // kFresh: sum over the row's private slots of rho_h x_h^2 (repeated hot
-  // ids summed first), with the same scratch.
+  // kScaled: the step's q counts a private slot's x^2 scale times, i.e.
+  // (scale - 1) x^2 more than |x|^2 does. kFresh: a row's norm is raised to
+  // T S_i / 2, S_i = sum over its private slots of rho_h x_h^2 (rho_h: the
+  // share of rows using slot h).
   const bool fresh = thread_sync_ == ThreadSync::kFresh;
-  std::vector<double> rho(fresh ? uses.size() : 0);
-  for (size_t h = 0; h < rho.size(); ++h) {
-    rho[h] = static_cast<double>(uses[h]) / std::max<int64_t>(num_examples_, 1);
+  std::vector<double> per_slot(uses.size());
+  for (size_t h = 0; h < per_slot.size(); ++h) {
+    per_slot[h] = fresh ? static_cast<double>(uses[h]) /
+                              std::max<int64_t>(num_examples_, 1)
+                        : slot_scales_[h] - 1.0;
   }
-  auto SharedNorm = [&](const int32_t* hot, const float* values,
-                        int64_t num_hot, const float* x, int64_t i,
-                        double* slot_sum, int64_t* slot_row) {
-    for (int64_t a = 0; a < num_hot; ++a) {
-      const double v = has_values_ ? values[a] : 1.0;
-      if (slot_row[hot[a]] != i) {
-        slot_row[hot[a]] = i;
-        slot_sum[hot[a]] = v;
-      } else {
-        slot_sum[hot[a]] += v;
-      }
-    }
-    double shared = 0.0;
-    for (int64_t a = 0; a < num_hot; ++a) {
-      if (slot_row[hot[a]] != i) continue;
-      slot_row[hot[a]] = -1;
-      const double v = slot_sum[hot[a]];
-      shared += rho[hot[a]] * v * v;
-    }
-    const double* rho_d = rho.data() + hot_ids_.size();
-    for (int64_t c = 0; c < dense_dim_; ++c) {
-      shared += rho_d[c] * static_cast<double>(x[c]) * x[c];
-    }
-    return shared;
-  };
   const int64_t n = num_examples_;
   const int64_t pieces =
       std::max<int64_t>(1, std::min<int64_t>(chunks, n / 4096 + 1));
@@ -1324,16 +1304,12 @@ void PackedRows::SplitRecords(int64_t chunks,
       }
       h->num_hot = static_cast<int32_t>(nnz - h->num_cold);
       const float* dense = values + (has_values_ ? nnz : 0);
-      if (fresh) {
-        const double shared =
-            SharedNorm(ids + h->num_cold, values + h->num_cold, h->num_hot,
-                       dense, i, slot_sum.data(), slot_row.data());
-        h->norm = std::max(h->norm, 0.5 * num_threads_ * shared);
-      } else {
-        h->norm += ExtraScaledNorm(ids + h->num_cold, values + h->num_cold,
-                                   h->num_hot, dense, i, slot_sum.data(),
-                                   slot_row.data());
-      }
+      const double extra =
+          WeightedNorm(per_slot.data(), ids + h->num_cold,
+                       values + h->num_cold, h->num_hot, dense, i,
+                       slot_sum.data(), slot_row.data());
+      h->norm = fresh ? std::max(h->norm, 0.5 * num_threads_ * extra)
+                      : h->norm + extra;
     }
   });
   // The hot index was only needed to write the records.

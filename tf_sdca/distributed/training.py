@@ -440,10 +440,10 @@ def _restore(state_dir, cluster, options, table_ids, shard, accelerate):
                                                     round_number))) as f:
     duals = f["duals"]
     start_duals = f["start"] if "start" in f.files else duals
-  if duals.shape != (shard.n * shard.num_classes,):
+  classes = getattr(shard, "num_classes", 1)
+  if duals.shape != (shard.n * classes,):
     raise ClusterError(f"--resume: worker {cluster.index} has {shard.n} rows,"
-                       f" its checkpoint "
-                       f"{duals.shape[0] // shard.num_classes}")
+                       f" its checkpoint {duals.shape[0] // classes}")
   shard.duals = start_duals
   if accelerate is not None and state.get("momentum"):
     accelerate.restore(state["momentum"])
