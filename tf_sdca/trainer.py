@@ -1052,8 +1052,8 @@ def _choose_threads(num_threads, n, num_classes=1):
     warnings.warn(
         f"num_threads={threads}: a multiclass step adds up to K = "
         f"{num_classes} class weights per rarely used id to the shared table "
-        "by compare-and-swap; on 2 cores 2 threads took 1.9x (softmax) and "
-        "1.3x (multiclass hinge) one thread's time per epoch on 60k "
+        "by compare-and-swap; on 2 cores 2 threads took 1.5x (softmax) and "
+        "1.2-1.5x (multiclass hinge) one thread's time per epoch on 60k "
         "text-like rows (g3doc/multiclass.md): compare with num_threads=1 "
         "on your data", UserWarning, stacklevel=3)
   return threads

@@ -636,6 +636,7 @@ class BlockSplitPass {
   struct Shared {
     const char* buffer;
     int64_t dd, num_hot, num_classes, sync_every, frequent_every;
+    int64_t lines;  // of a record to prefetch (PrefetchLines())
     const PackedRows::MergeRange* ranges;
     int64_t num_ranges;
     const double* scale;  // [num_hot + dd], sigma' of each private slot
@@ -674,6 +675,10 @@ class BlockSplitPass {
   // ids' change waits for ApplyDeferred (lockstep, as SplitPass::Visit).
   template <bool kDeferShared = false>
   void Visit(int64_t k) {
+    // The private slots are in this thread's copy: prefetch the cold ones.
+    PrefetchAhead<Header>(s_.buffer, visit_, k, count_, s_.lines, s_.w,
+                          s_.duals,
+                          [](const Header* h) { return h->num_cold; }, k_);
     MergeDue(s_.ranges, s_.num_ranges, s_.sync_every, s_.frequent_every,
              frequent_, s_.num_hot, size_, &since_merge_,
              [this](int64_t begin, int64_t end) { Merge(begin, end); });
@@ -1908,6 +1913,7 @@ void PackedRows::SolveBlocksSplit(const SolverOptions& options,
           k,
           SyncInterval(),
           FrequentSyncInterval(),
+          PrefetchLines(),
           merge_ranges_.data(),
           static_cast<int64_t>(merge_ranges_.size()),
           slot_scales_.data(),
