@@ -346,6 +346,46 @@ def test_bad_labels_are_named(loss, bad, row):
     model.fit(labels=labels, dense=x, epochs=1, verbose=0)
 
 
+@pytest.mark.parametrize("loss", MULTICLASS)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("entry,value,why", [
+    (1, np.nan, "nan"),          # not finite
+    (0, 1.5, "1.5"),             # the label's entry above 1
+    (0, -0.25, "-0.25"),         # the label's entry below 0
+    (2, 0.5, "0.5"),             # another class's entry above 0
+    (2, -np.inf, "-inf"),        # not finite, off the label
+])
+def test_a_bad_dual_block_is_named(loss, threads, entry, value, why):
+  # Row 3 (label 0, K = 3) gets one bad entry; the others are valid blocks
+  # e_y - p. The op checks every block as it copies the input (one sweep)
+  # and names the row, whatever the thread count.
+  x, y = _real("iris")
+  y = y.astype(np.float32)
+  n, d = x.shape
+  rows = sdca_ops.pack_rows(*_empty_sparse(), x, np.ones(n, np.float32), y,
+                            0, loss, num_threads=threads, num_classes=3)
+  duals = np.zeros((n, 3))
+  duals[np.arange(n), y.astype(int)] = 0.5
+  duals[np.arange(n), (y.astype(int) + 1) % 3] = -0.5
+  r = int(np.flatnonzero(y == 0)[3])
+  col = (0 + entry) % 3
+  good = duals.copy()
+  duals[r, col] = value
+  if col != 0 and np.isfinite(value):
+    duals[r, 0] -= value  # still summing to 0: only the bound is wrong
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=rf"duals\[{r}, :\] = \[.*{why}.*\] is not a valid "
+                     rf"dual block of {loss} for class 0"):
+    sdca_ops.packed_solve(rows, np.zeros(d * 3), duals.reshape(-1), 0, loss,
+                          0.0, 1.0, num_classes=3)
+  # The valid table passes, and the pass keeps every block valid.
+  _, out, _ = sdca_ops.packed_solve(rows, np.zeros(d * 3), good.reshape(-1),
+                                    0, loss, 0.0, 1.0, num_classes=3)
+  out = out.numpy().reshape(n, 3)
+  p = np.eye(3)[y.astype(int)] - out
+  assert p.min() >= -1e-12 and abs(p.sum(axis=1) - 1).max() < 1e-12
+
+
 def test_num_classes_below_two_is_refused():
   for k in (None, 1, 0):
     with pytest.raises(ValueError, match="num_classes"):

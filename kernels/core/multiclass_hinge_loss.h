@@ -48,16 +48,25 @@ class MulticlassHingeLoss final : public MulticlassLoss {
     }
     // Scaled by q (w = q v projected onto the simplex of mass q), so that
     // the step is exact also when q is large.
+    double top = -INFINITY;
     for (int j = 0; j < k; ++j) {
       const double p =
           std::clamp((j == label ? 1.0 : 0.0) - dual[j], 0.0, 1.0);
       v[j] = q * p + Violation(scores, label, j);
-      sorted[j] = v[j];
+      top = std::max(top, v[j]);
     }
-    std::sort(sorted, sorted + k, std::greater<double>());
-    // tau: the largest prefix whose mean excess stays positive.
-    double prefix = 0.0, tau = sorted[0] - q;
+    // tau: the largest prefix of the v_j in decreasing order whose mean
+    // excess stays positive. tau >= max_j v_j - q (the largest v_j is in
+    // the support and the excesses sum to q), so only the v_j above that
+    // can be in the support: usually the label's and one or two others,
+    // and only those are sorted.
+    int candidates = 0;
     for (int j = 0; j < k; ++j) {
+      if (v[j] >= top - q) sorted[candidates++] = v[j];
+    }
+    std::sort(sorted, sorted + candidates, std::greater<double>());
+    double prefix = 0.0, tau = top - q;
+    for (int j = 0; j < candidates; ++j) {
       prefix += sorted[j];
       const double t = (prefix - q) / (j + 1);
       if (sorted[j] - t > 0.0) tau = t;

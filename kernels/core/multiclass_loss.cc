@@ -24,16 +24,23 @@ bool MulticlassLoss::ConvertLabel(double raw, double* label,
 
 bool MulticlassLoss::DualInDomain(const double* dual, int label) const {
   // The block steps renormalise p' onto the simplex, leaving only rounding.
+  // With p = e_y - dual: dual_j = -p_j in [-1, 0] off the label, dual_y =
+  // 1 - p_y in [0, 1], summing to 0. Branch-free sweeps on either side of
+  // the label (they vectorise: the op checks every block before and after
+  // each call); a NaN fails both comparisons, an infinity one of them.
   constexpr double kSlack = 1e-9;
+  bool ok = true;
   double sum = 0.0;
-  for (int j = 0; j < num_classes_; ++j) {
-    const double p = (j == label ? 1.0 : 0.0) - dual[j];
-    if (!(std::isfinite(p) && p >= -kSlack && p <= 1.0 + kSlack)) {
-      return false;
+  auto off_label = [&](int from, int to) {
+    for (int j = from; j < to; ++j) {
+      ok &= (dual[j] >= -1.0 - kSlack) & (dual[j] <= kSlack);
+      sum += dual[j];
     }
-    sum += p;
-  }
-  return std::fabs(sum - 1.0) <= kSlack * num_classes_;
+  };
+  off_label(0, label);
+  off_label(label + 1, num_classes_);
+  ok &= (dual[label] >= -kSlack) & (dual[label] <= 1.0 + kSlack);
+  return ok && std::fabs(sum + dual[label]) <= kSlack * num_classes_;
 }
 
 bool ParseMulticlassLossType(const std::string& name,

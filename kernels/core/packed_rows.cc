@@ -1713,6 +1713,25 @@ void PackedRows::ForEachClassRow(const char* record, int64_t num_classes,
   }
 }
 
+namespace {
+
+// CheckBlockDuals' message for row i's block.
+std::string BlockDualError(int64_t i, const double* block, int64_t num_classes,
+                           int label, const MulticlassLoss& loss) {
+  std::ostringstream out;
+  out << "duals[" << i << ", :] = [";
+  for (int64_t j = 0; j < num_classes && j < 8; ++j) {
+    out << (j ? ", " : "") << block[j];
+  }
+  out << (num_classes > 8 ? ", ...]" : "]") << " is not a valid dual block of "
+      << loss.Name() << " for class " << label
+      << ": it must be e_y - p with p on the simplex (duals[" << i << ", "
+      << label << "] in [0, 1], the others <= 0, the row summing to 0)";
+  return out.str();
+}
+
+}  // namespace
+
 void PackedRows::BlockScores(const char* record, int64_t num_classes,
                              const double* weights, double shrinkage,
                              double* z) const {
@@ -1733,13 +1752,15 @@ void PackedRows::BlockScores(const char* record, int64_t num_classes,
 
 void PackedRows::SolveBlocks(const SolverOptions& options,
                              const MulticlassLoss& loss, double* weights,
-                             double* duals) const {
+                             double* duals, std::string* dual_error) const {
   const int64_t n = num_examples_;
   if (n == 0) return;
   if (num_threads_ > 1) {
     SolveBlocksSplit(options, loss, /*lockstep=*/false, weights, duals);
+    if (dual_error != nullptr) CheckBlockDuals(duals, loss, dual_error);
     return;
   }
+  bool blocks_valid = true;
   const int64_t num_classes = loss.num_classes();
   const double sigma = static_cast<double>(options.num_loss_partitions);
   const double inv_l2 = 1.0 / options.l2;
@@ -1819,6 +1840,12 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
         }
         loss.UpdateBlock(label, alpha, z.data(), sigma * s * h->norm * inv_l2,
                          next.data(), work.data());
+        if (dual_error != nullptr && blocks_valid &&
+            !loss.DualInDomain(next.data(), label)) {
+          blocks_valid = false;
+          *dual_error =
+              BlockDualError(h->row, next.data(), num_classes, label, loss);
+        }
         // W moves by (sigma s / l2) x (alpha' - alpha)^T, in the classes
         // whose duals changed only (a hinge step changes a few of K).
         changed.clear();
@@ -2025,16 +2052,21 @@ bool PackedRows::CheckBlockDuals(const double* duals,
     const int label = static_cast<int>(labels_[i]);
     const double* block = duals + i * num_classes;
     if (loss.DualInDomain(block, label)) continue;
-    std::ostringstream out;
-    out << "duals[" << i << ", :] = [";
-    for (int64_t j = 0; j < num_classes && j < 8; ++j) {
-      out << (j ? ", " : "") << block[j];
-    }
-    out << (num_classes > 8 ? ", ...]" : "]") << " is not a valid dual block of "
-        << loss.Name() << " for class " << label
-        << ": it must be e_y - p with p on the simplex (duals[" << i << ", "
-        << label << "] in [0, 1], the others <= 0, the row summing to 0)";
-    *error = out.str();
+    *error = BlockDualError(i, block, num_classes, label, loss);
+    return false;
+  }
+  return true;
+}
+
+bool PackedRows::CopyBlockDuals(const double* from, const MulticlassLoss& loss,
+                                double* to, std::string* error) const {
+  const int64_t num_classes = loss.num_classes();
+  for (int64_t i = 0; i < num_examples_; ++i) {
+    const int label = static_cast<int>(labels_[i]);
+    double* block = to + i * num_classes;
+    std::copy(from + i * num_classes, from + (i + 1) * num_classes, block);
+    if (loss.DualInDomain(block, label)) continue;
+    *error = BlockDualError(i, block, num_classes, label, loss);
     return false;
   }
   return true;

@@ -325,8 +325,13 @@ class PackedRows {
   // pass lock-free as Solve's do, each private slot (hot id, dense column)
   // a row of K class weights in every thread's copy, merged and scaled as
   // there; 'shrinking' is then 'permutation'.
+  // With `dual_error`, the duals after the passes are checked as
+  // CheckBlockDuals does (*dual_error set for the first invalid block, left
+  // alone if none): on one thread each block as it is written (the others
+  // did not change), on threads in a sweep at the end.
   void SolveBlocks(const SolverOptions& options, const MulticlassLoss& loss,
-                   double* weights, double* duals) const;
+                   double* weights, double* duals,
+                   std::string* dual_error = nullptr) const;
   // SolveBlocks with the threads' rows in lockstep (as SolveLockstep).
   void SolveBlocksLockstep(const SolverOptions& options,
                            const MulticlassLoss& loss, double* weights,
@@ -354,6 +359,11 @@ class PackedRows {
   // on the simplex.
   bool CheckBlockDuals(const double* duals, const MulticlassLoss& loss,
                        std::string* error) const;
+  // CheckBlockDuals of `from` while copying it to `to`, in one sweep (each
+  // block checked where it was just written); `to` is fully written only
+  // when it returns true.
+  bool CopyBlockDuals(const double* from, const MulticlassLoss& loss,
+                      double* to, std::string* error) const;
 
  private:
   struct Header {

@@ -162,11 +162,12 @@ inline ::tensorflow::Status CheckEpochState(const ::tensorflow::Tensor& weights,
 
 // Allocates an epoch call's outputs (weights and duals shaped like the
 // inputs, the [4] objective) and copies the input weights and duals into
-// the first two, where the solve updates them.
+// the first two (the duals only with `copy_duals`), where the solve
+// updates them.
 inline ::tensorflow::Status AllocateEpochOutputs(
     ::tensorflow::OpKernelContext* context, const ::tensorflow::Tensor& weights,
     const ::tensorflow::Tensor& duals, double** w, double** alpha,
-    ::tensorflow::Tensor** objective) {
+    ::tensorflow::Tensor** objective, bool copy_duals = true) {
   ::tensorflow::Tensor* w_out;
   ::tensorflow::Tensor* duals_out;
   TF_RETURN_IF_ERROR(context->allocate_output(0, weights.shape(), &w_out));
@@ -179,7 +180,7 @@ inline ::tensorflow::Status AllocateEpochOutputs(
   *w = w_out->flat<double>().data();
   *alpha = duals_out->flat<double>().data();
   std::copy(w_in, w_in + weights.NumElements(), *w);
-  std::copy(a_in, a_in + duals.NumElements(), *alpha);
+  if (copy_duals) std::copy(a_in, a_in + duals.NumElements(), *alpha);
   return absl::OkStatus();
 }
 

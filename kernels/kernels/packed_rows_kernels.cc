@@ -468,27 +468,31 @@ class PackedSolveOp : public OpKernel {
                                                weights.dim_size(0)));
     std::string error;
     OP_REQUIRES(context,
-                multiclass_ ? rows->CheckBlockDuals(
-                                  TensorBuffer<double>(duals), *multiclass_,
-                                  &error)
-                            : rows->CheckDuals(TensorBuffer<double>(duals),
-                                               *loss_, &error),
+                multiclass_ || rows->CheckDuals(TensorBuffer<double>(duals),
+                                                *loss_, &error),
                 InvalidArgument(error));
     double* w;
     double* alpha;
     Tensor* objective;
-    OP_REQUIRES_OK(context, AllocateEpochOutputs(context, weights, duals, &w,
-                                                 &alpha, &objective));
+    OP_REQUIRES_OK(context,
+                   AllocateEpochOutputs(context, weights, duals, &w, &alpha,
+                                        &objective,
+                                        /*copy_duals=*/!multiclass_));
+    // The [n, K] blocks are checked as they are copied: one sweep.
+    OP_REQUIRES(context,
+                !multiclass_ ||
+                    rows->CopyBlockDuals(TensorBuffer<double>(duals),
+                                         *multiclass_, alpha, &error),
+                InvalidArgument(error));
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
     WatchCancellation(context, &options);
     if (multiclass_) {
       if (options.num_inner_iterations > 0) {
-        rows->SolveBlocks(options, *multiclass_, w, alpha);
+        std::string dual_error;
+        rows->SolveBlocks(options, *multiclass_, w, alpha, &dual_error);
         OP_REQUIRES_OK(context,
                        CancelledStatus(options, "TfSdca>PackedSolve"));
-        std::string dual_error;
-        rows->CheckBlockDuals(alpha, *multiclass_, &dual_error);
         OP_REQUIRES_OK(context,
                        CheckEpochResult(multiclass_->Name(), w,
                                         weights.dim_size(0), dual_error));
