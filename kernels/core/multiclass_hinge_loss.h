@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 #include "kernels/core/multiclass_loss.h"
 
@@ -32,7 +31,7 @@ class MulticlassHingeLoss final : public MulticlassLoss {
                    double q, double* new_dual, double* work) const override {
     const int k = num_classes();
     double* v = work;
-    double* sorted = work + k;
+    double* kept_v = work + k;
     if (!(q > 0.0)) {
       // A row without features: the vertex of the largest D_k + z_k.
       int best = 0;
@@ -55,21 +54,35 @@ class MulticlassHingeLoss final : public MulticlassLoss {
       v[j] = q * p + Violation(scores, label, j);
       top = std::max(top, v[j]);
     }
-    // tau: the largest prefix of the v_j in decreasing order whose mean
-    // excess stays positive. tau >= max_j v_j - q (the largest v_j is in
-    // the support and the excesses sum to q), so only the v_j above that
-    // can be in the support: usually the label's and one or two others,
-    // and only those are sorted.
-    int candidates = 0;
+    // tau solves sum_j max(v_j - tau, 0) = q. tau >= max_j v_j - q (the
+    // largest v_j is in the support and the excesses sum to q), so only the
+    // v_j above that can be in the support: usually the label's and a few
+    // others. Among those, Michelot's fixed point instead of a sort: tau =
+    // (sum of the kept - q) / their count, dropping the v_j <= tau, until
+    // none drops (tau only rises; the largest v_j is never dropped).
+    int kept = 0;
+    double sum = 0.0;
     for (int j = 0; j < k; ++j) {
-      if (v[j] >= top - q) sorted[candidates++] = v[j];
+      if (v[j] >= top - q) {
+        kept_v[kept++] = v[j];
+        sum += v[j];
+      }
     }
-    std::sort(sorted, sorted + candidates, std::greater<double>());
-    double prefix = 0.0, tau = top - q;
-    for (int j = 0; j < candidates; ++j) {
-      prefix += sorted[j];
-      const double t = (prefix - q) / (j + 1);
-      if (sorted[j] - t > 0.0) tau = t;
+    double tau = (sum - q) / kept;
+    for (;;) {
+      int still = 0;
+      double rest = 0.0;
+      for (int j = 0; j < kept; ++j) {
+        if (kept_v[j] > tau) {
+          kept_v[still++] = kept_v[j];
+          rest += kept_v[j];
+        }
+      }
+      // None above tau: q is lost in the v_j's rounding (the fallback
+      // below takes the vertex).
+      if (still == kept || still == 0) break;
+      kept = still;
+      tau = (rest - q) / kept;
     }
     double total = 0.0;
     for (int j = 0; j < k; ++j) {

@@ -1775,7 +1775,8 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
   // G_i of the previous pass is left out of the passes (its step would not
   // move it, and it is unlikely to move soon); when the largest G_i of the
   // rows still visited is under a tenth of that of the last pass over all
-  // rows, every row comes back. Which rows are out carries over between
+  // rows, every row comes back, the threshold kept (that pass leaves out
+  // again the rows far inside their margin). Which rows are out carries over between
   // calls, as for the binary losses.
   const bool shrink =
       options.order == VisitOrder::kShrinking && loss.Shrinkable();
@@ -1869,12 +1870,10 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
         if (count == n) state.full_spread = largest_gap;
         if (count < n && largest_gap <= 0.1 * state.full_spread) {
           std::fill(state.shrunk.begin(), state.shrunk.end(), 0);
-          state.high = std::numeric_limits<double>::infinity();
-        } else {
-          state.high = largest_gap > 0.0
-                           ? largest_gap
-                           : std::numeric_limits<double>::infinity();
         }
+        state.high = largest_gap > 0.0
+                         ? largest_gap
+                         : std::numeric_limits<double>::infinity();
       }
     }
   });
