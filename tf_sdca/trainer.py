@@ -138,13 +138,22 @@ class InMemorySdca:
       ill-conditioned data (small k), slowly: a larger theta can be much
       faster or diverge (g3doc/benchmarks.md). The theta used is
       `asdca_theta_used` after `fit`.
+    hinge_step: the multiclass hinge's block step: 'projection' (the
+      default: the exact maximiser of the row's block), or the reference's
+      sequential dual ascent along one direction, 'steepest_ascent'
+      (block-coordinate Frank-Wolfe) or 'near_max_gain' (two classes at a
+      time); all reach the same optimum, the projection in the fewest
+      epochs (g3doc/multiclass.md).
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
                visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
                pack=True, num_classes=None, average_from=None,
-               asdca_batch_size=_ASDCA_BATCH_SIZE, asdca_theta=None):
+               asdca_batch_size=_ASDCA_BATCH_SIZE, asdca_theta=None,
+               hinge_step="projection"):
     loss = losses.op_name(loss)
+    sdca_ops.check_hinge_step(loss, hinge_step)
+    self.hinge_step = hinge_step
     self._asdca = visit_order == "asdca"
     if self._asdca:
       sdca_ops.check_asdca_options(loss, asdca_batch_size, asdca_theta)
@@ -512,7 +521,7 @@ class InMemorySdca:
         seed=self.seed * 1_000_003 + epoch, loss_type=self.loss, l1=self.l1,
         l2=self.l2, num_passes=passes, visit_order=self._packed_order(),
         gamma=self.gamma, compute_objective=passes == 0,
-        num_classes=self.num_classes)
+        num_classes=self.num_classes, hinge_step=self.hinge_step)
     w, duals, parts = sdca_ops.packed_solve(resident.rows, **options)
     if passes:
       self._install_table(w)

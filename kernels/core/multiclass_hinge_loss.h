@@ -8,9 +8,10 @@
 // the Euclidean projection of p + (D + z) / q onto the simplex. That is the
 // exact maximiser of the block; sequential dual ascent's steepest feasible
 // ascent step (Frank-Wolfe towards the vertex of the most violated class,
-// with exact line search) maximises the same concave f along one feasible
-// direction only, so the projection gains at least as much per visit.
-// Derivation in g3doc/multiclass.md.
+// with exact line search) and its near-maximal-gain variant (mass moved
+// between two classes) maximise the same concave f along one feasible
+// direction only, so the projection gains at least as much per visit; both
+// are options (HingeStep). Derivation in g3doc/multiclass.md.
 #ifndef TF_SDCA_KERNELS_CORE_MULTICLASS_HINGE_LOSS_H_
 #define TF_SDCA_KERNELS_CORE_MULTICLASS_HINGE_LOSS_H_
 
@@ -23,7 +24,9 @@ namespace tf_sdca {
 
 class MulticlassHingeLoss final : public MulticlassLoss {
  public:
-  using MulticlassLoss::MulticlassLoss;
+  explicit MulticlassHingeLoss(int num_classes,
+                               HingeStep step = HingeStep::kProjection)
+      : MulticlassLoss(num_classes), step_(step) {}
 
   const char* Name() const override { return "multiclass_hinge_loss"; }
 
@@ -44,6 +47,9 @@ class MulticlassHingeLoss final : public MulticlassLoss {
         new_dual[j] = (j == label ? 1.0 : 0.0) - (j == best ? 1.0 : 0.0);
       }
       return;
+    }
+    if (step_ != HingeStep::kProjection) {
+      return SequentialStep(label, dual, scores, q, new_dual, work);
     }
     // Scaled by q (w = q v projected onto the simplex of mass q), so that
     // the step is exact also when q is large.
@@ -148,10 +154,78 @@ class MulticlassHingeLoss final : public MulticlassLoss {
   }
 
  private:
+  // The reference's sequential dual ascent steps, for q > 0: with p = e_y -
+  // dual and s_k = D_k + z_k, f(p + t d) = f(p) + t d.s - q t^2 |d|^2 / 2
+  // along one feasible direction d, maximised exactly over t.
+  //   kSteepestAscent: d = e_u - p, u = argmax_k s_k (the loss-augmented
+  //     prediction), t = min(1, (s_u - p.s) / (q |e_u - p|^2)).
+  //   kNearMaxGain: d = e_u - e_v, u the larger-scoring of argmax_k s_k and
+  //     of the best class already in the support; v, among the support's
+  //     other classes with s_v < s_u, the one whose exact step gains most:
+  //     t = min(p_v, (s_u - s_v) / 2q), gain t (s_u - s_v) - q t^2.
+  void SequentialStep(int label, const double* dual, const double* scores,
+                      double q, double* new_dual, double* p) const {
+    const int k = num_classes();
+    int u = 0, in_support = -1;
+    for (int j = 0; j < k; ++j) {
+      p[j] = std::clamp((j == label ? 1.0 : 0.0) - dual[j], 0.0, 1.0);
+      if (Violation(scores, label, j) > Violation(scores, label, u)) u = j;
+      if (p[j] > 0.0 && (in_support < 0 || Violation(scores, label, j) >
+                                               Violation(scores, label,
+                                                         in_support))) {
+        in_support = j;
+      }
+    }
+    if (step_ == HingeStep::kSteepestAscent) {
+      double slope = Violation(scores, label, u), norm2 = 1.0;
+      for (int j = 0; j < k; ++j) {
+        slope -= p[j] * Violation(scores, label, j);
+        norm2 += p[j] * p[j] - (j == u ? 2.0 * p[j] : 0.0);
+      }
+      const double t =
+          norm2 > 0.0 && slope > 0.0 ? std::min(1.0, slope / (q * norm2))
+                                     : 0.0;
+      for (int j = 0; j < k; ++j) {
+        p[j] = (1.0 - t) * p[j] + (j == u ? t : 0.0);
+      }
+    } else {
+      if (in_support >= 0 && Violation(scores, label, in_support) >=
+                                 Violation(scores, label, u)) {
+        u = in_support;
+      }
+      const double s_u = Violation(scores, label, u);
+      int v = -1;
+      double best_gain = 0.0, best_t = 0.0;
+      for (int j = 0; j < k; ++j) {
+        const double gap = s_u - Violation(scores, label, j);
+        if (j == u || !(p[j] > 0.0) || !(gap > 0.0)) continue;
+        const double t = std::min(p[j], gap / (2.0 * q));
+        const double gain = t * gap - q * t * t;
+        if (gain > best_gain) {
+          best_gain = gain;
+          best_t = t;
+          v = j;
+        }
+      }
+      if (v >= 0) {
+        p[u] += best_t;
+        p[v] = best_t == p[v] ? 0.0 : p[v] - best_t;
+      }
+    }
+    double total = 0.0;
+    for (int j = 0; j < k; ++j) total += p[j];
+    // Renormalised onto the simplex exactly as the dual domain wants.
+    for (int j = 0; j < k; ++j) {
+      new_dual[j] = (j == label ? 1.0 : 0.0) - p[j] / total;
+    }
+  }
+
   // D_j + z_j.
   static double Violation(const double* scores, int label, int j) {
     return (j == label ? 0.0 : 1.0) + scores[j];
   }
+
+  HingeStep step_;
 };
 
 }  // namespace tf_sdca

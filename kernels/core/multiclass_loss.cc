@@ -55,13 +55,27 @@ bool ParseMulticlassLossType(const std::string& name,
   return true;
 }
 
+bool ParseHingeStep(const std::string& name, HingeStep* step) {
+  if (name == "projection") {
+    *step = HingeStep::kProjection;
+  } else if (name == "steepest_ascent") {
+    *step = HingeStep::kSteepestAscent;
+  } else if (name == "near_max_gain") {
+    *step = HingeStep::kNearMaxGain;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 std::unique_ptr<MulticlassLoss> MakeMulticlassLoss(MulticlassLossType type,
-                                                   int num_classes) {
+                                                   int num_classes,
+                                                   HingeStep hinge_step) {
   switch (type) {
     case MulticlassLossType::kSoftmax:
       return std::make_unique<SoftmaxLoss>(num_classes);
     case MulticlassLossType::kMulticlassHinge:
-      return std::make_unique<MulticlassHingeLoss>(num_classes);
+      return std::make_unique<MulticlassHingeLoss>(num_classes, hinge_step);
   }
   return nullptr;
 }

@@ -25,6 +25,15 @@ namespace tf_sdca {
 
 enum class MulticlassLossType { kSoftmax, kMulticlassHinge };
 
+// The multiclass hinge's block step (multiclass_hinge_loss.h): the exact
+// maximiser of the block (kProjection), or the reference's sequential dual
+// ascent along one feasible direction, steepest feasible ascent
+// (block-coordinate Frank-Wolfe) or near-maximal gain (two classes).
+enum class HingeStep { kProjection, kSteepestAscent, kNearMaxGain };
+
+// "projection", "steepest_ascent", "near_max_gain"; false for others.
+bool ParseHingeStep(const std::string& name, HingeStep* step);
+
 class MulticlassLoss {
  public:
   explicit MulticlassLoss(int num_classes) : num_classes_(num_classes) {}
@@ -76,8 +85,10 @@ class MulticlassLoss {
 bool ParseMulticlassLossType(const std::string& name,
                              MulticlassLossType* type);
 
-std::unique_ptr<MulticlassLoss> MakeMulticlassLoss(MulticlassLossType type,
-                                                   int num_classes);
+// `hinge_step` is the multiclass hinge's (the softmax has one step).
+std::unique_ptr<MulticlassLoss> MakeMulticlassLoss(
+    MulticlassLossType type, int num_classes,
+    HingeStep hinge_step = HingeStep::kProjection);
 
 }  // namespace tf_sdca
 

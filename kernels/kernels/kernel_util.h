@@ -76,7 +76,8 @@ inline ::tensorflow::Status CheckRank(const ::tensorflow::Tensor& t, int rank,
 }
 
 // The attributes of TfSdca>PackedSolve: loss_type (with gamma),
-// visit_order, l1, l2, num_loss_partitions, num_passes, compute_objective.
+// visit_order, l1, l2, num_loss_partitions, num_passes, compute_objective,
+// hinge_step (the multiclass hinge's block step).
 // A multiclass loss_type (softmax_loss, multiclass_hinge_loss) is made into
 // *multiclass with the num_classes attribute (>= 2), leaving *loss null;
 // `multiclass` null refuses them.
@@ -94,6 +95,19 @@ inline ::tensorflow::Status ReadEpochAttrs(
       ParseMulticlassLossType(loss_type, &multiclass_type);
   if (!is_multiclass && !ParseLossType(loss_type, &type)) {
     return InvalidArgument("unknown loss_type ", loss_type);
+  }
+  std::string step_name;
+  HingeStep step;
+  TF_RETURN_IF_ERROR(context->GetAttr("hinge_step", &step_name));
+  if (!ParseHingeStep(step_name, &step)) {
+    return InvalidArgument("unknown hinge_step ", step_name);
+  }
+  if (step != HingeStep::kProjection &&
+      !(is_multiclass &&
+        multiclass_type == MulticlassLossType::kMulticlassHinge)) {
+    return InvalidArgument("hinge_step '", step_name,
+                           "' is a block step of multiclass_hinge_loss, not "
+                           "of ", loss_type, " (use 'projection')");
   }
   TF_RETURN_IF_ERROR(context->GetAttr("visit_order", &order));
   if (!ParseVisitOrder(order.c_str(), &options->order)) {
@@ -119,7 +133,7 @@ inline ::tensorflow::Status ReadEpochAttrs(
           "visit_order '", order, "' is not available for ", loss_type,
           " (use 'permutation', 'uniform' or 'cyclic')");
     }
-    *multiclass = MakeMulticlassLoss(multiclass_type, num_classes);
+    *multiclass = MakeMulticlassLoss(multiclass_type, num_classes, step);
     options->loss = nullptr;
     return absl::OkStatus();
   }

@@ -234,7 +234,9 @@ OpDefBuilderWrapper& EpochCall(OpDefBuilderWrapper& op) {
             "'shrinking'} = "
             "'permutation'")
       .Attr("gamma: float = 1.0")
-      .Attr("compute_objective: bool = true");
+      .Attr("compute_objective: bool = true")
+      .Attr("hinge_step: {'projection', 'steepest_ascent', 'near_max_gain'} "
+            "= 'projection'");
 }
 
 // TfSdca>AsdcaSolve (kernels/core/asdca.h; its kernel is beside

@@ -20,6 +20,21 @@ MULTICLASS_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
 # ... and for the multiclass hinge, whose rows classified with margin rest
 # at alpha = 0, LIBLINEAR-style shrinking of those rows.
 MULTICLASS_HINGE_VISIT_ORDERS = MULTICLASS_VISIT_ORDERS + ("shrinking",)
+# The multiclass hinge's block steps (g3doc/multiclass.md): the exact
+# maximiser of the block, or one of the reference's sequential dual ascent
+# steps along one feasible direction.
+HINGE_STEPS = ("projection", "steepest_ascent", "near_max_gain")
+
+
+def check_hinge_step(loss_type, hinge_step):
+  """ValueError unless `hinge_step` is one of HINGE_STEPS and, when not
+  'projection', the loss is the multiclass hinge."""
+  if hinge_step not in HINGE_STEPS:
+    raise ValueError(f"hinge_step must be one of {HINGE_STEPS}, got "
+                     f"{hinge_step!r}")
+  if hinge_step != "projection" and loss_type != "multiclass_hinge_loss":
+    raise ValueError(f"hinge_step {hinge_step!r} is a block step of "
+                     f"multiclass_hinge_loss, not of {loss_type}")
 # The losses accelerated mini-batch SDCA (`asdca_solve`) converges for: the
 # smooth ones (bounded loss'').
 ASDCA_LOSSES = ("logistic_loss", "squared_loss", "smooth_hinge_loss")
@@ -344,7 +359,7 @@ def _data_tensors(row_ptr, feature_ids, feature_values, dense_features,
 
 def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
                 num_passes, visit_order, gamma, compute_objective,
-                num_classes=1):
+                num_classes=1, hinge_step="projection"):
   """(weights, duals, seed) as tensors and the attributes of one epoch call
   (PackedSolve)."""
   state = (_tensor(weights, tf.float64, "weights"),
@@ -354,7 +369,7 @@ def _epoch_args(weights, duals, seed, loss_type, l1, l2, num_loss_partitions,
                num_loss_partitions=int(num_loss_partitions),
                num_passes=int(num_passes), visit_order=visit_order,
                gamma=float(gamma), compute_objective=bool(compute_objective),
-               num_classes=int(num_classes))
+               num_classes=int(num_classes), hinge_step=hinge_step)
   return state, attrs
 
 
@@ -518,7 +533,8 @@ def append_rows(rows, row_ptr, feature_ids, feature_values, dense_features,
 def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                  num_loss_partitions=1, num_passes=1,
                  visit_order="permutation", gamma=1.0,
-                 compute_objective=True, name=None, num_classes=1):
+                 compute_objective=True, name=None, num_classes=1,
+                 hinge_step="projection"):
   """SDCA passes over rows packed by `pack_rows`: one call per epoch.
 
   Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1`; only
@@ -569,10 +585,12 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                      f"{num_passes}")
   _check_options(loss_type, l1, l2, num_loss_partitions, 1, visit_order,
                  gamma, 0, num_classes)
+  check_hinge_step(loss_type, hinge_step)
   with tf.name_scope(name or "packed_solve"):
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
                                num_loss_partitions, num_passes, visit_order,
-                               gamma, compute_objective, num_classes)
+                               gamma, compute_objective, num_classes,
+                               hinge_step)
     return load_ops().tf_sdca_packed_solve(rows, *state, **attrs)
 
 
