@@ -184,3 +184,34 @@ def test_sparse_multiclass_checkpoint_shapes_are_checked(iris_file, tmp_path,
   assert cli.main(["evaluate", path, "--model-dir", model_dir, "--format",
                    "libsvm"]) == 2
   assert "duals" in capsys.readouterr().err
+
+
+def test_hinge_step_is_kept_and_resumed(iris_file, tmp_path, monkeypatch):
+  # --hinge-step near_max_gain: kept in model.json, so --resume goes on with
+  # it (bit for bit against an uninterrupted run), and the weights are the
+  # engine's with the same step.
+  path, x, y = iris_file
+  whole, parts = str(tmp_path / "whole"), str(tmp_path / "parts")
+  extra = ["--epochs", "6", "--tol", "0", "--hinge-step", "near_max_gain"]
+  assert _train(path, whole, "multiclass_hinge", *extra) == 0
+  with open(os.path.join(whole, "model.json")) as f:
+    assert json.load(f)["hinge_step"] == "near_max_gain"
+  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "3")
+  assert _train(path, parts, "multiclass_hinge", *extra) == 130
+  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  # Resumed without the flag: the model's own step goes on.
+  assert _train(path, parts, "multiclass_hinge", "--epochs", "6", "--tol",
+                "0", "--resume") == 0
+  a = np.load(os.path.join(whole, "checkpoint.npz"))
+  b = np.load(os.path.join(parts, "checkpoint.npz"))
+  for key in ("sparse_weights", "dense_weights", "duals"):
+    np.testing.assert_array_equal(a[key], b[key])
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  x1 = np.column_stack([x, np.ones(len(x))]).astype(np.float32)
+  for step, same in (("near_max_gain", True), ("projection", False)):
+    engine = InMemorySdca(loss="multiclass_hinge", num_classes=3, l2=L2,
+                          hinge_step=step)
+    engine.fit(labels=y.astype(np.float32), dense=x1, epochs=6, tol=0,
+               verbose=0)
+    w = np.concatenate([a["sparse_weights"], a["dense_weights"]])
+    assert np.allclose(w, engine.dense_weights, rtol=0, atol=1e-5) == same

@@ -96,3 +96,41 @@ def test_bad_labels_and_missing_num_classes():
   with pytest.raises(ValueError, match=r"labels\[4\] = 2.5 must be a class "
                      r"id in \[0, 3\)"):
     model.fit(x, bad, verbose=0)
+
+
+def test_hinge_step_trains_saves_and_refuses_a_stream(tmp_path):
+  # hinge_step='near_max_gain' on wine: the in-memory fit reaches the
+  # projection's optimum (same objective), the step survives save/load
+  # (the loaded model continues as the original does), and a streamed fit,
+  # whose mini-batch op takes the projection, is refused by name.
+  x, y = load_wine(return_X_y=True)
+  x = StandardScaler().fit_transform(x).astype(np.float32)
+  x1 = np.column_stack([x, np.ones(len(y))]).astype(np.float64)
+  best = LinearModel(loss="multiclass_hinge", num_classes=3, l2=10.0)
+  best.fit(x, y, epochs=3000, tol=1e-8, verbose=0)
+  model = LinearModel(loss="multiclass_hinge", num_classes=3, l2=10.0,
+                      hinge_step="near_max_gain")
+  history = model.fit(x, y, epochs=3000, tol=1e-8, verbose=0)
+  assert history.history["duality_gap"][-1] < 1e-8
+  assert _objective("multiclass_hinge", _weights(model), x1, y, 10.0) == \
+      pytest.approx(_objective("multiclass_hinge", _weights(best), x1, y,
+                               10.0), rel=1e-7)
+  assert model.get_config()["hinge_step"] == "near_max_gain"
+  path = str(tmp_path / "m.keras")
+  early = LinearModel(loss="multiclass_hinge", num_classes=3, l2=10.0,
+                      hinge_step="near_max_gain")
+  early.fit(x, y, epochs=3, verbose=0)
+  early.save(path)
+  loaded = keras.models.load_model(path)
+  assert loaded.hinge_step == "near_max_gain"
+  early.fit(x, y, epochs=3, verbose=0)
+  loaded.fit(x, y, epochs=3, verbose=0)
+  np.testing.assert_allclose(_weights(loaded), _weights(early), rtol=0,
+                             atol=1e-12)
+  data = tf.data.Dataset.from_tensor_slices(
+      ({"features": x, "example_id": np.arange(len(y))}, y)).batch(64)
+  with pytest.raises(ValueError, match="hinge_step='near_max_gain' trains "
+                     "in-memory data"):
+    loaded.fit(data, epochs=1, verbose=0)
+  with pytest.raises(ValueError, match="block step of multiclass_hinge_loss"):
+    LinearModel(loss="softmax", num_classes=3, hinge_step="steepest_ascent")

@@ -82,6 +82,18 @@ def _empty_sparse():
 
 
 # ------------------------------------------------------------ block steps
+def _random_row(rng, k, d, decade, spread):
+  """One row for a block step: x [1, d] at scale 10^decade, its weight s,
+  label y, a [d, k] table giving scores up to ~(0.3 + spread) / 1e-2, and
+  a block p on the simplex."""
+  x = (rng.normal(size=(1, d)) * 10.0 ** decade).astype(np.float32)
+  s = float(np.float32(rng.uniform(0.5, 2.0)))
+  y = int(rng.integers(k))
+  w = rng.normal(size=(d, k)) * (0.3 + spread) / max(
+      1e-2, float(np.abs(x).max()))
+  return x, s, y, w, rng.dirichlet(np.ones(k) * 0.5)
+
+
 @pytest.mark.parametrize("loss", MULTICLASS)
 @pytest.mark.parametrize("k", [3, 5, 10])
 def test_block_step_maximises_the_block_dual(loss, k):
@@ -90,13 +102,7 @@ def test_block_step_maximises_the_block_dual(loss, k):
   # q = s |x|^2 / l2 from ~1e-5 to ~1e3 and scores up to ~50: both the
   # warm-started joint Newton and its nested fallback (softmax) are hit.
   for trial in range(8):
-    x = (rng.normal(size=(1, d)) * 10.0 ** (trial / 2 - 2.5)).astype(
-        np.float32)
-    s = float(np.float32(rng.uniform(0.5, 2.0)))
-    y = int(rng.integers(k))
-    w = rng.normal(size=(d, k)) * (0.3 + trial % 4) / max(
-        1e-2, float(np.abs(x).max()))
-    p_old = rng.dirichlet(np.ones(k) * 0.5)
+    x, s, y, w, p_old = _random_row(rng, k, d, trial / 2 - 2.5, trial % 4)
     alpha = np.eye(k)[y] - p_old
     rows = sdca_ops.pack_rows(*_empty_sparse(), x, np.array([s], np.float32),
                               np.array([y], np.float32), 0, loss,
@@ -170,13 +176,7 @@ def test_sequential_dual_ascent_steps_follow_the_reference(step, k):
   rng = np.random.default_rng(7 + k)
   d, l2 = 4, 0.625
   for trial in range(10):
-    x = (rng.normal(size=(1, d)) * 10.0 ** (trial / 3 - 1.5)).astype(
-        np.float32)
-    s = float(np.float32(rng.uniform(0.5, 2.0)))
-    y = int(rng.integers(k))
-    w = rng.normal(size=(d, k)) * (0.3 + trial % 4) / max(
-        1e-2, float(np.abs(x).max()))
-    p_old = rng.dirichlet(np.ones(k) * 0.5)
+    x, s, y, w, p_old = _random_row(rng, k, d, trial / 3 - 1.5, trial % 4)
     p_old[rng.integers(k)] = 0.0  # a class outside the support
     p_old /= p_old.sum()
     alpha = np.eye(k)[y] - p_old

@@ -100,6 +100,13 @@ def add_parsers(sub):
                      help="ASDCA's theta in (0, 1]; default: the paper's, "
                      "provably convergent but slow on ill-conditioned data "
                      "(g3doc/trainer.md)")
+  train.add_argument("--hinge-step", default="projection",
+                     choices=("projection", "steepest_ascent",
+                              "near_max_gain"),
+                     help="--loss multiclass_hinge's block step: the exact "
+                     "projection, or the reference's steepest feasible "
+                     "ascent (Frank-Wolfe) or near-maximal-gain step "
+                     "(g3doc/multiclass.md). Kept in model.json")
   train.add_argument("--average-from", type=_int_in(0), default=None,
                      metavar="T0",
                      help="output averaging: the saved model is the mean of "
@@ -460,6 +467,9 @@ def train(args):
     if getattr(args, "visit_order", "permutation") == "asdca":
       raise ValueError("--visit-order asdca trains in one process (not with "
                        "--local-cluster or TF_CONFIG)")
+    if getattr(args, "hinge_step", "projection") != "projection":
+      raise ValueError(f"--hinge-step {args.hinge_step} trains in one "
+                       "process (not with --local-cluster or TF_CONFIG)")
     if average_from is not None:
       raise ValueError(f"--average-from {average_from}: output averaging "
                        "trains in one process (not with --local-cluster or "
@@ -525,6 +535,8 @@ def train(args):
     if meta["visit_order"] == "asdca":
       meta.update(asdca_batch_size=args.asdca_batch_size,
                   asdca_theta=args.asdca_theta)
+    if getattr(args, "hinge_step", "projection") != "projection":
+      meta["hinge_step"] = args.hinge_step
     if multiclass:
       meta["num_classes"] = num_classes
       meta["classes"] = choose_classes(
@@ -540,14 +552,16 @@ def train(args):
     labels, features = None, dict(rows=_criteo_row_chunks(arrays, meta))
   else:
     labels, features = _features(args.format, arrays, meta)
-  # A resumed model keeps the order (and ASDCA's options) it was trained with.
+  # A resumed model keeps the order (and ASDCA's options, the hinge's step)
+  # it was trained with.
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        seed=meta["seed"], num_threads=args.threads,
                        num_classes=meta.get("num_classes"),
                        average_from=meta.get("average_from"),
                        visit_order=meta.get("visit_order", "permutation"),
                        asdca_batch_size=meta.get("asdca_batch_size", 8),
-                       asdca_theta=meta.get("asdca_theta"))
+                       asdca_theta=meta.get("asdca_theta"),
+                       hinge_step=meta.get("hinge_step", "projection"))
   if ckpt is not None:
     if "rows" in features:  # packed cache part by cache part
       num_features = features["rows"].num_features

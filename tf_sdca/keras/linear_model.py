@@ -132,6 +132,10 @@ class LinearModel(keras.Model):
     asdca_batch_size, asdca_theta: ASDCA's rows per step and theta (None:
       the paper's), as for `tf_sdca.trainer.InMemorySdca`. Each in-memory
       `fit` starts the accelerated iterate at the shrunk weights.
+    hinge_step: the multiclass hinge's block step ('projection', or the
+      reference's 'steepest_ascent' / 'near_max_gain'), as for
+      `tf_sdca.trainer.InMemorySdca`; in-memory fits only (a streamed or
+      multi-worker fit takes the projection).
     seed: seed of the visiting orders.
     gamma: smoothing of the smooth hinge loss.
     num_threads: lock-free threads of each epoch over packed rows (0 or 1:
@@ -166,7 +170,7 @@ class LinearModel(keras.Model):
                num_loss_partitions=1, visit_order="permutation", seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
                average_from=None, asdca_batch_size=8, asdca_theta=None,
-               **kwargs):
+               hinge_step="projection", **kwargs):
     super().__init__(**kwargs)
     self.average_from = averaging.check_average_from(average_from)
     self.loss_type = losses.op_name(loss)
@@ -180,6 +184,8 @@ class LinearModel(keras.Model):
                                    asdca_theta)
     self.asdca_batch_size = int(asdca_batch_size)
     self.asdca_theta = None if asdca_theta is None else float(asdca_theta)
+    sdca_ops.check_hinge_step(self.loss_type, hinge_step)
+    self.hinge_step = hinge_step
     sdca_ops._check_options(self.loss_type, l1, l2, num_loss_partitions, 1,
                             "permutation" if self._asdca else visit_order,
                             gamma, num_threads,
@@ -265,6 +271,8 @@ class LinearModel(keras.Model):
     if self._asdca:
       config.update(asdca_batch_size=self.asdca_batch_size,
                     asdca_theta=self.asdca_theta)
+    if self.hinge_step != "projection":
+      config["hinge_step"] = self.hinge_step
     return config
 
   @classmethod
@@ -585,6 +593,10 @@ class LinearModel(keras.Model):
     if self._asdca:
       raise ValueError("visit_order='asdca' trains in one process, not "
                        "across the workers of a MultiWorkerMirroredStrategy")
+    if self.hinge_step != "projection":
+      raise ValueError(f"hinge_step={self.hinge_step!r} trains in one "
+                       "process, not across the workers of a "
+                       "MultiWorkerMirroredStrategy ('projection' does)")
     if self.average_from is not None:
       raise ValueError(f"average_from={self.average_from}: output "
                        "averaging trains in one process, not across the "
@@ -650,7 +662,7 @@ class LinearModel(keras.Model):
           p.rows, p.table, p.duals, self.seed * 1_000_003 + calls,
           loss_type=self.loss_type, l1=self.l1, l2=self.l2,
           visit_order=self.visit_order, gamma=self.gamma,
-          num_classes=self.num_classes)
+          num_classes=self.num_classes, hinge_step=self.hinge_step)
     p.table.assign(w)
     p.duals.assign(duals)
     p.parts.assign(parts)
@@ -1108,6 +1120,10 @@ class LinearModel(keras.Model):
                          "scipy or dicts of arrays), not a streamed "
                          "tf.data.Dataset: ASDCA's batches are drawn from "
                          "every row each epoch")
+      if self.hinge_step != "projection":
+        raise ValueError(f"hinge_step={self.hinge_step!r} trains in-memory "
+                         "data (numpy, scipy or dicts of arrays); a streamed "
+                         "tf.data.Dataset's mini-batches take 'projection'")
       self._leave_packed()
       train = self._dataset(x, class_weight, for_training=True)
       gap_data, total = train, None
