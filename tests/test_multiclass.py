@@ -244,6 +244,26 @@ def test_hinge_step_is_refused_where_it_means_nothing():
     load_ops().tf_sdca_packed_solve(
         rows, np.zeros(2), np.zeros(1), 0, loss_type="logistic_loss", l1=0.0,
         l2=1.0, hinge_step="steepest_ascent")
+  # The mini-batch op (SdcaModel, streamed Keras fits) and SdcaModel.
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="hinge_step 'near_max_gain' is a block step of "
+                     "multiclass_hinge_loss, not of softmax_loss"):
+    load_ops().tf_sdca_optimizer(
+        sparse_example_indices=[], sparse_feature_indices=[],
+        sparse_feature_values=[], dense_features=[np.ones((1, 2), np.float32)],
+        example_weights=np.ones(1, np.float32),
+        example_labels=np.ones(1, np.float32), sparse_indices=[],
+        sparse_weights=[], dense_weights=[np.zeros((2, 3), np.float32)],
+        example_state_data=np.zeros((1, 6), np.float32), call_index=0,
+        loss_type="softmax_loss", l1=0.0, l2=1.0, num_classes=3,
+        hinge_step="near_max_gain")
+  from tf_sdca.sdca_model import SdcaModel  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match=r"options\['hinge_step'\] must be one "
+                     "of"):
+    SdcaModel(None, dict(sparse_features_weights=[],
+                         dense_features_weights=[tf.Variable(tf.zeros([2]))]),
+              dict(loss_type="logistic_loss", symmetric_l2_regularization=1.0,
+                   hinge_step="steepest_ascent"))
 
 
 @pytest.mark.parametrize("loss", MULTICLASS)

@@ -55,6 +55,7 @@ _OPTION_DEFAULTS = dict(
     num_classes=1,
     num_threads=0,
     average_from=None,
+    hinge_step="projection",
 )
 _REQUIRED_OPTIONS = ("loss_type", "symmetric_l2_regularization")
 
@@ -377,6 +378,9 @@ class SdcaModel(tf.Module):
       with `loss_type` `softmax_loss` or `multiclass_hinge_loss`: labels are
       class ids in [0, K), every weight variable has the K classes in its
       last axis, e.g. `[rows, K]`, and `predictions` are `[B, K]`),
+      `hinge_step` ('projection'; the multiclass hinge's block step, or
+      the reference's 'steepest_ascent' / 'near_max_gain', see
+      `tf_sdca.ops.packed_solve`),
       `average_from` (None; T0 >= 0: output averaging counted in `minimize`
       calls. The model keeps float64 running means of the unshrunk weights
       over the iterates after calls T0, T0 + 1, ... (T0 = 0: the starting
@@ -487,6 +491,11 @@ class SdcaModel(tf.Module):
            "asdca)")
     if opts["visit_order"] not in sdca_ops.VISIT_ORDERS:
       fail("visit_order", f"one of {sdca_ops.VISIT_ORDERS}")
+    if opts["hinge_step"] not in sdca_ops.HINGE_STEPS or (
+        opts["hinge_step"] != "projection" and
+        opts["loss_type"] != "multiclass_hinge_loss"):
+      fail("hinge_step", f"one of {sdca_ops.HINGE_STEPS} with "
+           "multiclass_hinge_loss ('projection' for the other losses)")
     # Python numbers only: the values become op attributes, fixed when the
     # op is built, so a tensor here would be a silent misuse.
     for key, low, strict in (("symmetric_l2_regularization", 0, True),
@@ -648,7 +657,7 @@ class SdcaModel(tf.Module):
         num_inner_iterations=o["num_inner_iterations"],
         adaptive=o["adaptive"], visit_order=o["visit_order"],
         seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
-        num_classes=self._num_classes,
+        num_classes=self._num_classes, hinge_step=o["hinge_step"],
         call_index=self._calls.read_value())
     updates = self._insert_state(keys, new_state)
     with tf.control_dependencies([new_state]):

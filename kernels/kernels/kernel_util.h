@@ -75,6 +75,25 @@ inline ::tensorflow::Status CheckRank(const ::tensorflow::Tensor& t, int rank,
   return absl::OkStatus();
 }
 
+// The hinge_step attribute: the multiclass hinge's block step; any but
+// 'projection' is refused for another loss (`multiclass_hinge` false).
+inline ::tensorflow::Status ReadHingeStep(
+    ::tensorflow::OpKernelConstruction* context, const std::string& loss_type,
+    bool multiclass_hinge, HingeStep* step) {
+  using ::tensorflow::errors::InvalidArgument;
+  std::string name;
+  TF_RETURN_IF_ERROR(context->GetAttr("hinge_step", &name));
+  if (!ParseHingeStep(name, step)) {
+    return InvalidArgument("unknown hinge_step ", name);
+  }
+  if (*step != HingeStep::kProjection && !multiclass_hinge) {
+    return InvalidArgument("hinge_step '", name,
+                           "' is a block step of multiclass_hinge_loss, not "
+                           "of ", loss_type, " (use 'projection')");
+  }
+  return absl::OkStatus();
+}
+
 // The attributes of TfSdca>PackedSolve: loss_type (with gamma),
 // visit_order, l1, l2, num_loss_partitions, num_passes, compute_objective,
 // hinge_step (the multiclass hinge's block step).
@@ -96,19 +115,11 @@ inline ::tensorflow::Status ReadEpochAttrs(
   if (!is_multiclass && !ParseLossType(loss_type, &type)) {
     return InvalidArgument("unknown loss_type ", loss_type);
   }
-  std::string step_name;
   HingeStep step;
-  TF_RETURN_IF_ERROR(context->GetAttr("hinge_step", &step_name));
-  if (!ParseHingeStep(step_name, &step)) {
-    return InvalidArgument("unknown hinge_step ", step_name);
-  }
-  if (step != HingeStep::kProjection &&
-      !(is_multiclass &&
-        multiclass_type == MulticlassLossType::kMulticlassHinge)) {
-    return InvalidArgument("hinge_step '", step_name,
-                           "' is a block step of multiclass_hinge_loss, not "
-                           "of ", loss_type, " (use 'projection')");
-  }
+  TF_RETURN_IF_ERROR(ReadHingeStep(
+      context, loss_type,
+      is_multiclass && multiclass_type == MulticlassLossType::kMulticlassHinge,
+      &step));
   TF_RETURN_IF_ERROR(context->GetAttr("visit_order", &order));
   if (!ParseVisitOrder(order.c_str(), &options->order)) {
     return InvalidArgument("unknown visit_order ", order);

@@ -121,6 +121,12 @@ class OptimizerOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("seed", &seed));
     seed_ = static_cast<uint64_t>(seed);
     OP_REQUIRES_OK(context, context->GetAttr("num_threads", &num_threads_));
+    HingeStep step;
+    OP_REQUIRES_OK(context,
+                   ReadHingeStep(context, loss_type,
+                                 multiclass && multiclass_type ==
+                                     MulticlassLossType::kMulticlassHinge,
+                                 &step));
     if (multiclass) {
       OP_REQUIRES(context,
                   options_.order != VisitOrder::kAdaptive &&
@@ -129,7 +135,7 @@ class OptimizerOp : public OpKernel {
                   ::tensorflow::errors::Unimplemented(
                       "visit_order '", order, "'", adaptive ? " (adaptive)" : "",
                       " is not available for ", loss_type));
-      multiclass_ = MakeMulticlassLoss(multiclass_type, num_classes_);
+      multiclass_ = MakeMulticlassLoss(multiclass_type, num_classes_, step);
       return;
     }
     loss_ = MakeLossUpdater(loss_type_, gamma);

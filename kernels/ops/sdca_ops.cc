@@ -298,6 +298,8 @@ REGISTER_OP("TfSdca>Optimizer")
     .Attr("gamma: float = 1.0")
     .Attr("num_threads: int >= 0 = 0")
     .Attr("num_classes: int >= 1 = 1")
+    .Attr("hinge_step: {'projection', 'steepest_ascent', 'near_max_gain'} = "
+          "'projection'")
     .SetShapeFn(OptimizerShapeFn)
     .Doc(R"doc(
 Runs SDCA (stochastic dual coordinate ascent) on one mini-batch.
@@ -355,6 +357,10 @@ num_classes: K for softmax_loss and multiclass_hinge_loss (>= 2; labels are
   example's K duals a block e_y - p with p on the simplex, solved exactly per
   visit; the state keeps the non-label duals rounded toward zero and the
   label's as their negated sum); 1 for the other losses.
+hinge_step: multiclass_hinge_loss's block step: 'projection' (the exact
+  maximiser of the block), or the sequential dual ascent steps
+  'steepest_ascent' (block-coordinate Frank-Wolfe) and 'near_max_gain' (two
+  classes at a time); only 'projection' for the other losses.
 )doc");
 
 static ::tensorflow::InitOnStartupMarker const register_pack_rows =
@@ -514,6 +520,7 @@ num_classes: the rows' num_classes (K of softmax_loss and
   exactly; visit_order 'permutation', 'uniform' or 'cyclic', and
   'shrinking' for multiclass_hinge_loss: rows at alpha = 0 classified with
   more margin than the last pass's largest per-row gap are skipped).
+hinge_step: as for TfSdca>Optimizer.
 num_loss_partitions: number of solvers whose changes are added (CoCoA+
   sigma).
 num_passes: passes over the rows in this call (0: only the objective).

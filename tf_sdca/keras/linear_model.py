@@ -134,8 +134,8 @@ class LinearModel(keras.Model):
       `fit` starts the accelerated iterate at the shrunk weights.
     hinge_step: the multiclass hinge's block step ('projection', or the
       reference's 'steepest_ascent' / 'near_max_gain'), as for
-      `tf_sdca.trainer.InMemorySdca`; in-memory fits only (a streamed or
-      multi-worker fit takes the projection).
+      `tf_sdca.trainer.InMemorySdca`; in-memory and streamed fits (not
+      across the workers of a MultiWorkerMirroredStrategy).
     seed: seed of the visiting orders.
     gamma: smoothing of the smooth hinge loss.
     num_threads: lock-free threads of each epoch over packed rows (0 or 1:
@@ -402,6 +402,7 @@ class LinearModel(keras.Model):
          "visit_order": ("permutation" if self._asdca else
                          self.visit_order), "seed": self.seed,
          "gamma": self.gamma, "num_threads": self.num_threads,
+         "hinge_step": self.hinge_step,
          **({"num_classes": self.num_classes} if self.num_classes > 1
             else {})})
     if self._pending_state is not None:
@@ -1120,10 +1121,6 @@ class LinearModel(keras.Model):
                          "scipy or dicts of arrays), not a streamed "
                          "tf.data.Dataset: ASDCA's batches are drawn from "
                          "every row each epoch")
-      if self.hinge_step != "projection":
-        raise ValueError(f"hinge_step={self.hinge_step!r} trains in-memory "
-                         "data (numpy, scipy or dicts of arrays); a streamed "
-                         "tf.data.Dataset's mini-batches take 'projection'")
       self._leave_packed()
       train = self._dataset(x, class_weight, for_training=True)
       gap_data, total = train, None

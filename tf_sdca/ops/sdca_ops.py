@@ -140,7 +140,8 @@ def sdca_optimizer(sparse_example_indices,
                    num_threads=0,
                    call_index=0,
                    name=None,
-                   num_classes=1):
+                   num_classes=1,
+                   hinge_step="projection"):
   """Runs SDCA on one mini-batch; the inputs of `tf.raw_ops.SdcaOptimizerV2`.
 
   Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1` over the batch,
@@ -189,6 +190,8 @@ def sdca_optimizer(sparse_example_indices,
       labels are class ids in `[0, K)`, `sparse_weights` `[u, K]`,
       `dense_weights` `[d, K]`, the state `[batch, K + 3]` (the K duals of
       a row are `e_y - p`, p on the simplex); 1 for the other losses.
+    hinge_step: the multiclass hinge's block step, one of `HINGE_STEPS`
+      (see `packed_solve`).
 
   Returns:
     `(out_example_state_data, out_delta_sparse_weights,
@@ -213,6 +216,7 @@ def sdca_optimizer(sparse_example_indices,
                  num_classes if multiclass or num_classes != 1 else None)
   if adaptive and multiclass:
     raise ValueError(f"adaptive=True is not available for {loss_type}")
+  check_hinge_step(loss_type, hinge_step)
   sparse_example_indices = list(sparse_example_indices)
   sparse_feature_values = list(sparse_feature_values)
   dense_features = list(dense_features)
@@ -260,7 +264,8 @@ def sdca_optimizer(sparse_example_indices,
         seed=int(seed),
         gamma=float(gamma),
         num_threads=int(num_threads),
-        num_classes=int(num_classes))
+        num_classes=int(num_classes),
+        hinge_step=hinge_step)
 
 
 def sdca_shrink_l1(weights, l1, l2, name=None):
