@@ -5,9 +5,10 @@
 // AddBlockChanges / CheckBlockDuals over packed rows with K from 2 to 50,
 // sparse (repeated and hot ids, explicit values, some extreme) and dense
 // features, zero example weights, every visiting order the losses take and
-// L1. Checks that every dual block stays feasible and every number finite
-// where the inputs were; prints "OK" and exits 0 on success. Built with
-// -fsanitize=address,undefined by tests/test_core_sanitizers.py.
+// L1, and the hinge's three block steps (HingeStep). Checks that every dual
+// block stays feasible and every number finite where the inputs were;
+// prints "OK" and exits 0 on success. Built with -fsanitize=address,undefined
+// by tests/test_core_sanitizers.py.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -303,6 +304,15 @@ int main(int argc, char** argv) {
       const auto loss = MakeMulticlassLoss(type, k);
       BlockSteps(*loss, &rng);
       PackedPasses(*loss, type == MulticlassLossType::kMulticlassHinge, &rng);
+    }
+    // The hinge's sequential dual ascent steps (HingeStep) on the same
+    // extreme blocks and passes.
+    for (const HingeStep step :
+         {HingeStep::kSteepestAscent, HingeStep::kNearMaxGain}) {
+      const auto loss =
+          MakeMulticlassLoss(MulticlassLossType::kMulticlassHinge, k, step);
+      BlockSteps(*loss, &rng);
+      PackedPasses(*loss, true, &rng);
     }
   }
   for (const MulticlassLossType type :
