@@ -473,6 +473,27 @@ void RunShares(const std::vector<std::unique_ptr<Pass>>& passes,
   for (auto& p : passes) p->End();
 }
 
+// A split record's parts (PackedRows::SplitHeader): its ids (the first
+// num_cold table ids, the others indices of hot ids), their values (absent
+// without values), and the dense part `x`; what both split passes read.
+template <class Header>
+struct SplitRecord {
+  const Header* h;
+  int64_t cold, nnz;
+  const int32_t* ids;
+  const float* values;
+  const float* x;
+
+  __attribute__((always_inline)) SplitRecord(const char* record,
+                                             bool has_values)
+      : h(reinterpret_cast<const Header*>(record)),
+        cold(h->num_cold),
+        nnz(cold + h->num_hot),
+        ids(reinterpret_cast<const int32_t*>(h + 1)),
+        values(reinterpret_cast<const float*>(ids + nnz)),
+        x(has_values ? values + nnz : values) {}
+};
+
 // One thread's share of a pass over split records (PackedRows with
 // num_threads > 1), taken one row at a time (Visit) so that the threads can
 // run on their own std::threads or interleaved in lockstep on one. Cold
@@ -550,13 +571,10 @@ class SplitPass {
     MergeDue(s_.ranges, s_.num_ranges, s_.sync_every, s_.frequent_every,
              frequent_, s_.num_hot, size_, &since_merge_,
              [this](int64_t begin, int64_t end) { Merge(begin, end); });
-    const Header* h = reinterpret_cast<const Header*>(s_.buffer + visit_[k]);
+    const auto [h, cold, nnz, ids, values, x] =
+        SplitRecord<Header>(s_.buffer + visit_[k], kHasValues);
     const double s = h->weight;
     if (s <= 0.0) return;
-    const int64_t cold = h->num_cold, nnz = cold + h->num_hot;
-    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-    const float* values = reinterpret_cast<const float*>(ids + nnz);
-    const float* x = kHasValues ? values + nnz : values;
     double* hot = local_.data();
     double* wd = hot + s_.num_hot;
     typename Step::Sums sums;
@@ -682,14 +700,11 @@ class BlockSplitPass {
     MergeDue(s_.ranges, s_.num_ranges, s_.sync_every, s_.frequent_every,
              frequent_, s_.num_hot, size_, &since_merge_,
              [this](int64_t begin, int64_t end) { Merge(begin, end); });
-    const Header* h = reinterpret_cast<const Header*>(s_.buffer + visit_[k]);
+    const bool has_values = s_.has_values;
+    const auto [h, cold, nnz, ids, values, x] =
+        SplitRecord<Header>(s_.buffer + visit_[k], has_values);
     const double s = h->weight;
     if (s <= 0.0) return;
-    const int64_t cold = h->num_cold, nnz = cold + h->num_hot;
-    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-    const float* values = reinterpret_cast<const float*>(ids + nnz);
-    const bool has_values = s_.has_values;
-    const float* x = has_values ? values + nnz : values;
     // z = W^T x, the private slots from this thread's copy.
     std::fill(z_.begin(), z_.end(), 0.0);
     for (int64_t e = 0; e < nnz; ++e) {
