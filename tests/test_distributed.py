@@ -505,15 +505,18 @@ def test_checkpoints_keep_a_complete_round_whatever_fails(tmp_path,
                       None)
 
 
-@pytest.mark.parametrize("loss,l2", [("softmax", 5.0),
-                                     ("multiclass_hinge", 1000.0)])
+@pytest.mark.parametrize("loss,l2,step", [
+    ("softmax", 5.0, "projection"),
+    ("multiclass_hinge", 1000.0, "projection"),
+    ("multiclass_hinge", 1000.0, "near_max_gain")])
 def test_multiclass_on_a_local_cluster_reaches_the_single_process_optimum(
-    tmp_path, loss, l2):
+    tmp_path, loss, l2, step):
   """Digits (pixel intensities 0..16 as they come, the pixels as CSR ids
   plus an intercept column) with 10 classes on two worker processes: each
   table row's 10 class weights are exchanged together, the extrapolated
   blocks stay on the simplex, and the rounds end at the objective and
-  weights one process reaches, both certified by their gaps."""
+  weights one process reaches, both certified by their gaps; the hinge also
+  with the reference's near-maximal-gain step in the local solves."""
   from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
   from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
   x, y = load_digits(return_X_y=True)
@@ -525,7 +528,7 @@ def test_multiclass_on_a_local_cluster_reaches_the_single_process_optimum(
               values=x[rows, cols].astype(np.float32),
               dense=np.ones((len(y), 1), np.float32))
   tol = 1e-9 if loss == "softmax" else 1e-5
-  model = InMemorySdca(loss, l2=l2, num_classes=10)
+  model = InMemorySdca(loss, l2=l2, num_classes=10, hinge_step=step)
   history = model.fit(data["labels"], dense=data["dense"],
                       indptr=data["indptr"], indices=data["indices"],
                       values=data["values"], num_features=64, epochs=20000,
@@ -535,23 +538,23 @@ def test_multiclass_on_a_local_cluster_reaches_the_single_process_optimum(
   result = launch.train_local_cluster(
       2, **data, num_features=64, model_dir=str(tmp_path), loss=loss, l2=l2,
       num_classes=10, tol=tol, max_rounds=20000, checkpoint_every=500,
-      env=env, timeout=400)
+      env=env, timeout=400,
+      **({} if step == "projection" else dict(hinge_step=step)))
   _assert_nothing_left(tag, result["addresses"])
   last = result["history"][-1]
   assert last["duality_gap"] <= tol
   assert last["loss"] * len(y) == pytest.approx(objective, rel=2 * tol)
   assert result["sparse_weights"].shape == (64, 10)
   assert result["dense_weights"].shape == (1, 10)
+  with open(tmp_path / "cocoa" / "state.json") as f:  # what the workers ran
+    assert json.load(f)["options"].get("hinge_step", "projection") == step
   if loss == "softmax":  # (the hinge's optimum need not be unique)
     np.testing.assert_allclose(result["sparse_weights"], model.sparse_weights,
                                atol=1e-3 * np.abs(model.sparse_weights).max())
 
 
-def test_cli_local_cluster_trains_softmax_on_libsvm_class_labels(tmp_path):
-  """`tf-sdca train --loss softmax --num-classes 3 --local-cluster 2` on
-  iris (cm) as two LIBSVM files with labels 1, 2, 3: the workers agree on
-  the classes from both files, and the model equals the one-process one
-  (objective, weights, classes in model.json); `evaluate` scores it."""
+def _iris_files(tmp_path):
+  """Iris (cm) shuffled, as two LIBSVM files with labels 1, 2, 3."""
   from sklearn.datasets import load_iris  # pylint: disable=import-outside-toplevel
   x, y = load_iris(return_X_y=True)
   perm = np.random.default_rng(0).permutation(len(y))
@@ -564,6 +567,15 @@ def test_cli_local_cluster_trains_softmax_on_libsvm_class_labels(tmp_path):
         f.write(f"{y[i]} " + " ".join(f"{j + 1}:{v:g}"
                                       for j, v in enumerate(x[i])) + "\n")
     paths.append(path)
+  return paths
+
+
+def test_cli_local_cluster_trains_softmax_on_libsvm_class_labels(tmp_path):
+  """`tf-sdca train --loss softmax --num-classes 3 --local-cluster 2` on
+  iris (cm) as two LIBSVM files with labels 1, 2, 3: the workers agree on
+  the classes from both files, and the model equals the one-process one
+  (objective, weights, classes in model.json); `evaluate` scores it."""
+  paths = _iris_files(tmp_path)
   options = ["--format", "libsvm", "--loss", "softmax", "--num-classes", "3",
              "--l2", "1", "--epochs", "20000", "--tol", "1e-10", "--quiet"]
   env, tag = _tagged_env()
@@ -589,3 +601,29 @@ def test_cli_local_cluster_trains_softmax_on_libsvm_class_labels(tmp_path):
                  "libsvm"], env)
   assert result.returncode == 0 and "accuracy" in result.stdout, (
       result.stdout + result.stderr[-1000:])
+
+
+def test_cli_local_cluster_passes_the_hinge_step_to_every_worker(tmp_path):
+  """`--hinge-step near_max_gain --local-cluster 2`: the workers' local
+  solves take the step (it is in the rounds' options) and end at the
+  one-process objective of the same loss."""
+  paths = _iris_files(tmp_path)
+  options = ["--format", "libsvm", "--loss", "multiclass_hinge",
+             "--num-classes", "3", "--l2", "1000", "--epochs", "20000",
+             "--tol", "1e-5", "--quiet", "--hinge-step", "near_max_gain"]
+  env, tag = _tagged_env()
+  two, one = str(tmp_path / "two"), str(tmp_path / "one")
+  result = _cli(["train", *paths, "--model-dir", two, "--local-cluster", "2",
+                 *options], env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert _processes_with_tag(tag) == []
+  with open(os.path.join(two, "cocoa", "state.json")) as f:
+    assert json.load(f)["options"]["hinge_step"] == "near_max_gain"
+  result = _cli(["train", *paths, "--model-dir", one, *options], env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  meta1, _ = _model(one)
+  meta2, _ = _model(two)
+  assert meta1["hinge_step"] == "near_max_gain"
+  assert meta2["history"][-1]["duality_gap"] <= 1e-5
+  assert meta2["history"][-1]["loss"] == pytest.approx(
+      meta1["history"][-1]["loss"], rel=2e-5)

@@ -106,7 +106,8 @@ def add_parsers(sub):
                      help="--loss multiclass_hinge's block step: the exact "
                      "projection, or the reference's steepest feasible "
                      "ascent (Frank-Wolfe) or near-maximal-gain step "
-                     "(g3doc/multiclass.md). Kept in model.json")
+                     "(g3doc/multiclass.md), also across workers. Kept in "
+                     "model.json")
   train.add_argument("--average-from", type=_int_in(0), default=None,
                      metavar="T0",
                      help="output averaging: the saved model is the mean of "
@@ -467,9 +468,6 @@ def train(args):
     if getattr(args, "visit_order", "permutation") == "asdca":
       raise ValueError("--visit-order asdca trains in one process (not with "
                        "--local-cluster or TF_CONFIG)")
-    if getattr(args, "hinge_step", "projection") != "projection":
-      raise ValueError(f"--hinge-step {args.hinge_step} trains in one "
-                       "process (not with --local-cluster or TF_CONFIG)")
     if average_from is not None:
       raise ValueError(f"--average-from {average_from}: output averaging "
                        "trains in one process (not with --local-cluster or "

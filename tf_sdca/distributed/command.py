@@ -91,6 +91,8 @@ def _worker_argv(args):
     argv.append("--no-momentum")
   if getattr(args, "num_classes", None) is not None:
     argv += ["--num-classes", str(args.num_classes)]
+  if getattr(args, "hinge_step", "projection") != "projection":
+    argv += ["--hinge-step", args.hinge_step]
   if args.cache_dir:
     argv += ["--cache-dir", args.cache_dir]
   return argv
@@ -189,7 +191,8 @@ def _work(args):
         local_passes=args.local_passes, seed=args.seed,
         exchange=args.exchange, checkpoint_every=args.checkpoint_every,
         resume=args.resume, verbose=0 if args.quiet else 1, cluster=cluster,
-        momentum=args.momentum, num_classes=num_classes or 1)
+        momentum=args.momentum, num_classes=num_classes or 1,
+        hinge_step=getattr(args, "hinge_step", "projection"))
   except cluster_lib.ClusterError as error:
     print(f"tf-sdca train: {error}", file=sys.stderr)
     return _EXIT_FAILED

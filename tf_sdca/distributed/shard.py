@@ -62,6 +62,8 @@ class Shard:
     num_classes: C classes of a multiclass loss (softmax, multiclass
       hinge): weights `[num_slots, C]` and duals `[n, C]`, flattened
       row-major in `solve` / `evaluate`; 1 for the others.
+    hinge_step: the multiclass hinge's block step (`tf_sdca.ops.HINGE_STEPS`;
+      'projection' for every other loss).
 
   Attributes:
     n: rows.
@@ -74,9 +76,12 @@ class Shard:
   def __init__(self, labels, dense=None, ids=None, indptr=None, indices=None,
                values=None, example_weights=None, num_features=None,
                loss="logistic", l1=0.0, l2=1.0, gamma=1.0, num_shards=1,
-               combine="add", num_passes=1, seed=0, index=0, num_classes=1):
+               combine="add", num_passes=1, seed=0, index=0, num_classes=1,
+               hinge_step="projection"):
     self.loss = losses.op_name(loss)
     self.num_classes = int(num_classes)
+    sdca_ops.check_hinge_step(self.loss, hinge_step)
+    self.hinge_step = hinge_step
     if not (l1 >= 0 and l2 > 0 and gamma > 0 and int(num_passes) >= 1):
       raise ValueError(f"need l1 >= 0, l2 > 0, gamma > 0 and num_passes >= "
                        f"1, got l1={l1}, l2={l2}, gamma={gamma}, "
@@ -168,7 +173,7 @@ class Shard:
         loss_type=self.loss, l1=self.l1, l2=self.l2,
         num_loss_partitions=self.sigma, num_passes=self.num_passes,
         gamma=self.gamma, compute_objective=False,
-        num_classes=self.num_classes)
+        num_classes=self.num_classes, hinge_step=self.hinge_step)
     delta = new_w.numpy() - w
     new_duals = new_duals.numpy()
     if self.combine == "average":

@@ -89,7 +89,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
           model_dir=None, loss="logistic", l1=0.0, l2=1.0, gamma=1.0,
           max_rounds=100, tol=1e-4, local_passes=1, seed=0, exchange="auto",
           checkpoint_every=1, resume=False, startup_timeout=120.0,
-          verbose=1, cluster=None, momentum=True, num_classes=1):
+          verbose=1, cluster=None, momentum=True, num_classes=1,
+          hinge_step="projection"):
   """Trains one model with the other workers of the `TF_CONFIG` cluster.
 
   Every worker calls it with its own rows and the same options; the rows
@@ -126,6 +127,9 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     num_classes: C for the multiclass losses (softmax, multiclass hinge;
       labels are class ids in [0, C)): every table row then holds C class
       weights, exchanged together; 1 for the others.
+    hinge_step: the multiclass hinge's block step in the local solves
+      ('projection', 'steepest_ascent', 'near_max_gain'; g3doc/multiclass.md);
+      the workers must agree, and `resume` needs the same step.
 
   Returns:
     A `Result` (the same weights on every worker).
@@ -163,6 +167,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   classes = int(num_classes)
   if classes != 1:  # (absent for one class: older checkpoints resume)
     options["num_classes"] = classes
+  if hinge_step != "projection":  # (absent by default, as num_classes)
+    options["hinge_step"] = hinge_step
   if not cluster.joined:
     cluster.join(op_error, options)
 
@@ -175,7 +181,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
         values=values, example_weights=example_weights,
         num_features=num_features, loss=loss, l1=l1, l2=l2, gamma=gamma,
         num_shards=cluster.size, combine="add", num_passes=local_passes,
-        seed=seed, index=cluster.index, num_classes=classes)
+        seed=seed, index=cluster.index, num_classes=classes,
+        hinge_step=hinge_step)
   except Exception as e:  # pylint: disable=broad-except
     error = e
   # Everyone learns whether every shard could be built, and the shapes.
@@ -425,8 +432,10 @@ def _restore(state_dir, cluster, options, table_ids, shard, accelerate):
   if state is None:
     return None
   if state["options"] != json.loads(json.dumps(options)):
-    changed = {k: (state["options"].get(k), v) for k, v in options.items()
-               if state["options"].get(k) != v}
+    now = json.loads(json.dumps(options))
+    changed = {k: (state["options"].get(k), now.get(k))
+               for k in sorted(set(state["options"]) | set(now))
+               if state["options"].get(k) != now.get(k)}
     raise ClusterError(f"--resume: the checkpoint in {state_dir} was "
                        f"written with other options (saved, now): {changed}")
   round_number = state["round"]

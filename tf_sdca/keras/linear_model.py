@@ -134,8 +134,8 @@ class LinearModel(keras.Model):
       `fit` starts the accelerated iterate at the shrunk weights.
     hinge_step: the multiclass hinge's block step ('projection', or the
       reference's 'steepest_ascent' / 'near_max_gain'), as for
-      `tf_sdca.trainer.InMemorySdca`; in-memory and streamed fits (not
-      across the workers of a MultiWorkerMirroredStrategy).
+      `tf_sdca.trainer.InMemorySdca`; in-memory, streamed and
+      multi-worker fits.
     seed: seed of the visiting orders.
     gamma: smoothing of the smooth hinge loss.
     num_threads: lock-free threads of each epoch over packed rows (0 or 1:
@@ -594,10 +594,6 @@ class LinearModel(keras.Model):
     if self._asdca:
       raise ValueError("visit_order='asdca' trains in one process, not "
                        "across the workers of a MultiWorkerMirroredStrategy")
-    if self.hinge_step != "projection":
-      raise ValueError(f"hinge_step={self.hinge_step!r} trains in one "
-                       "process, not across the workers of a "
-                       "MultiWorkerMirroredStrategy ('projection' does)")
     if self.average_from is not None:
       raise ValueError(f"average_from={self.average_from}: output "
                        "averaging trains in one process, not across the "
@@ -612,7 +608,7 @@ class LinearModel(keras.Model):
         max_rounds=epochs, tol=tol, seed=self.seed,
         verbose=1 if verbose else 0,
         cluster=cluster_lib.Cluster.from_strategy(strategy),
-        num_classes=self.num_classes)
+        num_classes=self.num_classes, hinge_step=self.hinge_step)
     self._packed, self._row_duals = None, None
     # Row-major [slots, K] (K = 1: the vectors themselves).
     self._write_weights(tf.constant(np.concatenate(
