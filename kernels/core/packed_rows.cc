@@ -1791,8 +1791,8 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
   // move it, and it is unlikely to move soon); when the largest G_i of the
   // rows still visited is under a tenth of that of the last pass over all
   // rows, every row comes back, the threshold kept (that pass leaves out
-  // again the rows far inside their margin). Which rows are out carries over between
-  // calls, as for the binary losses.
+  // again the rows far inside their margin). Which rows are out carries
+  // over between calls, as for the binary losses.
   const bool shrink =
       options.order == VisitOrder::kShrinking && loss.Shrinkable();
   std::unique_lock<std::mutex> shrinking_lock;
