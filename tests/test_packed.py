@@ -269,3 +269,87 @@ def test_a_handle_of_another_resource_is_refused():
                      match="rows is not a handle made by TfSdca>PackRows"):
     packed_solve(variable.handle, np.zeros(3), np.zeros(2), 0,
                  "logistic_loss", 0.0, 1.0)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("order,parts", [("permutation", 3), ("cyclic", 4),
+                                         ("permutation", 50)])
+def test_parts_of_a_pass_chained_are_the_pass(loss, order, parts):
+  # num_parts calls with one seed, each from the last one's weights and
+  # duals, make the steps of one pass in the same order: the same bits.
+  n = 50
+  problem = make_problem(loss, n=n)
+  rows = pack_rows(**_data(problem), num_sparse_features=problem["vocab"],
+                   loss_type=loss)
+  w0 = np.random.default_rng(2).normal(size=problem["vocab"] + 3) * 0.1
+  options = dict(seed=7, loss_type=loss, l1=0.1, l2=0.7, visit_order=order,
+                 compute_objective=False)
+  w_full, a_full, _ = packed_solve(rows, w0, np.zeros(n), **options)
+  w, a = w0, np.zeros(n)
+  visited = []
+  for part in range(parts):
+    before = a.copy()
+    w, a, _ = packed_solve(rows, w, a, num_parts=parts, part=part, **options)
+    w, a = w.numpy(), a.numpy()
+    visited.append(np.flatnonzero(a != before))
+  np.testing.assert_array_equal(w, w_full.numpy())
+  np.testing.assert_array_equal(a, a_full.numpy())
+  # Each part moved only its own rows, at most ceil(n / parts) of them,
+  # and no row in two parts.
+  assert max(len(v) for v in visited) <= -(-n // parts)
+  together = np.concatenate(visited)
+  assert len(np.unique(together)) == len(together) > 0.8 * n
+
+
+def test_parts_of_a_multiclass_pass_chained_are_the_pass():
+  rng = np.random.default_rng(3)
+  n, k, classes = 60, 4, 5
+  ids = rng.integers(0, 20, size=(n, k))
+  data = dict(row_ptr=np.arange(0, n * k + 1, k, dtype=np.int64),
+              feature_ids=ids.ravel().astype(np.int32),
+              feature_values=np.zeros(0, np.float32),
+              dense_features=rng.normal(size=(n, 2)).astype(np.float32),
+              example_weights=np.ones(n, np.float32),
+              example_labels=rng.integers(0, classes, n).astype(np.float32))
+  for loss in ("softmax_loss", "multiclass_hinge_loss"):
+    rows = pack_rows(**data, num_sparse_features=20, loss_type=loss,
+                     num_classes=classes)
+    options = dict(seed=5, loss_type=loss, l1=0.0, l2=0.5,
+                   num_classes=classes, compute_objective=False)
+    w_full, a_full, _ = packed_solve(rows, np.zeros(22 * classes),
+                                     np.zeros(n * classes), **options)
+    w, a = np.zeros(22 * classes), np.zeros(n * classes)
+    for part in range(3):
+      w, a, _ = packed_solve(rows, w, a, num_parts=3, part=part, **options)
+    np.testing.assert_array_equal(w.numpy(), w_full.numpy())
+    np.testing.assert_array_equal(a.numpy(), a_full.numpy())
+
+
+def test_parts_are_refused_where_a_pass_is_no_order_cut_up():
+  problem = make_problem("hinge_loss", n=40)
+  data = _data(problem)
+  rows = pack_rows(**data, num_sparse_features=25, loss_type="hinge_loss")
+  call = dict(weights=np.zeros(28), duals=np.zeros(40), seed=0,
+              loss_type="hinge_loss", l1=0.0, l2=1.0)
+  with pytest.raises(ValueError, match="need 0 <= part < num_parts"):
+    packed_solve(rows, **call, num_parts=2, part=2)
+  for order in ("adaptive", "shrinking", "uniform"):
+    with pytest.raises(ValueError, match="must be 'permutation' or 'cyclic'"):
+      packed_solve(rows, **call, num_parts=2, visit_order=order)
+  from tf_sdca.ops._loader import load_ops  # pylint: disable=import-outside-toplevel
+  raw = load_ops().tf_sdca_packed_solve
+  attrs = dict(loss_type="hinge_loss", l1=0.0, l2=1.0)
+  state = (tf.zeros(28, tf.float64), tf.zeros(40, tf.float64),
+           tf.constant(0, tf.int64))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="part = 3 is not below num_parts = 2"):
+    raw(rows, *state, num_parts=2, part=3, **attrs)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="the 'adaptive' and 'shrinking' orders have none"):
+    raw(rows, *state, num_parts=2, visit_order="shrinking", **attrs)
+  threaded = pack_rows(**data, num_sparse_features=25,
+                       loss_type="hinge_loss", num_threads=2)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="num_parts = 2 needs rows packed for one thread, "
+                           "not 2"):
+    raw(threaded, *state, num_parts=2, **attrs)

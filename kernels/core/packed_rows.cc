@@ -1485,6 +1485,12 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
                        visit.data());
         offsets = visit.data();
       }
+      if (options.num_parts > 1) {  // this call's part of the pass's order
+        int64_t begin, end;
+        PartBounds(n, options.num_parts, options.part, &begin, &end);
+        offsets += begin;
+        count = end - begin;
+      }
       Dispatch(options, has_values_,
                [&](const auto& loss, auto l1, auto values) {
                  using Loss = std::decay_t<decltype(loss)>;
@@ -1824,8 +1830,11 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
                        [this](int64_t i) { return offsets_[i]; },
                        visit.data());
       }
+      int64_t first = 0;  // this call's part of the pass's order
+      if (options.num_parts > 1) PartBounds(n, options.num_parts,
+                                            options.part, &first, &count);
       double largest_gap = 0.0;
-      for (int64_t k = 0; k < count; ++k) {
+      for (int64_t k = first; k < count; ++k) {
         // A block step costs K times a binary one: look at the
         // cancellation as often, in rows, as the binary passes do.
         if ((k & (kCancelCheckRows - 1)) == kCancelCheckRows - 1 &&

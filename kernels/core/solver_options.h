@@ -57,6 +57,14 @@ struct SolverOptions {
   int num_inner_iterations = 1;
   VisitOrder order = VisitOrder::kPermutation;
   uint64_t seed = 0;
+  // A pass visits part `part` of `num_parts` equal consecutive parts of its
+  // visiting order (PartBounds): num_parts calls with the same seed and
+  // parts 0 .. num_parts - 1 together visit the rows of one pass's order,
+  // each row once ('permutation', 'cyclic'). CoCoA+ exchanges the weights
+  // after each part (tf_sdca.distributed). One-thread packed rows only, not
+  // with 'adaptive' or 'shrinking' (whose passes are not an order cut up).
+  int num_parts = 1;
+  int part = 0;
   // Asked before every pass of a solve and every kCancelCheckRows rows in
   // one; true stops the solve there (the kernels pass TensorFlow's step
   // cancellation, so a cancelled step does not run on for the remaining
@@ -65,6 +73,14 @@ struct SolverOptions {
 
   bool Cancelled() const { return cancelled && cancelled(); }
 };
+
+// [*begin, *end): the positions of a pass's n-row visiting order that
+// part `part` of `num_parts` visits (sizes differ by at most one).
+inline void PartBounds(int64_t n, int num_parts, int part, int64_t* begin,
+                       int64_t* end) {
+  *begin = n * part / num_parts;
+  *end = n * (part + 1) / num_parts;
+}
 
 // Runs fn(k) for every k in [0, n), possibly concurrently.
 using ParallelFor =

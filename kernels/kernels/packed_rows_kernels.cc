@@ -218,6 +218,7 @@ class PackedRowsResource : public ResourceBase {
 
   const std::string& loss_type() const { return loss_type_; }
   float gamma() const { return gamma_; }
+  int num_threads() const { return rows_.num_threads(); }  // set at Reserve
   int num_classes() const {
     return multiclass_ ? multiclass_->num_classes() : 1;
   }
@@ -414,6 +415,20 @@ class PackedSolveOp : public OpKernel {
                                            &compute_objective_, &multiclass_));
     OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type_));
     OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma_));
+    OP_REQUIRES_OK(context, context->GetAttr("num_parts", &options_.num_parts));
+    OP_REQUIRES_OK(context, context->GetAttr("part", &options_.part));
+    OP_REQUIRES(context, options_.part < options_.num_parts,
+                InvalidArgument("part = ", options_.part,
+                                " is not below num_parts = ",
+                                options_.num_parts));
+    OP_REQUIRES(context,
+                options_.num_parts == 1 ||
+                    (options_.order != VisitOrder::kAdaptive &&
+                     options_.order != VisitOrder::kShrinking),
+                InvalidArgument("num_parts = ", options_.num_parts,
+                                " cuts a pass's visiting order into parts; "
+                                "the 'adaptive' and 'shrinking' orders have "
+                                "none (use 'permutation' or 'cyclic')"));
   }
 
   void Compute(OpKernelContext* context) override {
@@ -422,6 +437,11 @@ class PackedSolveOp : public OpKernel {
     const Tensor& seed = context->input(3);
     PackedRowsResource* resource;
     OP_REQUIRES_OK(context, LookupRows(context, &resource));
+    OP_REQUIRES(context,
+                options_.num_parts == 1 || resource->num_threads() == 1,
+                InvalidArgument("num_parts = ", options_.num_parts,
+                                " needs rows packed for one thread, not ",
+                                resource->num_threads()));
     const int num_classes = multiclass_ ? multiclass_->num_classes() : 1;
     OP_REQUIRES(context,
                 resource->loss_type() == loss_type_ &&

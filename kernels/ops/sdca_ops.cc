@@ -486,6 +486,8 @@ num_appended: scalar, the rows appended so far.
 static ::tensorflow::InitOnStartupMarker const register_packed_solve =
     ::tensorflow::InitOnStartupMarker{} <<
     EpochCall(OpDefBuilderWrapper("TfSdca>PackedSolve").Input("rows: resource"))
+    .Attr("num_parts: int >= 1 = 1")
+    .Attr("part: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn(PackedSolveShapeFn)
     .Doc(R"doc(

@@ -539,7 +539,7 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                  num_loss_partitions=1, num_passes=1,
                  visit_order="permutation", gamma=1.0,
                  compute_objective=True, name=None, num_classes=1,
-                 hinge_step="projection"):
+                 hinge_step="projection", num_parts=1, part=0):
   """SDCA passes over rows packed by `pack_rows`: one call per epoch.
 
   Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1`; only
@@ -570,6 +570,13 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
     name: op name.
     num_classes: the rows' `num_classes` (K of a multiclass loss: each
       visit solves the row's block of K duals exactly).
+    hinge_step: the multiclass hinge's block step (`HINGE_STEPS`).
+    num_parts, part: each pass visits only part `part` of `num_parts`
+      equal consecutive parts of its visiting order, so that `num_parts`
+      calls with the same `seed` and parts `0 .. num_parts - 1` make one
+      pass between them, each row once ('permutation' and 'cyclic', rows
+      packed for one thread; CoCoA+ exchanges the weights after each part,
+      `tf_sdca.distributed`).
 
   Returns:
     `(weights, duals, objective)`: the new weights and duals and, at them,
@@ -591,12 +598,20 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
   _check_options(loss_type, l1, l2, num_loss_partitions, 1, visit_order,
                  gamma, 0, num_classes)
   check_hinge_step(loss_type, hinge_step)
+  if not 0 <= int(part) < int(num_parts):
+    raise ValueError(f"need 0 <= part < num_parts, got part {part}, "
+                     f"num_parts {num_parts}")
+  if int(num_parts) > 1 and visit_order not in ("permutation", "cyclic"):
+    raise ValueError(f"num_parts = {num_parts} cuts a pass's order into "
+                     f"parts: visit_order must be 'permutation' or "
+                     f"'cyclic', not {visit_order!r}")
   with tf.name_scope(name or "packed_solve"):
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
                                num_loss_partitions, num_passes, visit_order,
                                gamma, compute_objective, num_classes,
                                hinge_step)
-    return load_ops().tf_sdca_packed_solve(rows, *state, **attrs)
+    return load_ops().tf_sdca_packed_solve(
+        rows, *state, num_parts=int(num_parts), part=int(part), **attrs)
 
 
 def check_asdca_options(loss_type, batch_size, theta):
