@@ -114,7 +114,7 @@ def test_round_with_exact_local_solves_is_the_cocoa_plus_subproblem(
   x, y, l2 = _dense_design(data, 64), data["labels"].astype(np.float64), 5.0
   sim = simulation.Simulation(data, num_shards, num_features=64,
                               loss="squared", l2=l2, num_passes=400,
-                              momentum=False)
+                              momentum=False, exchanges_per_pass=1)
   duals, weights = np.zeros(len(y)), np.zeros(x.shape[1])
   bounds = np.linspace(0, len(y), num_shards + 1).round().astype(int)
   for _ in range(3):
@@ -143,7 +143,7 @@ def test_momentum_cuts_the_rounds_of_weak_regularisation():
   runs = {}
   for momentum in (False, True):
     sim = simulation.Simulation(data, 2, num_features=1024, l2=1.0,
-                                momentum=momentum)
+                                momentum=momentum, exchanges_per_pass=1)
     runs[momentum] = (sim, sim.run(tol=1e-4, max_rounds=400))
   plain, fast = runs[False][1], runs[True][1]
   assert fast["rounds"] is not None
@@ -155,14 +155,75 @@ def test_momentum_cuts_the_rounds_of_weak_regularisation():
   assert sim_objective == pytest.approx(objective, rel=2e-4)
 
 
+def test_parts_of_a_pass_on_one_shard_are_the_whole_pass():
+  # K = 1 (sigma = 1): four exchanges per pass chain the parts of the same
+  # visiting order, so three rounds make the steps of three whole passes
+  # (up to the rounding of adding each part's change w' - w back to w).
+  data = _criteo(500, 9)
+  sims = [simulation.Simulation(data, 1, num_features=512, l2=2.0,
+                                momentum=False, exchanges_per_pass=s)
+          for s in (1, 4)]
+  for sim in sims:
+    for _ in range(3):
+      sim.step()
+  np.testing.assert_allclose(sims[1].weights, sims[0].weights, rtol=1e-12,
+                             atol=1e-15)
+  np.testing.assert_allclose(sims[1].shards[0].duals,
+                             sims[0].shards[0].duals, rtol=1e-11, atol=1e-15)
+  assert not np.array_equal(sims[0].weights, 0 * sims[0].weights)
+
+
+def test_exchanges_within_a_pass_cut_the_rounds_to_one_process_epochs():
+  # Weak regularisation (l2 = 1 on 2,000 rows, K = 2, momentum on): one
+  # exchange per round needs about twice one process's epochs; eight per
+  # pass about as many rounds as the epochs, at the same optimum.
+  data = _criteo(2000, 10)
+  single, objective, _ = _single_process_optimum(data, 1024, 1.0)
+  epochs = len(InMemorySdca("logistic", l2=1.0).fit(
+      data["labels"], dense=data["dense"], ids=data["ids"],
+      num_features=1024, epochs=500, tol=1e-4, verbose=0)["duality_gap"])
+  rounds = {}
+  for parts in (1, 8):
+    sim = simulation.Simulation(data, 2, num_features=1024, l2=1.0,
+                                exchanges_per_pass=parts)
+    rounds[parts] = sim.run(tol=1e-4, max_rounds=400)["rounds"]
+  assert rounds[8] is not None and rounds[8] <= 1.25 * epochs
+  assert rounds[1] is None or rounds[1] >= 1.5 * rounds[8]
+  sim_objective, sim_gap = sim.objective_and_gap()
+  assert sim_gap <= 1e-4 * sim_objective
+  assert sim_objective - sim_gap <= objective + 1e-9 * objective
+  assert sim_objective == pytest.approx(objective, rel=2e-4)
+  del single
+
+
+def test_resume_of_a_checkpoint_from_before_the_exchanges_option(tmp_path):
+  # A checkpoint written before `exchanges_per_pass` existed ran one
+  # exchange a round; resuming it with today's default 16 would change the
+  # rounds, so it is refused with the saved value named.
+  from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
+  from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+  old = dict(loss="logistic_loss", l2=10.0, local_passes=1)
+  with open(tmp_path / "state.json", "w") as f:
+    json.dump(dict(round=3, options=old, history=[]), f)
+  now = dict(old, exchanges_per_pass=16)
+  with pytest.raises(cluster_lib.ClusterError,
+                     match=r"'exchanges_per_pass': \(None, 16\).*"
+                           r"exchanges_per_pass 1"):
+    training._restore(str(tmp_path), None, now, None, None, None)  # pylint: disable=protected-access
+  # The command line's default (kept without importing TensorFlow) is it.
+  from tf_sdca.distributed import command  # pylint: disable=import-outside-toplevel
+  assert command.EXCHANGES_PER_PASS == training.EXCHANGES_PER_PASS == 16
+
+
 def test_simulated_rounds_and_bytes_per_round():
   data = _criteo(2000, 10)
   # l2 = 300: strong enough regularisation for adding to pay (with l2 = 30
   # both need ~93 rounds here; g3doc/distributed.md has the measurements).
-  one = simulation.Simulation(data, 1, num_features=1024, l2=300.0)
-  plus = simulation.Simulation(data, 8, num_features=1024, l2=300.0)
-  average = simulation.Simulation(data, 8, num_features=1024, l2=300.0,
-                                  combine="average")
+  # CoCoA+ and CoCoA as published: one exchange a round.
+  one, plus, average = (
+      simulation.Simulation(data, k, num_features=1024, l2=300.0,
+                            combine=combine, exchanges_per_pass=1)
+      for k, combine in ((1, "add"), (8, "add"), (8, "average")))
   rounds = [s.run(tol=1e-4, max_rounds=400)["rounds"]
             for s in (one, plus, average)]
   # One shard is plain SDCA (one epoch a round); adding beats averaging.
@@ -173,6 +234,10 @@ def test_simulated_rounds_and_bytes_per_round():
   assert sent["union"] == pytest.approx(2 * 7 / 8 * plus.weights.size * 8)
   most = max(s.touched.size for s in plus.shards) + 14
   assert sent["gather"] == pytest.approx(7 * most * 8)
+  # By default every pass has 16 exchanges: 16 times each.
+  default = simulation.Simulation(data, 8, num_features=1024, l2=300.0)
+  assert default.bytes_per_round() == pytest.approx(
+      {key: 16 * value for key, value in sent.items()})
 
 
 # ------------------------------------------------- real processes, loopback
@@ -283,14 +348,17 @@ def test_local_cluster_of_two_reaches_the_single_process_optimum(
   np.testing.assert_allclose(ckpt2["dense_weights"], ckpt1["dense_weights"],
                              atol=1e-4)
   # Bytes per round (K = 2): the exchange sending fewer bytes was chosen,
-  # and each round sent it plus the gap's two numbers and the K workers'
-  # extrapolation limits (and, gathering, the two lengths).
+  # and each round sent it once per part of its pass (16 by default), plus
+  # the gap's two numbers and the K workers' extrapolation limits (the
+  # lengths of the gathered changes are known from the start).
   dist = meta2["distributed"]
   choices = dict(allreduce=dist["table_size"] * 8,  # 2 (K-1)/K = 1
                  allgather=dist["largest_shard"] * 8)
   assert dist["exchange"] == min(choices, key=choices.get)
-  assert dist["bytes_per_round"] == choices[dist["exchange"]]
-  overhead = (2 + 2) * 8 + (16 if dist["exchange"] == "allgather" else 0)
+  exchanges = dist["exchanges_per_round"]
+  assert exchanges == 16
+  assert dist["bytes_per_round"] == exchanges * choices[dist["exchange"]]
+  overhead = (2 + 2) * 8
   assert all(h["bytes_sent"] == dist["bytes_per_round"] + overhead
              for h in meta2["history"])
 
@@ -369,8 +437,9 @@ def test_python_entry_point_with_sparse_dense_and_example_weights(tmp_path):
   result = launch.train_local_cluster(
       2, **data, num_features=vocab, model_dir=str(tmp_path), l2=l2,
       tol=1e-11, max_rounds=3000, checkpoint_every=50, env=env,
-      timeout=240)
+      timeout=240, exchanges_per_pass=1)  # (the CLI tests run the default)
   _assert_nothing_left(tag, result["addresses"])
+  assert result["exchanges_per_round"] == 1
   last = result["history"][-1]
   dist_objective = last["loss"] * total
   dist_gap = last["duality_gap"] * dist_objective
@@ -604,13 +673,15 @@ def test_cli_local_cluster_trains_softmax_on_libsvm_class_labels(tmp_path):
 
 
 def test_cli_local_cluster_passes_the_hinge_step_to_every_worker(tmp_path):
-  """`--hinge-step near_max_gain --local-cluster 2`: the workers' local
-  solves take the step (it is in the rounds' options) and end at the
-  one-process objective of the same loss."""
+  """`--hinge-step near_max_gain --exchanges-per-pass 3 --local-cluster 2`:
+  the workers' local solves take the step and the parts (both are in the
+  rounds' options) and end at the one-process objective of the same
+  loss."""
   paths = _iris_files(tmp_path)
   options = ["--format", "libsvm", "--loss", "multiclass_hinge",
              "--num-classes", "3", "--l2", "1000", "--epochs", "20000",
-             "--tol", "1e-5", "--quiet", "--hinge-step", "near_max_gain"]
+             "--tol", "1e-5", "--quiet", "--hinge-step", "near_max_gain",
+             "--exchanges-per-pass", "3"]
   env, tag = _tagged_env()
   two, one = str(tmp_path / "two"), str(tmp_path / "one")
   result = _cli(["train", *paths, "--model-dir", two, "--local-cluster", "2",
@@ -618,7 +689,10 @@ def test_cli_local_cluster_passes_the_hinge_step_to_every_worker(tmp_path):
   assert result.returncode == 0, result.stderr[-2000:]
   assert _processes_with_tag(tag) == []
   with open(os.path.join(two, "cocoa", "state.json")) as f:
-    assert json.load(f)["options"]["hinge_step"] == "near_max_gain"
+    state = json.load(f)
+  assert state["options"]["hinge_step"] == "near_max_gain"
+  assert state["options"]["exchanges_per_pass"] == 3
+  assert state["layout"]["exchanges_per_round"] == 3
   result = _cli(["train", *paths, "--model-dir", one, *options], env)
   assert result.returncode == 0, result.stderr[-2000:]
   meta1, _ = _model(one)

@@ -201,12 +201,18 @@ class Cluster:
     self.bytes_sent += int(2 * (self.size - 1) * values.nbytes / self.size)
     return self._collective(self._all_reduce, values)
 
-  def all_gather(self, values):
+  def all_gather(self, values, lengths=None):
     """Every worker's float64 vector, in worker order: a list of K arrays
-    (lengths may differ; the collective pads them to the longest)."""
+    (lengths may differ; the collective pads them to the longest).
+    `lengths`: the K lengths when every worker knows them already (saves
+    the all-reduce that shares them)."""
     values = np.ascontiguousarray(values, np.float64)
-    lengths = self.all_reduce(np.eye(self.size)[self.index] * values.size)
-    lengths = lengths.astype(np.int64)
+    if lengths is None:
+      lengths = self.all_reduce(np.eye(self.size)[self.index] * values.size)
+    lengths = np.asarray(lengths).astype(np.int64)
+    if lengths.shape != (self.size,) or lengths[self.index] != values.size:
+      raise ValueError(f"lengths {lengths.tolist()} do not hold this "
+                       f"worker's {values.size} values at {self.index}")
     if lengths.max() == 0:  # every worker knows: a 0-length gather crashes
       return [np.zeros(0) for _ in range(self.size)]
     self.bytes_sent += int((self.size - 1) * lengths.max() * 8)

@@ -9,7 +9,8 @@ The files are dealt to the workers in K blocks of consecutive files (worker
 k reads block k; give at least K files), each worker parses its own into
 `cache/worker-k/` of the model directory (or of `--cache-dir`) and trains
 them as its fixed shard (`tf_sdca.distributed.train`). `--epochs` bounds
-the rounds (a round is `--local-passes` passes over every shard). The
+the rounds (a round is `--local-passes` passes over every shard, each cut
+into `--exchanges-per-pass` parts with an exchange after each). The
 chief writes `model.json` and `checkpoint.npz` as the one-process command
 does (so `tf-sdca evaluate / predict / export` read the model as they are),
 and the round-by-round state in `cocoa/`; `--resume` continues it (with the
@@ -23,6 +24,7 @@ import numpy as np
 from tf_sdca import files
 
 _EXIT_FAILED = 1
+EXCHANGES_PER_PASS = 16  # shard.EXCHANGES_PER_PASS (no TensorFlow import here)
 
 
 def add_arguments(parser):
@@ -35,6 +37,13 @@ def add_arguments(parser):
                      "CoCoA+ across them")
   group.add_argument("--local-passes", type=int, default=1, metavar="H",
                      help="SDCA passes over each worker's rows per round")
+  group.add_argument("--exchanges-per-pass", type=int,
+                     default=EXCHANGES_PER_PASS, metavar="S",
+                     help="cut every local pass into S parts and add the "
+                     "workers' changes after each (CoCoA+ with n_k / S "
+                     "local steps; default %(default)s: about as many "
+                     "passes as one process with weak regularisation, S "
+                     "times the bytes of one exchange per pass)")
   group.add_argument("--no-momentum", dest="momentum",
                      action="store_false",
                      help="plain CoCoA+ rounds, without extrapolating them "
@@ -82,6 +91,7 @@ def _worker_argv(args):
           "--epochs", str(args.epochs), "--tol", repr(args.tol),
           "--seed", str(args.seed), "--local-passes", str(args.local_passes),
           "--exchange", args.exchange,
+          "--exchanges-per-pass", str(args.exchanges_per_pass),
           "--checkpoint-every", str(args.checkpoint_every),
           "--startup-timeout", repr(args.startup_timeout)]
   for flag in ("skip_bad_lines", "resume", "overwrite", "quiet"):
@@ -149,6 +159,7 @@ def _work(args):
                  files=len(args.data), loss=loss, l1=args.l1, l2=args.l2,
                  epochs=args.epochs, tol=args.tol, seed=args.seed,
                  local_passes=args.local_passes, exchange=args.exchange,
+                 exchanges_per_pass=args.exchanges_per_pass,
                  momentum=bool(args.momentum),
                  checkpoint_every=args.checkpoint_every,
                  resume=bool(args.resume), overwrite=bool(args.overwrite))
@@ -189,8 +200,8 @@ def _work(args):
         labels, **features, model_dir=model_dir, loss=loss, l1=args.l1,
         l2=args.l2, max_rounds=args.epochs, tol=args.tol,
         local_passes=args.local_passes, seed=args.seed,
-        exchange=args.exchange, checkpoint_every=args.checkpoint_every,
-        resume=args.resume, verbose=0 if args.quiet else 1, cluster=cluster,
+        exchange=args.exchange, exchanges_per_pass=args.exchanges_per_pass,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, verbose=0 if args.quiet else 1, cluster=cluster,
         momentum=args.momentum, num_classes=num_classes or 1,
         hinge_step=getattr(args, "hinge_step", "projection"))
   except cluster_lib.ClusterError as error:
@@ -238,6 +249,7 @@ def _write_model(model_dir, meta, result, num_files):
                                exchange=result.exchange,
                                table_size=result.table_size,
                                largest_shard=result.largest_shard,
+                               exchanges_per_round=result.exchanges_per_round,
                                bytes_per_round=result.bytes_per_round))
   files.save_model_atomically(
       model_dir, meta, sparse_weights=result.sparse_weights,

@@ -38,6 +38,10 @@ from tf_sdca.ops import sdca_ops
 from tf_sdca.trainer import InMemorySdca
 
 COMBINES = ("add", "average")
+# S, the parts of a local pass with an exchange after each, by default
+# (tf_sdca.distributed.train; g3doc/distributed.md, "Exchanges within a
+# pass").
+EXCHANGES_PER_PASS = 16
 
 
 class Shard:
@@ -56,6 +60,9 @@ class Shard:
     num_shards: K, the number of shards whose changes are combined.
     combine: "add" (CoCoA+, sigma = K) or "average" (CoCoA, sigma = 1).
     num_passes: SDCA passes over the shard's rows per round (H).
+    num_parts: S; each pass is cut into S parts of its visiting order,
+      solved by S calls of `solve` (`part` 0 .. S-1) between which the
+      caller exchanges the weights (1: a call makes all H passes).
     seed: pass p of round r visits the rows in an order depending only on
       (seed, r, index, p): a resumed run repeats an uninterrupted one.
     index: this shard's index in [0, K).
@@ -77,15 +84,18 @@ class Shard:
                values=None, example_weights=None, num_features=None,
                loss="logistic", l1=0.0, l2=1.0, gamma=1.0, num_shards=1,
                combine="add", num_passes=1, seed=0, index=0, num_classes=1,
-               hinge_step="projection"):
+               hinge_step="projection", num_parts=1):
     self.loss = losses.op_name(loss)
     self.num_classes = int(num_classes)
     sdca_ops.check_hinge_step(self.loss, hinge_step)
     self.hinge_step = hinge_step
-    if not (l1 >= 0 and l2 > 0 and gamma > 0 and int(num_passes) >= 1):
-      raise ValueError(f"need l1 >= 0, l2 > 0, gamma > 0 and num_passes >= "
-                       f"1, got l1={l1}, l2={l2}, gamma={gamma}, "
-                       f"num_passes={num_passes}")
+    if not (l1 >= 0 and l2 > 0 and gamma > 0 and int(num_passes) >= 1 and
+            int(num_parts) >= 1):
+      raise ValueError(f"need l1 >= 0, l2 > 0, gamma > 0, num_passes >= 1 "
+                       f"and num_parts >= 1, got l1={l1}, l2={l2}, "
+                       f"gamma={gamma}, num_passes={num_passes}, "
+                       f"num_parts={num_parts}")
+    self.num_parts = int(num_parts)
     if combine not in COMBINES:
       raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
     if int(num_shards) < 1 or not 0 <= int(index) < int(num_shards):
@@ -154,13 +164,16 @@ class Shard:
     """The op's seed in round `round_index`."""
     return (self.seed * 1_000_003 + int(round_index)) * 65_537 + self.index
 
-  def solve(self, weights, round_index):
-    """One round's local solve against the round's local weights.
+  def solve(self, weights, round_index, pass_index=0, part=0):
+    """A local solve against the current local weights: the round's H
+    passes (`num_parts` 1), or part `part` of its pass `pass_index`.
 
     Args:
-      weights: float64 `[num_slots * C]`, the round's weights at the local
+      weights: float64 `[num_slots * C]`, the current weights at the local
         table's entries (unshrunk; a slot's C class weights together).
       round_index: the round (seeds the visiting order).
+      pass_index, part: which pass of the round and which of its
+        `num_parts` parts (with `num_parts` > 1).
 
     Returns:
       float64 `[num_slots * C]`: this shard's change of the weights, to be
@@ -168,12 +181,18 @@ class Shard:
       shard's duals move accordingly.
     """
     w = np.ascontiguousarray(weights, np.float64)
+    # Every part of a pass cuts the same order; a round's first pass is
+    # the one a whole-round call (num_parts 1) makes first.
+    seed = self.call_seed(round_index)
+    if self.num_parts > 1 and pass_index > 0:
+      seed = (seed * 8191 + int(pass_index)) % (1 << 63)
     new_w, new_duals, _ = sdca_ops.packed_solve(
-        self.rows, w, self.duals, seed=self.call_seed(round_index),
-        loss_type=self.loss, l1=self.l1, l2=self.l2,
-        num_loss_partitions=self.sigma, num_passes=self.num_passes,
+        self.rows, w, self.duals, seed=seed, loss_type=self.loss,
+        l1=self.l1, l2=self.l2, num_loss_partitions=self.sigma,
+        num_passes=self.num_passes if self.num_parts == 1 else 1,
         gamma=self.gamma, compute_objective=False,
-        num_classes=self.num_classes, hinge_step=self.hinge_step)
+        num_classes=self.num_classes, hinge_step=self.hinge_step,
+        num_parts=self.num_parts, part=part)
     delta = new_w.numpy() - w
     new_duals = new_duals.numpy()
     if self.combine == "average":

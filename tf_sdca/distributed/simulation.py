@@ -33,6 +33,9 @@ class Simulation:
     num_passes: local SDCA passes per round (H).
     momentum: extrapolate the rounds (`shard.Momentum`; what
       `tf_sdca.distributed.train` does); False: plain CoCoA+ / CoCoA.
+    exchanges_per_pass: S; every local pass is cut into S parts with the
+      changes added after each (`tf_sdca.distributed.train`'s option and
+      default; 1: CoCoA+ as published, one exchange a round).
     loss, l1, l2, gamma, seed: as `Shard`.
 
   Attributes:
@@ -44,7 +47,8 @@ class Simulation:
 
   def __init__(self, data, num_shards, num_features=None, combine="add",
                num_passes=1, loss="logistic", l1=0.0, l2=1.0, gamma=1.0,
-               seed=0, momentum=True):
+               seed=0, momentum=True,
+               exchanges_per_pass=shard_lib.EXCHANGES_PER_PASS):
     if num_features is None:
       ids = data.get("ids") if data.get("ids") is not None else data.get(
           "indices")
@@ -54,7 +58,7 @@ class Simulation:
         shard_lib.Shard(**block, num_features=num_features, loss=loss, l1=l1,
                         l2=l2, gamma=gamma, num_shards=num_shards,
                         combine=combine, num_passes=num_passes, seed=seed,
-                        index=k)
+                        index=k, num_parts=exchanges_per_pass)
         for k, block in enumerate(shard_lib.split(data, num_shards))]
     self.table_ids = np.unique(np.concatenate(
         [s.touched for s in self.shards]))
@@ -74,15 +78,20 @@ class Simulation:
     self._whole_positions = self._whole.positions(self.table_ids)
 
   def step(self):
-    """One round: every shard solves against the round's weights, then the
-    changes are added (in shard order)."""
-    w = self.weights
-    deltas = [s.solve(w[p], self.round) for s, p in zip(self.shards,
-                                                        self._positions)]
-    w = w.copy()
-    for p, delta in zip(self._positions, deltas):
-      w[p] += delta
-    self.weights = w
+    """One round: every shard solves against the current weights, then the
+    changes are added (in shard order); S times a pass with S exchanges per
+    pass."""
+    parts = self.shards[0].num_parts
+    passes = self.shards[0].num_passes if parts > 1 else 1
+    for pass_index in range(passes):
+      for part in range(parts):
+        w = self.weights
+        deltas = [s.solve(w[p], self.round, pass_index, part)
+                  for s, p in zip(self.shards, self._positions)]
+        w = w.copy()
+        for p, delta in zip(self._positions, deltas):
+          w[p] += delta
+        self.weights = w
     self.round += 1
 
   def objective_and_gap(self):
@@ -144,7 +153,8 @@ class Simulation:
     return sparse, self.weights[self.table_ids.size:].copy()
 
   def bytes_per_round(self):
-    """Bytes each worker would send (and receive) per round, by exchange:
+    """Bytes each worker would send (and receive) per round, by exchange
+(each made H S times a round with S = `exchanges_per_pass` > 1):
 
     - `dense`: ring all-reduce of the whole table, 2 (K-1)/K (M + d) 8;
     - `union`: ring all-reduce of the rows some shard touches (the table
@@ -156,6 +166,8 @@ class Simulation:
     k = len(self.shards)
     ring = 2.0 * (k - 1) / k
     most = max(s.num_slots for s in self.shards)
-    return dict(dense=ring * (self.num_features + self.num_dense) * 8,
-                union=ring * self.weights.size * 8,
-                gather=(k - 1) * most * 8.0)
+    first = self.shards[0]
+    times = first.num_passes * first.num_parts if first.num_parts > 1 else 1
+    return dict(dense=times * ring * (self.num_features + self.num_dense) * 8,
+                union=times * ring * self.weights.size * 8,
+                gather=times * (k - 1) * most * 8.0)

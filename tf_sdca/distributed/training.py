@@ -41,6 +41,7 @@ from tf_sdca.distributed import shard as shard_lib
 from tf_sdca.trainer import objective_and_gap
 
 EXCHANGES = ("auto", "allreduce", "allgather")
+EXCHANGES_PER_PASS = shard_lib.EXCHANGES_PER_PASS
 _STATE = "state.json"
 
 
@@ -59,9 +60,11 @@ class Result:
     exchange: "allreduce" or "allgather".
     table_size: entries of the exchanged table (touched ids + dense).
     largest_shard: entries the largest shard touches.
-    bytes_per_round: what the exchange sends per worker per round (the
+    exchanges_per_round: H S with S = `exchanges_per_pass` > 1, else 1.
+    bytes_per_round: what the exchanges send per worker per round (the
       all-reduce of the gap's two sums and the K workers' extrapolation
-      limits adds 2 (K-1)/K (2 + K) 8 bytes).
+      limits adds 2 (K-1)/K (2 + K) 8 bytes; the gathered lengths are
+      known from the start).
     num_workers: K.
     total_rows: rows of all workers.
     index: this worker's rank.
@@ -90,7 +93,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
           max_rounds=100, tol=1e-4, local_passes=1, seed=0, exchange="auto",
           checkpoint_every=1, resume=False, startup_timeout=120.0,
           verbose=1, cluster=None, momentum=True, num_classes=1,
-          hinge_step="projection"):
+          hinge_step="projection", exchanges_per_pass=EXCHANGES_PER_PASS):
   """Trains one model with the other workers of the `TF_CONFIG` cluster.
 
   Every worker calls it with its own rows and the same options; the rows
@@ -130,6 +133,12 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     hinge_step: the multiclass hinge's block step in the local solves
       ('projection', 'steepest_ascent', 'near_max_gain'; g3doc/multiclass.md);
       the workers must agree, and `resume` needs the same step.
+    exchanges_per_pass: S; every local pass is cut into S parts of its
+      visiting order (a fresh one each pass), and the workers' changes are
+      added after each part: CoCoA+ with n_k / S local steps, S exchanges
+      per pass (the gap, momentum and checkpoints stay once per round).
+      With weak regularisation the rounds to a gap fall to about one
+      process's epochs (g3doc/distributed.md); 1: one exchange per round.
 
   Returns:
     A `Result` (the same weights on every worker).
@@ -169,6 +178,12 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     options["num_classes"] = classes
   if hinge_step != "projection":  # (absent by default, as num_classes)
     options["hinge_step"] = hinge_step
+  parts = int(exchanges_per_pass)
+  if parts < 1:
+    raise ValueError(f"exchanges_per_pass must be >= 1, got "
+                     f"{exchanges_per_pass}")
+  if parts != 1:  # (absent for 1: checkpoints from before it resume)
+    options["exchanges_per_pass"] = parts
   if not cluster.joined:
     cluster.join(op_error, options)
 
@@ -182,7 +197,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
         num_features=num_features, loss=loss, l1=l1, l2=l2, gamma=gamma,
         num_shards=cluster.size, combine="add", num_passes=local_passes,
         seed=seed, index=cluster.index, num_classes=classes,
-        hinge_step=hinge_step)
+        hinge_step=hinge_step, num_parts=parts)
   except Exception as e:  # pylint: disable=broad-except
     error = e
   # Everyone learns whether every shard could be built, and the shapes.
@@ -215,21 +230,24 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
        table_ids.size + np.arange(shard.num_dense)]), classes)
                for t in touched]
   own = positions[cluster.index]
+  lengths = [p.size for p in positions]  # each worker's change, gathered
   table_size = table_ids.size + shard.num_dense
   largest = max(p.size for p in positions) // classes
   if exchange == "auto":
     exchange = min(("allreduce", "allgather"), key=lambda e: bytes_per_round(
         e, cluster.size, table_size * classes, largest * classes))
+  exchanges = int(local_passes) * parts if parts > 1 else 1
   layout = dict(exchange=exchange, table_size=int(table_size),
                 largest_shard=int(largest), num_workers=cluster.size,
-                total_rows=total_rows,
-                bytes_per_round=bytes_per_round(exchange, cluster.size,
-                                                table_size * classes,
-                                                largest * classes))
+                total_rows=total_rows, exchanges_per_round=exchanges,
+                bytes_per_round=exchanges * bytes_per_round(
+                    exchange, cluster.size, table_size * classes,
+                    largest * classes))
   log(f"{cluster.size} workers, {total_rows:,} rows; table {table_size:,} "
       f"rows ({table_ids.size:,} touched ids + {shard.num_dense} dense); "
-      f"largest shard touches {largest:,}; exchange: {exchange}, "
-      f"{layout['bytes_per_round'] / 2**20:.2f} MB per worker per round")
+      f"largest shard touches {largest:,}; exchange: {exchange} x "
+      f"{exchanges} a round, {layout['bytes_per_round'] / 2**20:.2f} MB "
+      f"per worker per round")
 
   weights = np.zeros(table_size * classes)
   history = []
@@ -262,20 +280,26 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   current = previous if previous is not None else (shard.duals, weights)
   for round_index in range(start_round, max_rounds if not stopped else 0):
     start = time.perf_counter()
-    delta = shard.solve(weights[own], round_index)
-    solved = time.perf_counter()
-    if kill_at == round_index + 1:  # test hook: die mid-round, unannounced
-      os.kill(os.getpid(), signal.SIGKILL)
     sent_before = cluster.bytes_sent
-    if exchange == "allreduce":
-      change = np.zeros(table_size * classes)
-      change[own] = delta
-      weights = weights + cluster.all_reduce(change)
-    else:
-      weights = weights.copy()
-      for place, part in zip(positions, cluster.all_gather(delta)):
-        weights[place] += part  # in worker order: the same bits everywhere
-    exchanged = time.perf_counter()
+    solving = exchanging = 0.0
+    for pass_index in range(int(local_passes) if parts > 1 else 1):
+      for part in range(parts):
+        tick = time.perf_counter()
+        delta = shard.solve(weights[own], round_index, pass_index, part)
+        tock = time.perf_counter()
+        solving += tock - tick
+        if kill_at == round_index + 1:  # test hook: die mid-round, unannounced
+          os.kill(os.getpid(), signal.SIGKILL)
+        if exchange == "allreduce":
+          change = np.zeros(table_size * classes)
+          change[own] = delta
+          weights = weights + cluster.all_reduce(change)
+        else:
+          weights = weights.copy()
+          for place, piece in zip(positions,
+                                  cluster.all_gather(delta, lengths)):
+            weights[place] += piece  # in worker order: the same bits everywhere
+        exchanging += time.perf_counter() - tock
     loss_part, dual_part = shard.evaluate(weights[own])
     # One all-reduce: the gap's two sums and each worker's room for the
     # extrapolation in its own slot (the minimum over all rows).
@@ -291,8 +315,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     history.append(dict(
         round=round_index + 1, loss=primal / total_weight,
         duality_gap=gap / max(abs(primal), 1e-300),
-        seconds=time.perf_counter() - start, solve_seconds=solved - start,
-        exchange_seconds=exchanged - solved,
+        seconds=time.perf_counter() - start, solve_seconds=solving,
+        exchange_seconds=exchanging,
         bytes_sent=cluster.bytes_sent - sent_before))
     done = (history[-1]["duality_gap"] < tol or
             round_index + 1 == max_rounds)
@@ -310,7 +334,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
       previous = current
     log(f"round {round_index + 1}: loss {history[-1]['loss']:.6f}, relative "
         f"duality gap {history[-1]['duality_gap']:.3e} (solve "
-        f"{solved - start:.3f} s, exchange {exchanged - solved:.3f} s, "
+        f"{solving:.3f} s, exchange {exchanging:.3f} s, "
         f"{history[-1]['bytes_sent'] / 2**20:.2f} MB sent)")
     if state_dir is not None and (done or
                                   (round_index + 1) % checkpoint_every == 0):
@@ -436,8 +460,12 @@ def _restore(state_dir, cluster, options, table_ids, shard, accelerate):
     changed = {k: (state["options"].get(k), now.get(k))
                for k in sorted(set(state["options"]) | set(now))
                if state["options"].get(k) != now.get(k)}
-    raise ClusterError(f"--resume: the checkpoint in {state_dir} was "
-                       f"written with other options (saved, now): {changed}")
+    raise ClusterError(
+        f"--resume: the checkpoint in {state_dir} was written with other "
+        f"options (saved, now): {changed}; a saved None is an option the "
+        f"checkpoint predates, i.e. its default then (num_classes 1, "
+        f"hinge_step 'projection', exchanges_per_pass 1): resume with the "
+        f"saved values")
   round_number = state["round"]
   with np.load(os.path.join(state_dir, _weights_file(round_number))) as f:
     saved_ids, weights = f["table_ids"], f["weights"]
