@@ -37,6 +37,8 @@ def main():
   parser.add_argument("--max-rounds", type=int, default=600)
   parser.add_argument("--workers", type=int, default=2)
   parser.add_argument("--momentum", default="on,off")
+  parser.add_argument("--exchanges", default="1",
+                      help="comma-separated exchanges per pass (S) to run")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--json", default=None)
   args = parser.parse_args()
@@ -56,22 +58,24 @@ def main():
     print(f"\nl2 = {l2:g}: one process {epochs} epochs (gap "
           f"{history['duality_gap'][-1]:.2e}, "
           f"{time.perf_counter() - start:.1f} s)", flush=True)
-    print(f"{'momentum':>8} {'rounds':>7} {'rounds/epochs':>13} "
+    print(f"{'momentum':>8} {'S':>3} {'rounds':>7} {'rounds/epochs':>13} "
           f"{'exchange':>9} {'MB/round':>9} {'solve s':>8} {'exch s':>7} "
           f"{'wall s':>7}", flush=True)
-    for momentum in args.momentum.split(","):
+    for momentum, parts in ((m, int(s)) for m in args.momentum.split(",")
+                            for s in args.exchanges.split(",")):
       with tempfile.TemporaryDirectory() as model_dir:
         out = launch.train_local_cluster(
             args.workers, problem.labels, dense=problem.dense,
             ids=problem.ids, num_features=problem.table_size,
             model_dir=model_dir, loss="logistic", l2=l2, tol=args.tol,
             max_rounds=args.max_rounds, seed=args.seed,
-            momentum=momentum == "on", verbose=0)
+            momentum=momentum == "on", exchanges_per_pass=parts, verbose=0)
       rounds_history = out["history"]
       reached = rounds_history[-1]["duality_gap"] < args.tol
       rounds = len(rounds_history)
       row = dict(
-          l2=l2, momentum=momentum, epochs=epochs, rounds=rounds,
+          l2=l2, momentum=momentum, exchanges_per_pass=parts, epochs=epochs,
+          rounds=rounds,
           reached=bool(reached), ratio=rounds / epochs,
           exchange=out["exchange"],
           bytes_per_round=float(np.mean([h["bytes_sent"]
@@ -84,7 +88,7 @@ def main():
               "duality_gap"])
       results.append(row)
       shown = str(rounds) if reached else f">{rounds}"
-      print(f"{momentum:>8} {shown:>7} {row['ratio']:>13.1f} "
+      print(f"{momentum:>8} {parts:>3} {shown:>7} {row['ratio']:>13.1f} "
             f"{row['exchange']:>9} {row['bytes_per_round'] / 2**20:>9.2f} "
             f"{row['solve_seconds']:>8.3f} {row['exchange_seconds']:>7.3f} "
             f"{row['wall_seconds']:>7.1f}", flush=True)

@@ -1,7 +1,7 @@
 """CoCoA+ (adding, sigma = K) against CoCoA (averaging, sigma = 1) for K
 shards of the Criteo-shaped problem, simulated in one process on the real
 engine (`tf_sdca.distributed.simulation`: every shard packed once, one
-`TfSdca>PackedSolve` per shard and round).
+`TfSdca>PackedSolve` per shard and exchange; `--exchanges` S per pass).
 
 Prints, per K: rows per shard, rounds to a relative duality gap of `--tol`
 for each method (`--methods`: "add" CoCoA+, "average" CoCoA, a "+m" suffix
@@ -14,7 +14,7 @@ larger streams of generated rows (for the projection to bigger shards).
 
   .venv/bin/python bench/simulate_cocoa.py [--rows 262144] [--l2 10]
       [--shards 1,2,4,...,1024] [--max-rounds 300] [--passes 1]
-      [--methods add+m,add,average]
+      [--exchanges 16] [--methods add+m,add,average]
       [--json out.json] [--svg g3doc/img/cocoa_rounds.svg]
 """
 import argparse
@@ -48,7 +48,8 @@ def run_one(data, num_features, num_shards, method, args, l2):
   sim = simulation.Simulation(data, num_shards, num_features=num_features,
                               combine=combine, num_passes=args.passes,
                               loss="logistic", l2=l2, seed=args.seed,
-                              momentum=momentum == "m")
+                              momentum=momentum == "m",
+                              exchanges_per_pass=args.exchanges)
   history = sim.run(tol=args.tol, max_rounds=args.max_rounds)
   touched = [s.touched.size for s in sim.shards]
   return dict(K=num_shards, combine=combine, method=method, l2=l2, rounds=history["rounds"],
@@ -157,6 +158,10 @@ def main():
   parser.add_argument("--max-rounds", type=int, default=300)
   parser.add_argument("--passes", type=int, default=1,
                       help="local SDCA passes per round (H)")
+  parser.add_argument("--exchanges", type=int,
+                      default=simulation.shard_lib.EXCHANGES_PER_PASS,
+                      help="exchanges per local pass (S; 1: CoCoA+ as "
+                      "published, one a round)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--touched-rows", type=_shards, default=[],
                       help="also count distinct table rows in this many "
@@ -171,7 +176,8 @@ def main():
   print(f"{args.rows:,} Criteo-shaped rows, 2^{args.bucket_bits} buckets "
         f"(+{problem.table_size - (1 << args.bucket_bits)} spare), "
         f"{problem.dense.shape[1]} dense columns (intercept included); "
-        f"logistic; tol {args.tol:g}; H = {args.passes}; generated in "
+        f"logistic; tol {args.tol:g}; H = {args.passes}, S = "
+        f"{args.exchanges}; generated in "
         f"{time.perf_counter() - start:.1f} s", flush=True)
   results = []
   for l2 in (float(v) for v in args.l2.split(",")):
