@@ -533,6 +533,11 @@ visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
   gradient holds them at are skipped; which rows are shrunk carries over
   between calls on the same rows; one thread only, with threads it is
   'permutation').
+num_parts, part: every pass visits only part `part` of num_parts equal
+  consecutive pieces of its visiting order, so that num_parts calls with the
+  same seed, parts 0 .. num_parts - 1, each from the last one's outputs,
+  make one pass between them (CoCoA+ exchanging the weights within a pass).
+  Not with 'adaptive' or 'shrinking', nor rows packed for several threads.
 The objective uses the CPU device's threads.
 )doc");
 
