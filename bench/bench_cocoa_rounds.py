@@ -2,14 +2,17 @@
 (`tf_sdca.distributed.launch.train_local_cluster`, real processes on
 loopback) against one process's SDCA epochs (`InMemorySdca`), to the same
 relative duality gap, on the Criteo-shaped problem; the rounds with and
-without momentum (`shard.Momentum`) in the same run.
+without momentum (`shard.Momentum`) and with 1 or S exchanges per pass
+(`--exchanges`, the default 16 of `tf_sdca.distributed.train`) in the same
+run.
 
 Prints the epochs of one process, then per cluster run: rounds, rounds /
 epochs (the target: <= 2), bytes a worker sends per round (the exchange the
 cluster chose) and the mean solve / exchange seconds of a round.
 
   .venv/bin/python bench/bench_cocoa_rounds.py [--rows 262144] [--l2 10]
-      [--tol 1e-4] [--max-rounds 600] [--json out.json]
+      [--tol 1e-4] [--max-rounds 600] [--momentum on,off]
+      [--exchanges 1,16] [--json out.json]
 """
 import argparse
 import json
@@ -37,7 +40,7 @@ def main():
   parser.add_argument("--max-rounds", type=int, default=600)
   parser.add_argument("--workers", type=int, default=2)
   parser.add_argument("--momentum", default="on,off")
-  parser.add_argument("--exchanges", default="1",
+  parser.add_argument("--exchanges", default="1,16",
                       help="comma-separated exchanges per pass (S) to run")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--json", default=None)

@@ -1,8 +1,9 @@
 """An independent numpy model of CoCoA+'s rounds against sigma' (no
 TensorFlow, no tf_sdca): does a per-coordinate sigma'_j (the number of
 shards whose rows touch coordinate j, safe by Cauchy-Schwarz coordinate by
-coordinate) or more local passes cut the rounds that two shards need, and
-how do the rounds move with a scalar sigma'?
+coordinate) or more local passes cut the rounds that two shards need, how
+do the rounds move with a scalar sigma', and what do exchanges within a
+pass do (fresh parts of each pass's permutation, or fixed parts)?
 
 Smooth hinge (gamma = 1, closed-form SDCA steps), Criteo-shaped rows (26
 Zipf ids in 2^16 buckets, 13 uniform dense values, an intercept), one SDCA
@@ -16,6 +17,9 @@ Measured 2026-11-25 (defaults, ~3 minutes): one process 17 epochs; two
 shards 253 rounds with sigma' = 2 and 254 with the per-coordinate sigma';
 three local passes per round 253; sigma' = 1.3 / 1.6 / 2 / 3: 170 / 205 /
 253 / 378 rounds (1.3 is not safe in general; 1 stalls at a gap of 1.2).
+Exchanges within a pass (2026-11-25, --max-rounds 300): fresh parts, 4 / 16
+per pass: 61 / 23 rounds; one process over 2 / 4 fixed parts: 112 passes /
+not within 300 (gap 6.4e-4).
 """
 import argparse
 
@@ -64,9 +68,16 @@ class Model:
         a[i] = new
     return dw
 
-  def rounds(self, shards, sigma="scalar", passes=1, max_rounds=400):
+  def rounds(self, shards, sigma="scalar", passes=1, max_rounds=400,
+             parts=1, fixed_parts=False):
     """Rounds to a relative gap of 1e-4 (a string if not within
-    max_rounds). sigma: "scalar" (K), "per-coordinate", or a number."""
+    max_rounds). sigma: "scalar" (K), "per-coordinate", or a number.
+    parts: exchanges per pass (one pass a round): each shard's pass is cut
+    into `parts` pieces of a fresh permutation, the changes added after
+    each; with `fixed_parts` the pieces are split once and visited in a
+    random order each pass (a block-cyclic order)."""
+    if parts > 1:
+      return self._rounds_in_parts(shards, parts, fixed_parts, max_rounds)
     n = len(self.y)
     blocks = np.array_split(np.arange(n), shards)
     if sigma == "per-coordinate":
@@ -93,6 +104,31 @@ class Model:
     return f">{max_rounds} (gap {gap:.1e})"
 
 
+  def _rounds_in_parts(self, shards, parts, fixed, max_rounds):
+    n = len(self.y)
+    blocks = np.array_split(np.arange(n), shards)
+    s = np.full(self.d, float(shards))
+    w, a = np.zeros(self.d), np.zeros(n)
+    rng = np.random.default_rng(1)
+    pieces = [np.array_split(block, parts) for block in blocks]
+    gap = np.inf
+    for r in range(1, max_rounds + 1):
+      if fixed:
+        order = rng.permutation(parts)
+        plan = [[p[o] for o in order] for p in pieces]
+      else:
+        plan = [np.array_split(rng.permutation(b), parts) for b in blocks]
+      for j in range(parts):
+        total = np.zeros(self.d)
+        for k in range(shards):
+          total += self.local_pass(plan[k][j], w, a, s, rng)
+        w = w + total
+      gap = self.relative_gap(w, a)
+      if gap < 1e-4:
+        return r
+    return f">{max_rounds} (gap {gap:.1e})"
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--rows", type=int, default=5000)
@@ -111,6 +147,13 @@ def main():
   for sigma in (1.3, 1.6, 3.0):
     print(f"K = {k}, sigma' = {sigma}: "
           f"{model.rounds(k, sigma, max_rounds=cap)} rounds")
+  for parts in (4, 16):
+    print(f"K = {k}, {parts} exchanges per pass (fresh parts): "
+          f"{model.rounds(k, parts=parts, max_rounds=cap)} rounds")
+  for parts in (2, 4):
+    print(f"one process, {parts} fixed parts (block-cyclic): "
+          f"{model.rounds(1, parts=parts, fixed_parts=True, max_rounds=cap)}"
+          f" passes")
 
 
 if __name__ == "__main__":
