@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from tf_sdca.distributed import shard as shard_lib
+from tf_sdca.distributed import training
 from tf_sdca.trainer import objective_and_gap
 
 
@@ -70,6 +71,9 @@ class Simulation:
     self.momentum = shard_lib.Momentum() if momentum else None
     self._previous = None  # (duals per shard, weights) of the last round
     self.betas = []
+    # Per round: the bytes a worker's all-gathers of (position, value)
+    # pairs would send with S > 1 (`training.pack_change`; 0 with S = 1).
+    self.gathered_bytes = []
     # The gap is evaluated on all rows packed once more as one shard (one
     # op call instead of K; the same sums as the K shards' parts up to the
     # order of float64 additions).
@@ -83,6 +87,8 @@ class Simulation:
     pass."""
     parts = self.shards[0].num_parts
     passes = self.shards[0].num_passes if parts > 1 else 1
+    k = len(self.shards)
+    gathered = 0.0
     for pass_index in range(passes):
       for part in range(parts):
         w = self.weights
@@ -92,6 +98,10 @@ class Simulation:
         for p, delta in zip(self._positions, deltas):
           w[p] += delta
         self.weights = w
+        if parts > 1:  # what the workers' all-gather would send
+          longest = max(training.pack_change(d).size for d in deltas)
+          gathered += (k - 1) * longest * 8.0 + 2.0 * (k - 1) * 8
+    self.gathered_bytes.append(gathered)
     self.round += 1
 
   def objective_and_gap(self):

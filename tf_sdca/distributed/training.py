@@ -61,10 +61,13 @@ class Result:
     table_size: entries of the exchanged table (touched ids + dense).
     largest_shard: entries the largest shard touches.
     exchanges_per_round: H S with S = `exchanges_per_pass` > 1, else 1.
-    bytes_per_round: what the exchanges send per worker per round (the
-      all-reduce of the gap's two sums and the K workers' extrapolation
-      limits adds 2 (K-1)/K (2 + K) 8 bytes; the gathered lengths are
-      known from the start).
+    bytes_per_round: what the exchanges send per worker per round, at
+      most: with S > 1 an all-gather sends each part's changed entries as
+      (position, value) pairs when that is shorter (`pack_change`; the
+      history's `bytes_sent` has what was sent, including the all-reduce
+      of the K lengths each time). The all-reduce of the gap's two sums
+      and the K workers' extrapolation limits adds 2 (K-1)/K (2 + K) 8
+      bytes a round.
     num_workers: K.
     total_rows: rows of all workers.
     index: this worker's rank.
@@ -76,6 +79,30 @@ class Result:
   @property
   def rounds(self):
     return self.history[-1]["round"] if self.history else 0
+
+
+def pack_change(delta):
+  """A worker's change for the all-gather: its nonzero entries as
+  (positions, values), `[m positions, m values]`, when that is shorter
+  than the change itself (2 m < size: a part of a pass touches a fraction
+  of the shard's ids), else the change as it is."""
+  delta = np.asarray(delta, np.float64)
+  changed = np.flatnonzero(delta)
+  if 2 * changed.size < delta.size:
+    return np.concatenate([changed.astype(np.float64), delta[changed]])
+  return delta
+
+
+def add_changes(weights, positions, pieces):
+  """Adds the workers' gathered changes (`pack_change`'s pieces) to
+  `weights` in place, in worker order: the same bits on every worker."""
+  for place, piece in zip(positions, pieces):
+    if piece.size == place.size:
+      weights[place] += piece
+    else:
+      m = piece.size // 2
+      weights[place[piece[:m].astype(np.int64)]] += piece[m:]
+  return weights
 
 
 def bytes_per_round(exchange, num_workers, table_size, largest_shard):
@@ -294,11 +321,12 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
           change = np.zeros(table_size * classes)
           change[own] = delta
           weights = weights + cluster.all_reduce(change)
-        else:
-          weights = weights.copy()
-          for place, piece in zip(positions,
-                                  cluster.all_gather(delta, lengths)):
-            weights[place] += piece  # in worker order: the same bits everywhere
+        elif parts == 1:  # a whole pass changes (nearly) every entry
+          weights = add_changes(weights.copy(), positions,
+                                cluster.all_gather(delta, lengths))
+        else:  # a part changes a fraction: send (position, value) pairs
+          weights = add_changes(weights.copy(), positions,
+                                cluster.all_gather(pack_change(delta)))
         exchanging += time.perf_counter() - tock
     loss_part, dual_part = shard.evaluate(weights[own])
     # One all-reduce: the gap's two sums and each worker's room for the
