@@ -9,7 +9,9 @@ with momentum, `shard.Momentum`, as `tf_sdca.distributed.train` runs by
 default), the table rows a shard touches, and the bytes each worker would
 send per round for the three exchanges (dense all-reduce of the table,
 all-reduce of the rows some shard touches, all-gather of each shard's own
-touched rows). `--touched-rows` also counts the distinct table rows of
+touched rows) and, with S > 1, for the all-gather of each part's changed
+entries as (position, value) pairs (what the workers send; mean over the
+rounds). `--touched-rows` also counts the distinct table rows of
 larger streams of generated rows (for the projection to bigger shards).
 
   .venv/bin/python bench/simulate_cocoa.py [--rows 262144] [--l2 10]
@@ -58,7 +60,8 @@ def run_one(data, num_features, num_shards, method, args, l2):
                   "labels"].shape[0] / num_shards,
               touched_mean=float(np.mean(touched)),
               touched_max=int(np.max(touched)), union=int(
-                  sim.table_ids.size), bytes=sim.bytes_per_round())
+                  sim.table_ids.size), bytes=sim.bytes_per_round(),
+              pairs_bytes=float(np.mean(sim.gathered_bytes or [0.0])))
 
 
 def touched_counts(row_counts, bucket_bits, seed):
@@ -186,7 +189,7 @@ def main():
     print(f"{'K':>5} {'rows/shard':>10} " +
           "".join(f"{_label(m):>14} " for m in methods) +
           f"{'touched':>8} {'union':>8} {'dense MB':>9} {'union MB':>9} "
-          f"{'gather MB':>9} {'s/round':>8}", flush=True)
+          f"{'gather MB':>9} {'pairs MB':>9} {'s/round':>8}", flush=True)
     for k in args.shards:
       row = {}
       for method in methods:
@@ -203,6 +206,7 @@ def main():
             + "".join(f"{_fmt_rounds(row[m]):>14} " for m in methods) +
             f"{first['touched_mean']:>8,.0f} {first['union']:>8,} "
             f"{mb['dense']:>9.2f} {mb['union']:>9.2f} {mb['gather']:>9.2f} "
+            f"{first['pairs_bytes'] / 2**20:>9.2f} "
             f"{per_round:>8.3f}", flush=True)
   if args.touched_rows:
     print("\ndistinct table rows touched by r generated rows:")
