@@ -201,7 +201,8 @@ def _work(args):
         l2=args.l2, max_rounds=args.epochs, tol=args.tol,
         local_passes=args.local_passes, seed=args.seed,
         exchange=args.exchange, exchanges_per_pass=args.exchanges_per_pass,
-        checkpoint_every=args.checkpoint_every, resume=args.resume, verbose=0 if args.quiet else 1, cluster=cluster,
+        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        verbose=0 if args.quiet else 1, cluster=cluster,
         momentum=args.momentum, num_classes=num_classes or 1,
         hinge_step=getattr(args, "hinge_step", "projection"))
   except cluster_lib.ClusterError as error:

@@ -164,6 +164,15 @@ class Shard:
     """The op's seed in round `round_index`."""
     return (self.seed * 1_000_003 + int(round_index)) * 65_537 + self.index
 
+  def round_calls(self):
+    """The `(pass_index, part)` of a round's `solve` calls, in order, with
+    an exchange after each: one call for the H passes with `num_parts` 1,
+    else H S calls."""
+    if self.num_parts == 1:
+      return [(0, 0)]
+    return [(p, s) for p in range(self.num_passes)
+            for s in range(self.num_parts)]
+
   def solve(self, weights, round_index, pass_index=0, part=0):
     """A local solve against the current local weights: the round's H
     passes (`num_parts` 1), or part `part` of its pass `pass_index`.

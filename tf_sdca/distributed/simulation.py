@@ -86,21 +86,19 @@ class Simulation:
     changes are added (in shard order); S times a pass with S exchanges per
     pass."""
     parts = self.shards[0].num_parts
-    passes = self.shards[0].num_passes if parts > 1 else 1
     k = len(self.shards)
     gathered = 0.0
-    for pass_index in range(passes):
-      for part in range(parts):
-        w = self.weights
-        deltas = [s.solve(w[p], self.round, pass_index, part)
-                  for s, p in zip(self.shards, self._positions)]
-        w = w.copy()
-        for p, delta in zip(self._positions, deltas):
-          w[p] += delta
-        self.weights = w
-        if parts > 1:  # what the workers' all-gather would send
-          longest = max(training.pack_change(d).size for d in deltas)
-          gathered += (k - 1) * longest * 8.0 + 2.0 * (k - 1) * 8
+    for pass_index, part in self.shards[0].round_calls():
+      w = self.weights
+      deltas = [s.solve(w[p], self.round, pass_index, part)
+                for s, p in zip(self.shards, self._positions)]
+      w = w.copy()
+      for p, delta in zip(self._positions, deltas):
+        w[p] += delta
+      self.weights = w
+      if parts > 1:  # what the workers' all-gather would send
+        longest = max(training.pack_change(d).size for d in deltas)
+        gathered += (k - 1) * longest * 8.0 + 2.0 * (k - 1) * 8
     self.gathered_bytes.append(gathered)
     self.round += 1
 
@@ -164,7 +162,7 @@ class Simulation:
 
   def bytes_per_round(self):
     """Bytes each worker would send (and receive) per round, by exchange
-(each made H S times a round with S = `exchanges_per_pass` > 1):
+    (each made H S times a round with S = `exchanges_per_pass` > 1):
 
     - `dense`: ring all-reduce of the whole table, 2 (K-1)/K (M + d) 8;
     - `union`: ring all-reduce of the rows some shard touches (the table
@@ -176,8 +174,7 @@ class Simulation:
     k = len(self.shards)
     ring = 2.0 * (k - 1) / k
     most = max(s.num_slots for s in self.shards)
-    first = self.shards[0]
-    times = first.num_passes * first.num_parts if first.num_parts > 1 else 1
+    times = len(self.shards[0].round_calls())
     return dict(dense=times * ring * (self.num_features + self.num_dense) * 8,
                 union=times * ring * self.weights.size * 8,
                 gather=times * (k - 1) * most * 8.0)

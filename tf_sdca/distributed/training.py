@@ -263,7 +263,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   if exchange == "auto":
     exchange = min(("allreduce", "allgather"), key=lambda e: bytes_per_round(
         e, cluster.size, table_size * classes, largest * classes))
-  exchanges = int(local_passes) * parts if parts > 1 else 1
+  calls = shard.round_calls()  # an exchange after each
+  exchanges = len(calls)
   layout = dict(exchange=exchange, table_size=int(table_size),
                 largest_shard=int(largest), num_workers=cluster.size,
                 total_rows=total_rows, exchanges_per_round=exchanges,
@@ -309,25 +310,24 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     start = time.perf_counter()
     sent_before = cluster.bytes_sent
     solving = exchanging = 0.0
-    for pass_index in range(int(local_passes) if parts > 1 else 1):
-      for part in range(parts):
-        tick = time.perf_counter()
-        delta = shard.solve(weights[own], round_index, pass_index, part)
-        tock = time.perf_counter()
-        solving += tock - tick
-        if kill_at == round_index + 1:  # test hook: die mid-round, unannounced
-          os.kill(os.getpid(), signal.SIGKILL)
-        if exchange == "allreduce":
-          change = np.zeros(table_size * classes)
-          change[own] = delta
-          weights = weights + cluster.all_reduce(change)
-        elif parts == 1:  # a whole pass changes (nearly) every entry
-          weights = add_changes(weights.copy(), positions,
-                                cluster.all_gather(delta, lengths))
-        else:  # a part changes a fraction: send (position, value) pairs
-          weights = add_changes(weights.copy(), positions,
-                                cluster.all_gather(pack_change(delta)))
-        exchanging += time.perf_counter() - tock
+    for pass_index, part in calls:
+      tick = time.perf_counter()
+      delta = shard.solve(weights[own], round_index, pass_index, part)
+      tock = time.perf_counter()
+      solving += tock - tick
+      if kill_at == round_index + 1:  # test hook: die mid-round, unannounced
+        os.kill(os.getpid(), signal.SIGKILL)
+      if exchange == "allreduce":
+        change = np.zeros(table_size * classes)
+        change[own] = delta
+        weights = weights + cluster.all_reduce(change)
+      elif parts == 1:  # a whole pass changes (nearly) every entry
+        weights = add_changes(weights.copy(), positions,
+                              cluster.all_gather(delta, lengths))
+      else:  # a part changes a fraction: send (position, value) pairs
+        weights = add_changes(weights.copy(), positions,
+                              cluster.all_gather(pack_change(delta)))
+      exchanging += time.perf_counter() - tock
     loss_part, dual_part = shard.evaluate(weights[own])
     # One all-reduce: the gap's two sums and each worker's room for the
     # extrapolation in its own slot (the minimum over all rows).
