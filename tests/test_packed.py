@@ -273,7 +273,7 @@ def test_a_handle_of_another_resource_is_refused():
 
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("order,parts", [("permutation", 3), ("cyclic", 4),
-                                         ("permutation", 50)])
+                                         ("permutation", 50), ("uniform", 3)])
 def test_parts_of_a_pass_chained_are_the_pass(loss, order, parts):
   # num_parts calls with one seed, each from the last one's weights and
   # duals, make the steps of one pass in the same order: the same bits.
@@ -294,6 +294,8 @@ def test_parts_of_a_pass_chained_are_the_pass(loss, order, parts):
     visited.append(np.flatnonzero(a != before))
   np.testing.assert_array_equal(w, w_full.numpy())
   np.testing.assert_array_equal(a, a_full.numpy())
+  if order == "uniform":  # the pass's n draws, with replacement
+    return
   # Each part moved only its own rows, at most ceil(n / parts) of them,
   # and no row in two parts.
   assert max(len(v) for v in visited) <= -(-n // parts)
@@ -333,8 +335,9 @@ def test_parts_are_refused_where_a_pass_is_no_order_cut_up():
               loss_type="hinge_loss", l1=0.0, l2=1.0)
   with pytest.raises(ValueError, match="need 0 <= part < num_parts"):
     packed_solve(rows, **call, num_parts=2, part=2)
-  for order in ("adaptive", "shrinking", "uniform"):
-    with pytest.raises(ValueError, match="must be 'permutation' or 'cyclic'"):
+  for order in ("adaptive", "shrinking"):
+    with pytest.raises(ValueError, match="must be 'permutation', 'cyclic' "
+                                         "or 'uniform', not '" + order):
       packed_solve(rows, **call, num_parts=2, visit_order=order)
   from tf_sdca.ops._loader import load_ops  # pylint: disable=import-outside-toplevel
   raw = load_ops().tf_sdca_packed_solve

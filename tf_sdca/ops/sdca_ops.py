@@ -574,7 +574,8 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
     num_parts, part: each pass visits only part `part` of `num_parts`
       equal consecutive parts of its visiting order, so that `num_parts`
       calls with the same `seed` and parts `0 .. num_parts - 1` make one
-      pass between them, each row once ('permutation' and 'cyclic', rows
+      pass between them ('permutation' and 'cyclic': each row once;
+      'uniform': the pass's n draws; not 'adaptive' or 'shrinking'; rows
       packed for one thread; CoCoA+ exchanges the weights after each part,
       `tf_sdca.distributed`).
 
@@ -601,10 +602,11 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
   if not 0 <= int(part) < int(num_parts):
     raise ValueError(f"need 0 <= part < num_parts, got part {part}, "
                      f"num_parts {num_parts}")
-  if int(num_parts) > 1 and visit_order not in ("permutation", "cyclic"):
+  if int(num_parts) > 1 and visit_order in ("adaptive", "shrinking"):
     raise ValueError(f"num_parts = {num_parts} cuts a pass's order into "
-                     f"parts: visit_order must be 'permutation' or "
-                     f"'cyclic', not {visit_order!r}")
+                     f"parts: visit_order must be 'permutation', 'cyclic' "
+                     f"or 'uniform', not {visit_order!r} (its passes are "
+                     f"no order drawn up front)")
   with tf.name_scope(name or "packed_solve"):
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2,
                                num_loss_partitions, num_passes, visit_order,
