@@ -213,8 +213,9 @@ def train_local_cluster(num_workers, labels, dense=None, ids=None,
     echo_chief: copy the chief's progress lines to stdout.
     worker_envs: per-worker environment overrides (see `run_workers`).
     **options: the options of `tf_sdca.distributed.train` (loss, l1, l2,
-      max_rounds, tol, local_passes, seed, exchange, checkpoint_every,
-      resume, startup_timeout, verbose).
+      max_rounds, tol, local_passes, exchanges_per_pass, seed, exchange,
+      momentum, num_classes, hinge_step, checkpoint_every, resume,
+      startup_timeout, verbose).
 
   Returns:
     dict: `sparse_weights`, `dense_weights`, `history` (of the chief), the
