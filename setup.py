@@ -22,6 +22,7 @@ SOURCES = [
     "kernels/ops/sdca_ops.cc",
     "kernels/kernels/sdca_kernels.cc",
     "kernels/kernels/batch_index_kernels.cc",
+    "kernels/kernels/example_state_kernels.cc",
     "kernels/kernels/packed_rows_kernels.cc",
     "kernels/core/asdca.cc",
     "kernels/core/loss.cc",

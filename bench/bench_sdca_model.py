@@ -14,7 +14,10 @@ batch (so that all see the same machine conditions):
     and scatter-adds the deltas back;
   - `SdcaModel eager`: `model.update_weights(model.minimize(examples=b))`;
   - `SdcaModel tf.function`: the same two calls inside a `tf.function`
-    called once per batch.
+    called once per batch;
+  - with `--dense-hash-table`, the same step with the per-example state in
+    TensorFlow's DenseHashTable (what `SdcaModel` used before
+    `TfSdca>ExampleStateTable`).
 
 Prints rows/s of each, the ratios to `SdcaOptimizerV2` (same run), each
 model's training objective, mean times per phase (`SdcaOptimizerV2`: glue
@@ -25,6 +28,7 @@ dispatch).
 
   python bench/bench_sdca_model.py [--rows 1000000] [--batch-size 50000]
                                    [--epochs 3] [--profile-batches 5]
+                                   [--dense-hash-table]
 """
 import argparse
 import collections
@@ -126,13 +130,35 @@ class TheirPeer:
     return self.w_sparse, self.w_dense
 
 
-def _model(table):
+class DenseHashTableState(tf.lookup.experimental.DenseHashTable):
+  """The example-state table SdcaModel used up to 2026-11-25, TensorFlow's
+  DenseHashTable, behind the interface of today's TfSdca>ExampleStateTable
+  (a lookup and an insert per step; no slots carried between them)."""
+
+  def __init__(self, name, width=4):
+    super().__init__(tf.int64, tf.float32, tf.zeros([width], tf.float32),
+                     empty_key=-2**63, deleted_key=-2**63 + 1, name=name)
+
+  def find(self, keys):
+    return self.lookup(keys), None
+
+  def insert(self, keys, values, slots=None):  # pylint: disable=arguments-differ
+    del slots
+    return super().insert(keys, values)
+
+
+def _model(table, state_table=None):
   sparse = tf.Variable(tf.zeros([table]))
   dense = tf.Variable(tf.zeros([13]))
-  model = tf_sdca.SdcaModel(
-      None, dict(sparse_features_weights=[sparse],
-                 dense_features_weights=[dense]),
-      dict(loss_type="logistic_loss", symmetric_l2_regularization=L2))
+  ours = tf_sdca.sdca_model._ExampleStateTable  # pylint: disable=protected-access
+  tf_sdca.sdca_model._ExampleStateTable = state_table or ours  # pylint: disable=protected-access
+  try:
+    model = tf_sdca.SdcaModel(
+        None, dict(sparse_features_weights=[sparse],
+                   dense_features_weights=[dense]),
+        dict(loss_type="logistic_loss", symmetric_l2_regularization=L2))
+  finally:
+    tf_sdca.sdca_model._ExampleStateTable = ours  # pylint: disable=protected-access
   return model, sparse, dense
 
 
@@ -161,8 +187,10 @@ class GraphPeer:
   batch."""
   name = GRAPH
 
-  def __init__(self, table):
-    self.model, self.sparse, self.dense = _model(table)
+  def __init__(self, table, state_table=None):
+    self.model, self.sparse, self.dense = _model(table, state_table)
+    if state_table is not None:
+      self.name = f"{GRAPH}, {state_table.__name__}"
     model = self.model
 
     @tf.function(reduce_retracing=True)
@@ -255,6 +283,10 @@ def main():
   parser.add_argument("--profile-batches", type=int, default=5,
                       help="batches profiled per SdcaModel peer, after the "
                       "timed epochs")
+  parser.add_argument("--dense-hash-table", action="store_true",
+                      help="one more peer: the tf.function step with the "
+                      "example state in TensorFlow's DenseHashTable, as "
+                      "before TfSdca>ExampleStateTable")
   args = parser.parse_args()
 
   t0 = time.perf_counter()
@@ -271,11 +303,17 @@ def main():
         f"in {time.perf_counter() - t0:.1f} s (not timed)")
 
   # Warm-up (tracing, first-call costs) on throwaway peers, one batch each.
-  for peer in (TheirPeer(n, table), EagerPeer(table),
-               GraphPeer(table)):
+  def make_peers():
+    made = [TheirPeer(n, table), EagerPeer(table), GraphPeer(table)]
+    if args.dense_hash_table:
+      made.append(GraphPeer(table, DenseHashTableState))
+    return made
+
+  for peer in make_peers():
     peer.step(batches[0])
-  peers = [TheirPeer(n, table), EagerPeer(table), GraphPeer(table)]
-  peers[2].trace([batches[0], batches[-1]])
+  peers = make_peers()
+  for peer in peers[2:]:
+    peer.trace([batches[0], batches[-1]])
   for _ in range(args.epochs):
     for b in batches:
       for peer in peers:
@@ -284,11 +322,11 @@ def main():
   rows = n * args.epochs
   steps = len(batches) * args.epochs
   theirs = sum(peers[0].times.values())
-  print(f"\n{'peer':24s}{'rows/s':>12s}{'ms/batch':>10s}{'vs TF':>8s}"
+  print(f"\n{'peer':44s}{'rows/s':>12s}{'ms/batch':>10s}{'vs TF':>8s}"
         f"{'P(w)/n':>11s}")
   for peer in peers:
     total = sum(peer.times.values())
-    print(f"{peer.name:24s}{rows / total:12,.0f}{1e3 * total / steps:10.1f}"
+    print(f"{peer.name:44s}{rows / total:12,.0f}{1e3 * total / steps:10.1f}"
           f"{theirs / total:7.1f}x{objective(peer, labels, dense, ids):11.6f}")
   print("(vs TF: SdcaOptimizerV2's time / the peer's, same run; P(w)/n: the "
         "training objective at the peer's weights)")
@@ -296,7 +334,7 @@ def main():
   for peer in peers:
     parts = ", ".join(f"{k} {1e3 * v / steps:.1f}"
                       for k, v in peer.times.items())
-    print(f"  {peer.name:24s}{parts}")
+    print(f"  {peer.name:44s}{parts}")
   some = batches[:args.profile_batches]
   if not some:
     return

@@ -13,9 +13,9 @@ State:
   g3doc/losses.md; the float64 accumulation keeps it equal to w(alpha));
   `update_weights` writes `shrink(slot)` into the user's variable;
 - per example, the 4 state columns of the op (dual, primal loss, dual loss,
-  weight) in `num_table_shards` `tf.lookup.experimental.MutableHashTable`s
-  keyed by the 64-bit fingerprint of the example id, so an example seen again
-  in a later batch resumes from its dual.
+  weight) in `num_table_shards` tables (`TfSdca>ExampleStateTable`) keyed by
+  the 64-bit fingerprint of the example id, so an example seen again in a
+  later batch resumes from its dual.
 Both are tracked: `tf.train.Checkpoint(model=model)` saves and restores them.
 
 Example:
@@ -33,6 +33,7 @@ Example:
 """
 import collections
 import functools
+import itertools
 import math
 import numbers
 
@@ -265,9 +266,11 @@ def _shrink_l1(values, shrink):
   return tf.sign(values) * tf.maximum(tf.abs(values) - shrink, 0.0)
 
 
-# Keys that DenseHashTable reserves for its empty and deleted buckets. An
-# example whose fingerprint is one of them is stored under that key + 2
-# (`_table_keys`): one more 64-bit collision, as likely as any other.
+# Keys that the DenseHashTable of earlier versions reserved for its empty and
+# deleted buckets (the table today reserves the first). An example whose
+# fingerprint is one of them is stored under that key + 2 (`_table_keys`):
+# one more 64-bit collision, as likely as any other. Checkpoints hold these
+# keys: never change the mapping.
 _EMPTY_KEY = -2**63
 _DELETED_KEY = -2**63 + 1
 
@@ -277,44 +280,81 @@ def _table_keys(keys):
   return tf.where(keys <= _DELETED_KEY, keys + 2, keys)
 
 
-class _ExampleStateTable(tf.lookup.experimental.DenseHashTable):
-  """The `[4]` state rows of examples by key: a DenseHashTable (open
-  addressing; a lookup and an insert of 50k keys in a table of 1M took 0.5
-  and 0.4 ms, against 2.6 and 7.2 ms for a MutableHashTable) that
-  checkpoints as the MutableHashTable it replaced did: `-keys` and
-  `-values` of its entries only, restored by emptying the table and
-  inserting them. Checkpoints written before therefore restore, and
-  checkpoints written now restore into the older model.
+_TABLE_NAMES = itertools.count()
+
+
+class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
+  """The `[width]` state rows of examples by key (TfSdca>ExampleStateTable).
+
+  Each bucket holds its key beside its row, the probes of a batch are
+  prefetched, and `find` returns where each key sits so that `insert` after
+  the solve writes there without a second search: in a stream of 50k-row
+  batches over 1M examples the find and insert of a step took 1.9 and 1.2
+  ms, where TensorFlow's DenseHashTable it replaced took 3.1 and 3.8 ms
+  (g3doc/benchmarks.md). It checkpoints as that table did (and the
+  MutableHashTable before it): `table-keys` and `table-values` of its
+  entries only, restored by emptying the table and inserting them, so that
+  checkpoints written by earlier versions restore, and the other way round.
+  A SavedModel leaves it out (`SdcaModel._trackable_children`).
   """
 
   def __init__(self, name, width=4):
-    super().__init__(key_dtype=tf.int64, value_dtype=tf.float32,
-                     default_value=tf.zeros([width], tf.float32),
-                     empty_key=_EMPTY_KEY, deleted_key=_DELETED_KEY,
-                     name=name)
+    super().__init__()
+    self._name = name
     self.width = width
+    # Eagerly each table needs its own name (the op's node name is the same
+    # for all); in a TF1 graph the node names it.
+    self._shared_name = (f"{name}_{next(_TABLE_NAMES)}" if tf.executing_eagerly()
+                         else "")
+    self._resource_handle = self._create_resource()
+
+  def _create_resource(self):
+    return sdca_ops.example_state_table(self.width, self._shared_name,
+                                        name=self._name)
+
+  def _destroy_resource(self):
+    if tf.executing_eagerly() and self._shared_name:
+      tf.raw_ops.DestroyResourceOp(resource=self.resource_handle,
+                                   ignore_lookup_error=True)
+
+  def find(self, keys):
+    """(rows `[n, width]`, zeros for keys never stored; `slots` for
+    `insert`)."""
+    return sdca_ops.example_state_find(self.resource_handle, keys,
+                                       self.width)
+
+  def lookup(self, keys):
+    """The rows `[n, width]` of int64 `keys`; zeros for keys never stored."""
+    return self.find(keys)[0]
+
+  def insert(self, keys, values, slots=None):
+    """Stores `values` under `keys`; `slots` from `find` on the same keys
+    saves the search."""
+    return sdca_ops.example_state_write(self.resource_handle, keys, values,
+                                        slots)
+
+  def size(self):
+    return sdca_ops.example_state_size(self.resource_handle)
 
   def entries(self):
     """(keys `[m]`, values `[m, width]`) of the stored examples."""
-    keys, values = self.export()  # every bucket
-    keys = tf.reshape(keys, [-1])
-    values = tf.reshape(values, [-1, self.width])
-    used = keys > _DELETED_KEY
-    return tf.boolean_mask(keys, used), tf.boolean_mask(values, used)
+    return sdca_ops.example_state_export(self.resource_handle, self.width)
 
   def replace(self, keys, values):
     """Empties the table, then stores `values` under `keys`."""
-    stored, _ = self.entries()
-    with tf.control_dependencies([self.remove(stored)]):
-      return self.insert(_table_keys(keys), values)
+    return sdca_ops.example_state_import(self.resource_handle,
+                                         _table_keys(keys), values)
 
+  # Checkpoint keys `<path>/.ATTRIBUTES/table-keys` and `table-values`, as
+  # TensorFlow's tables write them (their legacy saveable name "table" and
+  # the tensors "-keys" and "-values").
   def _serialize_to_tensors(self):
     keys, values = self.entries()
-    return {"-keys": keys, "-values": values}
+    return {"table-keys": keys, "table-values": values}
 
   def _restore_from_tensors(self, restored_tensors):
-    return self.replace(restored_tensors["-keys"],
-                        restored_tensors["-values"])
+    return self.replace(restored_tensors["table-keys"],
+                        restored_tensors["table-values"])
 
   def _copy_trackable_to_cpu(self, object_map):
     if self not in object_map:
@@ -443,6 +483,15 @@ class SdcaModel(tf.Module):
             tf.constant(1 if self._average_from == 0 else 0, tf.int64),
             trainable=False, name="average_count")
 
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    """Checkpoints hold everything; a SavedModel (e.g. a Keras export for
+    serving, which scores with the weights alone) leaves out the dual
+    tables, whose op a TensorFlow without tf_sdca could not load."""
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == "savedmodel":
+      children.pop("_tables", None)
+    return children
+
   # ------------------------------------------------------------ checking
   @staticmethod
   def _check_options(options):
@@ -546,18 +595,23 @@ class SdcaModel(tf.Module):
     return tf.cast(tf.math.floormod(keys, len(self._tables)), tf.int32)
 
   def _lookup_state(self, keys):
+    return self._find_state(keys)[0]
+
+  def _find_state(self, keys):
+    """(the state rows of `keys`, zeros for keys never stored; where they
+    sit, for `_insert_state`: None with several shards)."""
     if len(self._tables) == 1:
-      return self._tables[0].lookup(keys)
+      return self._tables[0].find(keys)
     shard = self._shards(keys)
     n = len(self._tables)
     parts = tf.dynamic_partition(keys, shard, n)
     positions = tf.dynamic_partition(tf.range(tf.size(keys)), shard, n)
     return tf.dynamic_stitch(
-        positions, [t.lookup(k) for t, k in zip(self._tables, parts)])
+        positions, [t.lookup(k) for t, k in zip(self._tables, parts)]), None
 
-  def _insert_state(self, keys, values):
+  def _insert_state(self, keys, values, slots=None):
     if len(self._tables) == 1:
-      return [self._tables[0].insert(keys, values)]
+      return [self._tables[0].insert(keys, values, slots)]
     shard = self._shards(keys)
     n = len(self._tables)
     return [t.insert(k, v) for t, k, v in zip(
@@ -620,7 +674,7 @@ class SdcaModel(tf.Module):
     # give the solve two duals for one table row; one would be lost and the
     # weights would stop being w(alpha).
     keys = sdca_ops.example_keys(examples["example_ids"])
-    state = self._lookup_state(keys)
+    state, slots = self._find_state(keys)
     ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
     start_values = []
     groups_with_values = []
@@ -659,7 +713,7 @@ class SdcaModel(tf.Module):
         seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
         num_classes=self._num_classes, hinge_step=o["hinge_step"],
         call_index=self._calls.read_value())
-    updates = self._insert_state(keys, new_state)
+    updates = self._insert_state(keys, new_state, slots)
     with tf.control_dependencies([new_state]):
       updates.append(self._calls.assign_add(1))
     for weights, uniq, start, delta in zip(self._sparse, uniq_ids,

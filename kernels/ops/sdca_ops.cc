@@ -590,6 +590,118 @@ keys: [n] int64, the low half of each id's TfSdca>Fprint fingerprint, moved
   by +2 when it is one of the two lowest int64 values (reserved by the table).
 )doc");
 
+REGISTER_OP("TfSdca>ExampleStateTable")
+    .Output("table: resource")
+    .Attr("width: int >= 1")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+SdcaModel's per-example state: float32 rows of `width` (the K duals, primal
+loss, dual loss, example weight) by int64 key (TfSdca>ExampleKeys). Named by
+shared_name, or by the node when it is empty; created empty the first time.
+
+table: handle of the table.
+width: floats per example; a table found under the name must have it.
+)doc");
+
+REGISTER_OP("TfSdca>ExampleStateFind")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("values: float")
+    .Output("slots: int64")
+    .Attr("width: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle handle;
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "table", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "keys", &handle));
+      int64_t width;
+      TF_RETURN_IF_ERROR(c->GetAttr("width", &width));
+      c->set_output(0, c->Matrix(c->Dim(handle, 0), width));
+      c->set_output(1, handle);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The stored rows of `keys` (zeros for keys not stored) and where they sit.
+
+keys: [n] int64.
+values: [n, width] float32.
+slots: [n] int64, each key's place in the table (-1 when not stored): pass it
+  to TfSdca>ExampleStateWrite with the same keys to skip the second search.
+width: the table's width (checked).
+)doc");
+
+REGISTER_OP("TfSdca>ExampleStateWrite")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("slots: int64")
+    .Input("values: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle handle;
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "table", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "keys", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, 2, 1, "slots", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, 3, 2, "values", &handle));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Stores `values` under `keys` (replacing rows already stored).
+
+keys: [n] int64.
+slots: [n] what TfSdca>ExampleStateFind returned for these keys (a slot no
+  longer holding its key is searched again), or [0] to search every key.
+values: [n, width] float32.
+)doc");
+
+REGISTER_OP("TfSdca>ExampleStateExport")
+    .Input("table: resource")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Attr("width: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle handle;
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "table", &handle));
+      int64_t width;
+      TF_RETURN_IF_ERROR(c->GetAttr("width", &width));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Matrix(c->UnknownDim(), width));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Every stored key and its row, in the table's order.
+
+keys: [m] int64.
+values: [m, width] float32.
+width: the table's width (checked).
+)doc");
+
+REGISTER_OP("TfSdca>ExampleStateImport")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("values: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle handle;
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "table", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "keys", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, 2, 2, "values", &handle));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Empties the table, then stores `values` under `keys` (a restore).
+
+keys: [m] int64.
+values: [m, width] float32.
+)doc");
+
+REGISTER_OP("TfSdca>ExampleStateSize")
+    .Input("table: resource")
+    .Output("size: int64")
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+The number of examples stored.
+)doc");
+
 REGISTER_OP("TfSdca>DistinctIds")
     .Input("ids: int64")
     .Output("distinct_ids: int64")

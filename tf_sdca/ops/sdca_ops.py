@@ -328,6 +328,48 @@ def example_keys(example_ids, name=None):
         _tensor(example_ids, tf.string, "example_ids"))
 
 
+def example_state_table(width, shared_name="", name=None):
+  """A handle of `SdcaModel`'s per-example state table (float32 rows of
+  `width` by int64 key), created empty the first time; named by
+  `shared_name`, or by the op's node when it is empty (TF1 graphs)."""
+  return load_ops().tf_sdca_example_state_table(
+      width=width, shared_name=shared_name, name=name)
+
+
+def example_state_find(table, keys, width):
+  """(rows `[n, width]` of `keys`, zeros for keys not stored; int64 `slots`
+  `[n]`, each key's place or -1, for `example_state_write`)."""
+  return load_ops().tf_sdca_example_state_find(
+      table, _tensor(keys, tf.int64, "keys"), width=width)
+
+
+def example_state_write(table, keys, values, slots=None):
+  """Stores float32 `values` `[n, width]` under int64 `keys`; `slots` from
+  `example_state_find` on the same keys skips the second search."""
+  if slots is None:
+    slots = tf.zeros([0], tf.int64)
+  return load_ops().tf_sdca_example_state_write(
+      table, _tensor(keys, tf.int64, "keys"), slots,
+      _tensor(values, tf.float32, "values"))
+
+
+def example_state_export(table, width):
+  """(keys `[m]`, rows `[m, width]`) of every stored example."""
+  return load_ops().tf_sdca_example_state_export(table, width=width)
+
+
+def example_state_import(table, keys, values):
+  """Empties the table, then stores `values` under `keys`."""
+  return load_ops().tf_sdca_example_state_import(
+      table, _tensor(keys, tf.int64, "keys"),
+      _tensor(values, tf.float32, "values"))
+
+
+def example_state_size(table):
+  """int64 scalar: the examples stored."""
+  return load_ops().tf_sdca_example_state_size(table)
+
+
 def distinct_ids(ids, num_rows, argument="ids", name=None):
   """The distinct values of int64 feature `ids`, ascending.
 
