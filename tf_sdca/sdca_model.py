@@ -266,12 +266,11 @@ def _shrink_l1(values, shrink):
   return tf.sign(values) * tf.maximum(tf.abs(values) - shrink, 0.0)
 
 
-# Keys that the DenseHashTable of earlier versions reserved for its empty and
-# deleted buckets (the table today reserves the first). An example whose
-# fingerprint is one of them is stored under that key + 2 (`_table_keys`):
-# one more 64-bit collision, as likely as any other. Checkpoints hold these
-# keys: never change the mapping.
-_EMPTY_KEY = -2**63
+# The two lowest int64 keys, which the DenseHashTable of earlier versions
+# reserved for its empty and deleted buckets (the table today reserves
+# both). An example whose fingerprint is one of them is stored under that
+# key + 2 (`_table_keys`): one more 64-bit collision, as likely as any other.
+# Checkpoints hold these keys: never change the mapping.
 _DELETED_KEY = -2**63 + 1
 
 
@@ -304,8 +303,8 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     self.width = width
     # Eagerly each table needs its own name (the op's node name is the same
     # for all); in a TF1 graph the node names it.
-    self._shared_name = (f"{name}_{next(_TABLE_NAMES)}" if tf.executing_eagerly()
-                         else "")
+    self._shared_name = (f"{name}_{next(_TABLE_NAMES)}"
+                         if tf.executing_eagerly() else "")
     self._resource_handle = self._create_resource()
 
   def _create_resource(self):
