@@ -144,12 +144,21 @@ class ExampleStateTableOp : public OpKernel {
   int64_t width_;
 };
 
-class ExampleStateFindOp : public OpKernel {
+// An op whose `width` attribute states the table's width (for its shape
+// function), checked against the table.
+class WidthCheckedOp : public OpKernel {
  public:
-  explicit ExampleStateFindOp(OpKernelConstruction* context)
-      : OpKernel(context) {
+  explicit WidthCheckedOp(OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, context->GetAttr("width", &width_));
   }
+
+ protected:
+  int64_t width_;
+};
+
+class ExampleStateFindOp : public WidthCheckedOp {
+ public:
+  using WidthCheckedOp::WidthCheckedOp;
 
   void Compute(OpKernelContext* context) override {
     ::tensorflow::core::RefCountPtr<ExampleStateResource> resource;
@@ -171,9 +180,6 @@ class ExampleStateFindOp : public OpKernel {
     const ExampleStateTable& table = resource->shared_table();
     table.FindAll(keys, n, values, slots);
   }
-
- private:
-  int64_t width_;
 };
 
 class ExampleStateWriteOp : public OpKernel {
@@ -205,12 +211,9 @@ class ExampleStateWriteOp : public OpKernel {
   }
 };
 
-class ExampleStateExportOp : public OpKernel {
+class ExampleStateExportOp : public WidthCheckedOp {
  public:
-  explicit ExampleStateExportOp(OpKernelConstruction* context)
-      : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("width", &width_));
-  }
+  using WidthCheckedOp::WidthCheckedOp;
 
   void Compute(OpKernelContext* context) override {
     ::tensorflow::core::RefCountPtr<ExampleStateResource> resource;
@@ -232,9 +235,6 @@ class ExampleStateExportOp : public OpKernel {
       values += width_;
     });
   }
-
- private:
-  int64_t width_;
 };
 
 class ExampleStateImportOp : public OpKernel {
