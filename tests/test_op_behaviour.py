@@ -187,6 +187,55 @@ def test_an_id_repeated_inside_an_example_is_summed():
         assert abs(single[0][0, 0] - merged[0][0, 0]) > 1e-3
 
 
+def _batch_of_rows(rows, n, vocab, values=None):
+    """One sparse group whose entries are `rows` (a list of id lists per
+    example, in order), random labels and weights, no dense features."""
+    rng = np.random.default_rng(11)
+    ex = np.repeat(np.arange(n), [len(r) for r in rows])
+    ids = np.concatenate([np.asarray(r, np.int64) for r in rows])
+    uniq = np.unique(ids)
+    return dict(
+        sparse_example_indices=[ex.astype(np.int64)],
+        sparse_feature_indices=[ids],
+        sparse_feature_values=[] if values is None else [values],
+        dense_features=[],
+        example_weights=rng.uniform(0.5, 2, n).astype(np.float32),
+        example_labels=(rng.random(n) < 0.3).astype(np.float32),
+        sparse_indices=[uniq],
+        sparse_weights=[rng.normal(0, 0.1, uniq.size).astype(np.float32)],
+        dense_weights=[],
+        example_state_data=np.zeros((n, 4), np.float32))
+
+
+def test_a_large_sorted_batch_equals_its_merged_form():
+    """Over 2 x 65,536 entries sorted by example: the op splits them into
+    chunks that also find the row starts and the rows repeating an id. Empty
+    rows (first, last, within), repeats (one in the row across the middle
+    of the entries) must give what the same rows give with the repeats
+    summed beforehand, bit for bit."""
+    rng = np.random.default_rng(5)
+    n, vocab = 12_000, 3_000
+    rows = [sorted(rng.choice(vocab, rng.integers(0, 30), replace=False))
+            for _ in range(n)]
+    for i in (0, 1, 500, n - 2, n - 1):
+        rows[i] = []
+    middle = np.searchsorted(np.cumsum([len(r) for r in rows]),
+                             sum(len(r) for r in rows) // 2, side="right")
+    for i in list(rng.choice(n, 300, replace=False)) + [middle]:
+        if rows[i]:
+            rows[i] = sorted(rows[i] + [rows[i][0], rows[i][-1]])
+    assert sum(len(r) for r in rows) > 2 * 65_536
+    merged = [sorted(set(r)) for r in rows]
+    counts = np.concatenate([[r.count(i) for i in sorted(set(r))]
+                             for r in rows]).astype(np.float32)
+    with_repeats = run_ours(_batch_of_rows(rows, n, vocab), "logistic_loss",
+                            l1=0.0, l2=0.5)
+    summed = run_ours(_batch_of_rows(merged, n, vocab, counts),
+                      "logistic_loss", l1=0.0, l2=0.5)
+    np.testing.assert_array_equal(with_repeats[0], summed[0])
+    np.testing.assert_array_equal(with_repeats[1][0], summed[1][0])
+
+
 def test_int64_ids_above_2_to_40_and_unsorted_example_indices_work():
     small = [0, 1, 2, 3]
     big = [2**40 + 3, 2**62 + 11, 2**41, 7]
