@@ -208,11 +208,10 @@ def _batch_of_rows(rows, n, vocab, values=None):
 
 
 def test_a_large_sorted_batch_equals_its_merged_form():
-    """Over 2 x 65,536 entries sorted by example: the op splits them into
-    chunks that also find the row starts and the rows repeating an id. Empty
-    rows (first, last, within), repeats (one in the row across the middle
-    of the entries) must give what the same rows give with the repeats
-    summed beforehand, bit for bit."""
+    """Over 2 x 65,536 entries sorted by example (the op maps them to slots
+    in two chunks): empty rows (first, last, within) and repeats (one in
+    the row across the middle of the entries) must give what the same rows
+    give with the repeats summed beforehand, bit for bit."""
     rng = np.random.default_rng(5)
     n, vocab = 12_000, 3_000
     rows = [sorted(rng.choice(vocab, rng.integers(0, 30), replace=False))

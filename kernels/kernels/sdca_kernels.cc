@@ -395,8 +395,6 @@ class OptimizerOp : public OpKernel {
     bool any_values = false;
     bool all_sorted = true;
     int64_t total = 0;
-    // Per chunk, the rows with a repeated id (one group only).
-    std::vector<std::vector<int64_t>> repeated_in;
     for (int g = 0; g < num_sparse_; ++g) {
       const std::string tag = "[" + std::to_string(g) + "]";
       const Tensor& ex = context->input(ExampleIndicesIndex() + g);
@@ -463,28 +461,9 @@ class OptimizerOp : public OpKernel {
           std::max<int64_t>(1, std::min<int64_t>(threads, nnz / 65536));
       std::vector<Status> errors(chunks);
       std::vector<char> sorted(chunks, 1);
-      // With one group (SdcaModel's streams) each chunk also finds its rows'
-      // starts and the rows that repeat an id, so that no later pass over
-      // the entries is needed while they are sorted by example (a sorted
-      // stream: 1.2 + 1.2 ms of separate passes on 1.3M entries). Chunks
-      // then start where the example changes, keeping each row in one.
-      const bool one_group = num_sparse_ == 1;
-      std::vector<int64_t> bounds(chunks + 1, nnz);
-      for (int64_t c = 0; c < chunks; ++c) {
-        int64_t k = nnz * c / chunks;
-        while (one_group && k > 0 && k < nnz && e[k] == e[k - 1]) ++k;
-        bounds[c] = k;
-      }
-      if (one_group) {
-        batch->row_ptr.assign(n + 1, 0);
-        repeated_in.assign(chunks, {});
-      }
       parallel_for(chunks, [&](int64_t c) {
-        const int64_t lo = bounds[c], hi = bounds[c + 1];
-        int64_t prev = lo > 0 ? e[lo - 1] : -1;
-        // stamp[pos] = 1 + the last example (of this chunk) that used pos.
-        std::vector<uint32_t> stamp(one_group ? u : 0, 0);
-        std::vector<int64_t>* repeated = one_group ? &repeated_in[c] : nullptr;
+        const int64_t lo = nnz * c / chunks, hi = nnz * (c + 1) / chunks;
+        int64_t prev = lo > 0 ? e[lo - 1] : 0;
         constexpr int64_t kAhead = 16;  // table reads in flight
         for (int64_t k = lo; k < hi; ++k) {
           if (k + kAhead < hi) map.Prefetch(f[k + kAhead]);
@@ -495,6 +474,7 @@ class OptimizerOp : public OpKernel {
             return;
           }
           if (e[k] < prev) sorted[c] = 0;
+          prev = e[k];
           const int64_t pos = map.Find(f[k]);
           if (pos < 0) {
             errors[c] = InvalidArgument(
@@ -503,19 +483,6 @@ class OptimizerOp : public OpKernel {
             return;
           }
           out[k] = offset + static_cast<int32_t>(pos);
-          if (one_group && sorted[c]) {
-            // Rows prev + 1 .. e[k] (empty ones included) start here.
-            for (int64_t r = std::max<int64_t>(prev + 1, 0); r <= e[k]; ++r) {
-              batch->row_ptr[r] = k;
-            }
-            const uint32_t mark = static_cast<uint32_t>(e[k] + 1);
-            if (stamp[pos] == mark &&
-                (repeated->empty() || repeated->back() != e[k])) {
-              repeated->push_back(e[k]);
-            }
-            stamp[pos] = mark;
-          }
-          prev = e[k];
         }
       });
       for (const Status& status : errors) TF_RETURN_IF_ERROR(status);
@@ -525,27 +492,14 @@ class OptimizerOp : public OpKernel {
     batch->num_sparse_slots = batch->sparse_offsets[num_sparse_];
 
     // Rows: entries of one example must be contiguous. One sorted group is
-    // already a CSR, whose row starts the chunks found; otherwise a counting
-    // sort by example.
-    const bool rows_found = num_sparse_ == 1 && all_sorted;
-    if (rows_found) {
-      const int64_t nnz = static_cast<int64_t>(slots_of[0].size());
+    // already a CSR; otherwise a counting sort by example.
+    batch->row_ptr.assign(n + 1, 0);
+    for (int g = 0; g < num_sparse_; ++g) {
       const int64_t* e =
-          context->input(ExampleIndicesIndex()).flat<int64_t>().data();
-      for (int64_t r = nnz > 0 ? e[nnz - 1] + 1 : 0; r <= n; ++r) {
-        batch->row_ptr[r] = nnz;
-      }
-    } else {
-      batch->row_ptr.assign(n + 1, 0);
-      for (int g = 0; g < num_sparse_; ++g) {
-        const int64_t* e =
-            context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
-        for (size_t k = 0; k < slots_of[g].size(); ++k) {
-          ++batch->row_ptr[e[k] + 1];
-        }
-      }
-      for (int64_t i = 0; i < n; ++i) batch->row_ptr[i + 1] += batch->row_ptr[i];
+          context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
+      for (size_t k = 0; k < slots_of[g].size(); ++k) ++batch->row_ptr[e[k] + 1];
     }
+    for (int64_t i = 0; i < n; ++i) batch->row_ptr[i + 1] += batch->row_ptr[i];
     if (num_sparse_ == 1 && all_sorted && !any_values) {
       batch->slots = std::move(slots_of[0]);
     } else {
@@ -568,15 +522,7 @@ class OptimizerOp : public OpKernel {
         std::vector<int32_t>().swap(slots_of[g]);
       }
     }
-    if (rows_found) {
-      std::vector<int64_t> repeated;
-      for (const auto& r : repeated_in) {
-        repeated.insert(repeated.end(), r.begin(), r.end());
-      }
-      MergeRepeated(repeated, batch);
-    } else {
-      MergeRepeated(FindRepeated(threads, parallel_for, *batch), batch);
-    }
+    MergeDuplicates(threads, parallel_for, batch);
 
     const int64_t K = num_classes_;
     batch->w0.resize(batch->num_sparse_slots * K);
@@ -593,22 +539,20 @@ class OptimizerOp : public OpKernel {
 
   // A feature id repeated inside one example means the sum of its values:
   // |x|^2 and the updates must see one entry. Detection is one stamp per
-  // entry (here, or in ReadSparse's pass for one sorted group); only rows
-  // with a repeat are sorted and merged (MergeRepeated).
-  static std::vector<int64_t> FindRepeated(int64_t threads,
-                                           const ParallelFor& parallel_for,
-                                           const Batch& batch) {
-    const int64_t n = batch.num_examples;
+  // entry; only rows with a repeat are sorted and merged.
+  static void MergeDuplicates(int64_t threads, const ParallelFor& parallel_for,
+                              Batch* batch) {
+    const int64_t n = batch->num_examples;
     const int64_t chunks =
         std::max<int64_t>(1, std::min<int64_t>(threads, n / 16384));
     std::vector<std::vector<int64_t>> repeated_in(chunks);
     parallel_for(chunks, [&](int64_t c) {
       // stamp[slot] = 1 + the last example (of this chunk) that used it.
-      std::vector<uint32_t> stamp(batch.num_sparse_slots, 0);
+      std::vector<uint32_t> stamp(batch->num_sparse_slots, 0);
       for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
         const uint32_t mark = static_cast<uint32_t>(i + 1);
-        for (int64_t k = batch.row_ptr[i]; k < batch.row_ptr[i + 1]; ++k) {
-          const int32_t s = batch.slots[k];
+        for (int64_t k = batch->row_ptr[i]; k < batch->row_ptr[i + 1]; ++k) {
+          const int32_t s = batch->slots[k];
           if (stamp[s] == mark) {
             repeated_in[c].push_back(i);
             break;
@@ -619,13 +563,6 @@ class OptimizerOp : public OpKernel {
     });
     std::vector<int64_t> repeated;
     for (const auto& r : repeated_in) repeated.insert(repeated.end(), r.begin(), r.end());
-    return repeated;
-  }
-
-  // Merges the entries of the rows `repeated` (ascending) that share an id.
-  static void MergeRepeated(const std::vector<int64_t>& repeated,
-                            Batch* batch) {
-    const int64_t n = batch->num_examples;
     if (repeated.empty()) return;
     if (batch->values.empty()) batch->values.assign(batch->slots.size(), 1.0f);
     std::vector<std::pair<int32_t, float>> row;
