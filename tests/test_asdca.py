@@ -12,7 +12,6 @@ breast_cancer standardised with a theta above the paper's (which needs
 the paper's formulas computed here in numpy; the core's lazy iterate
 against a dense implementation in kernels/tests/asdca_main.cc.
 """
-import glob
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ import pytest
 import tensorflow as tf
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 
+import core_build
 from tf_sdca.ops import sdca_ops
 from tf_sdca.trainer import InMemorySdca
 from tf_sdca.trainer import RowChunks
@@ -325,13 +325,10 @@ def _run_core_driver(tmp_path, flags):
   implementation of the paper's step, convergence to SDCA's optimum, the
   refusals) with `flags` and asserts it prints OK with no sanitizer
   report."""
-  binary = str(tmp_path / "asdca_main")
-  core = sorted(glob.glob(os.path.join(ROOT, "kernels", "core", "*.cc")))
   try:
-    subprocess.run(["g++", "-std=c++17", *flags, "-I" + ROOT,
-                    os.path.join(ROOT, "kernels", "tests", "asdca_main.cc"),
-                    *core, "-o", binary, "-lpthread"], check=True,
-                   capture_output=True, text=True)
+    binary = core_build.build(
+        str(tmp_path / "asdca_main"),
+        [os.path.join(ROOT, "kernels", "tests", "asdca_main.cc")], flags)
   except subprocess.CalledProcessError as e:
     if "-fsanitize" in " ".join(flags):  # no libasan / libubsan here
       pytest.skip("cannot build with ASan + UBSan: " + e.stderr[-300:])
@@ -346,16 +343,14 @@ def _run_core_driver(tmp_path, flags):
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_core_driver_passes(tmp_path):
-  # -O0: the build takes ~5 s, the run half a second.
-  _run_core_driver(tmp_path, ["-O0"])
+  _run_core_driver(tmp_path, ["-O2"])
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_core_driver_is_clean_under_asan_and_ubsan(tmp_path):
-  # The sanitizers' build of the core takes ~15-50 s.
-  _run_core_driver(tmp_path, ["-O1", "-g", "-fsanitize=address,undefined",
-                              "-fno-sanitize-recover=all"])
+  # The core's sanitizer build is shared with tests/test_core_sanitizers.py
+  # (tests/core_build.py): only the driver compiles here.
+  _run_core_driver(tmp_path, core_build.ASAN_UBSAN)
 
 
 def test_keras_model_trains_asdca_in_memory_to_the_sdca_optimum(tmp_path):

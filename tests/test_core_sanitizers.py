@@ -13,10 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from test_core_threads import CORE, DRIVERS, ROOT
+import core_build
+from test_core_threads import DRIVERS, ROOT
 
-FLAGS = ["-O1", "-g", "-fsanitize=address,undefined",
-         "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+FLAGS = core_build.ASAN_UBSAN
 ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
        "UBSAN_OPTIONS": "print_stacktrace=1"}
 LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
@@ -26,15 +26,12 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None,
                                 reason="needs g++")
 
 
-def _build(tmp_path, name, sources):
-  binary = str(tmp_path / name)
+def _build(tmp_path, name, driver):
+  """The driver linked with the core, both under ASan + UBSan."""
   try:
-    subprocess.run(["g++", "-std=c++17", "-I" + ROOT, *FLAGS, *sources, "-o",
-                    binary, "-lpthread"], check=True, capture_output=True,
-                   text=True)
+    return core_build.build(str(tmp_path / name), [driver], FLAGS)
   except subprocess.CalledProcessError as e:  # no libasan / libubsan here
     pytest.skip("cannot build with ASan + UBSan: " + e.stderr[-300:])
-  return binary
 
 
 def _assert_clean(result):
@@ -44,7 +41,7 @@ def _assert_clean(result):
 
 
 def test_packed_rows_driver_is_clean(tmp_path):
-  binary = _build(tmp_path, "packed", [DRIVERS["packed"], *CORE])
+  binary = _build(tmp_path, "packed", DRIVERS["packed"])
   result = subprocess.run([binary], capture_output=True, text=True,
                           env={**os.environ, **ENV}, timeout=900)
   _assert_clean(result)
@@ -77,8 +74,7 @@ def _corpus(seed, size):
 
 def test_loss_steps_replay_a_corpus_clean(tmp_path):
   binary = _build(tmp_path, "loss_steps",
-                  [os.path.join(ROOT, "kernels", "tests", "loss_steps_main.cc"),
-                   os.path.join(ROOT, "kernels", "core", "loss.cc")])
+                  os.path.join(ROOT, "kernels", "tests", "loss_steps_main.cc"))
   corpus = _corpus(seed=0, size=3000)
   result = subprocess.run([binary], input=corpus, capture_output=True,
                           text=True, env={**os.environ, **ENV}, timeout=600)
@@ -96,9 +92,7 @@ def test_multiclass_blocks_driver_is_clean(tmp_path):
   1e12, scores up to 1e300) and packed passes with K up to 50 under ASan +
   UBSan; every block stays on the simplex. (It found the hinge's step
   dividing 0 by 0 when q was lost in scores 1e18 times larger.)"""
-  binary = _build(tmp_path, "multiclass",
-                  [os.path.join(ROOT, "kernels", "tests",
-                                "multiclass_blocks_main.cc"), *CORE])
+  binary = _build(tmp_path, "multiclass", DRIVERS["multiclass"])
   result = subprocess.run([binary], capture_output=True, text=True,
                           env={**os.environ, **ENV}, timeout=600)
   _assert_clean(result)
@@ -114,8 +108,8 @@ def test_the_op_fuzzers_data_replays_clean_through_the_core(tmp_path):
   sys.path.insert(0, os.path.join(ROOT, "tools"))
   import fuzz_ops  # pylint: disable=import-outside-toplevel
   binary = _build(tmp_path, "replay",
-                  [os.path.join(ROOT, "kernels", "tests",
-                                "corpus_replay_main.cc"), *CORE])
+                  os.path.join(ROOT, "kernels", "tests",
+                               "corpus_replay_main.cc"))
   records = fuzz_ops.corpus(seed=0, calls=300)
   result = subprocess.run([binary], input=records, capture_output=True,
                           text=True, env={**os.environ, **ENV}, timeout=600)

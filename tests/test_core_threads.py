@@ -6,15 +6,13 @@ kernels/tests/multiclass_blocks_main.cc); and issue 13's target for T threads in
 worst-case timing of T truly parallel threads, PackedRows::SolveLockstep) on
 Criteo-shaped rows (kernels/tests/packed_rows_bench_main.cc): after 20
 epochs a relative duality gap within 3x of one thread's."""
-import glob
 import os
 import shutil
 import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORE = sorted(glob.glob(os.path.join(ROOT, "kernels", "core", "*.cc")))
+from core_build import ROOT, build
 DRIVERS = {
     "packed": os.path.join(ROOT, "kernels", "tests", "packed_threads_main.cc"),
     "chunks": os.path.join(ROOT, "kernels", "tests", "packed_chunks_main.cc"),
@@ -28,10 +26,8 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None,
 
 
 def _build_and_run(tmp_path, flags, env=None, driver="packed"):
-  binary = str(tmp_path / ("core_main_" + driver))
-  subprocess.run(["g++", "-std=c++17", "-I" + ROOT, *flags, DRIVERS[driver],
-                  *CORE, "-o", binary, "-lpthread"], check=True,
-                 capture_output=True)
+  binary = build(str(tmp_path / ("core_main_" + driver)), [DRIVERS[driver]],
+                 flags)
   return subprocess.run([binary], capture_output=True, text=True,
                         env={**os.environ, **(env or {})}, timeout=600)
 
@@ -75,9 +71,8 @@ def _lockstep_gaps(binary, rows, epochs, threads, *extra):
 
 @pytest.fixture(scope="module")
 def lockstep_gaps(tmp_path_factory):
-  binary = str(tmp_path_factory.mktemp("bench") / "packed_rows_bench")
-  subprocess.run(["g++", "-std=c++17", "-O2", "-I" + ROOT, BENCH, *CORE,
-                  "-o", binary, "-lpthread"], check=True, capture_output=True)
+  binary = build(str(tmp_path_factory.mktemp("bench") / "packed_rows_bench"),
+                 [BENCH], ["-O2"])
   # 20,000 Criteo-shaped rows (26 Zipf ids, 13 counts and an intercept),
   # logistic, l2 = 1: one thread ends 20 epochs at a gap of ~1.4e-5.
   return _lockstep_gaps(binary, 20000, 20, [1, 2, 3, 4, 8, 16])
@@ -102,10 +97,8 @@ def test_lockstep_threads_gap_within_3x_of_one_thread(lockstep_gaps,
 def multiclass_lockstep_gaps(tmp_path_factory):
   """{(loss, T, lockstep): relative gap after 20 epochs} of
   multiclass_blocks_main's threads mode (24,000 rows, K = 5)."""
-  binary = str(tmp_path_factory.mktemp("multiclass") / "multiclass_blocks")
-  subprocess.run(["g++", "-std=c++17", "-O2", "-I" + ROOT,
-                  DRIVERS["multiclass"], *CORE, "-o", binary, "-lpthread"],
-                 check=True, capture_output=True)
+  binary = build(str(tmp_path_factory.mktemp("multiclass") /
+                     "multiclass_blocks"), [DRIVERS["multiclass"]], ["-O2"])
   result = subprocess.run([binary, "threads"], capture_output=True, text=True,
                           check=True, timeout=600)
   gaps = {}
