@@ -118,8 +118,10 @@ class ExampleStateTable {
   // what FindAll gave for these keys.
   void WriteAll(const int64_t* keys, const int64_t* slots, int64_t n,
                 const float* values) {
-    // Room for every key FindAll did not find (all of them without slots)
-    // before writing, so that the slots found stay valid.
+    // Room for every key FindAll did not find (all of them without slots),
+    // made before writing: the table grows at most here, never between two
+    // writes (a growth here leaves the slots stale; Write then finds their
+    // keys again).
     int64_t missing = 0;
     for (int64_t i = 0; i < n; ++i) missing += slots == nullptr || slots[i] < 0;
     Reserve(missing);
