@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace tf_sdca {
@@ -34,9 +35,9 @@ class ExampleStateTable {
   uint64_t Home(int64_t key) const {
     return (static_cast<uint64_t>(key) * 0x9E3779B97F4A7C15ULL) >> shift_;
   }
-  char* Bucket(uint64_t b) { return buckets_.data() + b * stride_; }
+  char* Bucket(uint64_t b) { return buckets_.get() + b * stride_; }
   const char* Bucket(uint64_t b) const {
-    return buckets_.data() + b * stride_;
+    return buckets_.get() + b * stride_;
   }
   static int64_t KeyAt(const char* bucket) {
     int64_t key;
@@ -68,11 +69,14 @@ class ExampleStateTable {
     }
   }
 
-  // Makes room for `more` new keys without passing half full.
-  void Reserve(int64_t more) {
+  // Makes room for `more` new keys without passing half full; true when
+  // the table grew (every bucket number given out before is stale).
+  bool Reserve(int64_t more) {
     uint64_t wanted = std::max<uint64_t>(capacity_, 1024);
     while (wanted < 2 * static_cast<uint64_t>(size_ + more)) wanted <<= 1;
-    if (wanted != capacity_) Rehash(wanted);
+    if (wanted == capacity_) return false;
+    Rehash(wanted);
+    return true;
   }
 
   // Stores `row` under `key` (in bucket `hint` when it holds the key: the
@@ -124,18 +128,28 @@ class ExampleStateTable {
     // keys again).
     int64_t missing = 0;
     for (int64_t i = 0; i < n; ++i) missing += slots == nullptr || slots[i] < 0;
-    Reserve(missing);
+    const bool stale = Reserve(missing);
+    // The bucket each write will touch first, kAhead keys ahead: its slot,
+    // or for a new key (every key of a first epoch) or after a growth its
+    // home, which was not prefetched before. A first epoch's writes still
+    // cost ~5x later epochs' (kernels/tests/example_state_table_main.cc
+    // time): most of it is the growth, Rehash below.
+    auto first_bucket = [&](int64_t i) {
+      return slots != nullptr && !stale && slots[i] >= 0
+                 ? static_cast<uint64_t>(slots[i])
+                 : Home(keys[i]);
+    };
     constexpr int64_t kAhead = 32;
+    for (int64_t i = 0; i < n && i < kAhead; ++i) Prefetch(first_bucket(i));
     for (int64_t i = 0; i < n; ++i) {
-      if (slots != nullptr && i + kAhead < n && slots[i + kAhead] >= 0) {
-        Prefetch(static_cast<uint64_t>(slots[i + kAhead]));
-      }
-      Write(keys[i], slots == nullptr ? -1 : slots[i], values + i * width_);
+      if (i + kAhead < n) Prefetch(first_bucket(i + kAhead));
+      Write(keys[i], slots == nullptr || stale ? -1 : slots[i],
+            values + i * width_);
     }
   }
 
   void Clear() {
-    std::vector<char>().swap(buckets_);
+    buckets_.reset();
     capacity_ = 0;
     size_ = 0;
   }
@@ -151,7 +165,9 @@ class ExampleStateTable {
 
  private:
   void Rehash(uint64_t capacity) {
-    std::vector<char> old(capacity * stride_);
+    // Not zero-filled: the loop below writes every bucket's key first (a
+    // value-initialised vector cost one more pass over the new table).
+    std::unique_ptr<char[]> old(new char[capacity * stride_]);
     old.swap(buckets_);
     const uint64_t old_capacity = capacity_;
     capacity_ = capacity;
@@ -159,8 +175,15 @@ class ExampleStateTable {
     for (uint64_t b = 0; b < capacity_; ++b) {
       std::memcpy(Bucket(b), &kEmptyKey, 8);
     }
+    // The new homes of the keys kAhead buckets on are prefetched: the old
+    // buckets are read in order, the new ones are scattered.
+    constexpr uint64_t kAhead = 16;
     for (uint64_t b = 0; b < old_capacity; ++b) {
-      const char* from = old.data() + b * stride_;
+      if (b + kAhead < old_capacity) {
+        const int64_t ahead = KeyAt(old.get() + (b + kAhead) * stride_);
+        if (ahead != kEmptyKey) Prefetch(Home(ahead));
+      }
+      const char* from = old.get() + b * stride_;
       const int64_t key = KeyAt(from);
       if (key == kEmptyKey) continue;
       uint64_t to = Home(key);
@@ -174,7 +197,7 @@ class ExampleStateTable {
   uint64_t capacity_ = 0;  // 0 or a power of two
   int shift_ = 63;  // any valid shift while empty: nothing is probed
   int64_t size_ = 0;
-  std::vector<char> buckets_;
+  std::unique_ptr<char[]> buckets_;  // capacity_ buckets
 };
 
 }  // namespace tf_sdca
