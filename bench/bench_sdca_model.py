@@ -20,8 +20,10 @@ batch (so that all see the same machine conditions):
     `TfSdca>ExampleStateTable`).
 
 Prints rows/s of each, the ratios to `SdcaOptimizerV2` (same run), each
-model's training objective, mean times per phase (`SdcaOptimizerV2`: glue
-and op; `SdcaModel` eager: `minimize` and `update_weights`), and then, for
+model's training objective, each epoch's ms per batch and ratios (the
+first epoch inserts every example into the dual table, the later ones find
+them), mean times per phase (`SdcaOptimizerV2`: glue and op; `SdcaModel`
+eager: `minimize` and `update_weights`), and then, for
 both `SdcaModel` peers, TensorFlow's profiler over a few more batches: the
 time of each op type's kernels and what is left outside them (Python,
 dispatch).
@@ -314,10 +316,14 @@ def main():
   peers = make_peers()
   for peer in peers[2:]:
     peer.trace([batches[0], batches[-1]])
+  per_epoch = []  # [epoch][peer]: mean seconds per batch
   for _ in range(args.epochs):
+    before = [sum(peer.times.values()) for peer in peers]
     for b in batches:
       for peer in peers:
         peer.step(b)
+    per_epoch.append([(sum(peer.times.values()) - t) / len(batches)
+                      for peer, t in zip(peers, before)])
 
   rows = n * args.epochs
   steps = len(batches) * args.epochs
@@ -330,6 +336,13 @@ def main():
           f"{theirs / total:7.1f}x{objective(peer, labels, dense, ids):11.6f}")
   print("(vs TF: SdcaOptimizerV2's time / the peer's, same run; P(w)/n: the "
         "training objective at the peer's weights)")
+  # The first epoch inserts every example into the dual table (growing
+  # it); later ones find them: steady state is the later epochs.
+  print("\nPer epoch, ms per batch (vs TF):")
+  for e, row in enumerate(per_epoch):
+    print(f"  epoch {e + 1}: " + ", ".join(
+        f"{peer.name} {1e3 * t:.1f} ({row[0] / t:.1f}x)"
+        for peer, t in zip(peers, row)))
   print("\nMean ms per batch:")
   for peer in peers:
     parts = ", ".join(f"{k} {1e3 * v / steps:.1f}"
