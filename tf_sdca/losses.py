@@ -1,5 +1,6 @@
 """The losses of tf_sdca, once for every Python caller: their names, primal
-and conjugate (dual) values, output activation and the L1 shrink.
+and conjugate (dual) values, dual domains (`extrapolation_limit`), output
+activation and the L1 shrink.
 
 Every door takes a loss by its short name (`'logistic'`) or by the op's
 `loss_type` (`'logistic_loss'`, TensorFlow's spelling); `op_name` maps either
@@ -236,3 +237,36 @@ class ProgressWatch:
             "sklearn.preprocessing.StandardScaler; tf-sdca train scales "
             "Criteo counts), or raise l2; with a hinge loss, "
             "visit_order='shrinking' skips the duals held at a bound")
+
+
+def extrapolation_limit(loss, labels, duals, change):
+  """The largest beta <= 1e300 keeping `duals + beta * change` in the dual
+  domain of `loss` (the op's `DualInDomain`): binary losses need
+  dual * y in [0, 1] (y = +-1), the absolute loss |dual| <= 1, Poisson
+  dual <= label; squared: unbounded; a multiclass block (`[n * C]` duals,
+  class-id labels) is e_y - p with p on the simplex, so its label's dual
+  must stay in [0, 1] and the others in [-1, 0] (the block's sum stays 0:
+  both ends of the extrapolation sum to 0)."""
+  loss = op_name(loss)
+  duals = np.asarray(duals, np.float64)
+  change = np.asarray(change, np.float64)
+  if is_multiclass(loss):
+    labels = np.asarray(labels).astype(np.int64)
+    classes = duals.size // max(labels.size, 1)
+    is_label = (np.arange(classes)[None, :] == labels[:, None]).ravel()
+    value, step = duals, change
+    low, high = np.where(is_label, 0.0, -1.0), np.where(is_label, 1.0, 0.0)
+  elif loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
+    sign = np.where(np.asarray(labels) > 0, 1.0, -1.0)
+    value, step, low, high = duals * sign, change * sign, 0.0, 1.0
+  elif loss == "absolute_loss":
+    value, step, low, high = duals, change, -1.0, 1.0
+  elif loss == "poisson_loss":
+    value, step, low = duals, change, -np.inf
+    high = np.asarray(labels, np.float64)
+  else:
+    return 1e300
+  with np.errstate(divide="ignore", invalid="ignore"):
+    room = np.where(step > 0, (high - value) / step,
+                    np.where(step < 0, (low - value) / step, np.inf))
+  return float(min(1e300, np.min(room, initial=np.inf)))

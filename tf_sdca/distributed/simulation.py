@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from tf_sdca import losses
 from tf_sdca.distributed import shard as shard_lib
 from tf_sdca.distributed import training
 from tf_sdca.trainer import objective_and_gap
@@ -118,7 +119,7 @@ class Simulation:
     current = ([s.duals for s in self.shards], self.weights)
     if self._previous is not None:
       changes = [d - p for d, p in zip(current[0], self._previous[0])]
-      limit = min(shard_lib.extrapolation_limit(s.loss, s.labels, d, c)
+      limit = min(losses.extrapolation_limit(s.loss, s.labels, d, c)
                   for s, d, c in zip(self.shards, current[0], changes))
       beta = self.momentum.beta(primal - gap, limit)
       self.betas.append(beta)

@@ -333,7 +333,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     # extrapolation in its own slot (the minimum over all rows).
     limits = np.zeros(cluster.size)
     if previous is not None:
-      limits[cluster.index] = shard_lib.extrapolation_limit(
+      limits[cluster.index] = losses.extrapolation_limit(
           loss, shard.labels, shard.duals, shard.duals - previous[0])
     sums = cluster.all_reduce(np.concatenate([[loss_part, dual_part],
                                               limits]))
