@@ -71,9 +71,10 @@ PROBLEMS = {
         "squared_loss", lambda: _standardised(load_diabetes()), 1.0),
 }
 # The doors onto the one engine: packed rows (the default), packed rows in
-# the adaptive order, and mini-batches for TfSdca>Optimizer.
+# the adaptive order, packed rows with extrapolated epochs (momentum), and
+# mini-batches for TfSdca>Optimizer.
 PATHS = {"packed": {}, "adaptive": {"visit_order": "adaptive"},
-         "minibatch": {"batch_size": 450}}
+         "momentum": {"momentum": 0.5}, "minibatch": {"batch_size": 450}}
 
 
 def _assert_gaps_valid(history):

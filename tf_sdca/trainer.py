@@ -138,6 +138,21 @@ class InMemorySdca:
       ill-conditioned data (small k), slowly: a larger theta can be much
       faster or diverge (g3doc/benchmarks.md). The theta used is
       `asdca_theta_used` after `fit`.
+    momentum: beta in [0, 1) (0: off, the default): each epoch after the
+      first starts from the last two epochs' points extrapolated,
+      alpha_r + beta (alpha_r - alpha_{r-1}) and the weights alike (they
+      are linear in the duals, so they stay W(alpha)), with beta capped so
+      that every dual stays in its loss's domain
+      (`losses.extrapolation_limit`); an epoch whose dual objective fell
+      restarts it (the next epoch starts at its own point). The history's
+      gap and the model are always an epoch's own point, never the
+      extrapolated one, so the certificate holds. On weakly regularised
+      rows it cuts the epochs to a small gap several-fold (200k
+      Criteo-shaped rows, logistic, l2 = 1, beta = 0.5: relative gap
+      2.7e-6 after 20 epochs against 6.9e-4; g3doc/trainer.md). Whole data
+      set per epoch only (no `batch_size`), not with 'asdca' or
+      `average_from`. The extrapolation state lives for one `fit` call: a
+      resumed `fit` starts its first epoch at the model's point.
     hinge_step: the multiclass hinge's block step: 'projection' (the
       default: the exact maximiser of the row's block), or the reference's
       sequential dual ascent along one direction, 'steepest_ascent'
@@ -150,7 +165,7 @@ class InMemorySdca:
                visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
                pack=True, num_classes=None, average_from=None,
                asdca_batch_size=_ASDCA_BATCH_SIZE, asdca_theta=None,
-               hinge_step="projection"):
+               hinge_step="projection", momentum=0.0):
     loss = losses.op_name(loss)
     sdca_ops.check_hinge_step(loss, hinge_step)
     self.hinge_step = hinge_step
@@ -190,6 +205,16 @@ class InMemorySdca:
       raise ValueError(f"average_from must be None or an epoch count >= 0, "
                        f"got {average_from!r}")
     self.average_from = None if average_from is None else int(average_from)
+    if (isinstance(momentum, bool) or not isinstance(momentum, numbers.Real)
+        or not 0.0 <= momentum < 1.0):
+      raise ValueError(f"momentum must be a number in [0, 1), got "
+                       f"{momentum!r}")
+    if momentum and (self._asdca or self.average_from is not None):
+      raise ValueError(
+          f"momentum={momentum} extrapolates SDCA's epochs; it does not "
+          "combine with " + ("visit_order 'asdca' (accelerated already)"
+                             if self._asdca else "average_from"))
+    self.momentum = float(momentum)
     self.last_iterate = None
     self.average_count = 0  # iterates in the mean (average_from)
     self._average = None    # the running mean during fit
@@ -393,12 +418,17 @@ class InMemorySdca:
       raise ValueError(f"batch_size={batch_size} < {n} rows: {self.loss} "
                        "trains on the whole data set per epoch (no "
                        "mini-batches)")
+    if self.momentum and not one_call:
+      raise ValueError(f"batch_size={batch_size} < {n} rows: momentum "
+                       "extrapolates whole epochs (no mini-batches)")
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     resident = _Packed(rows, self.loss, self.gamma,
                        (1 if self._asdca else
                         _choose_threads(self.num_threads, n, self.num_classes))
-                       if one_call else 1, self.num_classes)
+                       if one_call else 1, self.num_classes,
+                       keep_labels=bool(self.momentum))
+    extrapolate = _Extrapolation(self, resident.labels) if self.momentum else None
     total_weight = resident.total_weight
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
@@ -424,6 +454,8 @@ class InMemorySdca:
       if self._asdca:
         self._asdca_call(resident, epoch)
       elif one_call:
+        if extrapolate is not None:
+          extrapolate.start_epoch()
         self._resident_call(resident, epoch, passes=1)
       else:
         if fixed is None:
@@ -456,6 +488,8 @@ class InMemorySdca:
             f"ASDCA with theta = {self.asdca_theta_used:.4g} diverged "
             f"({error}); lower asdca_theta (None: the paper's, which "
             "converges)") from None
+      if extrapolate is not None:
+        extrapolate.end_epoch(objective - gap)
       if average is not None:
         history["last_loss"].append(objective / total_weight)
         history["last_duality_gap"].append(gap / max(abs(objective), 1e-300))
@@ -529,9 +563,9 @@ class InMemorySdca:
     return parts.numpy()
 
   def _install_table(self, w):
-    """Makes the op's weight table `w` the model's sparse and dense
-    weights (views of it)."""
-    w = self._table = w.numpy()
+    """Makes the weight table `w` (the op's output, or a numpy array) the
+    model's sparse and dense weights (views of it)."""
+    w = self._table = w.numpy() if isinstance(w, tf.Tensor) else w
     if self._multiclass:
       w = w.reshape(-1, self.num_classes)
     k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
@@ -933,14 +967,58 @@ class RowChunks:
       first += labels.shape[0]
 
 
+class _Extrapolation:
+  """`InMemorySdca(momentum=beta)`: heavy-ball extrapolation of the epochs.
+
+  Epoch r + 1 starts at y = x_r + beta_r (x_r - x_{r-1}) (x: the duals and
+  the weight table, the points the epochs ended at), beta_r = beta capped
+  at 0.9 times the largest step that keeps every dual in its domain, and
+  0 after an epoch whose dual objective fell (a restart; O'Donoghue and
+  Candes). SDCA's epochs contract slow directions by 1 - c each; a fixed
+  extrapolation makes that about 1 - sqrt(c) (the same reason as
+  CoCoA+'s rounds, `tf_sdca.distributed.shard.Momentum`; a constant beta,
+  not t / (t + 3): the problem is strongly convex). The model keeps x_r
+  after each epoch, so the history and a stopped `fit` certify it.
+  """
+
+  def __init__(self, model, labels):
+    self._model = model
+    self._labels = labels
+    self._previous = None  # (duals, table) of the epoch before
+    self._last_dual = -np.inf
+    self._restart = False
+
+  def start_epoch(self):
+    """Moves the model to the extrapolated start of the next epoch."""
+    model = self._model
+    duals, table = model.duals, model._weight_table()  # pylint: disable=protected-access
+    previous, self._previous = self._previous, (duals, table)
+    if previous is None or self._restart:
+      return
+    change = duals - previous[0]
+    beta = min(model.momentum, 0.9 * losses.extrapolation_limit(
+        model.loss, self._labels, duals.reshape(-1), change.reshape(-1)))
+    if beta <= 0.0:
+      return
+    model.duals = duals + beta * change
+    model._install_table(table + beta * (table - previous[1]))  # pylint: disable=protected-access
+
+  def end_epoch(self, dual_objective):
+    """Records the dual objective at the point the epoch reached."""
+    self._restart = dual_objective < self._last_dual
+    self._last_dual = dual_objective
+
+
 class _Packed:
   """The rows of a `RowChunks` packed for `TfSdca>PackedSolve`, chunk by
   chunk (`new_packed_rows`, then `append_rows` per chunk, each chunk's
   numpy memory aliased by DLPack); `total_weight`: the sum of their example
-  weights."""
+  weights; `labels`: with `keep_labels`, all rows' labels (else None)."""
 
-  def __init__(self, chunks, loss, gamma, num_threads, num_classes=1):
+  def __init__(self, chunks, loss, gamma, num_threads, num_classes=1,
+               keep_labels=False):
     n = chunks.num_examples
+    kept = []
     self.rows = sdca_ops.new_packed_rows(
         n, chunks.num_ids, chunks.dense_dim, chunks.num_features or 0, loss,
         gamma=gamma, num_threads=num_threads, has_values=chunks.has_values,
@@ -958,6 +1036,10 @@ class _Packed:
         raise type(error)(error.node_def, error.op,
                           f"{source}: {error.message}") from None
       self.total_weight += float(weights.sum(dtype=np.float64))
+      if keep_labels:
+        kept.append(np.asarray(labels))
+    # The labels as the op read them (for the dual domains), when asked.
+    self.labels = np.concatenate(kept) if kept else None
     if appended != n:
       raise ValueError(f"the chunks hold {appended:,} rows; num_examples "
                        f"is {n:,}")
