@@ -50,6 +50,17 @@ def _int_in(low, high=None):
   return parse
 
 
+def _momentum(text):
+  """An argparse type: `--momentum`'s beta, a number in [0, 1)."""
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+  if not 0.0 <= value < 1.0:
+    raise argparse.ArgumentTypeError(f"{value} must be in [0, 1)")
+  return value
+
+
 def add_parsers(sub):
   """Adds the subcommands to an argparse subparsers object."""
   gen = sub.add_parser("generate", help="write Criteo-shaped TSV files")
@@ -116,6 +127,14 @@ def add_parsers(sub):
                      "are the mean's). T0 = --epochs saves the last "
                      "iterate. Kept in model.json: --resume continues the "
                      "same mean")
+  train.add_argument("--momentum", type=_momentum, default=None,
+                     dest="epoch_momentum", metavar="BETA",
+                     help="extrapolate each epoch's start from the last two "
+                     "epochs (InMemorySdca's momentum, 0 <= BETA < 1; 0.5 "
+                     "about halved the epochs on the data measured in "
+                     "g3doc/trainer.md; default off). One process, whole "
+                     "epochs (no --batch-size); kept in model.json, "
+                     "--resume --momentum BETA changes it")
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
   train.add_argument("--resume", action="store_true",
@@ -464,7 +483,13 @@ def train(args):
                        "class labels (--format libsvm); Criteo labels are "
                        "binary")
   average_from = getattr(args, "average_from", None)
+  epoch_momentum = getattr(args, "epoch_momentum", None)
   if distributed_command.wanted(args):
+    if epoch_momentum is not None:
+      raise ValueError(f"--momentum {epoch_momentum}: extrapolates one "
+                       "process's epochs; the rounds across processes "
+                       "extrapolate by default (--no-momentum turns that "
+                       "off)")
     if getattr(args, "visit_order", "permutation") == "asdca":
       raise ValueError("--visit-order asdca trains in one process (not with "
                        "--local-cluster or TF_CONFIG)")
@@ -540,6 +565,10 @@ def train(args):
       meta["classes"] = choose_classes(
           cache.concatenate(arrays["labels"], np.float64), num_classes)
     ckpt = None
+  if epoch_momentum is not None:  # new, or changed on --resume
+    meta["momentum"] = epoch_momentum
+  if not meta.get("momentum"):
+    meta.pop("momentum", None)
   if multiclass and args.resume and (
       meta.get("num_classes") != num_classes or
       meta["loss"] != losses.op_name(args.loss)):
@@ -559,7 +588,8 @@ def train(args):
                        visit_order=meta.get("visit_order", "permutation"),
                        asdca_batch_size=meta.get("asdca_batch_size", 8),
                        asdca_theta=meta.get("asdca_theta"),
-                       hinge_step=meta.get("hinge_step", "projection"))
+                       hinge_step=meta.get("hinge_step", "projection"),
+                       momentum=meta.get("momentum", 0.0))
   if ckpt is not None:
     if "rows" in features:  # packed cache part by cache part
       num_features = features["rows"].num_features

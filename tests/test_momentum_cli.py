@@ -1,0 +1,77 @@
+"""`tf-sdca train --momentum BETA`: InMemorySdca's extrapolated epochs from
+the command line (fewer epochs to the same model), kept in model.json
+across `--resume`, and its refusals."""
+import json
+import os
+
+import pytest
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import StandardScaler
+
+from tf_sdca import cli
+
+
+@pytest.fixture(scope="module")
+def cancer_file(tmp_path_factory):
+  """breast_cancer (standardised) as LIBSVM lines with labels 0 / 1."""
+  x, y = load_breast_cancer(return_X_y=True)
+  x = StandardScaler().fit_transform(x)
+  path = str(tmp_path_factory.mktemp("cancer") / "cancer.svm")
+  with open(path, "w") as f:
+    for label, row in zip(y, x):
+      items = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row) if v)
+      f.write(f"{label} {items}\n")
+  return path
+
+
+def _train(path, model_dir, *extra):
+  return cli.main(["train", path, "--model-dir", model_dir, "--format",
+                   "libsvm", "--l2", "1", "--quiet", *extra])
+
+
+def _meta(model_dir):
+  with open(os.path.join(model_dir, "model.json")) as f:
+    return json.load(f)
+
+
+def test_momentum_trains_the_same_model_in_fewer_epochs(cancer_file,
+                                                        tmp_path):
+  plain, fast = str(tmp_path / "plain"), str(tmp_path / "fast")
+  assert _train(cancer_file, plain, "--epochs", "300", "--tol", "1e-8") == 0
+  assert _train(cancer_file, fast, "--epochs", "300", "--tol", "1e-8",
+                "--momentum", "0.5") == 0
+  a, b = _meta(plain), _meta(fast)
+  assert "momentum" not in a and b["momentum"] == 0.5
+  assert b["history"][-1]["duality_gap"] < 1e-8
+  # Measured: 63 epochs plain, 28 with 0.5.
+  assert len(b["history"]) <= 0.6 * len(a["history"])
+  assert b["history"][-1]["loss"] == pytest.approx(a["history"][-1]["loss"],
+                                                   rel=2e-8)
+
+
+def test_resume_keeps_or_changes_the_momentum(cancer_file, tmp_path):
+  model_dir = str(tmp_path / "m")
+  assert _train(cancer_file, model_dir, "--epochs", "3", "--tol", "0",
+                "--momentum", "0.5") == 0
+  assert _train(cancer_file, model_dir, "--epochs", "6", "--tol", "0",
+                "--resume") == 0
+  assert _meta(model_dir)["momentum"] == 0.5
+  assert _train(cancer_file, model_dir, "--epochs", "9", "--tol", "0",
+                "--resume", "--momentum", "0") == 0
+  meta = _meta(model_dir)
+  assert "momentum" not in meta and meta["epochs_done"] == 9
+
+
+def test_bad_momentum_values_and_where_it_does_not_apply(cancer_file,
+                                                        tmp_path, capsys):
+  for bad in ("-0.1", "1", "x"):
+    with pytest.raises(SystemExit) as exit_:
+      _train(cancer_file, str(tmp_path / "b"), "--momentum", bad)
+    assert exit_.value.code == 2
+    assert "--momentum" in capsys.readouterr().err
+  assert _train(cancer_file, str(tmp_path / "c"), "--momentum", "0.5",
+                "--batch-size", "100") == 2
+  assert "no mini-batches" in capsys.readouterr().err
+  assert _train(cancer_file, str(tmp_path / "d"), "--momentum", "0.5",
+                "--local-cluster", "2") == 2
+  assert "--no-momentum" in capsys.readouterr().err
