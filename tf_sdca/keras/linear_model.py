@@ -162,6 +162,15 @@ class LinearModel(keras.Model):
       `fit(epochs=8, initial_epoch=4)` ends where `fit(epochs=8)` does); a
       `fit` from epoch 0 starts a new mean from the current weights. Kept by
       `get_config` and `save`. Not with a multi-worker strategy.
+    momentum: beta in [0, 1) (0: off, the default): in-memory fits start
+      each epoch after a `fit`'s first from the last two epochs' points
+      extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)` does
+      (capped to the duals' domains, restarted when the dual objective
+      falls; the logged gap and the weights are always an epoch's own
+      point): 0.5 about halved the epochs to a given gap on the data
+      measured in g3doc/trainer.md. Not with `visit_order='asdca'`,
+      `average_from`, a streamed `tf.data.Dataset` or a multi-worker
+      strategy (whose rounds extrapolate already). Kept by `get_config`.
     **kwargs: `keras.Model` arguments (`name`, ...).
   """
 
@@ -170,7 +179,7 @@ class LinearModel(keras.Model):
                num_loss_partitions=1, visit_order="permutation", seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
                average_from=None, asdca_batch_size=8, asdca_theta=None,
-               hinge_step="projection", **kwargs):
+               hinge_step="projection", momentum=0.0, **kwargs):
     super().__init__(**kwargs)
     self.average_from = averaging.check_average_from(average_from)
     self.loss_type = losses.op_name(loss)
@@ -186,6 +195,8 @@ class LinearModel(keras.Model):
     self.asdca_theta = None if asdca_theta is None else float(asdca_theta)
     sdca_ops.check_hinge_step(self.loss_type, hinge_step)
     self.hinge_step = hinge_step
+    self.momentum = trainer.check_momentum(momentum, self._asdca,
+                                           self.average_from is not None)
     sdca_ops._check_options(self.loss_type, l1, l2, num_loss_partitions, 1,
                             "permutation" if self._asdca else visit_order,
                             gamma, num_threads,
@@ -273,6 +284,8 @@ class LinearModel(keras.Model):
                     asdca_theta=self.asdca_theta)
     if self.hinge_step != "projection":
       config["hinge_step"] = self.hinge_step
+    if self.momentum:
+      config["momentum"] = self.momentum
     return config
 
   @classmethod
@@ -576,7 +589,7 @@ class LinearModel(keras.Model):
     return _PackedRows(resident.rows, keys, duals.reshape(-1), table,
                        weights, metric_inputs,
                        losses.shrink_l1(table, self.l1, self.l2)
-                       if self._asdca else None)
+                       if self._asdca else None, labels)
 
   def _fit_across_processes(self, strategy, x, y, sample_weight,
                             class_weight, epochs, tol, verbose):
@@ -1087,6 +1100,10 @@ class LinearModel(keras.Model):
             "CoCoA+ rounds across the workers on each worker's in-memory "
             "rows: pass this worker's x and y (not a dataset), without "
             "validation data, callbacks, initial_epoch or steps_per_epoch")
+      if self.momentum:
+        raise ValueError(
+            f"momentum={self.momentum} extrapolates one process's epochs; "
+            "the CoCoA+ rounds across workers extrapolate already")
       return self._fit_across_processes(
           workers, x, y, sample_weight, class_weight, epochs, tol, verbose)
     if self.num_loss_partitions != 1:
@@ -1117,6 +1134,10 @@ class LinearModel(keras.Model):
                          "scipy or dicts of arrays), not a streamed "
                          "tf.data.Dataset: ASDCA's batches are drawn from "
                          "every row each epoch")
+      if self.momentum:
+        raise ValueError(f"momentum={self.momentum} extrapolates whole "
+                         "epochs over in-memory data (numpy, scipy or "
+                         "dicts of arrays), not a streamed tf.data.Dataset")
       self._leave_packed()
       train = self._dataset(x, class_weight, for_training=True)
       gap_data, total = train, None
@@ -1140,6 +1161,8 @@ class LinearModel(keras.Model):
     self._start_average(packed, initial_epoch)
     callbacks = list(callbacks or [])
     callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
+    if packed and self.momentum:
+      callbacks.insert(0, _Momentum(self))
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -1380,6 +1403,35 @@ _MISSING_IDS = (
     "positions are used)")
 
 
+class _Momentum(keras.callbacks.Callback):
+  """`momentum`: extrapolates an in-memory fit's packed duals and weight
+  table before each epoch (`tf_sdca.trainer.Extrapolation`); the Keras
+  weights stay the last epoch's own point until the next epoch's step
+  writes its own."""
+
+  def __init__(self, model):
+    super().__init__()
+    self._linear = model
+    p = model._packed  # pylint: disable=protected-access
+
+    def set_point(duals, table):
+      p.duals.assign(duals)
+      p.table.assign(table)
+
+    self._extrapolation = trainer.Extrapolation(
+        model.momentum, model.loss_type, p.labels,
+        lambda: (p.duals.numpy(), p.table.numpy()), set_point)
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self._extrapolation.start_epoch()
+
+  def on_epoch_end(self, epoch, logs=None):
+    model = self._linear
+    primal, gap = trainer.objective_and_gap(
+        model._packed.parts.numpy(), model.loss_type, model.l1, model.l2)  # pylint: disable=protected-access
+    self._extrapolation.end_epoch(primal - gap)
+
+
 class _DualityGapLogger(keras.callbacks.Callback):
   """Runs first at each epoch's end: replaces `loss` by the exact
   regularised objective, adds `duality_gap`, stops below `tol`."""
@@ -1450,8 +1502,9 @@ class _PackedRows:
   inputs of the train metrics (None without compiled metrics)."""
 
   def __init__(self, rows, keys, duals, table, example_weights,
-               metric_inputs, iterate=None):
+               metric_inputs, iterate=None, labels=None):
     self.rows = rows
+    self.labels = labels  # the rows' labels (momentum's dual domains)
     self.keys = keys
     self.example_weights = example_weights
     self.total_weight = float(example_weights.sum(dtype=np.float64))
