@@ -5,7 +5,7 @@
 //       kernels/tests/packed_rows_bench_main.cc -o /tmp/packed_rows_bench
 //   /tmp/packed_rows_bench [rows=1000000] [epochs=10] [threads=1,2,4,8,16]
 //                          [threads | lockstep | record] [auto | scaled | fresh]
-//                          [tolerance=0]
+//                          [tolerance=0] [momentum=0]
 //
 // Rows: 26 categorical fields with Zipf-distributed values hashed into 2^20
 // buckets, 13 uniform counts in [0, 1] and an intercept; labels drawn from a
@@ -25,7 +25,10 @@
 // private copies keep up (PackedRows::ThreadSync, default auto). With a
 // tolerance > 0 a thread count stops after the first epoch whose relative
 // gap is at most that (kernels/tests/run_thread_scaling.sh: epochs and
-// seconds to 1e-4).
+// seconds to 1e-4). A momentum beta in (0, 1) extrapolates each epoch's
+// start from the last two epochs' points as InMemorySdca(momentum=beta)
+// does (beta capped to keep every dual in (0, 1) x label, restarted after an
+// epoch whose dual objective fell; the weights rebuilt as W(alpha)).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -137,6 +140,22 @@ double Drift(const tf_sdca::ResidentData& d, const std::vector<double>& w,
   return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
+// W(alpha) = sum_i s_i alpha_i x_i / l2 into `w`.
+void RebuildWeights(const tf_sdca::ResidentData& d,
+                    const std::vector<double>& duals, double l2,
+                    std::vector<double>* w) {
+  std::fill(w->begin(), w->end(), 0.0);
+  for (int64_t i = 0; i < d.num_examples; ++i) {
+    const double c = d.example_weights[i] * duals[i] / l2;
+    for (int64_t k = d.row_ptr[i]; k < d.row_ptr[i + 1]; ++k) {
+      (*w)[d.ids[k]] += c;
+    }
+    for (int64_t j = 0; j < d.dense_dim; ++j) {
+      (*w)[d.num_sparse_features + j] += c * d.dense[i * d.dense_dim + j];
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +188,11 @@ int main(int argc, char** argv) {
   const bool record = mode == "record";
   const std::string sync = argc > 5 ? argv[5] : "auto";
   const double tolerance = argc > 6 ? std::atof(argv[6]) : 0.0;
+  const double momentum = argc > 7 ? std::atof(argv[7]) : 0.0;
+  if (!(momentum >= 0.0 && momentum < 1.0)) {
+    std::fprintf(stderr, "momentum must be in [0, 1)\n");
+    return 1;
+  }
   if (sync != "auto" && sync != "scaled" && sync != "fresh") {
     std::fprintf(stderr, "sync must be auto, scaled or fresh, not %s\n",
                  sync.c_str());
@@ -197,8 +221,32 @@ int main(int argc, char** argv) {
     state.dual_losses = dual_losses.data();
     double total = 0.0;
     int epochs_run = 0;
+    // momentum: the last epoch's own duals, the one's before, and whether
+    // the next epoch restarts (the dual objective fell).
+    std::vector<double> own, before;
+    double last_dual = -INFINITY;
+    bool restart = false;
     for (int epoch = 0; epoch < epochs; ++epoch) {
       options.seed = static_cast<uint64_t>(epoch);
+      if (momentum > 0.0) {
+        before.swap(own);
+        own = duals;
+        if (!before.empty() && !restart) {
+          // The largest step keeping every b = alpha y in [0, 1].
+          double limit = INFINITY;
+          for (int64_t i = 0; i < d.n; ++i) {
+            const double b = own[i] * d.labels[i];
+            const double db = (own[i] - before[i]) * d.labels[i];
+            if (db > 0.0) limit = std::min(limit, (1.0 - b) / db);
+            if (db < 0.0) limit = std::min(limit, -b / db);
+          }
+          const double beta = std::min(momentum, 0.9 * limit);
+          for (int64_t i = 0; i < d.n; ++i) {
+            duals[i] = own[i] + beta * (own[i] - before[i]);
+          }
+          RebuildWeights(view, duals, options.l2, &w);
+        }
+      }
       const auto start = std::chrono::steady_clock::now();
       if (lockstep) {
         rows_packed.SolveLockstep(options, w.data(), duals.data());
@@ -216,6 +264,10 @@ int main(int argc, char** argv) {
       const double primal_value = parts.primal_loss + 0.5 * parts.l2_norm_sq;
       const double gap = parts.primal_loss + parts.dual_loss +
                          parts.l2_norm_sq;
+      if (momentum > 0.0) {
+        restart = primal_value - gap < last_dual;
+        last_dual = primal_value - gap;
+      }
       std::printf("%7d %5d %9.3f %10.0f %9.2e  %.1e\n", record ? 1 : threads,
                   epoch + 1, seconds, rows / seconds, gap / primal_value,
                   Drift(view, w, duals, options.l2));

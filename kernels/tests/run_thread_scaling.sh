@@ -11,8 +11,9 @@
 # duality gap of 1e-4 with each thread count, on real threads, once with the
 # default thread sync (PackedRows::ThreadSync::kAuto: kScaled for 2 threads,
 # kFresh from 3) and once with kScaled for every count (the mode before
-# kFresh), and prints a markdown table: epochs and seconds to 1e-4, rows/s,
-# the gap after 20 epochs. Then builds kernels/tests/packed_threads_main.cc
+# kFresh), once with the default sync and the epochs extrapolated
+# (momentum 0.5, as InMemorySdca(momentum=0.5)), and prints a markdown
+# table: epochs and seconds to 1e-4, rows/s, the gap after 20 epochs. Then builds kernels/tests/packed_threads_main.cc
 # with ThreadSanitizer (2 and 4 real threads over every loss and order, and
 # 3, 4 and 8 in lockstep) and reports whether it is race-free.
 # Logs go to ${OUT:-/tmp}/thread_scaling/.
@@ -30,6 +31,8 @@ for sync in auto scaled; do
   "$LOG/packed_rows_bench" "$ROWS" "$MAX_EPOCHS" "$THREADS" threads "$sync" \
       1e-4 | tee "$LOG/bench_$sync.txt"
 done
+"$LOG/packed_rows_bench" "$ROWS" "$MAX_EPOCHS" "$THREADS" threads auto \
+    1e-4 0.5 | tee "$LOG/bench_momentum.txt"
 python3 - "$LOG" "$ROWS" <<'EOF'
 import sys
 log, rows = sys.argv[1], int(sys.argv[2])
@@ -38,7 +41,7 @@ print(f"\n{rows} Criteo-shaped rows, logistic, l2 = 1, real threads; "
 print("| threads | sync | epochs to 1e-4 | seconds to 1e-4 | rows/s "
       "| gap after 20 epochs |")
 print("|---|---|---|---|---|---|")
-for sync in ("auto", "scaled"):
+for sync in ("auto", "scaled", "momentum"):
   runs = {}
   for line in open(f"{log}/bench_{sync}.txt"):
     f = line.split()
@@ -53,6 +56,8 @@ for sync in ("auto", "scaled"):
     name = sync if sync == "scaled" or threads < 3 else "auto (fresh)"
     if sync == "auto" and threads == 2:
       name = "auto (scaled)"
+    if sync == "momentum":
+      name = "auto, momentum 0.5"
     print(f"| {threads} | {name} | "
           f"{last[0] if reached else '> %d' % last[0]} | "
           f"{seconds:.2f}{'' if reached else ' (not reached)'} | "
