@@ -203,15 +203,20 @@ def _epochs_in_budget(trace, problem, budget, fit):
   return trace
 
 
-def run_ours_raw(problem, budget, threads=0, batch_size=None):
+def _label(name, threads, momentum):
+  return (name + (f" ({threads} thr)" if threads else "") +
+          (f", momentum {momentum}" if momentum else ""))
+
+
+def run_ours_raw(problem, budget, threads=0, batch_size=None, momentum=0.0):
   """Our op through `InMemorySdca` on the problem's fixed-width ids and
   dense array (rows packed once, duals by row)."""
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
-  trace = Trace("tf_sdca op" + (f" ({threads} thr)" if threads else ""))
+  trace = Trace(_label("tf_sdca op", threads, momentum))
 
   def fit(epochs):
     model = InMemorySdca(loss="logistic_loss", l2=problem.l2,
-                         num_threads=threads)
+                         num_threads=threads, momentum=momentum)
     # Stops once the gap certifies 1e-10: later points add nothing.
     return model.fit(problem.labels, **_our_features(problem), epochs=epochs,
                      batch_size=batch_size or problem.n, tol=1e-10,
@@ -220,19 +225,19 @@ def run_ours_raw(problem, budget, threads=0, batch_size=None):
   return _epochs_in_budget(trace, problem, budget, fit)
 
 
-def run_ours_csr(problem, budget, threads=0):
+def run_ours_csr(problem, budget, threads=0, momentum=0.0):
   """`InMemorySdca` on the problem's scipy CSR matrix (ids and dense columns
   as one matrix with explicit values: what a scipy user has), validating
   and packing included in the first epoch's time."""
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
-  trace = Trace("tf_sdca CSR" + (f" ({threads} thr)" if threads else ""))
+  trace = Trace(_label("tf_sdca CSR", threads, momentum))
   csr = problem.csr()
   indptr, indices = csr.indptr, csr.indices.astype(np.int32)
   values = csr.data.astype(np.float32)
 
   def fit(epochs):
     model = InMemorySdca(loss="logistic_loss", l2=problem.l2,
-                         num_threads=threads)
+                         num_threads=threads, momentum=momentum)
     return model.fit(problem.labels, indptr=indptr, indices=indices,
                      values=values, num_features=csr.shape[1], epochs=epochs,
                      tol=1e-10, verbose=0)
@@ -485,6 +490,14 @@ SOLVERS = {
     "ours-csr": run_ours_csr,
     "ours-csr2": lambda problem, budget: run_ours_csr(problem, budget,
                                                       threads=2),
+    # Extrapolated epochs (InMemorySdca(momentum=0.5)).
+    "ours-m": lambda problem, budget: run_ours_raw(problem, budget,
+                                                   momentum=0.5),
+    "ours-csr-m": lambda problem, budget: run_ours_csr(problem, budget,
+                                                       momentum=0.5),
+    "ours-csr2-m": lambda problem, budget: run_ours_csr(problem, budget,
+                                                        threads=2,
+                                                        momentum=0.5),
     "ours-sdcamodel": run_ours_sdca_model,
     "ours-keras": run_ours_keras,
     "tf": run_tf_sdca_v2,
