@@ -29,3 +29,19 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if "slow" in item.keywords:
       item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cancer_file(tmp_path_factory):
+  """breast_cancer (standardised) as LIBSVM lines with labels 0 / 1, for
+  the command line's tests."""
+  from sklearn.datasets import load_breast_cancer  # pylint: disable=import-outside-toplevel
+  from sklearn.preprocessing import StandardScaler  # pylint: disable=import-outside-toplevel
+  x, y = load_breast_cancer(return_X_y=True)
+  x = StandardScaler().fit_transform(x)
+  path = str(tmp_path_factory.mktemp("cancer") / "cancer.svm")
+  with open(path, "w") as f:
+    for label, row in zip(y, x):
+      items = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row) if v)
+      f.write(f"{label} {items}\n")
+  return path

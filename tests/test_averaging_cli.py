@@ -7,8 +7,6 @@ import os
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_breast_cancer
-from sklearn.preprocessing import StandardScaler
 
 from tf_sdca import cli
 
@@ -16,17 +14,7 @@ EPOCHS = 12
 KEYS = ("sparse_weights", "dense_weights", "duals")
 
 
-@pytest.fixture(scope="module")
-def cancer_file(tmp_path_factory):
-  """breast_cancer (standardised) as LIBSVM lines with labels 0 / 1."""
-  x, y = load_breast_cancer(return_X_y=True)
-  x = StandardScaler().fit_transform(x)
-  path = str(tmp_path_factory.mktemp("cancer") / "cancer.svm")
-  with open(path, "w") as f:
-    for label, row in zip(y, x):
-      items = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row) if v)
-      f.write(f"{label} {items}\n")
-  return path
+# cancer_file: tests/conftest.py
 
 
 def _train(path, model_dir, *extra):
