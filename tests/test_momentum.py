@@ -127,9 +127,41 @@ def test_a_large_momentum_still_converges_through_restarts():
   assert len(history["loss"]) < 63
 
 
+def test_a_resumed_fit_extrapolates_as_an_uninterrupted_one():
+  x, y = _standardised_breast_cancer()
+  whole = InMemorySdca(loss="logistic", l2=1.0, momentum=0.5)
+  whole.fit(y, dense=x, epochs=12, verbose=0)
+  split = InMemorySdca(loss="logistic", l2=1.0, momentum=0.5)
+  split.fit(y, dense=x, epochs=5, verbose=0)
+  # As a checkpoint would restore it: a fresh model given the state.
+  resumed = InMemorySdca(loss="logistic", l2=1.0, momentum=0.5)
+  resumed.dense_weights = split.dense_weights.copy()
+  resumed.duals = split.duals.copy()
+  resumed.momentum_state = {k: np.copy(v)
+                            for k, v in split.momentum_state.items()}
+  resumed.fit(y, dense=x, epochs=12, initial_epoch=5, verbose=0)
+  np.testing.assert_array_equal(resumed.duals, whole.duals)
+  np.testing.assert_array_equal(resumed.dense_weights, whole.dense_weights)
+  # Without the state the resumed epochs differ (the first is not
+  # extrapolated): the state is what makes them equal.
+  cold = InMemorySdca(loss="logistic", l2=1.0, momentum=0.5)
+  cold.dense_weights = split.dense_weights.copy()
+  cold.duals = split.duals.copy()
+  cold.fit(y, dense=x, epochs=12, initial_epoch=5, verbose=0)
+  assert not np.array_equal(cold.duals, whole.duals)
+  # A state that does not fit the data is refused.
+  bad = InMemorySdca(loss="logistic", l2=1.0, momentum=0.5)
+  bad.duals = split.duals.copy()
+  bad.dense_weights = split.dense_weights.copy()
+  bad.momentum_state = dict(split.momentum_state,
+                            previous_duals=np.zeros(3))
+  with pytest.raises(ValueError, match="momentum state"):
+    bad.fit(y, dense=x, epochs=12, initial_epoch=5, verbose=0)
+
+
 def test_momentum_continues_from_a_fitted_model():
-  # A later fit starts at the model's point (the extrapolation state lives
-  # for one fit): the certificate and the optimum are unaffected.
+  # A later fit starts at the model's point: the certificate and the
+  # optimum are unaffected.
   x, y = _standardised_breast_cancer()
   model = InMemorySdca(loss="logistic", l2=1.0, momentum=0.5)
   model.fit(y, dense=x, epochs=10, verbose=0)

@@ -4,6 +4,7 @@ across `--resume`, and its refusals."""
 import json
 import os
 
+import numpy as np
 import pytest
 
 from tf_sdca import cli
@@ -48,6 +49,24 @@ def test_resume_keeps_or_changes_the_momentum(cancer_file, tmp_path):
                 "--resume", "--momentum", "0") == 0
   meta = _meta(model_dir)
   assert "momentum" not in meta and meta["epochs_done"] == 9
+  with np.load(os.path.join(model_dir, "checkpoint.npz")) as ckpt:
+    assert "momentum_previous_duals" not in ckpt.files
+
+
+def test_resume_extrapolates_as_an_uninterrupted_run(cancer_file, tmp_path):
+  whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
+  assert _train(cancer_file, whole, "--epochs", "8", "--tol", "0",
+                "--momentum", "0.5") == 0
+  assert _train(cancer_file, split, "--epochs", "4", "--tol", "0",
+                "--momentum", "0.5") == 0
+  assert _train(cancer_file, split, "--epochs", "8", "--tol", "0",
+                "--resume") == 0
+  with np.load(os.path.join(whole, "checkpoint.npz")) as a, \
+      np.load(os.path.join(split, "checkpoint.npz")) as b:
+    assert "momentum_previous_duals" in a.files
+    for key in ("sparse_weights", "dense_weights", "duals",
+                "momentum_previous_duals", "momentum_previous_table"):
+      np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
 def test_bad_momentum_values_and_where_it_does_not_apply(cancer_file,

@@ -54,6 +54,17 @@ def test_softmax_with_momentum():
   assert h_fast["loss"][-1] == pytest.approx(h_plain["loss"][-1], rel=2e-8)
 
 
+def test_a_fit_resumed_in_the_process_extrapolates_as_an_uninterrupted_one():
+  x, y = _cancer()
+  whole = LinearModel(l2=1.0, momentum=0.5)
+  whole.fit(x, y, epochs=10, verbose=0)
+  split = LinearModel(l2=1.0, momentum=0.5)
+  split.fit(x, y, epochs=4, verbose=0)
+  split.fit(x, y, epochs=10, initial_epoch=4, verbose=0)
+  for a, b in zip(whole.get_weights(), split.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_momentum_is_kept_by_get_config():
   model = LinearModel(l2=1.0, momentum=0.5)
   assert model.get_config()["momentum"] == 0.5

@@ -10,6 +10,11 @@ A model directory holds:
     and `last_sparse_weights`, `last_dense_weights`, `last_duals` and
     `average_count` keep the last iterate and the mean's size for
     `--resume`;
+  - with `--momentum`, `checkpoint.npz` also keeps the point the epoch
+    before the last ended at (`momentum_previous_duals`,
+    `momentum_previous_table`) and `momentum_last_dual` /
+    `momentum_restart`, so that `--resume` extrapolates as an
+    uninterrupted run would;
   - `cache/`: the parsed training data (`tf_sdca.data.cache`).
 After every epoch the checkpoint, with a copy of `model.json`'s contents
 inside, is replaced in one rename (`files.save_model_atomically`), then
@@ -617,6 +622,11 @@ def train(args):
     model.duals = ckpt["duals"]
     if "asdca_iterate" in ckpt:  # ASDCA's accelerated iterate goes on
       model.asdca_iterate = ckpt["asdca_iterate"]
+    if model.momentum and "momentum_previous_duals" in ckpt:
+      # The extrapolation goes on as in an uninterrupted run (the fit
+      # checks the shapes).
+      model.momentum_state = {key: ckpt["momentum_" + key] for key in (
+          "previous_duals", "previous_table", "last_dual", "restart")}
     if averaged:  # the checkpoint's weights are the mean so far
       model.last_iterate = {key: ckpt["last_" + key] for key in
                             ("sparse_weights", "dense_weights", "duals")}
@@ -643,6 +653,9 @@ def train(args):
                                        history["last_duality_gap"][-1]))
     if model.asdca_iterate is not None:
       saved["asdca_iterate"] = model.asdca_iterate
+    state = model.current_momentum_state()
+    if state is not None:  # --momentum: what the next epoch extrapolates
+      saved.update({"momentum_" + key: value for key, value in state.items()})
     files.save_model_atomically(args.model_dir, meta, epoch=epoch + 1,
                                 **saved)
     if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):

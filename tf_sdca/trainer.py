@@ -154,8 +154,11 @@ class InMemorySdca:
       1e-4 / 1e-6 against 22 / 35; about half on the real data sets in
       g3doc/trainer.md). Whole data
       set per epoch only (no `batch_size`), not with 'asdca' or
-      `average_from`. The extrapolation state lives for one `fit` call: a
-      resumed `fit` starts its first epoch at the model's point.
+      `average_from`. A `fit` with `initial_epoch > 0` continues the
+      extrapolation of the last `fit` (`momentum_state`; checkpoints save
+      `current_momentum_state()`), so that `fit(epochs=5)` then
+      `fit(epochs=10, initial_epoch=5)` ends where `fit(epochs=10)` does;
+      from epoch 0 it starts afresh.
     hinge_step: the multiclass hinge's block step: 'projection' (the
       default: the exact maximiser of the row's block), or the reference's
       sequential dual ascent along one direction, 'steepest_ascent'
@@ -210,6 +213,10 @@ class InMemorySdca:
     self.average_from = None if average_from is None else int(average_from)
     self.momentum = check_momentum(momentum, self._asdca,
                                    self.average_from is not None)
+    # The extrapolation's state after the last fit (or as a checkpoint
+    # restored it): a fit with initial_epoch > 0 continues it.
+    self.momentum_state = None
+    self._extrapolation = None
     self.last_iterate = None
     self.average_count = 0  # iterates in the mean (average_from)
     self._average = None    # the running mean during fit
@@ -431,6 +438,11 @@ class InMemorySdca:
       extrapolate = Extrapolation(
           self.momentum, self.loss, resident.labels,
           lambda: (self.duals, self._weight_table()), set_point)
+      if initial_epoch > 0 and self.momentum_state is not None:
+        # Resuming: the extrapolation goes on as an uninterrupted fit's.
+        extrapolate.restore(self.momentum_state, self.duals.shape,
+                            self._weight_table().shape)
+    self._extrapolation = extrapolate
     total_weight = resident.total_weight
     fixed = None if one_call or shuffle else list(self._batches(
         n, csr, batch_size, num_features or 0))
@@ -520,9 +532,23 @@ class InMemorySdca:
       if tol is not None and history["duality_gap"][-1] < tol:
         break
     self._average = None
+    if extrapolate is not None:
+      self.momentum_state = extrapolate.state()
+    self._extrapolation = None
     if average is not None and average.count:
       average.install()
     return history
+
+  def current_momentum_state(self):
+    """During a `fit` with `momentum`: what the next epoch's extrapolation
+    needs (`Extrapolation.state()`: the previous epoch's duals and weight
+    table, the last dual objective, the restart flag), else None. A
+    checkpoint written from `fit`'s callback saves it so that a resumed
+    `fit` (`momentum_state` set, `initial_epoch > 0`) continues bit for bit
+    as an uninterrupted one; after `fit` it is `momentum_state`."""
+    if self._extrapolation is None:
+      return None
+    return self._extrapolation.state()
 
   def running_average(self):
     """During a `fit` with `average_from`: the mean of the iterates so far
@@ -1035,6 +1061,31 @@ class Extrapolation:
     """Records the dual objective at the point the epoch reached."""
     self._restart = dual_objective < self._last_dual
     self._last_dual = dual_objective
+
+  def state(self):
+    """What the next epoch needs, as a dict of numpy values (None before
+    the first epoch): `previous_duals`, `previous_table` (the point the
+    epoch before the last ended at), `last_dual` and `restart`."""
+    if self._previous is None:
+      return None
+    return dict(previous_duals=np.array(self._previous[0], np.float64),
+                previous_table=np.array(self._previous[1], np.float64),
+                last_dual=np.float64(self._last_dual),
+                restart=np.bool_(self._restart))
+
+  def restore(self, state, duals_shape, table_shape):
+    """Continues from `state()` of an earlier run, whose arrays must have
+    these shapes (ValueError otherwise)."""
+    duals = np.asarray(state["previous_duals"], np.float64)
+    table = np.asarray(state["previous_table"], np.float64)
+    if duals.shape != tuple(duals_shape) or table.shape != tuple(table_shape):
+      raise ValueError(
+          f"momentum state of duals {duals.shape} and table {table.shape} "
+          f"does not fit the model's {tuple(duals_shape)} and "
+          f"{tuple(table_shape)}")
+    self._previous = (duals, table)
+    self._last_dual = float(state["last_dual"])
+    self._restart = bool(state["restart"])
 
 
 class _Packed:

@@ -170,7 +170,9 @@ class LinearModel(keras.Model):
       point): 0.5 about halved the epochs to a given gap on the data
       measured in g3doc/trainer.md. Not with `visit_order='asdca'`,
       `average_from`, a streamed `tf.data.Dataset` or a multi-worker
-      strategy (whose rounds extrapolate already). Kept by `get_config`.
+      strategy (whose rounds extrapolate already). Kept by `get_config`;
+      a `fit` with `initial_epoch > 0` continues the last `fit`'s
+      extrapolation in the same process (a saved model does not keep it).
     **kwargs: `keras.Model` arguments (`name`, ...).
   """
 
@@ -230,6 +232,7 @@ class LinearModel(keras.Model):
     self._train_weight = 0.0
     self._gap_data = None
     self._average = None    # _Average of an averaging fit
+    self._momentum_state = None  # Extrapolation.state() of the last fit
 
   # ------------------------------------------------------------ structure
   def _build_spec(self, spec):
@@ -1162,7 +1165,7 @@ class LinearModel(keras.Model):
     callbacks = list(callbacks or [])
     callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
     if packed and self.momentum:
-      callbacks.insert(0, _Momentum(self))
+      callbacks.insert(0, _Momentum(self, initial_epoch))
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -1409,7 +1412,7 @@ class _Momentum(keras.callbacks.Callback):
   weights stay the last epoch's own point until the next epoch's step
   writes its own."""
 
-  def __init__(self, model):
+  def __init__(self, model, initial_epoch):
     super().__init__()
     self._linear = model
     p = model._packed  # pylint: disable=protected-access
@@ -1421,9 +1424,16 @@ class _Momentum(keras.callbacks.Callback):
     self._extrapolation = trainer.Extrapolation(
         model.momentum, model.loss_type, p.labels,
         lambda: (p.duals.numpy(), p.table.numpy()), set_point)
+    state = model._momentum_state  # pylint: disable=protected-access
+    if initial_epoch > 0 and state is not None:
+      # A fit resumed in this process goes on as an uninterrupted one.
+      self._extrapolation.restore(state, p.duals.shape, p.table.shape)
 
   def on_epoch_begin(self, epoch, logs=None):
     self._extrapolation.start_epoch()
+
+  def on_train_end(self, logs=None):
+    self._linear._momentum_state = self._extrapolation.state()  # pylint: disable=protected-access
 
   def on_epoch_end(self, epoch, logs=None):
     model = self._linear
