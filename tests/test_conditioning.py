@@ -31,6 +31,16 @@ def test_progress_watch_speaks_once_when_the_gap_stalls():
   # Below the floor a flat gap is convergence, not a problem.
   tiny = losses.ProgressWatch(window=2, floor=1e-9)
   assert [tiny.update(g) for g in (1e-10,) * 5] == [None] * 5
+  # Extrapolated epochs move the gap up and down: the best gaps count. The
+  # last epoch here (0.3) is above the one three epochs back (0.2), but the
+  # best of the window (0.01) is 20x below the best before it.
+  bumpy = losses.ProgressWatch(window=3, factor=2.0)
+  assert [bumpy.update(g) for g in (0.9, 0.2, 0.01, 0.05, 0.3)] == [None] * 5
+  # A bumpy gap without progress still warns.
+  stuck = losses.ProgressWatch(window=3, factor=2.0)
+  said = [stuck.update(g) for g in (0.9, 0.2, 0.3, 0.25, 0.4, 0.35)]
+  assert said[:4] == [None] * 4 and "fell only from 0.2 to 0.25" in said[4]
+  assert said[5] is None
 
 
 def _warnings_of(fit):

@@ -214,7 +214,10 @@ class ProgressWatch:
 
   `update(gap)` after each epoch returns the warning's text the first time
   the relative gap fell by less than `factor` over the last `window`
-  epochs while still above `floor`, else None.
+  epochs while still above `floor`, else None. It compares the best gaps
+  (before the window, and within it), so that a gap that moves up and
+  down, as with extrapolated epochs (`momentum`) and their restarts, is
+  judged by its progress, not by where the last epoch landed.
   """
 
   def __init__(self, window=10, factor=2.0, floor=1e-9):
@@ -226,7 +229,8 @@ class ProgressWatch:
     self._gaps.append(float(gap))
     if self._said or len(self._gaps) <= self.window:
       return None
-    before, now = self._gaps[-1 - self.window], self._gaps[-1]
+    before = min(self._gaps[:-self.window])
+    now = min(self._gaps[-self.window:])
     if now <= self.floor or now * self.factor < before:
       return None
     self._said = True
