@@ -136,7 +136,8 @@ def add_parsers(sub):
                      dest="epoch_momentum", metavar="BETA",
                      help="extrapolate each epoch's start from the last two "
                      "epochs (InMemorySdca's momentum, 0 <= BETA < 1; 0.5 "
-                     "about halved the epochs on the data measured in "
+                     "about halved the epochs on weakly regularised data "
+                     "and cost a few at the default --l2 10, "
                      "g3doc/trainer.md; default off). One process, whole "
                      "epochs (no --batch-size); kept in model.json, "
                      "--resume --momentum BETA changes it")

@@ -152,7 +152,8 @@ class InMemorySdca:
       rows it cuts the epochs to a small gap (200k Criteo-shaped rows,
       logistic, l2 = 1, beta = 0.5: 15 / 21 epochs to a relative gap of
       1e-4 / 1e-6 against 22 / 35; about half on the real data sets in
-      g3doc/trainer.md). Whole data
+      g3doc/trainer.md); where plain epochs already converge fast (strong
+      regularisation) it can cost a few epochs. Whole data
       set per epoch only (no `batch_size`), not with 'asdca' or
       `average_from`. A `fit` with `initial_epoch > 0` continues the
       extrapolation of the last `fit` (`momentum_state`; checkpoints save

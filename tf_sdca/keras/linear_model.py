@@ -167,8 +167,9 @@ class LinearModel(keras.Model):
       extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)` does
       (capped to the duals' domains, restarted when the dual objective
       falls; the logged gap and the weights are always an epoch's own
-      point): 0.5 about halved the epochs to a given gap on the data
-      measured in g3doc/trainer.md. Not with `visit_order='asdca'`,
+      point): 0.5 about halved the epochs to a given gap on weakly
+      regularised data and cost a few on strongly regularised data
+      (g3doc/trainer.md). Not with `visit_order='asdca'`,
       `average_from`, a streamed `tf.data.Dataset` or a multi-worker
       strategy (whose rounds extrapolate already). Kept by `get_config`;
       a `fit` with `initial_epoch > 0` continues the last `fit`'s
