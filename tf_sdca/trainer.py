@@ -139,27 +139,25 @@ class InMemorySdca:
       faster or diverge (g3doc/benchmarks.md). The theta used is
       `asdca_theta_used` after `fit`.
     momentum: beta in [0, 1) (0: off, the default; also
-      `keras.LinearModel(momentum=)` and `tf-sdca train --momentum`):
-      each epoch after the
-      first starts from the last two epochs' points extrapolated,
-      alpha_r + beta (alpha_r - alpha_{r-1}) and the weights alike (they
-      are linear in the duals, so they stay W(alpha)), with beta capped so
-      that every dual stays in its loss's domain
+      `keras.LinearModel(momentum=)` and `tf-sdca train --momentum`): each
+      epoch after the first starts from the last two epochs' points
+      extrapolated, alpha_r + beta (alpha_r - alpha_{r-1}), and the weights
+      alike (they are linear in the duals, so they stay W(alpha)), with beta
+      capped so that every dual stays in its loss's domain
       (`losses.extrapolation_limit`); an epoch whose dual objective fell
-      restarts it (the next epoch starts at its own point). The history's
-      gap and the model are always an epoch's own point, never the
-      extrapolated one, so the certificate holds. On weakly regularised
-      rows it cuts the epochs to a small gap (200k Criteo-shaped rows,
-      logistic, l2 = 1, beta = 0.5: 15 / 21 epochs to a relative gap of
-      1e-4 / 1e-6 against 22 / 35; about half on the real data sets in
-      g3doc/trainer.md); where plain epochs already converge fast (strong
-      regularisation) it can cost a few epochs. Whole data
-      set per epoch only (no `batch_size`), not with 'asdca' or
-      `average_from`. A `fit` with `initial_epoch > 0` continues the
-      extrapolation of the last `fit` (`momentum_state`; checkpoints save
+      restarts it (the next epoch starts at its own point). The history's gap
+      and the model are always an epoch's own point, never the extrapolated
+      one, so the certificate holds. On weakly regularised rows it cuts the
+      epochs to a small gap (200k Criteo-shaped rows, logistic, l2 = 1, beta =
+      0.5: 15 / 21 epochs to a relative gap of 1e-4 / 1e-6 against 22 / 35;
+      about half on the real data sets in g3doc/trainer.md); where plain
+      epochs already converge fast (strong regularisation) it can cost a few
+      epochs. Whole data set per epoch only (no `batch_size`), not with
+      'asdca' or `average_from`. A `fit` with `initial_epoch > 0` continues
+      the extrapolation of the last `fit` (`momentum_state`; checkpoints save
       `current_momentum_state()`), so that `fit(epochs=5)` then
-      `fit(epochs=10, initial_epoch=5)` ends where `fit(epochs=10)` does;
-      from epoch 0 it starts afresh.
+      `fit(epochs=10, initial_epoch=5)` ends where `fit(epochs=10)` does; from
+      epoch 0 it starts afresh.
     hinge_step: the multiclass hinge's block step: 'projection' (the
       default: the exact maximiser of the row's block), or the reference's
       sequential dual ascent along one direction, 'steepest_ascent'
