@@ -1067,8 +1067,11 @@ class Extrapolation:
     epoch before the last ended at), `last_dual` and `restart`."""
     if self._previous is None:
       return None
-    return dict(previous_duals=np.array(self._previous[0], np.float64),
-                previous_table=np.array(self._previous[1], np.float64),
+    # No copies: the points are never changed in place (every epoch and
+    # every extrapolation makes new arrays), and a checkpoint per epoch
+    # would copy the duals and the table twice for nothing.
+    return dict(previous_duals=np.asarray(self._previous[0], np.float64),
+                previous_table=np.asarray(self._previous[1], np.float64),
                 last_dual=np.float64(self._last_dual),
                 restart=np.bool_(self._restart))
 
