@@ -220,8 +220,11 @@ class ProgressWatch:
   judged by its progress, not by where the last epoch landed.
   """
 
-  def __init__(self, window=10, factor=2.0, floor=1e-9):
+  def __init__(self, window=10, factor=2.0, floor=1e-9, fixed_batches=False):
+    """`fixed_batches`: the epochs stream batches as the input gives them
+    (without held rows), so the warning also names their order."""
     self.window, self.factor, self.floor = window, factor, floor
+    self.fixed_batches = fixed_batches
     self._gaps = []
     self._said = False
 
@@ -240,7 +243,12 @@ class ProgressWatch:
             "units (counts, pixels, money: keras.layers.Normalization, "
             "sklearn.preprocessing.StandardScaler; tf-sdca train scales "
             "Criteo counts), or raise l2; with a hinge loss, "
-            "visit_order='shrinking' skips the duals held at a bound")
+            "visit_order='shrinking' skips the duals held at a bound" +
+            ("; and the same consecutive batches every epoch need ~2x the "
+             "epochs of one batch: shuffle the rows before batching them, "
+             "or hold back half of each step's rows with carry_over=0.5 "
+             "(g3doc/sdca_model.md, 'Streaming orders')"
+             if self.fixed_batches else ""))
 
 
 def extrapolation_limit(loss, labels, duals, change):

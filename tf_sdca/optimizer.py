@@ -43,7 +43,8 @@ class SDCAOptimizer:
     adaptive: adaptive importance sampling of examples.
     loss_type: one of `tf_sdca.ops.LOSSES`.
     **options: tf_sdca's extra `SdcaModel` options (`visit_order`, `seed`,
-      `gamma`, `num_inner_iterations`, `num_threads`, `average_from`: output
+      `gamma`, `num_inner_iterations`, `num_threads`, `carry_over`: a share
+      of each step's rows held back for the next, `average_from`: output
       averaging counted in train steps, the variables then holding the
       mean of the iterates after step T0 on; see `SdcaModel`).
   """

@@ -71,7 +71,12 @@ class LinearSDCA:
     symmetric_l2_regularization: l2 > 0.
     adaptive: adaptive example sampling.
     **options: tf_sdca's extra `SdcaModel` options (`visit_order`, `seed`,
-      `num_inner_iterations`, `num_threads`, `average_from`).
+      `num_inner_iterations`, `num_threads`, `average_from`, `carry_over`).
+      `carry_over=0.5` holds back a random half of each training step's
+      rows for the next step: an input_fn that yields the same consecutive
+      batches every epoch then needs about the epochs of one batch, not
+      2-2.5x (g3doc/sdca_model.md, 'Streaming orders'); the checkpoint
+      keeps the held rows.
       `average_from=T0` (None: off) is output averaging counted in training
       steps (the estimator's unit: one `minimize` call per batch, the global
       step): the weights that `predict`, `evaluate`, `export_saved_model`
@@ -94,7 +99,7 @@ class LinearSDCA:
                        f"{example_id_column!r}")
     unknown = sorted(set(options) - {"visit_order", "seed",
                                      "num_inner_iterations", "num_threads",
-                                     "average_from"})
+                                     "average_from", "carry_over"})
     if unknown:
       raise ValueError(f"LinearSDCA: unknown options {unknown}")
     # SDCAOptimizer checks every value the SdcaModel will get.
@@ -637,7 +642,8 @@ class _LinearEstimator:
     rows_since_gap, examples_seen = 0, 0
     every_steps = self._config.save_checkpoints_steps
     every_secs = self._config.save_checkpoints_secs
-    watch = losses.ProgressWatch()  # once per pass, with tol
+    watch = losses.ProgressWatch(  # once per pass, with tol
+        fixed_batches=not self._optimizer.extra_options.get("carry_over"))
     for features, labels in source.batches():
       if last is not None and step >= last:
         break

@@ -34,7 +34,7 @@ from tf_sdca import averaging
 from tf_sdca import losses
 from tf_sdca import trainer
 from tf_sdca.ops import sdca_ops
-from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
+from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn, valid_carry_over
 
 # Short loss names (the issue's and Keras users') and the op's names.
 # The name a non-dict input gets.
@@ -174,6 +174,14 @@ class LinearModel(keras.Model):
       strategy (whose rounds extrapolate already). Kept by `get_config`;
       a `fit` with `initial_epoch > 0` continues the last `fit`'s
       extrapolation in the same process (a saved model does not keep it).
+    carry_over: a share f in [0, 1) (0: off, the default) for fits on a
+      streamed `tf.data.Dataset`: each step holds back a random f of its
+      rows for the next step (`tf_sdca.SdcaModel`'s option). A dataset of
+      the same consecutive batches every epoch otherwise needs 2-2.5x the
+      epochs of one batch; 0.5 brings it to about those of one batch
+      (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
+      every row in a fresh order each epoch and refuse it. Kept by
+      `get_config`; a saved model starts without held rows.
     **kwargs: `keras.Model` arguments (`name`, ...).
   """
 
@@ -182,8 +190,13 @@ class LinearModel(keras.Model):
                num_loss_partitions=1, visit_order="permutation", seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
                average_from=None, asdca_batch_size=8, asdca_theta=None,
-               hinge_step="projection", momentum=0.0, **kwargs):
+               hinge_step="projection", momentum=0.0, carry_over=0.0,
+               **kwargs):
     super().__init__(**kwargs)
+    if not valid_carry_over(carry_over):
+      raise ValueError(f"carry_over must be a number in [0, 1), got "
+                       f"{carry_over!r}")
+    self.carry_over = float(carry_over)
     self.average_from = averaging.check_average_from(average_from)
     self.loss_type = losses.op_name(loss)
     self.loss_name = loss
@@ -290,6 +303,8 @@ class LinearModel(keras.Model):
       config["hinge_step"] = self.hinge_step
     if self.momentum:
       config["momentum"] = self.momentum
+    if self.carry_over:
+      config["carry_over"] = self.carry_over
     return config
 
   @classmethod
@@ -419,7 +434,7 @@ class LinearModel(keras.Model):
          "visit_order": ("permutation" if self._asdca else
                          self.visit_order), "seed": self.seed,
          "gamma": self.gamma, "num_threads": self.num_threads,
-         "hinge_step": self.hinge_step,
+         "hinge_step": self.hinge_step, "carry_over": self.carry_over,
          **({"num_classes": self.num_classes} if self.num_classes > 1
             else {})})
     if self._pending_state is not None:
@@ -1125,6 +1140,11 @@ class LinearModel(keras.Model):
       if validation_split and validation_data is None:
         x, y, sample_weight, validation_data = _split(
             x, y, sample_weight, validation_split)
+      if self.carry_over:
+        raise ValueError(
+            f"carry_over={self.carry_over} holds back rows of streamed "
+            "batches (a tf.data.Dataset); in-memory data (numpy, scipy or "
+            "dicts of arrays) is visited in a fresh order every epoch")
       self._packed = self._pack(x, y, sample_weight, class_weight)
       self._gap_data = None
       measure, total = self._packed_gap, self._packed.total_weight
@@ -1452,7 +1472,10 @@ class _DualityGapLogger(keras.callbacks.Callback):
     self._linear = model
     self._measure = measure
     self._tol = tol
-    self._watch = losses.ProgressWatch()
+    # Streamed batches (no total weight of packed rows) come in the
+    # dataset's order.
+    self._watch = losses.ProgressWatch(
+        fixed_batches=total_weight is None and not model.carry_over)
     if total_weight is not None:
       model._train_weight = total_weight
 
