@@ -149,7 +149,7 @@ class DenseHashTableState(tf.lookup.experimental.DenseHashTable):
     return super().insert(keys, values)
 
 
-def _model(table, state_table=None):
+def _model(table, state_table=None, carry_over=0.0):
   sparse = tf.Variable(tf.zeros([table]))
   dense = tf.Variable(tf.zeros([13]))
   ours = tf_sdca.sdca_model._ExampleStateTable  # pylint: disable=protected-access
@@ -158,7 +158,8 @@ def _model(table, state_table=None):
     model = tf_sdca.SdcaModel(
         None, dict(sparse_features_weights=[sparse],
                    dense_features_weights=[dense]),
-        dict(loss_type="logistic_loss", symmetric_l2_regularization=L2))
+        dict(loss_type="logistic_loss", symmetric_l2_regularization=L2,
+             carry_over=carry_over))
   finally:
     tf_sdca.sdca_model._ExampleStateTable = ours  # pylint: disable=protected-access
   return model, sparse, dense
@@ -189,10 +190,13 @@ class GraphPeer:
   batch."""
   name = GRAPH
 
-  def __init__(self, table, state_table=None):
-    self.model, self.sparse, self.dense = _model(table, state_table)
+  def __init__(self, table, state_table=None, carry_over=0.0):
+    self.model, self.sparse, self.dense = _model(table, state_table,
+                                                 carry_over)
     if state_table is not None:
       self.name = f"{GRAPH}, {state_table.__name__}"
+    if carry_over:
+      self.name = f"{GRAPH}, carry_over={carry_over}"
     model = self.model
 
     @tf.function(reduce_retracing=True)
@@ -289,6 +293,10 @@ def main():
                       help="one more peer: the tf.function step with the "
                       "example state in TensorFlow's DenseHashTable, as "
                       "before TfSdca>ExampleStateTable")
+  parser.add_argument("--carry-over", type=float, default=0.0,
+                      help="one more peer: the tf.function step holding "
+                      "back this share of each call's rows for the next "
+                      "(SdcaModel's carry_over; its cost per step)")
   args = parser.parse_args()
 
   t0 = time.perf_counter()
@@ -309,6 +317,8 @@ def main():
     made = [TheirPeer(n, table), EagerPeer(table), GraphPeer(table)]
     if args.dense_hash_table:
       made.append(GraphPeer(table, DenseHashTableState))
+    if args.carry_over:
+      made.append(GraphPeer(table, carry_over=args.carry_over))
     return made
 
   for peer in make_peers():

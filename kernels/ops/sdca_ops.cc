@@ -590,6 +590,98 @@ keys: [n] int64, the low half of each id's TfSdca>Fprint fingerprint, moved
   by +2 when it is one of the two lowest int64 values (reserved by the table).
 )doc");
 
+REGISTER_OP("TfSdca>HoldRows")
+    .Input("keys: int64")
+    .Input("example_weights: float")
+    .Input("example_labels: float")
+    .Input("sparse_example_indices: num_sparse * int64")
+    .Input("sparse_feature_indices: num_sparse * int64")
+    .Input("sparse_feature_values: num_sparse * float")
+    .Input("dense_features: num_dense * float")
+    .Input("held_keys: int64")
+    .Input("held_example_weights: float")
+    .Input("held_example_labels: float")
+    .Input("held_sparse_example_indices: num_sparse * int64")
+    .Input("held_sparse_feature_indices: num_sparse * int64")
+    .Input("held_sparse_feature_values: num_sparse * float")
+    .Input("held_dense_features: num_dense * float")
+    .Input("call_index: int64")
+    .Output("visit_keys: int64")
+    .Output("visit_example_weights: float")
+    .Output("visit_example_labels: float")
+    .Output("visit_sparse_example_indices: num_sparse * int64")
+    .Output("visit_sparse_feature_indices: num_sparse * int64")
+    .Output("visit_sparse_feature_values: num_sparse * float")
+    .Output("visit_dense_features: num_dense * float")
+    .Output("out_held_keys: int64")
+    .Output("out_held_example_weights: float")
+    .Output("out_held_example_labels: float")
+    .Output("out_held_sparse_example_indices: num_sparse * int64")
+    .Output("out_held_sparse_feature_indices: num_sparse * int64")
+    .Output("out_held_sparse_feature_values: num_sparse * float")
+    .Output("out_held_dense_features: num_dense * float")
+    .Attr("num_sparse: int >= 0")
+    .Attr("num_dense: int >= 0")
+    .Attr("fraction: float")
+    .Attr("seed: int = 0")
+    .Attr("values: list(bool)")
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t num_sparse, num_dense;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_sparse", &num_sparse));
+      TF_RETURN_IF_ERROR(c->GetAttr("num_dense", &num_dense));
+      ShapeHandle handle;
+      const int side_inputs = 3 + 3 * num_sparse + num_dense;
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "keys", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, side_inputs, 1, "held_keys", &handle));
+      TF_RETURN_IF_ERROR(
+          RankNamed(c, 2 * side_inputs, 0, "call_index", &handle));
+      // Both sides' sizes depend on the random draw: only ranks and the
+      // dense widths are known.
+      for (int side = 0; side < 2; ++side) {
+        const int first = side * side_inputs;
+        for (int f = 0; f < 3 + 3 * num_sparse; ++f) {
+          c->set_output(first + f, c->Vector(c->UnknownDim()));
+        }
+        for (int g = 0; g < num_dense; ++g) {
+          ShapeHandle dense;
+          TF_RETURN_IF_ERROR(RankNamed(c, 3 + 3 * num_sparse + g, 2,
+                                       "dense_features", &dense));
+          c->set_output(first + 3 + 3 * num_sparse + g,
+                        c->Matrix(c->UnknownDim(), c->Dim(dense, 1)));
+        }
+      }
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+SdcaModel's carry_over: merges the rows held back by the last call into a
+batch and deals the merged rows into those visited now and those held for the
+next call.
+
+A held row whose key is also in the batch is dropped (the batch's copy stands
+for it). Of the m merged rows (the batch's first, in order, then the kept held
+rows), floor(fraction * m) are held, drawn from seed and call_index; every
+other is visited. Both sides keep the merged order; sparse entries are
+renumbered to their side's rows.
+
+keys: [b] int64 keys of the batch's examples (TfSdca>ExampleKeys).
+example_weights: [b].
+example_labels: [b].
+sparse_example_indices: per sparse group, [nnz] rows in [0, b).
+sparse_feature_indices: per sparse group, [nnz] feature ids.
+sparse_feature_values: per sparse group, [nnz] values, or [0] for a group
+  without values (`values`); the same on both sides and in the outputs.
+dense_features: per dense group, [b, d].
+held_keys: [h], and the other held_ inputs: the held rows, as the last call's
+  out_held_ outputs.
+call_index: scalar mixed into the draw (SdcaModel's count of minimize calls).
+visit_keys: the rows to visit now, and the other visit_ outputs.
+out_held_keys: the rows held for the next call, and the other out_held_
+  outputs.
+fraction: the share of the merged rows held, in [0, 1).
+seed: the draw's seed.
+values: per sparse group, whether its entries have values.
+)doc");
+
 REGISTER_OP("TfSdca>ExampleStateTable")
     .Output("table: resource")
     .Attr("width: int >= 1")

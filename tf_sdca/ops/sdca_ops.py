@@ -328,6 +328,72 @@ def example_keys(example_ids, name=None):
         _tensor(example_ids, tf.string, "example_ids"))
 
 
+def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
+  """`SdcaModel`'s `carry_over`: merges the rows held back by the last call
+  into a batch, and deals the merged rows into those visited now and
+  `floor(fraction * m)` held for the next call (drawn from `seed` and
+  `call_index`). A held row whose key is back in the batch is dropped: the
+  batch's copy stands for it.
+
+  Args:
+    batch, held: dicts with `keys` (int64 `[n]`), `example_weights` and
+      `example_labels` (float `[n]`), `sparse` (per sparse group a triple of
+      example indices in `[0, n)`, feature ids, float values, each `[nnz]`;
+      values None in the batch for a group without values, whose held
+      values are then `[0]`) and `dense` (per dense group a float
+      `[n, d]`); the same groups on both sides.
+    call_index: int64 scalar mixed into the draw.
+    fraction: the share held, in [0, 1).
+    seed: the draw's seed.
+    name: op name.
+
+  Returns:
+    (rows to visit now, rows held for the next call), each a dict as above.
+
+  Raises:
+    ValueError: for a `fraction` outside [0, 1) or sides of different groups.
+    tf.errors.InvalidArgumentError: (when run) for inconsistent sizes or an
+      example index outside its side's rows.
+  """
+  if not 0.0 <= fraction < 1.0:
+    raise ValueError(f"fraction must be in [0, 1), got {fraction!r}")
+  if (len(batch["sparse"]) != len(held["sparse"]) or
+      len(batch["dense"]) != len(held["dense"])):
+    raise ValueError("batch and held rows must have the same feature groups")
+
+  def side(rows, prefix):
+    out = dict(keys=_tensor(rows["keys"], tf.int64, prefix + "keys"))
+    for key in ("example_weights", "example_labels"):
+      out[key] = _tensor(rows[key], tf.float32, prefix + key)
+    for k, (key, dtype) in enumerate((
+        ("sparse_example_indices", tf.int64),
+        ("sparse_feature_indices", tf.int64),
+        ("sparse_feature_values", tf.float32))):
+      out[key] = [tf.zeros([0], tf.float32) if col[k] is None else
+                  _tensor(col[k], dtype, prefix + key)
+                  for col in rows["sparse"]]
+    out["dense_features"] = [_tensor(x, tf.float32, prefix + "dense_features")
+                             for x in rows["dense"]]
+    return out
+
+  values = [col[2] is not None for col in batch["sparse"]]
+  with tf.name_scope(name or "hold_rows"):
+    ins = side(batch, "")
+    ins.update({"held_" + k: v for k, v in side(held, "held_").items()})
+    outs = load_ops().tf_sdca_hold_rows(
+        **ins, call_index=_tensor(call_index, tf.int64, "call_index"),
+        fraction=float(fraction), seed=int(seed), values=values)
+    parts = []
+    for first in (0, 7):  # keys, weights, labels, then the four groups' lists
+      keys, weights, labels, rows, ids, vals, dense = outs[first:first + 7]
+      parts.append(dict(keys=keys, example_weights=weights,
+                        example_labels=labels,
+                        sparse=[(r, i, v if has else None) for r, i, v, has
+                                in zip(rows, ids, vals, values)],
+                        dense=list(dense)))
+    return parts[0], parts[1]
+
+
 def example_state_table(width, shared_name="", name=None):
   """A handle of `SdcaModel`'s per-example state table (float32 rows of
   `width` by int64 key), created empty the first time; named by
