@@ -140,11 +140,12 @@ def test_held_rows_in_a_tf_function_loop_match_eager_calls():
                                 eager._held.keys.numpy())
 
 
-@pytest.mark.parametrize("bad", [1.0, -0.25, True, "0.5", float("nan")])
+@pytest.mark.parametrize("bad", [1.0, -0.25, True, "0.5", "Auto",
+                                 float("nan")])
 def test_carry_over_outside_zero_to_one_is_a_value_error(bad):
   x, ids, y, s = _data("logistic_loss")
-  with pytest.raises(ValueError, match=r"options\['carry_over'\] must be a "
-                     r"number in \[0, 1\)"):
+  with pytest.raises(ValueError, match=r"options\['carry_over'\] must be "
+                     r"'auto' or a number in \[0, 1\)"):
     _model(_examples(x, ids, y, s), "logistic_loss", carry_over=bad)
 
 
@@ -174,18 +175,21 @@ def test_keras_fit_on_fixed_batches_of_a_dataset_takes_one_batchs_epochs():
   # Six fixed batches of 95 rows. Measured: 46 epochs for one batch, 96
   # for the six, 47 with half of each step's rows held back.
   assert epochs(95, 0.5) <= 1.5 * one
+  assert epochs(95, "auto") <= 1.5 * one
   # Plainly, the slow progress is flagged, naming the order's remedies.
   with pytest.warns(UserWarning, match=r"shuffle the rows before batching "
-                    r"them, or hold back half of each step's rows with "
-                    r"carry_over=0.5"):
+                    r"them, or hold back a share of each step's rows with "
+                    r"carry_over='auto'"):
     assert epochs(95, 0.0) > 1.5 * one
   model = LinearModel(carry_over=0.5)
   assert LinearModel.from_config(model.get_config()).carry_over == 0.5
+  assert LinearModel.from_config(LinearModel(
+      carry_over="auto").get_config()).carry_over == "auto"
   with pytest.raises(ValueError, match=r"carry_over=0.5 holds back rows of "
                      r"streamed batches"):
     model.fit(x, y, epochs=1, verbose=0)
-  with pytest.raises(ValueError, match=r"carry_over must be a number in "
-                     r"\[0, 1\), got 1"):
+  with pytest.raises(ValueError, match=r"carry_over must be 'auto' or a "
+                     r"number in \[0, 1\), got 1"):
     LinearModel(carry_over=1)
 
 
@@ -219,11 +223,13 @@ def test_estimator_trains_fixed_batches_with_held_rows(tmp_path):
   # 30 passes over six fixed batches; the held rows are in the checkpoint,
   # and the second train call (restored from it) goes on with them.
   plain = excess("plain", 180)
-  excess("held", 90, carry_over=0.5)
+  excess("held", 90, carry_over="auto")
   names = [n for n, _ in tf.train.list_variables(str(tmp_path / "held"))]
   assert "sdca/_held/keys/.ATTRIBUTES/VARIABLE_VALUE" in names, names
-  held = excess("held", 180, carry_over=0.5)
-  # Measured: 9.1e-4 plainly, 6.3e-7 with held rows.
+  held = excess("held", 180, carry_over="auto")
+  # Measured: 9.1e-4 plainly, 4.6e-7 with carry_over='auto' (f = 0.5 on
+  # six batches, once the first epoch has filled the dual table; a fixed
+  # 0.5: 6.3e-7).
   assert held < plain / 100.0
 
 
@@ -321,3 +327,6 @@ def test_hold_rows_bad_input_is_an_error_naming_the_argument():
   with pytest.raises(ValueError, match=r"fraction must be in \[0, 1\), got "
                      r"1.0"):
     sdca_ops.hold_rows(batch, held, 0, 1.0)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"fraction = 1 must be in \[0, 1\)"):
+    sdca_ops.hold_rows(batch, held, 0, tf.constant(1.0))

@@ -148,11 +148,11 @@ def test_batches_dealt_anew_every_epoch_converge_like_one_full_batch(name):
 
 
 # Measured (l2 = 1, one batch against six fixed ones, passes to 1e-6):
-# breast_cancer 40 against 96 plainly, 44 with half of each call's rows
-# held back; wine 21 against 39 and 22 (g3doc/sdca_model.md, 'Streaming
-# orders').
+# breast_cancer 40 against 96 plainly, 40 with half of each call's rows
+# held back; wine 21 against 39 and 20 (g3doc/sdca_model.md, 'Streaming
+# orders'). 'auto' holds back B / (B + 6) for B batches an epoch: 0.5 here.
 @pytest.mark.parametrize("carry_over", [
-    0.5,
+    0.5, "auto",
     pytest.param(0.0, marks=pytest.mark.xfail(strict=True, reason=(
         "fixed consecutive batches are a block-cyclic order: each batch is "
         "visited in a fresh order every call, yet without held-back rows "
@@ -164,4 +164,17 @@ def test_fixed_consecutive_batches_converge_like_one_full_batch(name,
   full = _passes_to_tol(x, y, 1.0, 1, False, 200)
   streamed = _passes_to_tol(x, y, 1.0, 6, False, int(1.5 * full),
                             carry_over=carry_over)
+  assert streamed is not None, f"not within 1.5 x {full} passes"
+
+
+@pytest.mark.parametrize("num_batches", [2, 12])
+def test_auto_carry_over_fits_the_number_of_batches(num_batches):
+  # 'auto' holds back B / (B + 6) of the rows for B batches an epoch, B
+  # read from the dual table's size. Measured (breast_cancer, l2 = 1):
+  # 2, 3, 6, 12 fixed batches 47, 42, 42, 42 passes, one batch 40; wine
+  # 18, 22, 21, 21 against 21. A fixed 0.75 took 98 passes on two batches.
+  x, y = _standardized(DATA["breast_cancer"])
+  full = _passes_to_tol(x, y, 1.0, 1, False, 200)
+  streamed = _passes_to_tol(x, y, 1.0, num_batches, False, int(1.5 * full),
+                            carry_over="auto")
   assert streamed is not None, f"not within 1.5 x {full} passes"

@@ -246,7 +246,8 @@ class ProgressWatch:
             "visit_order='shrinking' skips the duals held at a bound" +
             ("; and the same consecutive batches every epoch need ~2x the "
              "epochs of one batch: shuffle the rows before batching them, "
-             "or hold back half of each step's rows with carry_over=0.5 "
+             "or hold back a share of each step's rows with "
+             "carry_over='auto' "
              "(g3doc/sdca_model.md, 'Streaming orders')"
              if self.fixed_batches else ""))
 

@@ -363,9 +363,30 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
 
 
 def valid_carry_over(value):
-  """Whether `value` is a valid `carry_over` option: a number in [0, 1)."""
-  return (not isinstance(value, bool) and isinstance(value, numbers.Real)
-          and 0.0 <= value < 1.0)
+  """Whether `value` is a valid `carry_over` option: 'auto' or a number in
+  [0, 1)."""
+  return value == "auto" or (
+      not isinstance(value, bool) and isinstance(value, numbers.Real) and
+      0.0 <= value < 1.0)
+
+
+# carry_over='auto': f = B / (B + 6) for a stream of B batches an epoch
+# (measured, six batches of breast_cancer and wine: 0.5 needs the passes of
+# one batch, 0.75 up to 1.3x; twenty Criteo-shaped batches: 0.75 matches one
+# batch, 0.5 is 14x above it after 20 epochs; two batches: 0.25), at most
+# 0.8 (the held rows, f / (1 - f) batches of them, then 4 batches).
+_AUTO_CARRY_BATCHES = 6.0
+_AUTO_CARRY_MAX = 0.8
+
+
+def _auto_carry_over(examples_stored, batch_rows):
+  """carry_over='auto''s share for a batch of `batch_rows` rows when the
+  dual table holds `examples_stored` examples (B = their ratio: the
+  batches of an epoch, once the first epoch has filled the table)."""
+  batches = tf.cast(examples_stored, tf.float64) / tf.cast(
+      tf.maximum(batch_rows, 1), tf.float64)
+  return tf.minimum(batches / (batches + _AUTO_CARRY_BATCHES),
+                    _AUTO_CARRY_MAX)
 
 
 class _HeldRows(tf.Module):
@@ -380,7 +401,8 @@ class _HeldRows(tf.Module):
   call's rows, to be visited with the next call's, lets a row move between
   neighbouring calls from one epoch to the next: with half held back, six
   fixed batches need 0.9-1.23x the passes of one batch on scikit-learn's
-  sets, two 1.0-1.5x. One op per call, `TfSdca>HoldRows`.
+  sets; more batches need a larger share ('auto'). One op per call,
+  `TfSdca>HoldRows`.
   """
 
   def __init__(self, num_sparse, dense_widths):
@@ -408,7 +430,8 @@ class _HeldRows(tf.Module):
     Args:
       examples: the batch (`minimize`'s structure).
       keys: its int64 example keys (distinct).
-      fraction: the share of the merged rows to hold back, in [0, 1).
+      fraction: the share of the merged rows to hold back, in [0, 1) (a
+        number or a float scalar tensor).
       seed, call: the random draw's seed: the option and the call index.
 
     Returns:
@@ -517,17 +540,21 @@ class SdcaModel(tf.Module):
       `hinge_step` ('projection'; the multiclass hinge's block step, or
       the reference's 'steepest_ascent' / 'near_max_gain', see
       `tf_sdca.ops.packed_solve`),
-      `carry_over` (0.0; a share f in [0, 1): each `minimize` call holds
-      back a random f of its rows, its batch's plus those held back by the
-      previous call, and visits them with the next call's batch instead.
-      A stream of the same consecutive batches every epoch otherwise
-      converges like a block-cyclic order, 2-2.5x the passes of one
-      batch; with f = 0.5 it needs about the passes of one batch, at ~1.4x
-      the time per call (g3doc/sdca_model.md, 'Streaming orders'). For a
-      stream of several
-      batches: on a single batch it only halves the rows each call
-      visits. The held rows, at most f / (1 - f) batches of them, live in
-      variables that checkpoints keep; `get_state` does not hold them),
+      `carry_over` (0.0; 'auto' or a share f in [0, 1): each `minimize`
+      call holds back a random f of its rows, its batch's plus those held
+      back by the previous call, and visits them with the next call's
+      batch instead. A stream of the same consecutive batches every epoch
+      otherwise converges like a block-cyclic order: 2-2.5x the passes of
+      one batch on six batches of scikit-learn's sets, and on twenty
+      batches of Criteo-shaped rows 270x one batch's suboptimality after
+      20 epochs. Held rows need about one batch's passes when f fits the
+      B batches of an epoch, f ~ B / (B + 6): 0.25 for two, 0.5 for six,
+      0.75 for twenty; 'auto' takes that f (at most 0.8) with B = the
+      examples in the dual table / the batch's rows. Each call costs ~1.4x
+      (g3doc/sdca_model.md, 'Streaming orders'). For a stream of several
+      batches: on a single batch it only delays rows. The held rows, f /
+      (1 - f) batches of them, live in variables that checkpoints keep;
+      `get_state` does not hold them),
       `average_from` (None; T0 >= 0: output averaging counted in `minimize`
       calls. The model keeps float64 running means of the unshrunk weights
       over the iterates after calls T0, T0 + 1, ... (T0 = 0: the starting
@@ -677,7 +704,7 @@ class SdcaModel(tf.Module):
     if not isinstance(opts["adaptive"], bool):
       fail("adaptive", "a bool")
     if not valid_carry_over(opts["carry_over"]):
-      fail("carry_over", "a number in [0, 1)")
+      fail("carry_over", "'auto' or a number in [0, 1)")
     try:
       opts["average_from"] = averaging.check_average_from(
           opts["average_from"], "minimize call")
@@ -791,8 +818,13 @@ class SdcaModel(tf.Module):
     keys = sdca_ops.example_keys(examples["example_ids"])
     held = []
     if self._held is not None:
+      share = self._options["carry_over"]
+      if share == "auto":
+        share = _auto_carry_over(
+            tf.add_n([t.size() for t in self._tables]),
+            tf.size(keys, out_type=tf.int64))
       examples, keys, held = self._held.take(
-          examples, keys, self._options["carry_over"], self._options["seed"],
+          examples, keys, share, self._options["seed"],
           self._calls.read_value())
     state, slots = self._find_state(keys)
     ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []

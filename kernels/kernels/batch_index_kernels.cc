@@ -172,7 +172,6 @@ class DistinctIdsOp : public OpKernel {
 class HoldRowsOp : public OpKernel {
  public:
   explicit HoldRowsOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("fraction", &fraction_));
     OP_REQUIRES_OK(context, context->GetAttr("seed", &seed_));
     OP_REQUIRES_OK(context, context->GetAttr("values", &values_));
     int num_sparse;
@@ -180,19 +179,25 @@ class HoldRowsOp : public OpKernel {
     OP_REQUIRES(context, static_cast<int>(values_.size()) == num_sparse,
                 InvalidArgument("values has ", values_.size(),
                                 " entries, not num_sparse = ", num_sparse));
-    OP_REQUIRES(context, fraction_ >= 0.0f && fraction_ < 1.0f,
-                InvalidArgument("fraction = ", fraction_,
-                                " must be in [0, 1)"));
   }
 
   void Compute(OpKernelContext* context) override {
     Side batch, held;
     OP_REQUIRES_OK(context, ReadSide(context, "", values_, &batch));
     OP_REQUIRES_OK(context, ReadSide(context, "held_", values_, &held));
-    const Tensor& call = context->input(context->num_inputs() - 1);
+    const Tensor& call = context->input(context->num_inputs() - 2);
     OP_REQUIRES(context, ::tensorflow::TensorShapeUtils::IsScalar(call.shape()),
                 InvalidArgument("call_index must be a scalar, got shape ",
                                 call.shape().DebugString()));
+    const Tensor& share = context->input(context->num_inputs() - 1);
+    OP_REQUIRES(context,
+                ::tensorflow::TensorShapeUtils::IsScalar(share.shape()),
+                InvalidArgument("fraction must be a scalar, got shape ",
+                                share.shape().DebugString()));
+    const float fraction = share.scalar<float>()();
+    OP_REQUIRES(context, fraction >= 0.0f && fraction < 1.0f,
+                InvalidArgument("fraction = ", fraction,
+                                " must be in [0, 1)"));
     OP_REQUIRES(context, batch.sparse_rows.size() == held.sparse_rows.size() &&
                              batch.dense.size() == held.dense.size(),
                 InvalidArgument("the held rows have ", held.sparse_rows.size(),
@@ -238,7 +243,7 @@ class HoldRowsOp : public OpKernel {
     }
     // floor(fraction * m) < m rows held: every call visits one.
     const int64_t k = static_cast<int64_t>(
-        std::floor(static_cast<double>(fraction_) * static_cast<double>(m)));
+        std::floor(static_cast<double>(fraction) * static_cast<double>(m)));
     std::vector<int64_t> pick(m);
     for (int64_t r = 0; r < m; ++r) pick[r] = r;
     Rng rng(MixSeed(static_cast<uint64_t>(seed_), 0x486f6c64526f7773ULL,
@@ -496,7 +501,6 @@ class HoldRowsOp : public OpKernel {
     return side * (3 + 3 * num_sparse + num_dense) + field;
   }
 
-  float fraction_;
   int64_t seed_;
   std::vector<bool> values_;  // per sparse group: whether it has values
 };

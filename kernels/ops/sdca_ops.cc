@@ -606,6 +606,7 @@ REGISTER_OP("TfSdca>HoldRows")
     .Input("held_sparse_feature_values: num_sparse * float")
     .Input("held_dense_features: num_dense * float")
     .Input("call_index: int64")
+    .Input("fraction: float")
     .Output("visit_keys: int64")
     .Output("visit_example_weights: float")
     .Output("visit_example_labels: float")
@@ -622,7 +623,6 @@ REGISTER_OP("TfSdca>HoldRows")
     .Output("out_held_dense_features: num_dense * float")
     .Attr("num_sparse: int >= 0")
     .Attr("num_dense: int >= 0")
-    .Attr("fraction: float")
     .Attr("seed: int = 0")
     .Attr("values: list(bool)")
     .SetShapeFn([](InferenceContext* c) {
@@ -635,6 +635,8 @@ REGISTER_OP("TfSdca>HoldRows")
       TF_RETURN_IF_ERROR(RankNamed(c, side_inputs, 1, "held_keys", &handle));
       TF_RETURN_IF_ERROR(
           RankNamed(c, 2 * side_inputs, 0, "call_index", &handle));
+      TF_RETURN_IF_ERROR(
+          RankNamed(c, 2 * side_inputs + 1, 0, "fraction", &handle));
       // Both sides' sizes depend on the random draw: only ranks and the
       // dense widths are known.
       for (int side = 0; side < 2; ++side) {
@@ -674,10 +676,10 @@ dense_features: per dense group, [b, d].
 held_keys: [h], and the other held_ inputs: the held rows, as the last call's
   out_held_ outputs.
 call_index: scalar mixed into the draw (SdcaModel's count of minimize calls).
+fraction: scalar, the share of the merged rows held, in [0, 1).
 visit_keys: the rows to visit now, and the other visit_ outputs.
 out_held_keys: the rows held for the next call, and the other out_held_
   outputs.
-fraction: the share of the merged rows held, in [0, 1).
 seed: the draw's seed.
 values: per sparse group, whether its entries have values.
 )doc");

@@ -72,11 +72,11 @@ class LinearSDCA:
     adaptive: adaptive example sampling.
     **options: tf_sdca's extra `SdcaModel` options (`visit_order`, `seed`,
       `num_inner_iterations`, `num_threads`, `average_from`, `carry_over`).
-      `carry_over=0.5` holds back a random half of each training step's
-      rows for the next step: an input_fn that yields the same consecutive
-      batches every epoch then needs about the epochs of one batch, not
-      2-2.5x (g3doc/sdca_model.md, 'Streaming orders'); the checkpoint
-      keeps the held rows.
+      `carry_over="auto"` (or a share in [0, 1)) holds back a random share
+      of each training step's rows for the next steps: an input_fn that
+      yields the same consecutive batches every epoch then needs about the
+      epochs of one batch, not 2x or far more (g3doc/sdca_model.md,
+      'Streaming orders'); the checkpoint keeps the held rows.
       `average_from=T0` (None: off) is output averaging counted in training
       steps (the estimator's unit: one `minimize` call per batch, the global
       step): the weights that `predict`, `evaluate`, `export_saved_model`

@@ -174,11 +174,13 @@ class LinearModel(keras.Model):
       strategy (whose rounds extrapolate already). Kept by `get_config`;
       a `fit` with `initial_epoch > 0` continues the last `fit`'s
       extrapolation in the same process (a saved model does not keep it).
-    carry_over: a share f in [0, 1) (0: off, the default) for fits on a
-      streamed `tf.data.Dataset`: each step holds back a random f of its
-      rows for the next step (`tf_sdca.SdcaModel`'s option). A dataset of
+    carry_over: 'auto' or a share f in [0, 1) (0: off, the default) for
+      fits on a streamed `tf.data.Dataset`: each step holds back a random f
+      of its rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto':
+      f = B / (B + 6), at most 0.8, for B batches an epoch). A dataset of
       the same consecutive batches every epoch otherwise needs 2-2.5x the
-      epochs of one batch; 0.5 brings it to about those of one batch
+      epochs of one batch, or far more with many batches; held rows bring
+      it to about those of one batch, at ~1.4x the time per step
       (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
       every row in a fresh order each epoch and refuse it. Kept by
       `get_config`; a saved model starts without held rows.
@@ -194,9 +196,10 @@ class LinearModel(keras.Model):
                **kwargs):
     super().__init__(**kwargs)
     if not valid_carry_over(carry_over):
-      raise ValueError(f"carry_over must be a number in [0, 1), got "
-                       f"{carry_over!r}")
-    self.carry_over = float(carry_over)
+      raise ValueError(f"carry_over must be 'auto' or a number in [0, 1), "
+                       f"got {carry_over!r}")
+    self.carry_over = (carry_over if carry_over == "auto" else
+                       float(carry_over))
     self.average_from = averaging.check_average_from(average_from)
     self.loss_type = losses.op_name(loss)
     self.loss_name = loss

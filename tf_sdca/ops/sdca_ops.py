@@ -343,7 +343,8 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
       values are then `[0]`) and `dense` (per dense group a float
       `[n, d]`); the same groups on both sides.
     call_index: int64 scalar mixed into the draw.
-    fraction: the share held, in [0, 1).
+    fraction: the share held, in [0, 1) (a number, or a float32 scalar
+      tensor checked when run).
     seed: the draw's seed.
     name: op name.
 
@@ -352,10 +353,11 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
 
   Raises:
     ValueError: for a `fraction` outside [0, 1) or sides of different groups.
-    tf.errors.InvalidArgumentError: (when run) for inconsistent sizes or an
-      example index outside its side's rows.
+    tf.errors.InvalidArgumentError: (when run) for inconsistent sizes, an
+      example index outside its side's rows or a fraction tensor outside
+      [0, 1).
   """
-  if not 0.0 <= fraction < 1.0:
+  if not tf.is_tensor(fraction) and not 0.0 <= fraction < 1.0:
     raise ValueError(f"fraction must be in [0, 1), got {fraction!r}")
   if (len(batch["sparse"]) != len(held["sparse"]) or
       len(batch["dense"]) != len(held["dense"])):
@@ -382,7 +384,8 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
     ins.update({"held_" + k: v for k, v in side(held, "held_").items()})
     outs = load_ops().tf_sdca_hold_rows(
         **ins, call_index=_tensor(call_index, tf.int64, "call_index"),
-        fraction=float(fraction), seed=int(seed), values=values)
+        fraction=tf.cast(fraction, tf.float32), seed=int(seed),
+        values=values)
     parts = []
     for first in (0, 7):  # keys, weights, labels, then the four groups' lists
       keys, weights, labels, rows, ids, vals, dense = outs[first:first + 7]
