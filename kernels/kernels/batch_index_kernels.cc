@@ -162,6 +162,21 @@ class DistinctIdsOp : public OpKernel {
   std::string argument_;
 };
 
+// Output `position` of `shape` as T*; on failure the context fails (check
+// context->status() before writing).
+template <typename T>
+T* AllocateOutput(OpKernelContext* context, int position,
+                  const TensorShape& shape) {
+  Tensor* t = nullptr;
+  const ::tensorflow::Status status =
+      context->allocate_output(position, shape, &t);
+  if (!status.ok()) {
+    context->CtxFailure(status);
+    return nullptr;
+  }
+  return t->flat<T>().data();
+}
+
 // SdcaModel's carry_over: merges the rows held back by the last call into
 // the batch (a held row whose key is back in the batch is dropped: the
 // batch's copy stands for it) and deals the merged rows into those visited
@@ -269,20 +284,13 @@ class HoldRowsOp : public OpKernel {
     float* out_weights[2];
     float* out_labels[2];
     for (int side = 0; side < 2; ++side) {
-      Tensor* t;
-      OP_REQUIRES_OK(context, context->allocate_output(
-                                  Position(side, 0, num_sparse, num_dense),
-                                  TensorShape({counts[side]}), &t));
-      out_keys[side] = t->flat<int64_t>().data();
-      OP_REQUIRES_OK(context, context->allocate_output(
-                                  Position(side, 1, num_sparse, num_dense),
-                                  TensorShape({counts[side]}), &t));
-      out_weights[side] = t->flat<float>().data();
-      OP_REQUIRES_OK(context, context->allocate_output(
-                                  Position(side, 2, num_sparse, num_dense),
-                                  TensorShape({counts[side]}), &t));
-      out_labels[side] = t->flat<float>().data();
+      const int at = Position(side, 0, num_sparse, num_dense);
+      const TensorShape shape({counts[side]});
+      out_keys[side] = AllocateOutput<int64_t>(context, at, shape);
+      out_weights[side] = AllocateOutput<float>(context, at + 1, shape);
+      out_labels[side] = AllocateOutput<float>(context, at + 2, shape);
     }
+    if (!context->status().ok()) return;
     for (int from_held = 0; from_held < 2; ++from_held) {
       const Side& src = from_held ? held : batch;
       for (int64_t i = 0; i < src.n; ++i) {
@@ -349,25 +357,17 @@ class HoldRowsOp : public OpKernel {
       int64_t* ids_out[2];
       float* values_out[2];
       for (int side = 0; side < 2; ++side) {
-        Tensor* t;
-        OP_REQUIRES_OK(context, context->allocate_output(
-                                    Position(side, 3, num_sparse, num_dense) + g,
-                                    TensorShape({entries[side]}), &t));
-        rows_out[side] = t->flat<int64_t>().data();
-        OP_REQUIRES_OK(context,
-                       context->allocate_output(
-                           Position(side, 3, num_sparse, num_dense) +
-                               num_sparse + g,
-                           TensorShape({entries[side]}), &t));
-        ids_out[side] = t->flat<int64_t>().data();
+        const int at = Position(side, 3, num_sparse, num_dense) + g;
+        const TensorShape shape({entries[side]});
+        rows_out[side] = AllocateOutput<int64_t>(context, at, shape);
+        ids_out[side] = AllocateOutput<int64_t>(context, at + num_sparse,
+                                                shape);
         // A group without values has none on either side.
-        OP_REQUIRES_OK(context,
-                       context->allocate_output(
-                           Position(side, 3, num_sparse, num_dense) +
-                               2 * num_sparse + g,
-                           TensorShape({values_[g] ? entries[side] : 0}), &t));
-        values_out[side] = t->flat<float>().data();
+        values_out[side] = AllocateOutput<float>(
+            context, at + 2 * num_sparse,
+            TensorShape({values_[g] ? entries[side] : 0}));
       }
+      if (!context->status().ok()) return;
       parallel_for(chunks, [&](int64_t c) {
         const auto [lo, hi] = bounds(c);
         std::array<int64_t, 2> at = first[c];
@@ -389,14 +389,12 @@ class HoldRowsOp : public OpKernel {
       const int64_t d = batch.dense[g]->dim_size(1);
       float* dense_out[2];
       for (int side = 0; side < 2; ++side) {
-        Tensor* t;
-        OP_REQUIRES_OK(context,
-                       context->allocate_output(
-                           Position(side, 3, num_sparse, num_dense) +
-                               3 * num_sparse + g,
-                           TensorShape({counts[side], d}), &t));
-        dense_out[side] = t->flat<float>().data();
+        dense_out[side] = AllocateOutput<float>(
+            context, Position(side, 3, num_sparse, num_dense) +
+                         3 * num_sparse + g,
+            TensorShape({counts[side], d}));
       }
+      if (!context->status().ok()) return;
       for (int from_held = 0; from_held < 2; ++from_held) {
         const Side& src = from_held ? held : batch;
         const float* x = src.dense[g]->flat<float>().data();
