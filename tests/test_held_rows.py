@@ -330,3 +330,38 @@ def test_hold_rows_bad_input_is_an_error_naming_the_argument():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"fraction = 1 must be in \[0, 1\)"):
     sdca_ops.hold_rows(batch, held, 0, tf.constant(1.0))
+
+
+def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):
+  import keras  # pylint: disable=import-outside-toplevel
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  # SdcaModel: a model given another's get_state() continues bit for bit.
+  x, ids, y, s = _data("logistic_loss", seed=6)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  first, _ = _model(batches[0], "logistic_loss", carry_over=0.5)
+  for ex in batches[:5]:
+    first.minimize(examples=ex)
+  state = first.get_state()
+  assert len(state["held"]["keys"]) > 0
+  second, _ = _model(batches[0], "logistic_loss", carry_over=0.5)
+  second.set_state(state)
+  for model in (first, second):
+    for ex in batches[5:]:
+      model.minimize(examples=ex)
+  np.testing.assert_array_equal(second.get_state()["slots"][0],
+                                first.get_state()["slots"][0])
+  with pytest.raises(ValueError, match="held rows of 0 sparse"):
+    second.set_state(dict(state, held=dict(state["held"], sparse=[])))
+  # Keras: save and load_model keep them with the rest of the SDCA state.
+  xs, ys = _cancer()
+  data = tf.data.Dataset.from_tensor_slices(
+      ({"x": xs, "example_id": np.arange(len(ys))}, ys)).batch(95)
+  model = LinearModel(loss="logistic", carry_over="auto")
+  model.fit(data, epochs=2, verbose=0)
+  path = str(tmp_path / "held.keras")
+  model.save(path)
+  loaded = keras.models.load_model(path)
+  saved, got = model.sdca_state()["held"], loaded.sdca_state()["held"]
+  assert len(saved["keys"]) > 0
+  np.testing.assert_array_equal(got["keys"], saved["keys"])
+  np.testing.assert_array_equal(got["dense"][0], saved["dense"][0])

@@ -424,6 +424,34 @@ class _HeldRows(tf.Module):
       self.dense = [empty(tf.float32, f"dense_{g}", width)
                     for g, width in enumerate(dense_widths)]
 
+  def _fields(self):
+    return [("keys", self.keys), ("example_weights", self.weights),
+            ("example_labels", self.labels)]
+
+  def numpy(self):
+    """The held rows as numpy arrays (`SdcaModel.get_state()['held']`)."""
+    out = {name: var.numpy() for name, var in self._fields()}
+    out["sparse"] = [tuple(v.numpy() for v in group) for group in self.sparse]
+    out["dense"] = [v.numpy() for v in self.dense]
+    return out
+
+  def assign(self, held):
+    """Sets the held rows from `numpy()`'s structure (ValueError when its
+    groups are not the model's)."""
+    if (len(held["sparse"]) != len(self.sparse) or
+        len(held["dense"]) != len(self.dense)):
+      raise ValueError(
+          f"held rows of {len(held['sparse'])} sparse and "
+          f"{len(held['dense'])} dense groups; the model has "
+          f"{len(self.sparse)} and {len(self.dense)}")
+    for name, var in self._fields():
+      var.assign(np.asarray(held[name], var.dtype.as_numpy_dtype))
+    for group, values in zip(self.sparse, held["sparse"]):
+      for var, value in zip(group, values):
+        var.assign(np.asarray(value, var.dtype.as_numpy_dtype))
+    for var, value in zip(self.dense, held["dense"]):
+      var.assign(np.asarray(value, np.float32).reshape(-1, var.shape[1]))
+
   def take(self, examples, keys, fraction, seed, call):
     """Merges the held rows into a batch and holds back a fresh share.
 
@@ -553,8 +581,8 @@ class SdcaModel(tf.Module):
       examples in the dual table / the batch's rows. Each call costs ~1.4x
       (g3doc/sdca_model.md, 'Streaming orders'). For a stream of several
       batches: on a single batch it only delays rows. The held rows, f /
-      (1 - f) batches of them, live in variables that checkpoints keep;
-      `get_state` does not hold them),
+      (1 - f) batches of them, live in variables that checkpoints and
+      `get_state` keep),
       `average_from` (None; T0 >= 0: output averaging counted in `minimize`
       calls. The model keeps float64 running means of the unshrunk weights
       over the iterates after calls T0, T0 + 1, ... (T0 = 0: the starting
@@ -1078,7 +1106,10 @@ class SdcaModel(tf.Module):
       order sparse groups then dense groups) and `calls` (the number of
       `minimize` calls so far, which the visiting orders depend on); with
       `average_from`, `average_count` (iterates in the means) and
-      `average_slots` (the means of `slots`).
+      `average_slots` (the means of `slots`); with `carry_over`, `held`:
+      the rows held for the next call (`keys`, `example_weights`,
+      `example_labels`, `sparse`: per sparse group (example indices,
+      feature ids, values or an empty array), `dense`: per dense group).
     """
     keys, values = [], []
     for table in self._tables:
@@ -1094,12 +1125,15 @@ class SdcaModel(tf.Module):
                     average_count=int(self._average_count.numpy()),
                     average_slots=[mean.numpy() for w in
                                    self._sparse + self._dense
-                                   for mean in w.means])))
+                                   for mean in w.means])),
+                **({} if self._held is None else dict(
+                    held=self._held.numpy())))
 
   def set_state(self, state):
     """Restores what `get_state` returned (and writes the shrunk weights
     into the variables). Example state already stored is replaced; a state
-    without `calls` leaves the call count as it is."""
+    without `calls` (or `held`) leaves the call count (the held rows) as
+    it is."""
     slots = [slot for w in self._sparse + self._dense for slot in w.slots]
     if len(state["slots"]) != len(slots):
       raise ValueError(f"state has {len(state['slots'])} weight slots, the "
@@ -1120,6 +1154,8 @@ class SdcaModel(tf.Module):
                     tf.boolean_mask(values, mine))
     if "calls" in state:
       self._calls.assign(int(state["calls"]))
+    if self._held is not None and "held" in state:
+      self._held.assign(state["held"])
     if self._average_from is not None and "average_slots" in state:
       means = [mean for w in self._sparse + self._dense for mean in w.means]
       for mean, value in zip(means, state["average_slots"]):

@@ -183,7 +183,7 @@ class LinearModel(keras.Model):
       it to about those of one batch, at ~1.4x the time per step
       (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
       every row in a fresh order each epoch and refuse it. Kept by
-      `get_config`; a saved model starts without held rows.
+      `get_config`; `save` keeps the held rows.
     **kwargs: `keras.Model` arguments (`name`, ...).
   """
 
@@ -1290,6 +1290,8 @@ class LinearModel(keras.Model):
       ValueError: before the model has trained or loaded a state.
     """
     if self._sdca is None:
+      if self._pending_state is not None:  # loaded, not yet trained
+        return self._pending_state
       raise ValueError("the model has no SDCA state: fit or load it first")
     self._flush_packed()
     return self._sdca.get_state()
@@ -1316,6 +1318,9 @@ class LinearModel(keras.Model):
       store[f"sdca_slot_{i}"] = slot
     store["sdca_train_weight"] = np.array([self._train_weight])
     store["sdca_calls"] = np.array([state.get("calls", 0)], np.int64)
+    if "held" in state:  # carry_over: the rows held for the next step
+      for name, value in _flat_held(state["held"]):
+        store["sdca_held_" + name] = value
     average = self._average
     if average is not None and average.mean.count:
       # The running mean (and, when the model holds it, the last iterate),
@@ -1357,6 +1362,10 @@ class LinearModel(keras.Model):
                    slots=[np.asarray(store[k]) for k in slots])
       if "sdca_calls" in keys:  # absent from files saved before it existed
         state["calls"] = int(np.asarray(store["sdca_calls"])[0])
+      held = {k[len("sdca_held_"):]: np.asarray(store[k]) for k in keys
+              if k.startswith("sdca_held_")}
+      if held:
+        state["held"] = _nested_held(held)
       if "sdca_row_keys" in keys:
         self._row_duals = (np.asarray(store["sdca_row_keys"]),
                            np.asarray(store["sdca_row_duals"]))
@@ -1464,6 +1473,32 @@ class _Momentum(keras.callbacks.Callback):
     primal, gap = trainer.objective_and_gap(
         model._packed.parts.numpy(), model.loss_type, model.l1, model.l2)  # pylint: disable=protected-access
     self._extrapolation.end_epoch(primal - gap)
+
+
+def _flat_held(held):
+  """(name, array) pairs of `SdcaModel.get_state()['held']`, for a Keras
+  store of flat names."""
+  for name in ("keys", "example_weights", "example_labels"):
+    yield name, held[name]
+  for g, group in enumerate(held["sparse"]):
+    for part, value in zip(("rows", "ids", "values"), group):
+      yield f"sparse_{g}_{part}", value
+  for g, value in enumerate(held["dense"]):
+    yield f"dense_{g}", value
+
+
+def _nested_held(flat):
+  """`_flat_held`'s pairs (as a dict) back in `get_state`'s structure."""
+  def groups(prefix):
+    return sorted({int(k.split("_")[1]) for k in flat
+                   if k.startswith(prefix)})
+  return dict(
+      keys=flat["keys"], example_weights=flat["example_weights"],
+      example_labels=flat["example_labels"],
+      sparse=[tuple(flat[f"sparse_{g}_{part}"]
+                    for part in ("rows", "ids", "values"))
+              for g in groups("sparse_")],
+      dense=[flat[f"dense_{g}"] for g in groups("dense_")])
 
 
 class _DualityGapLogger(keras.callbacks.Callback):
