@@ -100,6 +100,25 @@ def test_each_call_visits_its_share_and_a_held_row_back_in_the_batch_once():
   assert len(model._held.keys.numpy()) == 7
 
 
+def test_a_bad_row_is_reported_in_its_own_call_and_nothing_is_lost():
+  x, ids, y, s = _data("logistic_loss")
+  ex = _examples(x, ids, y, s, rows=np.arange(40))
+  model, _ = _model(ex, "logistic_loss", carry_over=0.5)
+  model.minimize(examples=ex)
+  before = model.get_state()
+  bad = dict(ex, dense_features=[x[:40].copy()])
+  bad["dense_features"][0][3, 1] = np.nan
+  # Row 3, column 1 of the batch given: flat entry 3 * 3 + 1.
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"dense_features\[0\]\[10\] = nan must be finite"):
+    model.minimize(examples=bad)
+  after = model.get_state()
+  for key in ("keys", "values"):
+    np.testing.assert_array_equal(after[key], before[key])
+  np.testing.assert_array_equal(after["held"]["keys"], before["held"]["keys"])
+  np.testing.assert_array_equal(after["slots"][0], before["slots"][0])
+
+
 def test_a_checkpoint_keeps_the_held_rows(tmp_path):
   x, ids, y, s = _data("logistic_loss", seed=2)
   batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
@@ -324,6 +343,23 @@ def test_hold_rows_bad_input_is_an_error_naming_the_argument():
                      match=r"dense_features\[0\] has 2 columns, the held "
                      r"rows' 3"):
     sdca_ops.hold_rows(batch, wide, 0, 0.5)
+  # The batch's numbers, as the optimizer would check them, before a bad
+  # row can be held (and reported a call later, elsewhere).
+  nan = dict(batch, dense=[np.array([[0, 1], [np.nan, 3]], np.float32)])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"dense_features\[0\]\[2\] = nan must be finite"):
+    sdca_ops.hold_rows(nan, held, 0, 0.5)
+  inf = dict(batch, sparse=[batch["sparse"][0][:2] +
+                            (np.array([1, np.inf], np.float32),)])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"sparse_feature_values\[0\]\[1\] = inf must be "
+                     r"finite"):
+    sdca_ops.hold_rows(inf, held, 0, 0.5)
+  negative = dict(batch, example_weights=np.array([1, -2], np.float32))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"example_weights\[1\] = -2 must be finite and "
+                     r">= 0"):
+    sdca_ops.hold_rows(negative, held, 0, 0.5)
   with pytest.raises(ValueError, match=r"fraction must be in \[0, 1\), got "
                      r"1.0"):
     sdca_ops.hold_rows(batch, held, 0, 1.0)

@@ -444,6 +444,18 @@ class HoldRowsOp : public OpKernel {
     side->keys = keys->flat<int64_t>().data();
     side->weights = weights->flat<float>().data();
     side->labels = labels->flat<float>().data();
+    // The batch's numbers are checked here, as the optimizer checks them,
+    // so that a bad row is reported in the call (and at the row) the user
+    // gave it, not when it comes out of the held rows. (Its label's domain
+    // depends on the loss: the optimizer checks it when the row is
+    // visited.) The held rows passed these checks in their own call.
+    const bool check = prefix.empty();
+    for (int64_t i = 0; check && i < n; ++i) {
+      if (!(std::isfinite(side->weights[i]) && side->weights[i] >= 0)) {
+        return InvalidArgument("example_weights[", i, "] = ", side->weights[i],
+                               " must be finite and >= 0");
+      }
+    }
     OpInputList rows, ids, values, dense;
     TF_RETURN_IF_ERROR(
         context->input_list(prefix + "sparse_example_indices", &rows));
@@ -478,6 +490,10 @@ class HoldRowsOp : public OpKernel {
       side->sparse_ids.push_back(ids[g].flat<int64_t>().data());
       side->sparse_values.push_back(
           has_values[g] ? values[g].flat<float>().data() : nullptr);
+      if (check && has_values[g]) {
+        TF_RETURN_IF_ERROR(CheckFinite(side->sparse_values.back(), size,
+                                       "sparse_feature_values" + tag));
+      }
       side->sparse_size.push_back(size);
     }
     for (int g = 0; g < dense.size(); ++g) {
@@ -486,6 +502,11 @@ class HoldRowsOp : public OpKernel {
       if (dense[g].dim_size(0) != n) {
         return InvalidArgument(prefix, "dense_features", tag, " has ",
                                dense[g].dim_size(0), " rows, not ", n);
+      }
+      if (check) {
+        TF_RETURN_IF_ERROR(CheckFinite(dense[g].flat<float>().data(),
+                                       dense[g].NumElements(),
+                                       "dense_features" + tag));
       }
       side->dense.push_back(&dense[g]);
     }

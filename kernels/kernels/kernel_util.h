@@ -243,6 +243,19 @@ inline ::tensorflow::Status CheckEpochResult(const char* loss_name,
   return absl::OkStatus();
 }
 
+// InvalidArgument naming `name`[k] and its value for the first non-finite
+// v[k].
+inline ::tensorflow::Status CheckFinite(const float* v, int64_t n,
+                                        const std::string& name) {
+  for (int64_t k = 0; k < n; ++k) {
+    if (!std::isfinite(v[k])) {
+      return ::tensorflow::errors::InvalidArgument(name, "[", k, "] = ", v[k],
+                                                   " must be finite");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A ParallelFor over the CPU device's worker threads (tasks may queue, so
 // not for work that must run concurrently); one task runs inline.
 inline ParallelFor DevicePool(::tensorflow::OpKernelContext* context) {

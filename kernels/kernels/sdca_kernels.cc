@@ -49,15 +49,6 @@ using ::tensorflow::errors::InvalidArgument;
 
 namespace {
 
-Status CheckFinite(const float* v, int64_t n, const std::string& name) {
-  for (int64_t k = 0; k < n; ++k) {
-    if (!std::isfinite(v[k])) {
-      return InvalidArgument(name, "[", k, "] = ", v[k], " must be finite");
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The batch as the rows to pack (ResidentData), owning its arrays: slots
 // are the ids of a weight table made of the batch's sparse weights (group
 // after group) and then its dense ones.
