@@ -180,7 +180,7 @@ class LinearModel(keras.Model):
       f = B / (B + 6), at most 0.8, for B batches an epoch). A dataset of
       the same consecutive batches every epoch otherwise needs 2-2.5x the
       epochs of one batch, or far more with many batches; held rows bring
-      it to about those of one batch, at ~1.4x the time per step
+      it to about those of one batch, at ~1.4-1.5x the time per step
       (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
       every row in a fresh order each epoch and refuse it. Kept by
       `get_config`; `save` keeps the held rows.
