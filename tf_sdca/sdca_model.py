@@ -362,6 +362,10 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
 
 
+def _floats(x):
+  return tf.convert_to_tensor(x, tf.float32)
+
+
 def valid_carry_over(value):
   """Whether `value` is a valid `carry_over` option: 'auto' or a number in
   [0, 1)."""
@@ -469,18 +473,15 @@ class _HeldRows(tf.Module):
       whose key is back in the batch is dropped: the batch's copy is
       visited or held in its place.
     """
-    def floats(x):
-      return tf.convert_to_tensor(x, tf.float32)
-
     batch = dict(
         keys=keys,
-        example_weights=floats(examples["example_weights"]),
-        example_labels=floats(examples["example_labels"]),
+        example_weights=_floats(examples["example_weights"]),
+        example_labels=_floats(examples["example_labels"]),
         sparse=[(col.example_indices, col.feature_indices,
                  None if col.feature_values is None else
-                 floats(col.feature_values))
+                 _floats(col.feature_values))
                 for col in examples["sparse_features"]],
-        dense=[tf.reshape(floats(x), [-1, var.shape[1]])
+        dense=[tf.reshape(_floats(x), [-1, var.shape[1]])
                for x, var in zip(examples["dense_features"], self.dense)])
     held = dict(keys=self.keys.read_value(),
                 example_weights=self.weights.read_value(),
@@ -512,14 +513,12 @@ class _HeldRows(tf.Module):
 def _batch_tensors(examples):
   """The fields of a batch that `minimize` reads, as tensors of the op's
   dtypes (so that a compiled step is traced per structure, not per value)."""
-  def floats(x):
-    return tf.convert_to_tensor(x, tf.float32)
   return dict(
       sparse_features=[SparseFeatureColumn(*col)
                        for col in examples["sparse_features"]],
-      dense_features=[floats(x) for x in examples["dense_features"]],
-      example_weights=floats(examples["example_weights"]),
-      example_labels=floats(examples["example_labels"]),
+      dense_features=[_floats(x) for x in examples["dense_features"]],
+      example_weights=_floats(examples["example_weights"]),
+      example_labels=_floats(examples["example_labels"]),
       example_ids=tf.convert_to_tensor(examples["example_ids"], tf.string))
 
 
