@@ -235,6 +235,39 @@ def test_a_large_sorted_batch_equals_its_merged_form():
     np.testing.assert_array_equal(with_repeats[1][0], summed[1][0])
 
 
+@pytest.mark.parametrize("order", ["swap", "reversed", "shuffled"])
+def test_a_large_sorted_batch_gives_the_rows_of_its_unsorted_forms(order):
+    """A batch sorted by example has its row starts written as its ids are
+    mapped (two chunks of 65,536+ entries, each writing its own rows);
+    other orders are counted into rows. The same rows in three unsorted
+    orders of the entries (two rows' blocks swapped inside the first chunk,
+    so that the chunks' last examples still ascend; rows reversed; rows
+    shuffled), each row's entries in their order, must solve bit for bit as
+    the sorted batch does, with empty rows first, last and within."""
+    rng = np.random.default_rng(9)
+    n, vocab = 12_000, 3_000
+    rows = [sorted(rng.choice(vocab, rng.integers(0, 30), replace=False))
+            for _ in range(n)]
+    for i in (0, 1, 500, 501, n - 2, n - 1):
+        rows[i] = []
+    args = _batch_of_rows(rows, n, vocab)
+    assert args["sparse_feature_indices"][0].size > 2 * 65_536
+    want = run_ours(args, "logistic_loss", l1=0.0, l2=0.5)
+    row_order = {"swap": np.r_[0:100, 200, 101:200, 100, 201:n],
+                 "reversed": np.arange(n)[::-1],
+                 "shuffled": rng.permutation(n)}[order]
+    ex = np.concatenate([np.full(len(rows[i]), i, np.int64)
+                         for i in row_order])
+    ids = np.concatenate([np.asarray(rows[i], np.int64) for i in row_order])
+    assert np.any(np.diff(ex) < 0)
+    got = run_ours(dict(args, sparse_example_indices=[ex],
+                        sparse_feature_indices=[ids]),
+                   "logistic_loss", l1=0.0, l2=0.5)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1][0], want[1][0])
+    assert np.abs(want[1][0]).max() > 1e-3
+
+
 def test_int64_ids_above_2_to_40_and_unsorted_example_indices_work():
     small = [0, 1, 2, 3]
     big = [2**40 + 3, 2**62 + 11, 2**41, 7]
