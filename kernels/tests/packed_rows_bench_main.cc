@@ -5,11 +5,13 @@
 //       kernels/tests/packed_rows_bench_main.cc -o /tmp/packed_rows_bench
 //   /tmp/packed_rows_bench [rows=1000000] [epochs=10] [threads=1,2,4,8,16]
 //                          [threads | lockstep | record] [auto | scaled | fresh]
-//                          [tolerance=0] [momentum=0]
+//                          [tolerance=0] [momentum=0] [l2=1]
 //
 // Rows: 26 categorical fields with Zipf-distributed values hashed into 2^20
 // buckets, 13 uniform counts in [0, 1] and an intercept; labels drawn from a
-// logistic ground truth. Logistic loss, l2 = 1. For each thread count it
+// logistic ground truth. Logistic loss, l2 = 1 (or the last argument: with
+// 26 ids, 13 counts in [0, 1] and an intercept, |x_i|^2 ~ 31, so q_i =
+// |x_i|^2 / l2 ~ 31 at l2 = 1 and ~0.3 at l2 = 100). For each thread count it
 // trains `epochs` epochs from zero through PackedRows packed for that many
 // threads (lock-free threads over split records) and prints the seconds per
 // epoch, rows/s, the relative duality gap after each epoch, and how far the
@@ -180,9 +182,15 @@ int main(int argc, char** argv) {
   }
   view.squared_norms = d.norms.data();
   auto loss = tf_sdca::MakeLossUpdater(tf_sdca::LossType::kLogistic, 1.0);
+  const double l2 = argc > 8 ? std::atof(argv[8]) : 1.0;
+  if (!(l2 > 0.0)) {
+    std::fprintf(stderr, "l2 must be > 0\n");
+    return 1;
+  }
   std::printf("rows %lld, 26 sparse + 14 dense per row, 2^20 buckets, "
-              "logistic, l2 = 1, hardware threads %u\n",
-              static_cast<long long>(rows), std::thread::hardware_concurrency());
+              "logistic, l2 = %g, hardware threads %u\n",
+              static_cast<long long>(rows), l2,
+              std::thread::hardware_concurrency());
   const std::string mode = argc > 4 ? argv[4] : "";
   const bool lockstep = mode == "lockstep";
   const bool record = mode == "record";
@@ -213,7 +221,7 @@ int main(int argc, char** argv) {
     }
     tf_sdca::SolverOptions options;
     options.loss = loss.get();
-    options.l2 = 1.0;
+    options.l2 = l2;
     std::vector<double> w(view.num_slots(), 0.0), duals(d.n, 0.0);
     std::vector<double> primal(d.n), dual_losses(d.n);
     tf_sdca::StateRecord state;
@@ -261,9 +269,10 @@ int main(int argc, char** argv) {
       const tf_sdca::ObjectiveParts parts = rows_packed.Evaluate(
           options, w.data(), duals.data(), std::max(threads, 1),
           tf_sdca::StdThreadParallelFor(std::max(threads, 1)));
-      const double primal_value = parts.primal_loss + 0.5 * parts.l2_norm_sq;
-      const double gap = parts.primal_loss + parts.dual_loss +
-                         parts.l2_norm_sq;
+      const double primal_value =
+          parts.primal_loss + 0.5 * l2 * parts.l2_norm_sq;
+      const double gap =
+          parts.primal_loss + parts.dual_loss + l2 * parts.l2_norm_sq;
       if (momentum > 0.0) {
         restart = primal_value - gap < last_dual;
         last_dual = primal_value - gap;
