@@ -240,8 +240,17 @@ def test_trainer_says_when_it_uses_fewer_or_slower_threads(monkeypatch):
   with pytest.warns(UserWarning, match="using 1 lock-free thread"):
     assert trainer._choose_threads(2, 5000) == 1
   monkeypatch.setattr(trainer.os, "cpu_count", lambda: 16)
-  with pytest.warns(UserWarning, match="num_threads=8: with 3 or more"):
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
     assert trainer._choose_threads(8, 100_000) == 8
+  assert [str(w.message) for w in caught if "num_threads=8: with 3 or more"
+          in str(w.message) and "more than 8" not in str(w.message)], caught
+  # Past 8 threads it also says that epochs make less progress on rows
+  # whose steps couple strongly (g3doc/benchmarks.md).
+  with pytest.warns(UserWarning, match=r"num_threads=16: .*with more than "
+                    r"8, epochs make less progress where \|x_i\|\^2 / l2 >> "
+                    r"1 \(16 threads in lockstep: 15-130x"):
+    assert trainer._choose_threads(16, 100_000) == 16
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     assert trainer._choose_threads(2, 100_000) == 2

@@ -1199,9 +1199,10 @@ def _choose_threads(num_threads, n, num_classes=1):
   most one per 4096 rows (thread start-up dominates shorter epochs) and one
   per core (threads sharing a core only see each other's changes later);
   and with three or more the weights that most rows share are merged
-  between the threads nearly every row, so that they converge in about one
-  thread's epochs, at a cost per row not yet measured on more than 2 cores
-  (g3doc/benchmarks.md)."""
+  between the threads nearly every row, so that up to 8 threads converge
+  in about one thread's epochs, at a cost per row not yet measured on more
+  than 2 cores (g3doc/benchmarks.md); more threads fall behind where the
+  steps couple strongly through the shared weights (|x_i|^2 / l2 >> 1)."""
   threads = _packed_threads(num_threads, n)
   cores = os.cpu_count() or 1
   if threads > cores:
@@ -1216,10 +1217,14 @@ def _choose_threads(num_threads, n, num_classes=1):
     warnings.warn(
         f"num_threads={threads}: with 3 or more lock-free threads the "
         "weights most rows share are merged between the threads nearly "
-        "every row (so that an epoch makes about one thread's progress), "
-        "which may cost more time than the threads save (not yet measured "
-        "on more than 2 cores, g3doc/benchmarks.md): compare with "
-        "num_threads=2 on your data", UserWarning, stacklevel=3)
+        "every row (so that up to 8 threads an epoch makes about one "
+        "thread's progress), which may cost more time than the threads save "
+        "(not yet measured on more than 2 cores, g3doc/benchmarks.md)"
+        + ("; with more than 8, epochs make less progress where |x_i|^2 / "
+           "l2 >> 1 (16 threads in lockstep: 15-130x one thread's gap after "
+           "10-20 epochs at |x_i|^2 / l2 ~ 31)" if threads > 8 else "")
+        + ": compare with num_threads=2 on your data", UserWarning,
+        stacklevel=3)
   if threads >= 2 and num_classes > 1:
     warnings.warn(
         f"num_threads={threads}: a multiclass step adds up to K = "
