@@ -158,6 +158,34 @@ def test_poisson_step_beyond_float32_is_an_invalid_argument():
     _one_row(1e-20, 0.0, 1.0, w=1e22)
 
 
+@pytest.mark.parametrize("loss,l2", [("softmax", 0.1), ("logistic", 0.1),
+                                     ("squared", 3.3)])
+def test_an_l2_that_float32_rounds_keeps_the_converged_gap_valid(loss, l2):
+  """The ops hold l2 as a float32 attr (0.1 -> 0.10000000149), so their
+  weights are X^T alpha / float32(l2): a gap evaluated with the float64 l2
+  ran 1.5e-8 relative below zero once training converged and was raised as
+  invalid (softmax on standardised wine, l2 = 0.1, after ~150 epochs).
+  Trained to convergence every epoch's gap must stay valid, and the pair's
+  objective is the float32-l2 problem's (within 1e-7 of an independent
+  evaluation with that l2)."""
+  from sklearn.datasets import load_wine  # pylint: disable=import-outside-toplevel
+  d = load_wine()
+  x = (d.data - d.data.mean(0)) / d.data.std(0)
+  x = np.hstack([x, np.ones((len(x), 1))]).astype(np.float32)
+  labels = {"softmax": d.target, "logistic": d.target == 0,
+            "squared": x[:, 0] + d.target}[loss].astype(np.float64)
+  model = InMemorySdca(loss=loss, l2=l2,
+                       num_classes=3 if loss == "softmax" else None)
+  history = model.fit(labels, dense=x, epochs=300, tol=1e-13, verbose=0)
+  gaps = np.asarray(history["duality_gap"])
+  assert np.all(gaps >= 0.0) and gaps[-1] < 1e-12, gaps[-5:]
+  w = np.asarray(model.dense_weights, np.float64).reshape(x.shape[1], -1)
+  alpha = np.asarray(model.duals, np.float64).reshape(len(x), -1)
+  np.testing.assert_allclose(
+      w, x.astype(np.float64).T @ alpha / float(np.float32(l2)),
+      rtol=1e-9, atol=1e-12)
+
+
 def test_negative_or_non_finite_gap_is_an_error_not_convergence():
   model = InMemorySdca(loss="poisson_loss", l2=1.0)
   # loss sum + dual loss sum + l2 |w|^2 = 3 - 5 + 1 < 0: parts that no
