@@ -69,6 +69,32 @@ def test_resume_extrapolates_as_an_uninterrupted_run(cancer_file, tmp_path):
       np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+def test_auto_momentum_from_the_command_line(cancer_file, tmp_path):
+  # Four plain epochs, then 0.5 on these rows (InMemorySdca's 'auto');
+  # a --resume after epoch 2 chooses as the uninterrupted run (the
+  # checkpoint keeps the gaps seen).
+  plain, auto = str(tmp_path / "plain"), str(tmp_path / "auto")
+  assert _train(cancer_file, plain, "--epochs", "300", "--tol", "1e-8") == 0
+  assert _train(cancer_file, auto, "--epochs", "300", "--tol", "1e-8",
+                "--momentum", "auto") == 0
+  a, b = _meta(plain), _meta(auto)
+  assert b["momentum"] == "auto"
+  assert len(b["history"]) <= 0.6 * len(a["history"])
+  whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
+  assert _train(cancer_file, whole, "--epochs", "8", "--tol", "0",
+                "--momentum", "auto") == 0
+  assert _train(cancer_file, split, "--epochs", "2", "--tol", "0",
+                "--momentum", "auto") == 0
+  with np.load(os.path.join(split, "checkpoint.npz")) as ckpt:
+    assert ckpt["momentum_auto_gaps"].shape == (2,)
+  assert _train(cancer_file, split, "--epochs", "8", "--tol", "0",
+                "--resume") == 0
+  with np.load(os.path.join(whole, "checkpoint.npz")) as x, \
+      np.load(os.path.join(split, "checkpoint.npz")) as y:
+    for key in ("dense_weights", "duals", "momentum_auto_gaps"):
+      np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
 def test_bad_momentum_values_and_where_it_does_not_apply(cancer_file,
                                                         tmp_path, capsys):
   for bad in ("-0.1", "1", "x"):

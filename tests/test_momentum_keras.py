@@ -65,6 +65,23 @@ def test_a_fit_resumed_in_the_process_extrapolates_as_an_uninterrupted_one():
     np.testing.assert_array_equal(a, b)
 
 
+def test_auto_momentum_in_a_keras_fit():
+  # 'auto' chooses 0.5 on these rows after four plain epochs, as
+  # InMemorySdca's does: the same epochs, the same model.
+  x, y = _cancer()
+  _, h_plain = _fit(0.0, x, y)
+  model, h_auto = _fit("auto", x, y)
+  assert len(h_auto["loss"]) <= 0.6 * len(h_plain["loss"])
+  assert h_auto["loss"][-1] == pytest.approx(h_plain["loss"][-1], rel=2e-8)
+  engine = InMemorySdca(loss="logistic", l2=1.0, momentum="auto")
+  history = engine.fit(y, dense=np.hstack([x, np.ones((len(y), 1),
+                                                      np.float32)]),
+                       epochs=300, tol=1e-8, verbose=0)
+  assert len(history["loss"]) == len(h_auto["loss"])
+  assert model.get_config()["momentum"] == "auto"
+  assert LinearModel.from_config(model.get_config()).momentum == "auto"
+
+
 def test_momentum_is_kept_by_get_config():
   model = LinearModel(l2=1.0, momentum=0.5)
   assert model.get_config()["momentum"] == 0.5

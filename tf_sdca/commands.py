@@ -12,9 +12,10 @@ A model directory holds:
     `--resume`;
   - with `--momentum`, `checkpoint.npz` also keeps the point the epoch
     before the last ended at (`momentum_previous_duals`,
-    `momentum_previous_table`) and `momentum_last_dual` /
-    `momentum_restart`, so that `--resume` extrapolates as an
-    uninterrupted run would;
+    `momentum_previous_table`), `momentum_last_dual` and
+    `momentum_restart` (with `--momentum auto` also `momentum_auto_gaps`,
+    the gaps its choice of beta reads), so that `--resume` extrapolates as
+    an uninterrupted run would;
   - `cache/`: the parsed training data (`tf_sdca.data.cache`).
 After every epoch the checkpoint, with a copy of `model.json`'s contents
 inside, is replaced in one rename (`files.save_model_atomically`), then
@@ -56,7 +57,10 @@ def _int_in(low, high=None):
 
 
 def _momentum(text):
-  """An argparse type: `--momentum`'s beta, a number in [0, 1)."""
+  """An argparse type: `--momentum`'s beta, a number in [0, 1) or
+  'auto'."""
+  if text == "auto":
+    return text
   try:
     value = float(text)
   except ValueError:
@@ -138,7 +142,8 @@ def add_parsers(sub):
                      "epochs (InMemorySdca's momentum, 0 <= BETA < 1; 0.5 "
                      "about halved the epochs on weakly regularised data "
                      "and cost a few at the default --l2 10, "
-                     "g3doc/trainer.md; default off). One process, whole "
+                     "g3doc/trainer.md; 'auto': 0.5 or 0, chosen from how "
+                     "fast the first 4 epochs' gap falls; default off). One process, whole "
                      "epochs (no --batch-size); kept in model.json, "
                      "--resume --momentum BETA changes it")
   train.add_argument("--cache-dir", default=None,
@@ -627,7 +632,8 @@ def train(args):
       # The extrapolation goes on as in an uninterrupted run (the fit
       # checks the shapes).
       model.momentum_state = {key: ckpt["momentum_" + key] for key in (
-          "previous_duals", "previous_table", "last_dual", "restart")}
+          "previous_duals", "previous_table", "last_dual", "restart",
+          "auto_gaps") if "momentum_" + key in ckpt}
     if averaged:  # the checkpoint's weights are the mean so far
       model.last_iterate = {key: ckpt["last_" + key] for key in
                             ("sparse_weights", "dense_weights", "duals")}

@@ -162,7 +162,9 @@ class LinearModel(keras.Model):
       `fit(epochs=8, initial_epoch=4)` ends where `fit(epochs=8)` does); a
       `fit` from epoch 0 starts a new mean from the current weights. Kept by
       `get_config` and `save`. Not with a multi-worker strategy.
-    momentum: beta in [0, 1) (0: off, the default): in-memory fits start
+    momentum: beta in [0, 1) or 'auto' (beta 0.5 or 0, chosen from the
+      first 4 epochs' gaps as `InMemorySdca(momentum='auto')` does; 0: off,
+      the default): in-memory fits start
       each epoch after a `fit`'s first from the last two epochs' points
       extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)` does
       (capped to the duals' domains, restarted when the dual objective
@@ -1472,7 +1474,8 @@ class _Momentum(keras.callbacks.Callback):
     model = self._linear
     primal, gap = trainer.objective_and_gap(
         model._packed.parts.numpy(), model.loss_type, model.l1, model.l2)  # pylint: disable=protected-access
-    self._extrapolation.end_epoch(primal - gap)
+    self._extrapolation.end_epoch(primal - gap,
+                                  gap / max(abs(primal), 1e-300))
 
 
 def _flat_held(held):
