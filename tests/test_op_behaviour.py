@@ -237,13 +237,13 @@ def test_a_large_sorted_batch_equals_its_merged_form():
 
 @pytest.mark.parametrize("order", ["swap", "reversed", "shuffled"])
 def test_a_large_sorted_batch_gives_the_rows_of_its_unsorted_forms(order):
-    """A batch sorted by example has its row starts written as its ids are
-    mapped (two chunks of 65,536+ entries, each writing its own rows);
-    other orders are counted into rows. The same rows in three unsorted
-    orders of the entries (two rows' blocks swapped inside the first chunk,
-    so that the chunks' last examples still ascend; rows reversed; rows
-    shuffled), each row's entries in their order, must solve bit for bit as
-    the sorted batch does, with empty rows first, last and within."""
+    """The op maps a batch's ids to slots in chunks (two of 65,536+
+    entries here) and counts the entries into rows; a sorted group is then
+    used in place, any other order sorted by example. The same rows in
+    three unsorted orders of the entries (two rows' blocks swapped inside
+    the first chunk; rows reversed; rows shuffled), each row's entries in
+    their order, must solve bit for bit as the sorted batch does, with empty
+    rows first, last and within."""
     rng = np.random.default_rng(9)
     n, vocab = 12_000, 3_000
     rows = [sorted(rng.choice(vocab, rng.integers(0, 30), replace=False))

@@ -386,17 +386,6 @@ class OptimizerOp : public OpKernel {
     bool any_values = false;
     bool all_sorted = true;
     int64_t total = 0;
-    // One group sorted by example is already a CSR: its row starts are
-    // written where the example index steps up, in the pass that maps the
-    // ids (a second pass counting the entries per row took 1.2-1.6 ms of
-    // 1.3M entries). A chunk writes only the rows after the last example of
-    // the chunk before it up to its own last example (disjoint ranges when
-    // those last examples ascend, else no chunk writes), and stops once it
-    // finds its entries out of order.
-    batch->row_ptr.assign(n + 1, 0);
-    int64_t* row_ptr = batch->row_ptr.data();
-    const bool one_group = num_sparse_ == 1;
-    bool rows_written = false;
     for (int g = 0; g < num_sparse_; ++g) {
       const std::string tag = "[" + std::to_string(g) + "]";
       const Tensor& ex = context->input(ExampleIndicesIndex() + g);
@@ -463,15 +452,9 @@ class OptimizerOp : public OpKernel {
           std::max<int64_t>(1, std::min<int64_t>(threads, nnz / 65536));
       std::vector<Status> errors(chunks);
       std::vector<char> sorted(chunks, 1);
-      bool write_rows = one_group;
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t lo = nnz * c / chunks, hi = nnz * (c + 1) / chunks;
-        if (hi > lo && e[hi - 1] < (lo > 0 ? e[lo - 1] : 0)) write_rows = false;
-      }
       parallel_for(chunks, [&](int64_t c) {
         const int64_t lo = nnz * c / chunks, hi = nnz * (c + 1) / chunks;
         int64_t prev = lo > 0 ? e[lo - 1] : 0;
-        const int64_t last_row = hi > lo ? e[hi - 1] : prev;
         constexpr int64_t kAhead = 16;  // table reads in flight
         for (int64_t k = lo; k < hi; ++k) {
           if (k + kAhead < hi) map.Prefetch(f[k + kAhead]);
@@ -481,13 +464,7 @@ class OptimizerOp : public OpKernel {
                                         ")");
             return;
           }
-          if (e[k] < prev) {
-            sorted[c] = 0;
-          } else if (write_rows && sorted[c]) {
-            // Rows prev + 1 .. e[k] start here (rows without entries too).
-            const int64_t to = std::min(e[k], last_row);
-            for (int64_t i = prev + 1; i <= to; ++i) row_ptr[i] = k;
-          }
+          if (e[k] < prev) sorted[c] = 0;
           prev = e[k];
           const int64_t pos = map.Find(f[k]);
           if (pos < 0) {
@@ -501,30 +478,19 @@ class OptimizerOp : public OpKernel {
       });
       for (const Status& status : errors) TF_RETURN_IF_ERROR(status);
       for (const char ok : sorted) all_sorted = all_sorted && ok;
-      rows_written = write_rows;
       total += nnz;
     }
     batch->num_sparse_slots = batch->sparse_offsets[num_sparse_];
 
     // Rows: entries of one example must be contiguous. One sorted group is
-    // already a CSR (its row starts written above but those of the rows
-    // after its last entry); otherwise a counting sort by example.
-    if (rows_written && all_sorted) {
-      const int64_t nnz = static_cast<int64_t>(slots_of[0].size());
+    // already a CSR; otherwise a counting sort by example.
+    batch->row_ptr.assign(n + 1, 0);
+    for (int g = 0; g < num_sparse_; ++g) {
       const int64_t* e =
-          context->input(ExampleIndicesIndex()).flat<int64_t>().data();
-      for (int64_t i = nnz > 0 ? e[nnz - 1] + 1 : 1; i <= n; ++i) {
-        row_ptr[i] = nnz;
-      }
-    } else {
-      std::fill(batch->row_ptr.begin(), batch->row_ptr.end(), 0);
-      for (int g = 0; g < num_sparse_; ++g) {
-        const int64_t* e =
-            context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
-        for (size_t k = 0; k < slots_of[g].size(); ++k) ++row_ptr[e[k] + 1];
-      }
-      for (int64_t i = 0; i < n; ++i) row_ptr[i + 1] += row_ptr[i];
+          context->input(ExampleIndicesIndex() + g).flat<int64_t>().data();
+      for (size_t k = 0; k < slots_of[g].size(); ++k) ++batch->row_ptr[e[k] + 1];
     }
+    for (int64_t i = 0; i < n; ++i) batch->row_ptr[i + 1] += batch->row_ptr[i];
     if (num_sparse_ == 1 && all_sorted && !any_values) {
       batch->slots = std::move(slots_of[0]);
     } else {
