@@ -577,8 +577,9 @@ class SdcaModel(tf.Module):
       20 epochs. Held rows need about one batch's passes when f fits the
       B batches of an epoch, f ~ B / (B + 6): 0.25 for two, 0.5 for six,
       0.75 for twenty; 'auto' takes that f (at most 0.8) with B = the
-      examples in the dual table / the batch's rows. Each call costs ~1.4-1.5x
-      (g3doc/sdca_model.md, 'Streaming orders'). For a stream of several
+      examples in the dual table / the batch's rows. Each call costs ~1.5x
+      (f = 0.5) to ~2x (f ~ 0.75; every held row is rewritten per call;
+      g3doc/sdca_model.md, 'Streaming orders'). For a stream of several
       batches: on a single batch it only delays rows. The held rows, f /
       (1 - f) batches of them, live in variables that checkpoints and
       `get_state` keep),
