@@ -162,7 +162,8 @@ class InMemorySdca:
       0.5 if their relative gap fell by a factor 0.2 or less an epoch over
       the last two (slowly contracting epochs, which extrapolation speeds
       up), else 0 (the plain epochs go on unchanged); the beta chosen is
-      `momentum_used` after `fit` (g3doc/trainer.md).
+      `momentum_used` after `fit` (g3doc/trainer.md). With visit_order
+      'cyclic' or 'adaptive' 'auto' is 0 (extrapolation slowed them).
     hinge_step: the multiclass hinge's block step: 'projection' (the
       default: the exact maximiser of the row's block), or the reference's
       sequential dual ascent along one direction, 'steepest_ascent'
@@ -428,20 +429,21 @@ class InMemorySdca:
     if self.momentum and not one_call:
       raise ValueError(f"batch_size={batch_size} < {n} rows: momentum "
                        "extrapolates whole epochs (no mini-batches)")
+    momentum = momentum_for_order(self.momentum, self.visit_order)
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     resident = _Packed(rows, self.loss, self.gamma,
                        (1 if self._asdca else
                         _choose_threads(self.num_threads, n, self.num_classes))
                        if one_call else 1, self.num_classes,
-                       keep_labels=bool(self.momentum))
+                       keep_labels=bool(momentum))
     extrapolate = None
-    if self.momentum:
+    if momentum:
       def set_point(duals, table):
         self.duals = duals
         self._install_table(table)
       extrapolate = Extrapolation(
-          self.momentum, self.loss, resident.labels,
+          momentum, self.loss, resident.labels,
           lambda: (self.duals, self._weight_table()), set_point)
       if initial_epoch > 0 and self.momentum_state is not None:
         # Resuming: the extrapolation goes on as an uninterrupted fit's.
@@ -1027,6 +1029,18 @@ def check_momentum(momentum, asdca, averaging):
         "combine with " + ("visit_order 'asdca' (accelerated already)"
                            if asdca else "average_from"))
   return momentum if momentum == "auto" else float(momentum)
+
+
+def momentum_for_order(momentum, visit_order):
+  """The momentum a fit in `visit_order` uses: 'auto' extrapolates only
+  the random orders it was measured on ('permutation', 'uniform',
+  'shrinking'); with 'cyclic' and 'adaptive' it is 0 (on standardised
+  breast_cancer, logistic, l2 = 1, beta = 0.5 took 329 cyclic epochs to
+  1e-7 against 233 plain; adaptive, on one categorical data set, ended 15
+  epochs at 2e-6 against < 1e-7). A fixed beta is used as given."""
+  if momentum == "auto" and visit_order in ("cyclic", "adaptive"):
+    return 0.0
+  return momentum
 
 
 # momentum='auto': plain epochs 1 to AUTO_MOMENTUM_EPOCHS, then beta =

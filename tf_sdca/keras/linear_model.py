@@ -1190,7 +1190,8 @@ class LinearModel(keras.Model):
     self._start_average(packed, initial_epoch)
     callbacks = list(callbacks or [])
     callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
-    if packed and self.momentum:
+    if packed and trainer.momentum_for_order(self.momentum,
+                                             self.visit_order):
       callbacks.insert(0, _Momentum(self, initial_epoch))
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
