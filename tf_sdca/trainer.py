@@ -159,9 +159,9 @@ class InMemorySdca:
       `current_momentum_state()`), so that `fit(epochs=5)` then
       `fit(epochs=10, initial_epoch=5)` ends where `fit(epochs=10)` does; from
       epoch 0 it starts afresh. 'auto': the first 4 epochs plain, then beta =
-      0.5 if their relative gap fell by a factor 0.2 or less an epoch over
-      the last two (slowly contracting epochs, which extrapolation speeds
-      up), else 0 (the plain epochs go on unchanged); the beta chosen is
+      0.5 if over the last two of them the relative gap kept at least 0.2 of
+      itself an epoch (fell at most 5x: slowly contracting epochs, which
+      extrapolation speeds up), else 0 (the plain epochs go on unchanged); the beta chosen is
       `momentum_used` after `fit` (g3doc/trainer.md). With visit_order
       'cyclic' or 'adaptive' 'auto' is 0 (extrapolation slowed them).
     hinge_step: the multiclass hinge's block step: 'projection' (the
@@ -1044,9 +1044,9 @@ def momentum_for_order(momentum, visit_order):
 
 
 # momentum='auto': plain epochs 1 to AUTO_MOMENTUM_EPOCHS, then beta =
-# AUTO_MOMENTUM_BETA if the relative gap contracted by AUTO_MOMENTUM_RATIO
-# or less an epoch over the last two of them (the geometric mean of gap_3 /
-# gap_2 and gap_4 / gap_3), else 0. Measured (g3doc/trainer.md): where
+# AUTO_MOMENTUM_BETA if the relative gap's ratio from one epoch to the next
+# over the last two of them (the geometric mean of gap_3 / gap_2 and gap_4
+# / gap_3, "the contraction") is at least AUTO_MOMENTUM_RATIO, else 0. Measured (g3doc/trainer.md): where
 # beta = 0.5 cut the epochs (standardised breast_cancer logistic and smooth
 # hinge, diabetes squared, digit counts Poisson, digits softmax, wine
 # softmax, Criteo-shaped rows at l2 = 1) that contraction was 0.25-0.93;
@@ -1167,9 +1167,10 @@ class Extrapolation:
 
 def choose_auto_momentum(gaps):
   """momentum='auto''s beta from the relative gaps of the first
-  AUTO_MOMENTUM_EPOCHS plain epochs: AUTO_MOMENTUM_BETA when the last two
-  of them contracted the gap by AUTO_MOMENTUM_RATIO or less an epoch (in
-  geometric mean), else 0 (fast plain epochs, which extrapolation slows)."""
+  AUTO_MOMENTUM_EPOCHS plain epochs: AUTO_MOMENTUM_BETA when over the last
+  two of them the gap's ratio from one epoch to the next is at least
+  AUTO_MOMENTUM_RATIO (in geometric mean: slow epochs), else 0 (fast plain
+  epochs, which extrapolation slows)."""
   first, last = gaps[AUTO_MOMENTUM_EPOCHS - 3], gaps[AUTO_MOMENTUM_EPOCHS - 1]
   if not first > 0.0:
     return 0.0
