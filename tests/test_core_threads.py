@@ -107,7 +107,8 @@ def test_sixteen_lockstep_threads_keep_up_when_steps_barely_couple(
   curvature, not by the shared weights) the same rows and 16 threads end 5
   epochs within 3x of one thread's gap (measured 0.74x; l2 = 30: 2.0x; l2 =
   10: 12x; g3doc/benchmarks.md)."""
-  gaps = _lockstep_gaps(bench_binary, 20000, 5, [1, 16], "auto", "0", "0", "100")
+  gaps = _lockstep_gaps(bench_binary, 20000, 5, [1, 16], "auto", "0", "0",
+                        "100")
   assert 0.0 < gaps[1] < 1e-4, gaps
   assert 0.0 < gaps[16] <= 3.0 * gaps[1], gaps
 
@@ -116,8 +117,8 @@ def test_sixteen_lockstep_threads_keep_up_when_steps_barely_couple(
 def lockstep_momentum_gaps(lockstep_gaps, bench_binary):
   """(plain, momentum 0.5) gaps after 20 lockstep epochs, 1 and 16
   threads: the driver's extrapolated epochs (InMemorySdca's momentum)."""
-  return lockstep_gaps, _lockstep_gaps(bench_binary, 20000, 20, [1, 16], "auto",
-                                       "0", "0.5")
+  return lockstep_gaps, _lockstep_gaps(bench_binary, 20000, 20, [1, 16],
+                                       "auto", "0", "0.5")
 
 
 def test_extrapolated_epochs_cut_the_gap_at_one_and_sixteen_threads(

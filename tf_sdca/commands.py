@@ -143,8 +143,9 @@ def add_parsers(sub):
                      "about halved the epochs on weakly regularised data "
                      "and cost a few at the default --l2 10, "
                      "g3doc/trainer.md; 'auto': 0.5 or 0, chosen from how "
-                     "fast the first 4 epochs' gap falls; default off). One process, whole "
-                     "epochs (no --batch-size); kept in model.json, "
+                     "fast the first 4 epochs' gap falls; default off). "
+                     "One process, whole epochs (no --batch-size); kept in "
+                     "model.json, "
                      "--resume --momentum BETA changes it")
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")

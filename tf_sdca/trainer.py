@@ -1160,8 +1160,7 @@ class Extrapolation:
       # choice starts over from the next epochs.
       self._gaps = [float(g) for g in np.asarray(
           state.get("auto_gaps", ()), np.float64).reshape(-1)]
-      if len(self._gaps) >= AUTO_MOMENTUM_EPOCHS:
-        self._gaps = self._gaps[:AUTO_MOMENTUM_EPOCHS]
+      if len(self._gaps) == AUTO_MOMENTUM_EPOCHS:  # (end_epoch stops there)
         self._beta = choose_auto_momentum(self._gaps)
 
 
