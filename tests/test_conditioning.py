@@ -43,6 +43,33 @@ def test_progress_watch_speaks_once_when_the_gap_stalls():
   assert said[5] is None
 
 
+@pytest.mark.parametrize("loss,cause,remedies,not_named", [
+    ("logistic", "badly conditioned for SDCA", ["Standardise", "raise l2"],
+     ["shrinking", "not smooth"]),
+    ("hinge_loss", "the hinge loss is not smooth",
+     ["smooth_hinge converges linearly", "visit_order='adaptive'",
+      "momentum='auto'", "visit_order='shrinking'", "Standardise features"],
+     ["badly conditioned"]),
+    ("absolute", "the absolute loss is not smooth",
+     ["visit_order='adaptive'", "Standardise features"],
+     ["badly conditioned", "shrinking", "converges linearly"]),
+    ("multiclass_hinge", "the multiclass_hinge loss is not smooth",
+     ["softmax converges linearly", "momentum='auto'",
+      "visit_order='shrinking'"], ["badly conditioned", "adaptive"])])
+def test_progress_watch_names_the_likely_cause_for_the_loss(
+    loss, cause, remedies, not_named):
+  # A loss with kinks is slow on well-scaled data too (hinge on heart_scale,
+  # tests/test_heart_scale.py): its warning does not call the data badly
+  # conditioned, and names the smooth loss that converges linearly.
+  watch = losses.ProgressWatch(window=3, factor=2.0, loss=loss)
+  text = [watch.update(g) for g in (0.9, 0.5, 0.45, 0.44, 0.43)][4]
+  assert cause in text
+  for phrase in remedies:
+    assert phrase in text
+  for phrase in not_named:
+    assert phrase not in text
+
+
 def _warnings_of(fit):
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")

@@ -459,7 +459,7 @@ class InMemorySdca:
       if not average.count and initial_epoch >= self.average_from:
         average.add()  # the start is an iterate
       self._average = average
-    watch = losses.ProgressWatch()
+    watch = losses.ProgressWatch(loss=self.loss)
     for epoch in range(initial_epoch, epochs):
       # Each epoch's order depends on (seed, epoch) only, so training resumed
       # at an epoch repeats what an uninterrupted run would have done.

@@ -643,7 +643,8 @@ class _LinearEstimator:
     every_steps = self._config.save_checkpoints_steps
     every_secs = self._config.save_checkpoints_secs
     watch = losses.ProgressWatch(  # once per pass, with tol
-        fixed_batches=not self._optimizer.extra_options.get("carry_over"))
+        fixed_batches=not self._optimizer.extra_options.get("carry_over"),
+        loss=self._head.loss_type)
     for features, labels in source.batches():
       if last is not None and step >= last:
         break

@@ -1517,7 +1517,8 @@ class _DualityGapLogger(keras.callbacks.Callback):
     # Streamed batches (no total weight of packed rows) come in the
     # dataset's order.
     self._watch = losses.ProgressWatch(
-        fixed_batches=total_weight is None and not model.carry_over)
+        fixed_batches=total_weight is None and not model.carry_over,
+        loss=model.loss_type)
     if total_weight is not None:
       model._train_weight = total_weight
 
