@@ -6,11 +6,22 @@ that trains with our op or with `tf.raw_ops.SdcaOptimizerV2`.
 Everything here is written from the formulas in the op's documentation, not
 from the C++ code, so that the tests compare two independent computations.
 """
+import os
+
 import numpy as np
+import pytest
 import tensorflow as tf
 from scipy.optimize import minimize_scalar
 
 import tf_sdca
+from tf_sdca.data.libsvm import read_libsvm
+
+# Debian's liblinear-tools ships heart_scale; .ci/setup unpacks the package
+# here (from the package registry, never at test time).
+HEART_SCALE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), os.pardir, ".cache",
+    "debian", "usr", "share", "doc", "liblinear-tools", "examples",
+    "heart_scale")
 
 LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
           "absolute_loss", "poisson_loss")
@@ -152,6 +163,29 @@ def reference_dual_step(loss, y, alpha, wx, q, gamma=1.0):
         if f(to_a(u)) >= f(best):
             best = to_a(u)
     return float(best)
+
+
+def heart_scale_path():
+    """The path of heart_scale (Statlog heart disease: 270 patients, 13
+    features scaled to [-1, 1] by LIBSVM's svm-scale, labels +1 / -1);
+    skips the calling test if .ci/setup could not fetch it."""
+    if not os.path.exists(HEART_SCALE):
+        pytest.skip("heart_scale is missing: .ci/setup could not fetch "
+                    "Debian's liblinear-tools (apt-get download)")
+    return HEART_SCALE
+
+
+def heart_scale():
+    """heart_scale as read by tf_sdca's LIBSVM reader: (dense float32
+    [270, 13] features as the file has them, float32 labels +1 / -1)."""
+    chunks = list(read_libsvm([heart_scale_path()]))
+    assert len(chunks) == 1
+    c = chunks[0]
+    n = len(c["labels"])
+    x = np.zeros((n, 13), np.float32)
+    rows = np.repeat(np.arange(n), np.diff(c["indptr"]))
+    x[rows, c["indices"]] = c["values"]
+    return x, c["labels"]
 
 
 # --------------------------------------------------------------------------
