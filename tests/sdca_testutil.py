@@ -16,12 +16,14 @@ from scipy.optimize import minimize_scalar
 import tf_sdca
 from tf_sdca.data.libsvm import read_libsvm
 
-# Debian's liblinear-tools ships heart_scale; .ci/setup unpacks the package
-# here (from the package registry, never at test time).
-HEART_SCALE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), os.pardir, ".cache",
-    "debian", "usr", "share", "doc", "liblinear-tools", "examples",
-    "heart_scale")
+# Real data in Debian packages, which .ci/setup unpacks here (from the
+# package registry, never at test time).
+DEBIAN = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                      ".cache", "debian")
+HEART_SCALE = os.path.join(DEBIAN, "usr", "share", "doc", "liblinear-tools",
+                           "examples", "heart_scale")
+RANDHIE = os.path.join(DEBIAN, "usr", "lib", "python3", "dist-packages",
+                       "statsmodels", "datasets", "randhie", "randhie.csv")
 
 LOSSES = ("logistic_loss", "squared_loss", "hinge_loss", "smooth_hinge_loss",
           "absolute_loss", "poisson_loss")
@@ -165,14 +167,37 @@ def reference_dual_step(loss, y, alpha, wx, q, gamma=1.0):
     return float(best)
 
 
+def _debian_file(path, package):
+    """`path`, or a skip of the calling test if .ci/setup could not fetch
+    `package`."""
+    if not os.path.exists(path):
+        pytest.skip(f"{os.path.basename(path)} is missing: .ci/setup could "
+                    f"not fetch Debian's {package} (apt-get download)")
+    return path
+
+
 def heart_scale_path():
     """The path of heart_scale (Statlog heart disease: 270 patients, 13
     features scaled to [-1, 1] by LIBSVM's svm-scale, labels +1 / -1);
     skips the calling test if .ci/setup could not fetch it."""
-    if not os.path.exists(HEART_SCALE):
-        pytest.skip("heart_scale is missing: .ci/setup could not fetch "
-                    "Debian's liblinear-tools (apt-get download)")
-    return HEART_SCALE
+    return _debian_file(HEART_SCALE, "liblinear-tools")
+
+
+def rand_health_insurance():
+    """The RAND Health Insurance Experiment's doctor visits, as Debian's
+    python3-statsmodels ships them (read as CSV): (float64 [20190, 9]
+    covariates in natural units, float64 [20190] counts of outpatient
+    visits to a doctor, 0-77). The covariates: ln(coinsurance + 1) (0-4.6),
+    an individual-deductible flag, ln(participation incentive) (0-7.2),
+    ln(maximum expenditure) (0-8.3), a physical-limitation flag, the number
+    of chronic diseases (0-58.6), and flags for good, fair and poor
+    self-rated health."""
+    table = np.genfromtxt(_debian_file(RANDHIE, "python3-statsmodels"),
+                          delimiter=",", names=True)
+    columns = table.dtype.names
+    assert columns[0] == "mdvis" and len(table) == 20190, columns
+    x = np.stack([table[c] for c in columns[1:]], 1).astype(np.float64)
+    return x, table["mdvis"].astype(np.float64)
 
 
 def heart_scale():

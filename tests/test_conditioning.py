@@ -44,8 +44,11 @@ def test_progress_watch_speaks_once_when_the_gap_stalls():
 
 
 @pytest.mark.parametrize("loss,cause,remedies,not_named", [
-    ("logistic", "badly conditioned for SDCA", ["Standardise", "raise l2"],
+    ("logistic", "badly conditioned for SDCA",
+     ["Standardise", "raise l2", "visit_order='adaptive'"],
      ["shrinking", "not smooth"]),
+    ("softmax", "badly conditioned for SDCA", ["Standardise", "raise l2"],
+     ["shrinking", "not smooth", "adaptive"]),
     ("hinge_loss", "the hinge loss is not smooth",
      ["smooth_hinge converges linearly", "visit_order='adaptive'",
       "momentum='auto'", "visit_order='shrinking'", "Standardise features"],
