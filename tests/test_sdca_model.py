@@ -753,3 +753,36 @@ def test_losses_and_gap_of_no_weight_are_errors_not_nan():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"example_weights sum to 0"):
     unweighted.unregularized_loss(ex)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_duality_gap_is_the_exact_gap_of_the_stored_state(loss):
+  # Three weighted batches streamed every epoch, l1 > 0: after each epoch
+  # duality_gap() is P(w) at the current weights minus D(alpha) at the
+  # stored duals, recomputed here from the formulas (sdca_testutil), and a
+  # valid gap (>= 0), which TensorFlow's lagging estimate need not be.
+  x, ids, y, s = _data(loss, weighted=True)
+  batches = [_examples(x, ids, y, s, rows)
+             for rows in np.array_split(np.arange(N), 3)]
+  l1, l2 = 0.05, 1.0
+  model, variables = _model(None, loss, l1=l1, l2=l2)
+  for _ in range(4):
+    for batch in batches:
+      train_op = model.minimize(examples=batch)
+    model.update_weights(train_op)
+    objective, relative = model.duality_gap(batches)
+    w = _flat(variables).astype(np.float64)  # the shrunk weights
+    primal = _objective(w, x, ids, y, s, loss, l1, l2, True, True)
+    assert objective == pytest.approx(primal, rel=1e-6)
+    alpha = np.concatenate([model.example_state(b).numpy()[:, 0]
+                            for b in batches]).astype(np.float64)
+    gap = (s @ primal_loss(loss, _design(x, ids) @ w, y) +
+           s @ dual_loss(loss, alpha, y) + l1 * np.abs(w).sum() +
+           l2 * w @ w)
+    assert relative * abs(primal * s.sum()) == pytest.approx(
+        gap, rel=1e-5, abs=1e-6)
+    assert relative >= 0.0
+  # One batch alone is not the training data: its gap would be no gap.
+  with pytest.raises(ValueError, match=r"every trained example: the state "
+                     r"holds 80, the examples given are 27"):
+    model.duality_gap(batches[0])

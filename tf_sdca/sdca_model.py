@@ -1095,6 +1095,81 @@ class SdcaModel(tf.Module):
     """`(l1 |w|_1, l2 |w|^2)` at the shrunk weights, float64 scalars."""
     return self._regularization()
 
+  @_plain_python
+  def gap_parts(self, examples):
+    """One batch's sums of the exact duality gap (see `duality_gap`).
+
+    Args:
+      examples: a batch dict, as for the constructor.
+
+    Returns:
+      float64 `[3]`: `sum_i s_i phi_i(w.x_i)` at the training state's shrunk
+      weights, `sum_i s_i phi_i*(-alpha_i)` at the stored duals (0 for ids
+      never trained) and `sum_i s_i`. Works inside `tf.function`.
+    """
+    loss, gamma = self._options["loss_type"], self._options["gamma"]
+    z = self._linear_predictions_at(examples, False)
+    state = tf.cast(self.example_state(examples), tf.float64)
+    s = tf.cast(examples["example_weights"], tf.float64)
+    if self._num_classes == 1:
+      y = tf.cast(examples["example_labels"], tf.float64)
+      alpha = state[:, 0]
+    else:
+      # The state keeps the K duals; the label's is rebuilt as the negated
+      # sum of the others, as the op reads it.
+      y = tf.cast(examples["example_labels"], tf.int64)
+      label = tf.one_hot(y, self._num_classes, dtype=tf.float64)
+      others = state[:, :self._num_classes] * (1.0 - label)
+      alpha = others - label * tf.reduce_sum(others, axis=1, keepdims=True)
+    return tf.stack([tf.reduce_sum(s * losses.primal(loss, z, y, gamma)),
+                     tf.reduce_sum(s * losses.dual(loss, alpha, y, gamma)),
+                     tf.reduce_sum(s)])
+
+  def duality_gap(self, examples):
+    """The exact objective and relative duality gap of the training state.
+
+    Unlike `approximate_duality_gap` (TensorFlow's estimate from the primal
+    losses each example's last `minimize` call saw, which lags and can be
+    negative), this evaluates `P(w) = sum_i s_i phi_i(w.x_i) + l1 |w|_1 +
+    l2/2 |w|^2` at the current weights and `D(alpha)` at the stored duals,
+    so `P(w) - D(alpha) >= 0` bounds `P(w) - P(w*)`. It is one pass over
+    the data without training, in eager mode. With `average_from` it is
+    the last iterate's (whose duals the state holds), not the mean's.
+
+    Args:
+      examples: every training example once: a batch dict, or an iterable
+        of them (the stream's batches). Examples never trained count with
+        dual 0; an example trained but left out would make the gap invalid,
+        so fewer examples than the tables hold is an error.
+
+    Returns:
+      `(objective, relative_gap)` as Python floats: `P(w)` per unit of
+      example weight (what `regularized_loss` reports over all the data)
+      and `(P(w) - D(alpha)) / |P(w)|`.
+
+    Raises:
+      ValueError: when the examples are fewer than the trained examples,
+        or their weights sum to 0.
+    """
+    batches = [examples] if isinstance(examples, dict) else examples
+    parts = np.zeros(3)
+    count = 0
+    for batch in batches:
+      parts += self.gap_parts(batch).numpy()
+      count += int(tf.size(tf.convert_to_tensor(batch["example_ids"])))
+    stored = sum(int(table.size()) for table in self._tables)
+    if count < stored:
+      raise ValueError(
+          f"duality_gap needs every trained example: the state holds "
+          f"{stored}, the examples given are {count}")
+    if parts[2] <= 0.0:
+      raise ValueError("duality_gap: the examples' weights sum to "
+                       f"{parts[2]}; the gap per unit of weight is undefined")
+    r1, r2 = (float(r) for r in self._regularization())
+    objective = parts[0] + r1 + 0.5 * r2
+    gap = parts[0] + parts[1] + r1 + r2
+    return objective / parts[2], gap / max(abs(objective), 1e-300)
+
   def get_state(self):
     """The training state as numpy arrays: every example's state row keyed
     by its id fingerprint, and the unshrunk float64 weights.

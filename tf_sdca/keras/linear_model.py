@@ -1257,18 +1257,11 @@ class LinearModel(keras.Model):
     if data is None or self._sdca is None:
       raise ValueError("duality_gap needs training data: call fit first")
     self._flush_packed()
-    primal = dual = weight = 0.0
+    # The sums of tf_sdca.SdcaModel.duality_gap, batch by batch.
+    parts = np.zeros(3)
     for batch in data:
-      z, alpha, y, s = self._gap_batch(batch)
-      y, s = y.numpy(), s.numpy().astype(np.float64)
-      if self.num_classes > 1:
-        y = y.astype(np.int64)
-        alpha = tf.constant(_dual_blocks(alpha.numpy(), y))
-      primal += float(s @ losses.primal(self.loss_type, z.numpy(), y,
-                                        self.gamma))
-      dual += float(s @ losses.dual(self.loss_type, alpha.numpy(), y,
-                                   self.gamma))
-      weight += float(s.sum())
+      parts += self._gap_batch(batch).numpy()
+    primal, dual, weight = (float(v) for v in parts)
     r1, r2 = (float(r) for r in self._sdca.regularization())
     objective = primal + r1 + 0.5 * r2
     gap = primal + dual + r1 + r2
@@ -1278,10 +1271,8 @@ class LinearModel(keras.Model):
   @tf.function(reduce_retracing=True)
   def _gap_batch(self, data):
     x, y, sw = self._unpack(data)
-    examples = self._examples(self._transform(x), y, sw, x[self.example_id])
-    state = self._sdca.example_state(examples)
-    return (self._sdca.linear_predictions(examples),
-            state[:, 0] if self.num_classes == 1 else state, y, sw)
+    return self._sdca.gap_parts(
+        self._examples(self._transform(x), y, sw, x[self.example_id]))
 
   def sdca_state(self):
     """The SDCA training state, as `tf_sdca.SdcaModel.get_state()` returns
