@@ -1,6 +1,7 @@
 """`keras.LinearModel(momentum=beta)`: in-memory fits with extrapolated
 epochs (InMemorySdca's), the same model in fewer epochs, kept by
 get_config, refused where it does not apply."""
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -63,6 +64,37 @@ def test_a_fit_resumed_in_the_process_extrapolates_as_an_uninterrupted_one():
   split.fit(x, y, epochs=10, initial_epoch=4, verbose=0)
   for a, b in zip(whole.get_weights(), split.get_weights()):
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("momentum", [0.5, "auto"])
+def test_continued_fits_and_a_saved_model_extrapolate_as_one_fit(
+    momentum, tmp_path):
+  # Keras' idiom of fit(epochs=1) in a loop, and save, load_model and fit
+  # again, continue the extrapolation: the same weights, bit for bit, as
+  # one uninterrupted fit ('auto' counts its four plain epochs across the
+  # fits and chooses 0.5 here). Before, each fit from epoch 0 started
+  # plain, and a loop of one-epoch fits never extrapolated.
+  x, y = _cancer()
+  whole = LinearModel(l2=1.0, momentum=momentum)
+  whole.fit(x, y, epochs=10, verbose=0)
+  looped = LinearModel(l2=1.0, momentum=momentum)
+  for _ in range(10):
+    looped.fit(x, y, epochs=1, verbose=0)
+  saved = LinearModel(l2=1.0, momentum=momentum)
+  saved.fit(x, y, epochs=3, verbose=0)
+  path = str(tmp_path / "model.keras")
+  saved.save(path)
+  loaded = keras.models.load_model(path)
+  loaded.fit(x, y, epochs=7, verbose=0)
+  for model in (looped, loaded):
+    for a, b in zip(whole.get_weights(), model.get_weights()):
+      np.testing.assert_array_equal(a, b)
+  # Plain epochs take another path: the extrapolation did act.
+  plain = LinearModel(l2=1.0)
+  plain.fit(x, y, epochs=10, verbose=0)
+  assert np.abs(plain.get_weights()[0] - whole.get_weights()[0]).max() > 1e-6
+  # Other rows start over (plainly), with no error.
+  loaded.fit(x[:400], y[:400], epochs=2, verbose=0)
 
 
 def test_auto_momentum_in_a_keras_fit():

@@ -174,8 +174,9 @@ class LinearModel(keras.Model):
       (g3doc/trainer.md). Not with `visit_order='asdca'`,
       `average_from`, a streamed `tf.data.Dataset` or a multi-worker
       strategy (whose rounds extrapolate already). Kept by `get_config`;
-      a `fit` with `initial_epoch > 0` continues the last `fit`'s
-      extrapolation in the same process (a saved model does not keep it).
+      a `fit` on the same rows (example ids) continues the last `fit`'s
+      extrapolation, from any `initial_epoch` and after `save` and
+      `load_model`, as one uninterrupted `fit`.
     carry_over: 'auto' or a share f in [0, 1) (0: off, the default) for
       fits on a streamed `tf.data.Dataset`: each step holds back a random f
       of its rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto':
@@ -251,7 +252,9 @@ class LinearModel(keras.Model):
     self._train_weight = 0.0
     self._gap_data = None
     self._average = None    # _Average of an averaging fit
-    self._momentum_state = None  # Extrapolation.state() of the last fit
+    # (example keys, Extrapolation.state()) of the last in-memory fit with
+    # momentum: the next fit on the same rows goes on from it.
+    self._momentum_state = None
 
   # ------------------------------------------------------------ structure
   def _build_spec(self, spec):
@@ -1192,7 +1195,7 @@ class LinearModel(keras.Model):
     callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
     if packed and trainer.momentum_for_order(self.momentum,
                                              self.visit_order):
-      callbacks.insert(0, _Momentum(self, initial_epoch))
+      callbacks.insert(0, _Momentum(self))
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -1315,6 +1318,16 @@ class LinearModel(keras.Model):
     if "held" in state:  # carry_over: the rows held for the next step
       for name, value in _flat_held(state["held"]):
         store["sdca_held_" + name] = value
+    if self._momentum_state is not None:
+      # The extrapolation's state, so that a fit after load_model goes on.
+      keys, momentum = self._momentum_state
+      store["sdca_momentum_keys"] = keys
+      store["sdca_momentum_previous_duals"] = momentum["previous_duals"]
+      store["sdca_momentum_previous_table"] = momentum["previous_table"]
+      store["sdca_momentum_last"] = np.array(
+          [momentum["last_dual"], float(momentum["restart"])], np.float64)
+      if "auto_gaps" in momentum:
+        store["sdca_momentum_auto_gaps"] = momentum["auto_gaps"]
     average = self._average
     if average is not None and average.mean.count:
       # The running mean (and, when the model holds it, the last iterate),
@@ -1364,6 +1377,17 @@ class LinearModel(keras.Model):
         self._row_duals = (np.asarray(store["sdca_row_keys"]),
                            np.asarray(store["sdca_row_duals"]))
       self._packed = None
+      self._momentum_state = None
+      if "sdca_momentum_keys" in keys:
+        last_dual, restart = np.asarray(store["sdca_momentum_last"])
+        momentum = dict(
+            previous_duals=np.asarray(store["sdca_momentum_previous_duals"]),
+            previous_table=np.asarray(store["sdca_momentum_previous_table"]),
+            last_dual=float(last_dual), restart=bool(restart))
+        if "sdca_momentum_auto_gaps" in keys:
+          momentum["auto_gaps"] = np.asarray(store["sdca_momentum_auto_gaps"])
+        self._momentum_state = (np.asarray(store["sdca_momentum_keys"]),
+                                momentum)
       self._average = None
       if "sdca_average_count" in keys:
         count, installed, packed = (
@@ -1439,7 +1463,7 @@ class _Momentum(keras.callbacks.Callback):
   weights stay the last epoch's own point until the next epoch's step
   writes its own."""
 
-  def __init__(self, model, initial_epoch):
+  def __init__(self, model):
     super().__init__()
     self._linear = model
     p = model._packed  # pylint: disable=protected-access
@@ -1451,16 +1475,20 @@ class _Momentum(keras.callbacks.Callback):
     self._extrapolation = trainer.Extrapolation(
         model.momentum, model.loss_type, p.labels,
         lambda: (p.duals.numpy(), p.table.numpy()), set_point)
-    state = model._momentum_state  # pylint: disable=protected-access
-    if initial_epoch > 0 and state is not None:
-      # A fit resumed in this process goes on as an uninterrupted one.
-      self._extrapolation.restore(state, p.duals.shape, p.table.shape)
+    saved = model._momentum_state  # pylint: disable=protected-access
+    if saved is not None and np.array_equal(saved[0], p.keys):
+      # A fit that continues the model on the same rows (resumed, from any
+      # initial_epoch, or after save and load) goes on as an uninterrupted
+      # one: the epochs' orders follow the model's count of steps.
+      self._extrapolation.restore(saved[1], p.duals.shape, p.table.shape)
 
   def on_epoch_begin(self, epoch, logs=None):
     self._extrapolation.start_epoch()
 
   def on_train_end(self, logs=None):
-    self._linear._momentum_state = self._extrapolation.state()  # pylint: disable=protected-access
+    state = self._extrapolation.state()
+    self._linear._momentum_state = (  # pylint: disable=protected-access
+        None if state is None else (self._linear._packed.keys, state))  # pylint: disable=protected-access
 
   def on_epoch_end(self, epoch, logs=None):
     model = self._linear
