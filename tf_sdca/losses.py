@@ -273,7 +273,7 @@ class ProgressWatch:
                "(~2x with a binary hinge on heart_scale, g3doc/trainer.md)")
     else:
       text += ("; on in-memory data visit_order='adaptive' or "
-               "momentum='auto' need fewer epochs (2-6x and ~2x on "
+               "momentum='auto' may need fewer epochs (2-6x and ~2x on "
                "heart_scale, g3doc/trainer.md)")
     if self.loss != "absolute_loss":
       text += ("; visit_order='shrinking' makes epochs cheaper, skipping "
