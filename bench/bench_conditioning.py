@@ -86,7 +86,8 @@ ORDERS = {"logistic": "permutation", "squared": "permutation",
 
 def run_ours(loss, x, y, l2, passes, seed):
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
-  model = InMemorySdca(loss=loss, l2=l2, seed=seed,
+  # Plain passes, as LIBLINEAR's (a pass against a pass).
+  model = InMemorySdca(loss=loss, l2=l2, seed=seed, momentum=0,
                        visit_order=ORDERS[loss])
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # the slow-progress warning: expected

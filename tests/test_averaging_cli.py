@@ -18,8 +18,10 @@ KEYS = ("sparse_weights", "dense_weights", "duals")
 
 
 def _train(path, model_dir, *extra):
+  # Plain epochs, as averaging trains them (the recorded iterates too).
   return cli.main(["train", path, "--model-dir", model_dir, "--format",
-                   "libsvm", "--l2", "1", "--tol", "0", "--quiet", *extra])
+                   "libsvm", "--l2", "1", "--tol", "0", "--quiet",
+                   "--momentum", "0", *extra])
 
 
 def _checkpoint(model_dir):

@@ -50,7 +50,9 @@ def _stream(x, y):
 
 
 def _fit(x, y, epochs, average_from=None, callbacks=None, **kwargs):
-  model = LinearModel(loss="logistic", l2=1.0, average_from=average_from)
+  # Plain epochs, as averaging trains them (the recorded iterates too).
+  model = LinearModel(loss="logistic", l2=1.0, average_from=average_from,
+                      momentum=0)
   if isinstance(x, tf.data.Dataset):
     history = model.fit(x, epochs=epochs, verbose=0, callbacks=callbacks,
                         **kwargs)
@@ -162,7 +164,7 @@ def test_multiclass_packed_average(tmp_path):
   x, y = load_wine(return_X_y=True)
   x = StandardScaler().fit_transform(x).astype(np.float32)
   iterates = _Iterates()
-  plain = LinearModel(loss="softmax", num_classes=3, l2=1.0)
+  plain = LinearModel(loss="softmax", num_classes=3, l2=1.0, momentum=0)
   plain.fit(x, y, epochs=6, verbose=0, callbacks=[iterates])
   model = LinearModel(loss="softmax", num_classes=3, l2=1.0, average_from=2)
   history = model.fit(x, y, epochs=6, verbose=0).history

@@ -179,7 +179,8 @@ def test_exchanges_within_a_pass_cut_the_rounds_to_one_process_epochs():
   # pass about as many rounds as the epochs, at the same optimum.
   data = _criteo(2000, 10)
   single, objective, _ = _single_process_optimum(data, 1024, 1.0)
-  epochs = len(InMemorySdca("logistic", l2=1.0).fit(
+  # One process's plain epochs (the default would extrapolate them too).
+  epochs = len(InMemorySdca("logistic", l2=1.0, momentum=0).fit(
       data["labels"], dense=data["dense"], ids=data["ids"],
       num_features=1024, epochs=500, tol=1e-4, verbose=0)["duality_gap"])
   rounds = {}

@@ -271,8 +271,7 @@ def test_a_resumed_auto_fit_chooses_as_an_uninterrupted_one():
   np.testing.assert_array_equal(resumed.dense_weights, whole.dense_weights)
 
 
-@pytest.mark.parametrize("momentum", [-0.1, 1.0, 1.5, True, "0.5", None,
-                                      "fast"])
+@pytest.mark.parametrize("momentum", [-0.1, 1.0, 1.5, True, "0.5", "fast"])
 def test_a_momentum_outside_zero_to_one_is_refused(momentum):
   with pytest.raises(ValueError, match="momentum must be a number in"):
     InMemorySdca(momentum=momentum)
@@ -286,3 +285,27 @@ def test_momentum_is_refused_where_it_does_not_apply():
   x, y = _standardised_breast_cancer()
   with pytest.raises(ValueError, match="no mini-batches"):
     InMemorySdca(momentum=0.5).fit(y, dense=x, batch_size=100, verbose=0)
+
+
+def test_the_default_is_auto_where_it_applies_and_off_elsewhere():
+  x, y = _standardised_breast_cancer()
+  default = InMemorySdca(loss="logistic")
+  default.fit(y, dense=x, epochs=10, verbose=0)
+  auto = InMemorySdca(loss="logistic", momentum="auto")
+  auto.fit(y, dense=x, epochs=10, verbose=0)
+  np.testing.assert_array_equal(default.dense_weights, auto.dense_weights)
+  assert default.momentum is None and default.momentum_used == 0.5
+  # Where extrapolation does not apply the default is plain epochs, with
+  # no error (a given beta is refused there, above).
+  for options, fit_options in ((dict(), dict(batch_size=100)),
+                               (dict(average_from=3), dict()),
+                               (dict(visit_order="cyclic"), dict()),
+                               (dict(visit_order="adaptive"), dict()),
+                               (dict(visit_order="asdca"), dict())):
+    models = [InMemorySdca(loss="logistic", **options),
+              InMemorySdca(loss="logistic", momentum=0, **options)]
+    for model in models:
+      model.fit(y, dense=x, epochs=6, verbose=0, **fit_options)
+    np.testing.assert_array_equal(models[0].dense_weights,
+                                  models[1].dense_weights)
+    assert models[0].momentum_used == 0.0

@@ -26,7 +26,8 @@ def _meta(model_dir):
 def test_momentum_trains_the_same_model_in_fewer_epochs(cancer_file,
                                                         tmp_path):
   plain, fast = str(tmp_path / "plain"), str(tmp_path / "fast")
-  assert _train(cancer_file, plain, "--epochs", "300", "--tol", "1e-8") == 0
+  assert _train(cancer_file, plain, "--epochs", "300", "--tol", "1e-8",
+                "--momentum", "0") == 0
   assert _train(cancer_file, fast, "--epochs", "300", "--tol", "1e-8",
                 "--momentum", "0.5") == 0
   a, b = _meta(plain), _meta(fast)
@@ -74,7 +75,8 @@ def test_auto_momentum_from_the_command_line(cancer_file, tmp_path):
   # a --resume after epoch 2 chooses as the uninterrupted run (the
   # checkpoint keeps the gaps seen).
   plain, auto = str(tmp_path / "plain"), str(tmp_path / "auto")
-  assert _train(cancer_file, plain, "--epochs", "300", "--tol", "1e-8") == 0
+  assert _train(cancer_file, plain, "--epochs", "300", "--tol", "1e-8",
+                "--momentum", "0") == 0
   assert _train(cancer_file, auto, "--epochs", "300", "--tol", "1e-8",
                 "--momentum", "auto") == 0
   a, b = _meta(plain), _meta(auto)
@@ -108,3 +110,38 @@ def test_bad_momentum_values_and_where_it_does_not_apply(cancer_file,
   assert _train(cancer_file, str(tmp_path / "d"), "--momentum", "0.5",
                 "--local-cluster", "2") == 2
   assert "--no-momentum" in capsys.readouterr().err
+
+
+def test_the_default_is_auto_and_an_older_model_resumes_plainly(cancer_file,
+                                                                 tmp_path):
+  default, auto = str(tmp_path / "default"), str(tmp_path / "auto")
+  assert _train(cancer_file, default, "--epochs", "10", "--tol", "0") == 0
+  assert _train(cancer_file, auto, "--epochs", "10", "--tol", "0",
+                "--momentum", "auto") == 0
+  assert _meta(default)["momentum"] is None  # the default, kept
+  with np.load(os.path.join(default, "checkpoint.npz")) as a, \
+      np.load(os.path.join(auto, "checkpoint.npz")) as b:
+    np.testing.assert_array_equal(a["duals"], b["duals"])
+    assert "momentum_previous_duals" in a.files
+  # A model directory from before the default has no momentum in its
+  # model.json: it resumes with plain epochs, as it was trained.
+  old, plain = str(tmp_path / "old"), str(tmp_path / "plain")
+  assert _train(cancer_file, old, "--epochs", "3", "--tol", "0") == 0
+  meta = _meta(old)
+  del meta["momentum"]
+  with open(os.path.join(old, "model.json"), "w") as f:
+    json.dump(meta, f)
+  path = os.path.join(old, "checkpoint.npz")
+  with np.load(path) as ckpt:  # its copy of model.json, and no momentum
+    arrays = {k: ckpt[k] for k in ckpt.files if not k.startswith("momentum")}
+  saved = json.loads(str(arrays["meta_json"]))
+  del saved["momentum"]
+  arrays["meta_json"] = np.array(json.dumps(saved))
+  np.savez(path, **arrays)
+  assert _train(cancer_file, old, "--epochs", "8", "--tol", "0",
+                "--resume") == 0
+  assert _train(cancer_file, plain, "--epochs", "8", "--tol", "0",
+                "--momentum", "0") == 0
+  with np.load(os.path.join(old, "checkpoint.npz")) as a, \
+      np.load(os.path.join(plain, "checkpoint.npz")) as b:
+    np.testing.assert_array_equal(a["duals"], b["duals"])

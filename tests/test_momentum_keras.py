@@ -90,7 +90,7 @@ def test_continued_fits_and_a_saved_model_extrapolate_as_one_fit(
     for a, b in zip(whole.get_weights(), model.get_weights()):
       np.testing.assert_array_equal(a, b)
   # Plain epochs take another path: the extrapolation did act.
-  plain = LinearModel(l2=1.0)
+  plain = LinearModel(l2=1.0, momentum=0)
   plain.fit(x, y, epochs=10, verbose=0)
   assert np.abs(plain.get_weights()[0] - whole.get_weights()[0]).max() > 1e-6
   # Other rows start over (plainly), with no error.
@@ -132,3 +132,22 @@ def test_momentum_is_refused_where_it_does_not_apply():
        y)).batch(100)
   with pytest.raises(ValueError, match="not a streamed tf.data.Dataset"):
     LinearModel(momentum=0.5).fit(ds, epochs=1, verbose=0)
+
+
+def test_the_default_is_auto_for_in_memory_fits_and_off_elsewhere():
+  x, y = _cancer()
+  default, auto, plain = (LinearModel(l2=1.0, **options) for options in (
+      {}, dict(momentum="auto"), dict(momentum=0)))
+  for model in (default, auto, plain):
+    model.fit(x, y, epochs=10, verbose=0)
+  np.testing.assert_array_equal(default.get_weights()[0],
+                                auto.get_weights()[0])
+  assert np.abs(default.get_weights()[0] - plain.get_weights()[0]).max() > 0
+  assert "momentum" not in default.get_config()
+  assert LinearModel.from_config(plain.get_config()).momentum == 0.0
+  # A streamed dataset and averaging train plainly by default, no error.
+  ds = tf.data.Dataset.from_tensor_slices(
+      ({"x": x, "example_id": tf.strings.as_string(tf.range(len(y)))},
+       y)).batch(100)
+  LinearModel(l2=1.0).fit(ds, epochs=1, verbose=0)
+  LinearModel(l2=1.0, average_from=2).fit(x, y, epochs=3, verbose=0)

@@ -143,9 +143,11 @@ def add_parsers(sub):
                      "about halved the epochs on weakly regularised data "
                      "and cost a few at the default --l2 10, "
                      "g3doc/trainer.md; 'auto': 0.5 or 0, chosen from how "
-                     "fast the first 4 epochs' gap falls; default off). "
-                     "One process, whole epochs (no --batch-size); kept in "
-                     "model.json, "
+                     "fast the first 4 epochs' gap falls; 0: off). "
+                     "One process, whole epochs (no --batch-size); default: "
+                     "'auto' where it applies (whole epochs in a random "
+                     "order, without asdca or --average-from), else off; "
+                     "kept in model.json, "
                      "--resume --momentum BETA changes it")
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
@@ -497,7 +499,7 @@ def train(args):
   average_from = getattr(args, "average_from", None)
   epoch_momentum = getattr(args, "epoch_momentum", None)
   if distributed_command.wanted(args):
-    if epoch_momentum is not None:
+    if epoch_momentum:  # (--momentum 0 asks for nothing to refuse)
       raise ValueError(f"--momentum {epoch_momentum}: extrapolates one "
                        "process's epochs; the rounds across processes "
                        "extrapolate by default (--no-momentum turns that "
@@ -579,7 +581,11 @@ def train(args):
     ckpt = None
   if epoch_momentum is not None:  # new, or changed on --resume
     meta["momentum"] = epoch_momentum
-  if not meta.get("momentum"):
+  elif not args.resume:
+    # The default, 'auto' where it applies (InMemorySdca's None); a model
+    # saved before it was the default has no key and resumes plainly.
+    meta["momentum"] = None
+  if meta.get("momentum") == 0:
     meta.pop("momentum", None)
   if multiclass and args.resume and (
       meta.get("num_classes") != num_classes or
@@ -629,7 +635,7 @@ def train(args):
     model.duals = ckpt["duals"]
     if "asdca_iterate" in ckpt:  # ASDCA's accelerated iterate goes on
       model.asdca_iterate = ckpt["asdca_iterate"]
-    if model.momentum and "momentum_previous_duals" in ckpt:
+    if "momentum_previous_duals" in ckpt:
       # The extrapolation goes on as in an uninterrupted run (the fit
       # checks the shapes).
       model.momentum_state = {key: ckpt["momentum_" + key] for key in (

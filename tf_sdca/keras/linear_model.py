@@ -162,9 +162,12 @@ class LinearModel(keras.Model):
       `fit(epochs=8, initial_epoch=4)` ends where `fit(epochs=8)` does); a
       `fit` from epoch 0 starts a new mean from the current weights. Kept by
       `get_config` and `save`. Not with a multi-worker strategy.
-    momentum: beta in [0, 1) or 'auto' (beta 0.5 or 0, chosen from the
-      first 4 epochs' gaps as `InMemorySdca(momentum='auto')` does; 0: off,
-      the default): in-memory fits start
+    momentum: None (the default: 'auto' for in-memory fits where it
+      applies, off for a streamed dataset, `visit_order` 'cyclic',
+      'adaptive' or 'asdca', `average_from` and multi-worker fits), beta in
+      [0, 1) (0: off) or 'auto' (beta 0.5 or 0, chosen from the first 4
+      epochs' gaps as `InMemorySdca(momentum='auto')` does): in-memory fits
+      start
       each epoch after a `fit`'s first from the last two epochs' points
       extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)` does
       (capped to the duals' domains, restarted when the dual objective
@@ -195,7 +198,7 @@ class LinearModel(keras.Model):
                num_loss_partitions=1, visit_order="permutation", seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
                average_from=None, asdca_batch_size=8, asdca_theta=None,
-               hinge_step="projection", momentum=0.0, carry_over=0.0,
+               hinge_step="projection", momentum=None, carry_over=0.0,
                **kwargs):
     super().__init__(**kwargs)
     if not valid_carry_over(carry_over):
@@ -309,7 +312,7 @@ class LinearModel(keras.Model):
                     asdca_theta=self.asdca_theta)
     if self.hinge_step != "projection":
       config["hinge_step"] = self.hinge_step
-    if self.momentum:
+    if self.momentum is not None:
       config["momentum"] = self.momentum
     if self.carry_over:
       config["carry_over"] = self.carry_over
@@ -1193,9 +1196,11 @@ class LinearModel(keras.Model):
     self._start_average(packed, initial_epoch)
     callbacks = list(callbacks or [])
     callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
-    if packed and trainer.momentum_for_order(self.momentum,
-                                             self.visit_order):
-      callbacks.insert(0, _Momentum(self))
+    momentum = trainer.momentum_for(
+        self.momentum, self.visit_order, packed, self._asdca,
+        self.average_from is not None)
+    if momentum:
+      callbacks.insert(0, _Momentum(self, momentum))
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -1463,7 +1468,7 @@ class _Momentum(keras.callbacks.Callback):
   weights stay the last epoch's own point until the next epoch's step
   writes its own."""
 
-  def __init__(self, model):
+  def __init__(self, model, momentum):
     super().__init__()
     self._linear = model
     p = model._packed  # pylint: disable=protected-access
@@ -1473,7 +1478,7 @@ class _Momentum(keras.callbacks.Callback):
       p.table.assign(table)
 
     self._extrapolation = trainer.Extrapolation(
-        model.momentum, model.loss_type, p.labels,
+        momentum, model.loss_type, p.labels,
         lambda: (p.duals.numpy(), p.table.numpy()), set_point)
     saved = model._momentum_state  # pylint: disable=protected-access
     if saved is not None and np.array_equal(saved[0], p.keys):
