@@ -35,7 +35,8 @@ from tf_sdca.sdca_model import SdcaModel
 from tf_sdca.trainer import InMemorySdca
 
 # l2 per loss. Hinge at l2 = 1 is slow for any dual coordinate ascent here:
-# ~8,000 epochs to a relative gap of 1e-9, LIBLINEAR's dual as many; it has
+# ~8,000 plain epochs to a relative gap of 1e-9 (~3,900 with the default
+# momentum), LIBLINEAR's dual as many as plain; it has
 # its own test below, and goes through the doors at l2 = 3 (~850 epochs).
 L2 = {"logistic_loss": 1.0, "squared_loss": 1.0, "hinge_loss": 3.0,
       "smooth_hinge_loss": 1.0, "absolute_loss": 1.0}
@@ -229,8 +230,8 @@ DOORS = {
     "packed_csr": lambda loss, x, y, _: _csr_as_read(loss, x, y),
     "adaptive": lambda loss, x, y, _: _in_memory(loss, x, y,
                                                  visit_order="adaptive"),
-    "momentum": lambda loss, x, y, _: _in_memory(loss, x, y,
-                                                 momentum="auto"),
+    # (The default extrapolates, momentum='auto'; plain epochs too.)
+    "plain": lambda loss, x, y, _: _in_memory(loss, x, y, momentum=0),
     "minibatch": lambda loss, x, y, _: _in_memory(loss, x, y, batch_size=90,
                                                   tol=STREAMED_TOL),
     "sdca_model": lambda loss, x, y, _: _sdca_model(loss, x, y),
@@ -240,8 +241,14 @@ DOORS = {
 }
 
 
-@pytest.mark.parametrize("door", sorted(DOORS))
-@pytest.mark.parametrize("loss", LOSSES)
+# Every loss through every door, but the hinge's ~850 epochs through a
+# streamed Keras fit (9 s: an exact gap pass per epoch); the other losses
+# take that door, and the hinge the streamed SdcaModel one.
+CASES = [(loss, door) for loss in LOSSES for door in sorted(DOORS)
+         if (loss, door) != ("hinge_loss", "keras_dataset")]
+
+
+@pytest.mark.parametrize("loss,door", CASES)
 def test_every_loss_reaches_the_independent_optimum(loss, door, data,
                                                     tmp_path):
   x, y = data
@@ -293,8 +300,9 @@ def test_hinge_is_slow_for_dual_ascent_and_no_worse_than_liblinear(data, l2):
   for seed in range(5):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", UserWarning)
+      # Plain epochs: a pass against a pass.
       w = _in_memory("hinge_loss", x, y, l2=l2, epochs=1000, tol=0.0,
-                     seed=seed)
+                     seed=seed, momentum=0)
     ours.append(_primal("hinge_loss", w, x, y, l2) - lower)
     w = _liblinear("hinge_loss", x, y, l2, 1000, seed=seed)
     theirs.append(_primal("hinge_loss", w, x, y, l2) - lower)

@@ -75,9 +75,9 @@ PROBLEMS = {
     "squared-diabetes": (
         "squared_loss", lambda: _standardised(load_diabetes()), 1.0),
 }
-# The doors onto the one engine: packed rows (the default), packed rows in
-# the adaptive order, packed rows with extrapolated epochs (momentum), and
-# mini-batches for TfSdca>Optimizer.
+# The doors onto the one engine: packed rows (the default, with momentum
+# 'auto'), packed rows in the adaptive order, packed rows with a fixed
+# momentum, and mini-batches for TfSdca>Optimizer.
 PATHS = {"packed": {}, "adaptive": {"visit_order": "adaptive"},
          "momentum": {"momentum": 0.5}, "minibatch": {"batch_size": 450}}
 

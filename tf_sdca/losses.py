@@ -269,12 +269,13 @@ class ProgressWatch:
     if smooth is not None:
       text += f"; {short_name(smooth)} converges linearly"
     if is_multiclass(self.loss):  # no adaptive order for a block of duals
-      text += ("; on in-memory data momentum='auto' may need fewer epochs "
-               "(~2x with a binary hinge on heart_scale, g3doc/trainer.md)")
+      text += ("; on in-memory data the default momentum='auto' may need "
+               "fewer epochs (~2x with a binary hinge on heart_scale, "
+               "g3doc/trainer.md)")
     else:
-      text += ("; on in-memory data visit_order='adaptive' or "
-               "momentum='auto' may need fewer epochs (2-6x and ~2x on "
-               "heart_scale, g3doc/trainer.md)")
+      text += ("; on in-memory data visit_order='adaptive' may need fewer "
+               "epochs (2.5-6x on heart_scale), as may the default "
+               "momentum='auto' (~2x; g3doc/trainer.md)")
     if self.loss != "absolute_loss":
       text += ("; visit_order='shrinking' makes epochs cheaper, skipping "
                "the duals held at a bound")
