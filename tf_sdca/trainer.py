@@ -156,7 +156,8 @@ class InMemorySdca:
       about half on the real data sets in g3doc/trainer.md); where plain
       epochs already converge fast (strong regularisation) it can cost a few
       epochs. A given beta or 'auto' needs the whole data set per epoch
-      (no `batch_size`), and not 'asdca' or `average_from`. A `fit` with `initial_epoch > 0` continues
+      (no `batch_size`), and not 'asdca' or `average_from`. A `fit` with
+      `initial_epoch > 0` continues
       the extrapolation of the last `fit` (`momentum_state`; checkpoints save
       `current_momentum_state()`), so that `fit(epochs=5)` then
       `fit(epochs=10, initial_epoch=5)` ends where `fit(epochs=10)` does; from

@@ -174,9 +174,9 @@ class LinearModel(keras.Model):
       falls; the logged gap and the weights are always an epoch's own
       point): 0.5 about halved the epochs to a given gap on weakly
       regularised data and cost a few on strongly regularised data
-      (g3doc/trainer.md). Not with `visit_order='asdca'`,
-      `average_from`, a streamed `tf.data.Dataset` or a multi-worker
-      strategy (whose rounds extrapolate already). Kept by `get_config`;
+      (g3doc/trainer.md). A given beta or 'auto' is refused with
+      `visit_order='asdca'`, `average_from`, a streamed `tf.data.Dataset`
+      or a multi-worker strategy (whose rounds extrapolate already). Kept by `get_config`;
       a `fit` on the same rows (example ids) continues the last `fit`'s
       extrapolation, from any `initial_epoch` and after `save` and
       `load_model`, as one uninterrupted `fit`.
