@@ -200,12 +200,18 @@ def rand_health_insurance():
     return x, table["mdvis"].astype(np.float64)
 
 
+def heart_scale_csr():
+    """heart_scale as tf_sdca's LIBSVM reader yields it: one CSR chunk
+    (`labels`, `indptr`, `indices`, `values`)."""
+    chunks = list(read_libsvm([heart_scale_path()]))
+    assert len(chunks) == 1
+    return chunks[0]
+
+
 def heart_scale():
     """heart_scale as read by tf_sdca's LIBSVM reader: (dense float32
     [270, 13] features as the file has them, float32 labels +1 / -1)."""
-    chunks = list(read_libsvm([heart_scale_path()]))
-    assert len(chunks) == 1
-    c = chunks[0]
+    c = heart_scale_csr()
     n = len(c["labels"])
     x = np.zeros((n, 13), np.float32)
     rows = np.repeat(np.arange(n), np.diff(c["indptr"]))

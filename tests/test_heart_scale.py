@@ -27,8 +27,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.svm import LinearSVC
 
-from sdca_testutil import (heart_scale, heart_scale_path, primal_loss,
-                           primal_loss_derivative)
+from sdca_testutil import (heart_scale, heart_scale_csr, heart_scale_path,
+                           primal_loss, primal_loss_derivative)
 from tf_sdca import cli, estimator, losses
 from tf_sdca.keras import LinearModel
 from tf_sdca.sdca_model import SdcaModel
@@ -147,15 +147,11 @@ def _in_memory(loss, x, y, l2=None, epochs=3000, tol=TOL, **options):
 
 
 def _csr_as_read(loss, x, y):
-  # The rows as the reader yields them (CSR; heart_scale leaves out its
-  # zeros), the intercept a dense column.
+  # The rows as the reader yields them (CSR), the intercept a dense column.
   model = InMemorySdca(loss=loss, l2=L2[loss])
-  features = x[:, :-1]
-  rows, cols = np.nonzero(features)
-  indptr = np.concatenate([[0], np.cumsum(np.bincount(rows,
-                                                      minlength=len(y)))])
-  model.fit(_labels(loss, y), indptr=indptr, indices=cols,
-            values=features[rows, cols], num_features=13,
+  c = heart_scale_csr()
+  model.fit(_labels(loss, y), indptr=c["indptr"], indices=c["indices"],
+            values=c["values"], num_features=13,
             dense=x[:, -1:], epochs=3000, tol=TOL, verbose=0)
   return np.append(model.sparse_weights, model.dense_weights)
 
