@@ -28,6 +28,7 @@ SOURCES = [
     "kernels/core/loss.cc",
     "kernels/core/multiclass_loss.cc",
     "kernels/core/packed_rows.cc",
+    "kernels/core/packed_rows_threads.cc",
 ]
 
 

@@ -103,7 +103,7 @@ void AsdcaPasses(const PackedRows& rows, const SolverOptions& options,
   };
   // The rows are visited in a random order: their records (and, once a
   // record is in cache, its ids' weights and lazy state) are fetched a few
-  // rows ahead, as SDCA's passes do (PrefetchAhead in packed_rows.cc).
+  // rows ahead, as SDCA's passes do (PrefetchAhead in row_step.h).
   constexpr int64_t kRowAhead = 8, kSlotAhead = 3;
   auto prefetch = [&](int64_t k) {
     if (k + kRowAhead < n) rows.PrefetchRow(order[k + kRowAhead], lines);

@@ -100,7 +100,7 @@ struct StateRecord {
 // 8 bytes per row) instead of eight arrays at eight places: on 1M
 // Criteo-shaped rows in a random order an epoch took ~0.6x the time of a
 // pass over separate arrays (g3doc/op.md). Every pass takes the same
-// coordinate step (RowStep in packed_rows.cc) and the same visiting orders
+// coordinate step (RowStep in row_step.h) and the same visiting orders
 // (visit_order.h).
 //
 // Packed for num_threads > 1, the rows are solved by that many threads at
