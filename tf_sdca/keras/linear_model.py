@@ -504,7 +504,7 @@ class LinearModel(keras.Model):
       return self._packed_step()
     x, y, sw = self._unpack(data)
     if self.example_id not in x:
-      raise InvalidInputError(_MISSING_IDS.format(name=self.example_id))
+      raise _missing_ids(self.example_id, x)
     features = self._transform(x)
     y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, x[self.example_id])
@@ -1055,9 +1055,10 @@ class LinearModel(keras.Model):
     applies class weights, checks for example ids when training."""
     spec = data.element_spec
     x_spec = spec[0] if isinstance(spec, tuple) else spec
+    if for_training and (not isinstance(x_spec, dict) or
+                         self.example_id not in x_spec):
+      raise _missing_ids(self.example_id, x_spec)
     x_spec = self._as_dict(x_spec)
-    if for_training and self.example_id not in x_spec:
-      raise InvalidInputError(_MISSING_IDS.format(name=self.example_id))
     self._build_spec(self._spec_of(
         {k: v for k, v in x_spec.items() if k != self.example_id},
         rows_known=False))
@@ -1457,9 +1458,20 @@ _MISSING_IDS = (
     "SDCA keeps one dual variable per example, so a streamed dataset needs "
     "an example id: make its features a dict with a {name!r} feature "
     "(unique per example, string or int), e.g. add row numbers before "
-    "batching with dataset.enumerate().map(lambda i, xy: "
-    "(dict(xy[0], {name}=i), xy[1])), or pass in-memory arrays (row "
-    "positions are used)")
+    "batching with {how}, or pass in-memory arrays (row positions are used)")
+
+
+def _missing_ids(name, features_spec):
+  """The error for a training dataset without example ids, with a snippet
+  that fits the dataset's features: a dict, or one tensor (which the model
+  names DEFAULT_FEATURE)."""
+  if isinstance(features_spec, dict):
+    how = f"dataset.enumerate().map(lambda i, xy: (dict(xy[0], {name}=i), " \
+          "xy[1]))"
+  else:
+    how = f"dataset.enumerate().map(lambda i, xy: ({{{DEFAULT_FEATURE!r}: " \
+          f"xy[0], {name!r}: i}}, xy[1]))"
+  return InvalidInputError(_MISSING_IDS.format(name=name, how=how))
 
 
 class _Momentum(keras.callbacks.Callback):
