@@ -117,3 +117,20 @@ def test_a_mini_batch_error_names_the_row_of_the_users_data(loss, shuffle):
   if not shuffle:
     assert position == 700 - 300 * (700 // 300)
   assert "function_node" not in message and "[Op:" not in message
+
+
+def test_features_given_where_the_labels_go_is_a_clear_error():
+  """fit(x, y) in scikit-learn's order puts the features in `labels`: a
+  ValueError that shows fit(y, dense=x), not the op's rank error. A column
+  of labels [n, 1] trains as [n]."""
+  import scipy.sparse  # pylint: disable=import-outside-toplevel
+  x, y = _breast_cancer()
+  for features in (x, scipy.sparse.csr_matrix(x)):
+    with pytest.raises(ValueError, match=r"labels must have shape \[n\], "
+                       r"got \(569, 30\).*fit\(y, dense=x\)"):
+      InMemorySdca(loss="logistic").fit(features, y, verbose=0)
+  column = InMemorySdca(loss="logistic")
+  column.fit(y[:, None], dense=x, epochs=3, verbose=0)
+  flat = InMemorySdca(loss="logistic")
+  flat.fit(y, dense=x, epochs=3, verbose=0)
+  np.testing.assert_array_equal(column.dense_weights, flat.dense_weights)

@@ -924,6 +924,16 @@ def _normalise(labels, dense=None, ids=None, indptr=None, indices=None,
   Raises:
     ValueError: on inconsistent shapes, or no features.
   """
+  shape = np.shape(labels) if not hasattr(labels, "tocsr") else labels.shape
+  if len(shape) == 2 and shape[1] == 1 and not hasattr(labels, "tocsr"):
+    labels = np.reshape(labels, (-1,))
+  elif len(shape) != 1:
+    # fit(x, y) in scikit-learn's order lands the features here.
+    raise ValueError(
+        f"labels must have shape [n], got {tuple(shape)}: fit takes the "
+        "labels first and the features by name, e.g. fit(y, dense=x), "
+        "fit(y, indptr=m.indptr, indices=m.indices, values=m.data) for a "
+        "CSR matrix m, or fit(y, ids=ids)")
   labels = np.ascontiguousarray(labels, dtype=np.float32)
   n = labels.shape[0]
   csr = InMemorySdca._csr(n, ids, indptr, indices, values)  # pylint: disable=protected-access
