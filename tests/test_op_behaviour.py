@@ -498,3 +498,35 @@ def test_the_op_runs_inside_tf_function_like_eagerly():
         **args, loss_type="logistic_loss", l1=0.0, l2=1.0))()
     for a, b in zip(tf.nest.flatten(eager), tf.nest.flatten(graph)):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+# --------------------------------------------------------------------------
+# (i) the kernel's record arena: reused from call to call
+# --------------------------------------------------------------------------
+
+def test_records_reused_between_calls_leave_no_trace_in_the_results():
+    """The kernel packs each call's rows into memory it keeps for the next
+    (RecordArena): a batch solved after larger and smaller ones, and the
+    same batches solved by calls on two Python threads at once (one of
+    them then packs into memory of its own), give the results of their
+    first calls bit for bit."""
+    import concurrent.futures  # pylint: disable=import-outside-toplevel
+    problems = {n: _big_problem(seed=n, n=n) for n in (3000, 20_000, 700)}
+
+    def call(n):
+        args, _ = batch_args(problems[n], np.arange(n),
+                             np.full(2000, 0.01), np.full(2, -0.02),
+                             np.zeros((n, 4), np.float32))
+        out = run_ours(args, "logistic_loss", 0.0, 1.0,
+                       num_inner_iterations=2, seed=9)
+        return [out[0], *out[1], *out[2]]
+
+    first = {n: call(n) for n in (3000, 20_000, 700)}
+    for n in (700, 20_000, 3000, 20_000, 700):
+        for a, b in zip(call(n), first[n]):
+            np.testing.assert_array_equal(a, b)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(call, [20_000, 3000, 20_000, 700] * 3))
+    for n, result in zip([20_000, 3000, 20_000, 700] * 3, results):
+        for a, b in zip(result, first[n]):
+            np.testing.assert_array_equal(a, b)

@@ -289,7 +289,42 @@ int64_t FirstInvalidDual(const double* duals, const double* labels,
 
 // ------------------------------------------------------------ PackedRows
 
-void PackedRows::FreeBuffer::operator()(char* p) const { std::free(p); }
+void PackedRows::FreeBuffer::operator()(char* p) const {
+  if (owned) std::free(p);
+}
+
+namespace {
+
+// `bytes` of records; on Linux 2 MiB-aligned with 2 MiB pages requested
+// (where the kernel's transparent huge pages allow them on request): they
+// spare the TLB misses of visiting records in a random order.
+char* AllocateRecords(int64_t bytes) {
+  char* memory = nullptr;
+#ifdef __linux__
+  constexpr int64_t kHugePage = int64_t{1} << 21;
+  const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  memory = static_cast<char*>(std::aligned_alloc(kHugePage, rounded));
+  if (memory != nullptr) madvise(memory, rounded, MADV_HUGEPAGE);
+#endif
+  if (memory == nullptr) memory = static_cast<char*>(std::malloc(bytes));
+  return memory;
+}
+
+}  // namespace
+
+RecordArena::RecordArena() = default;
+
+RecordArena::~RecordArena() { std::free(block_); }
+
+char* RecordArena::Take(int64_t bytes) {
+  if (bytes <= capacity_) return block_;
+  std::free(block_);
+  // Some room to grow: batches of a stream differ a little in size.
+  const int64_t wanted = bytes + bytes / 8;
+  block_ = AllocateRecords(wanted);
+  capacity_ = block_ != nullptr ? wanted : 0;
+  return block_;
+}
 
 int64_t PackedRows::bytes() const {
   return buffer_bytes_ +
@@ -461,24 +496,16 @@ bool PackedRows::Reserve(const Shape& shape, int num_threads,
   const int64_t header = split ? sizeof(SplitHeader) : sizeof(Header);
   buffer_bytes_ = n * (RecordSize(header, 0, 0, dense_dim_) + 4) +
                   (has_values_ ? 8 : 4) * num_ids_ + kTailBytes;
-  char* memory = nullptr;
-#ifdef __linux__
-  // 2 MiB pages (where the kernel's transparent huge pages allow them on
-  // request) spare the TLB misses of visiting records in a random order.
-  constexpr int64_t kHugePage = int64_t{1} << 21;
-  const int64_t rounded = (buffer_bytes_ + kHugePage - 1) / kHugePage * kHugePage;
-  memory = static_cast<char*>(std::aligned_alloc(kHugePage, rounded));
-  if (memory != nullptr) madvise(memory, rounded, MADV_HUGEPAGE);
-#endif
-  if (memory == nullptr) {
-    memory = static_cast<char*>(std::malloc(buffer_bytes_));
-  }
+  buffer_.reset();  // before an arena's block may be handed out again
+  char* memory = arena_ != nullptr ? arena_->Take(buffer_bytes_)
+                                   : AllocateRecords(buffer_bytes_);
   if (memory == nullptr) {
     *error = "out of memory packing " + std::to_string(buffer_bytes_) +
              " bytes of rows";
     return false;
   }
-  buffer_.reset(memory);
+  buffer_ = std::unique_ptr<char[], FreeBuffer>(
+      memory, FreeBuffer(/*owned=*/arena_ == nullptr));
   if (n == 0) std::memset(buffer_.get(), 0, kTailBytes);
   return true;
 }

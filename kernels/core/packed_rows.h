@@ -89,6 +89,29 @@ struct StateRecord {
   std::string error;
 };
 
+// Memory for the records of successive packs, kept from one to the next. A
+// caller that packs a batch per call (TfSdca>Optimizer) lends it to each
+// call's PackedRows (set_arena), which then writes its records into the
+// arena's block instead of a fresh allocation: fresh pages cost a fault each
+// on first touch, and on the project's VM a call packing 100k Criteo-shaped
+// rows (19 MB) spent 25 ms of its ~80 in them (2.5 ms with the block
+// reused). One PackedRows at a time may use an arena.
+class RecordArena {
+ public:
+  RecordArena();
+  ~RecordArena();
+  RecordArena(const RecordArena&) = delete;
+  RecordArena& operator=(const RecordArena&) = delete;
+  // A block of at least `bytes`, valid until the next Take; nullptr when
+  // memory runs out. Grows (a new block) only when `bytes` is more.
+  char* Take(int64_t bytes);
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  char* block_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
 // The rows of a data set packed into one buffer: a data set packed once for
 // many epochs (TfSdca>PackRows, TfSdca>PackedSolve) or a mini-batch packed
 // for one call (TfSdca>Optimizer). Each row is one record in row order:
@@ -202,6 +225,10 @@ class PackedRows {
   // only as rows are appended) for Solve with `num_threads` threads. Fails
   // (false, *error) for a negative size or when memory runs out.
   bool Reserve(const Shape& shape, int num_threads, std::string* error);
+  // Records of the next Reserve (or Pack) go into `arena`'s block (which
+  // must outlive these rows, and serve no other rows meanwhile) instead
+  // of memory of their own; nullptr: their own.
+  void set_arena(RecordArena* arena) { arena_ = arena; }
   // Appends the rows of `data` (valid as for Pack; its row_ptr, if any,
   // starts at 0, and it has values exactly when the shape has, or no ids)
   // after the rows appended before. Fails (false, *error, nothing appended)
@@ -443,8 +470,14 @@ class PackedRows {
   };
 
   struct FreeBuffer {
+    // (Constructors, not a default member initializer or argument: the
+    // enclosing class is incomplete where buffer_ needs the default one.)
+    FreeBuffer() : owned(true) {}
+    explicit FreeBuffer(bool owned) : owned(owned) {}
+    bool owned;  // false: an arena's block
     void operator()(char* p) const;
   };
+  RecordArena* arena_ = nullptr;
   std::unique_ptr<char[], FreeBuffer> buffer_;
   int64_t buffer_bytes_ = 0;   // allocated (an upper bound until complete)
   int64_t records_end_ = 0;    // bytes of the records appended so far

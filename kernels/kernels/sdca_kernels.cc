@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -193,7 +194,11 @@ class OptimizerOp : public OpKernel {
     options.seed = MixSeed(seed_, digest, static_cast<uint64_t>(call_index));
 
     const auto t3 = Clock::now();
+    // The records go into this kernel's arena, reused from call to call
+    // (a concurrent call of the same kernel packs into memory of its own).
+    std::unique_lock<std::mutex> arena_lock(arena_mutex_, std::try_to_lock);
     PackedRows rows;
+    if (arena_lock.owns_lock()) rows.set_arena(&arena_);
     std::string error;
     OP_REQUIRES(context, rows.Pack(data, 1, threads, parallel_for, &error),
                 InvalidArgument(error));
@@ -765,6 +770,9 @@ class OptimizerOp : public OpKernel {
   int num_with_values_ = 0;
   int num_dense_ = 0;
   int num_threads_ = 0;
+  // Memory for the packed records of one call, kept for the next.
+  std::mutex arena_mutex_;
+  RecordArena arena_;
 };
 
 class ShrinkL1Op : public OpKernel {
