@@ -446,7 +446,11 @@ def test_gzip_crlf_and_blank_lines_read_as_the_plain_file(tmp_path, fmt):
     ("libsvm", "1 3:1 2:1\n", r":1: '2:1' \(feature 2\): indices must be"),
     ("libsvm", "1:1 2:1\n", r":1: the label '1:1' is not a number"),
     ("libsvm", "\x00\x01\x02\xff\xfe garbage\n", r":1: not text \(binary"),
-    ("criteo", "1\t2\n", r":1: expected 40 tab-separated fields, got 2"),
+    ("criteo", "1\t2\n", r":1: expected 40 tab-separated fields, got 2: "),
+    # A LIBSVM file read as Criteo's (the default format): said so.
+    ("criteo", "+1 1:0.7 2:1 13:-1\n",
+     r":1: expected 40 tab-separated fields, got 1; the line looks like "
+     r"LIBSVM .*--format libsvm"),
     ("criteo", "\x00\x01\x02\xff\xfe\n", r":1: .*not text \(binary bytes\)"),
 ])
 def test_malformed_lines_are_one_line_errors_with_file_and_line(

@@ -76,11 +76,20 @@ def parse_criteo_lines(lines, bucket_bits=20):
               bad=tf.logical_not(good))
 
 
+# A LIBSVM line: a numeric label, then index:value pairs.
+_LIBSVM_LINE = re.compile(r"\s*[-+]?[0-9.eE+-]+(\s+[0-9]+:\S+)*\s*")
+
+
 def diagnose_criteo_line(text):
   """What is wrong with a malformed line: (reason, 1-based field or 0)."""
   fields = text.split("\t")
   if len(fields) != NUM_FIELDS:
-    return f"expected {NUM_FIELDS} tab-separated fields, got {len(fields)}", 0
+    reason = f"expected {NUM_FIELDS} tab-separated fields, got {len(fields)}"
+    if len(fields) == 1 and _LIBSVM_LINE.fullmatch(text):
+      reason += ("; the line looks like LIBSVM ('label index:value ...'): "
+                 "read it as LIBSVM (tf-sdca --format libsvm, "
+                 "tf_sdca.data.read_libsvm)")
+    return reason, 0
   if fields[0] not in ("0", "1"):
     return "the label must be 0 or 1", 1
   for j in range(1, 1 + NUM_INTEGER):
