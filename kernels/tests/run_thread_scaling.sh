@@ -62,7 +62,7 @@ for sync in ("auto", "scaled", "momentum"):
           f"{last[0] if reached else '> %d' % last[0]} | "
           f"{seconds:.2f}{'' if reached else ' (not reached)'} | "
           f"{rows * len(epochs) / seconds / 1e6:.1f}M | "
-          f"{'%.2e' % at20[0] if at20 else '(reached before)'} |")
+          f"{'%.2e' % at20[0] if at20 else '(reached before)' if reached else '(fewer epochs)'} |")
 EOF
 echo
 if g++ -O1 -g -std=c++17 -fsanitize=thread -pthread -I. kernels/core/*.cc \
