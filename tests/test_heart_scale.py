@@ -333,3 +333,33 @@ def test_the_estimator_reaches_the_independent_optimum(loss, data, tmp_path):
                 model.get_variable_value(
                     "linear/linear_model/bias_weights")).astype(np.float64)
   _assert_optimal(loss, w, x, y, _reference(loss, x, y))
+
+
+def test_the_command_line_evaluates_and_predicts_in_the_models_format(
+    tmp_path, capsys):
+  """heart_scale as shipped (LIBSVM, no file extension): train needs
+  --format libsvm (without it the error says the lines look like LIBSVM);
+  evaluate and predict then read the files in the model's format by
+  default, and an explicit other format is refused."""
+  model_dir = str(tmp_path / "model")
+  assert cli.main(["train", heart_scale_path(), "--model-dir", model_dir,
+                   "--quiet"]) == 2
+  assert "looks like LIBSVM" in capsys.readouterr().err
+  assert cli.main(["train", heart_scale_path(), "--format", "libsvm",
+                   "--model-dir", model_dir, "--epochs", "50",
+                   "--quiet"]) == 0
+  capsys.readouterr()
+  assert cli.main(["evaluate", heart_scale_path(), "--model-dir",
+                   model_dir]) == 0
+  report = dict(line.split() for line in
+                capsys.readouterr().out.strip().splitlines())
+  assert int(report["rows"]) == 270 and float(report["auc"]) > 0.85
+  out = str(tmp_path / "scores.txt")
+  assert cli.main(["predict", heart_scale_path(), "--model-dir", model_dir,
+                   "--out", out]) == 0
+  scores = np.loadtxt(out)
+  assert scores.shape == (270,) and np.all((scores > 0) & (scores < 1))
+  assert cli.main(["evaluate", heart_scale_path(), "--model-dir", model_dir,
+                   "--format", "criteo"]) == 2
+  assert "trained on libsvm data, got --format criteo" in (
+      capsys.readouterr().err)

@@ -161,12 +161,12 @@ def add_parsers(sub):
   evaluate = sub.add_parser(
       "evaluate", help="log loss, AUC, accuracy (multiclass: accuracy, log "
       "loss)")
-  _data_args(evaluate)
+  _data_args(evaluate, scoring=True)
   predict = sub.add_parser(
       "predict", help="write one score per line (multiclass: a header "
       "'labels c_0 ... c_K-1', then the predicted label and the K "
       "probabilities or scores)")
-  _data_args(predict)
+  _data_args(predict, scoring=True)
   predict.add_argument("--out", required=True)
   export = sub.add_parser(
       "export", help="write a SavedModel that scores raw text lines")
@@ -175,11 +175,16 @@ def add_parsers(sub):
                       help="directory of the SavedModel (must not exist)")
 
 
-def _data_args(parser):
+def _data_args(parser, scoring=False):
+  """The data arguments; `scoring` (evaluate, predict): --format defaults
+  to the model's."""
   parser.add_argument("data", nargs="+", help="text files")
   parser.add_argument("--model-dir", required=True)
-  parser.add_argument("--format", default="criteo",
-                      choices=("criteo", "libsvm"))
+  parser.add_argument(
+      "--format", default=None if scoring else "criteo",
+      choices=("criteo", "libsvm"),
+      help="the files' format (default: the model's)" if scoring else
+      "the files' format (default: criteo)")
   # Feature ids are int32: at most 2^31 buckets.
   parser.add_argument("--bucket-bits", type=_int_in(1, 31), default=20,
                       help="Criteo: 2^k hash buckets (1 <= k <= 31)")
@@ -700,6 +705,8 @@ def score_files(args):
   from tf_sdca.data import criteo, libsvm  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   meta, ckpt = load_model(args.model_dir)
+  if args.format is None:
+    args.format = meta["format"]
   if meta["format"] != args.format:
     raise ValueError(f"the model was trained on {meta['format']} data, "
                      f"got --format {args.format}")
