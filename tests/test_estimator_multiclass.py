@@ -46,7 +46,7 @@ def test_softmax_classifier_reaches_scikit_learns_optimum(tmp_path, name):
       [fc.numeric_column("x", shape=x.shape[1])], n_classes=k,
       model_dir=str(tmp_path), optimizer=_sdca())
   classifier.train(_constant(features, y.astype(np.int64)), steps=3000,
-                   tol=1e-9)
+                   tol=1e-8)
   w = np.vstack([classifier.get_variable_value(X_WEIGHTS),
                  classifier.get_variable_value(BIAS)[None]])
   assert w.shape == (x.shape[1] + 1, k)

@@ -63,7 +63,7 @@ def test_iris_numeric_columns_reach_the_in_memory_softmax_optimum(
   classifier = estimator.LinearClassifier(
       [fc.numeric_column(n) for n in names], model_dir=str(tmp_path),
       n_classes=3, optimizer=_sdca(l2))
-  classifier.train(_constant(features, y), steps=2000, tol=1e-9)
+  classifier.train(_constant(features, y), steps=2000, tol=1e-8)
   w = np.vstack([classifier.get_variable_value(
       f"linear/linear_model/{n}/weights") for n in names] +
                 [classifier.get_variable_value(BIAS)[None, :]])
@@ -126,7 +126,7 @@ def test_label_vocabulary_and_a_categorical_column(tmp_path, iris):
   classifier = estimator.LinearClassifier(
       columns, model_dir=str(tmp_path), n_classes=3,
       label_vocabulary=NAMES, optimizer=_sdca(l2))
-  classifier.train(_constant(features, labels), steps=2000, tol=1e-9)
+  classifier.train(_constant(features, labels), steps=2000, tol=1e-8)
   onehot = np.eye(4, dtype=np.float32)[quartile]
   design = np.hstack([onehot, x[:, 3:4], np.ones((len(y), 1), np.float32)])
   w = np.vstack([

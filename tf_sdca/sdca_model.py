@@ -1162,6 +1162,22 @@ class SdcaModel(tf.Module):
       raise ValueError(
           f"duality_gap needs every trained example: the state holds "
           f"{stored}, the examples given are {count}")
+    return self.gap_from_parts(parts)
+
+  def gap_from_parts(self, parts):
+    """`duality_gap`'s result from `gap_parts` summed over batches holding
+    every trained example (not checked here: `duality_gap` checks it).
+
+    Args:
+      parts: float64 `[3]`, the sum of `gap_parts` over the batches.
+
+    Returns:
+      `(objective, relative_gap)` as in `duality_gap`.
+
+    Raises:
+      ValueError: when the examples' weights sum to 0.
+    """
+    parts = np.asarray(parts, np.float64)
     if parts[2] <= 0.0:
       raise ValueError("duality_gap: the examples' weights sum to "
                        f"{parts[2]}; the gap per unit of weight is undefined")
