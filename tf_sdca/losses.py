@@ -15,7 +15,6 @@ are in g3doc/losses.md):
   array([0.69314718])
 """
 import functools
-
 import math
 
 import numpy as np
