@@ -924,8 +924,9 @@ def _normalise(labels, dense=None, ids=None, indptr=None, indices=None,
   Raises:
     ValueError: on inconsistent shapes, or no features.
   """
-  shape = np.shape(labels) if not hasattr(labels, "tocsr") else labels.shape
-  if len(shape) == 2 and shape[1] == 1 and not hasattr(labels, "tocsr"):
+  sparse = hasattr(labels, "tocsr")  # a scipy matrix (np.shape fails)
+  shape = labels.shape if sparse else np.shape(labels)
+  if not sparse and len(shape) == 2 and shape[1] == 1:
     labels = np.reshape(labels, (-1,))
   elif len(shape) != 1:
     # fit(x, y) in scikit-learn's order lands the features here.
