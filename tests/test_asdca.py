@@ -26,7 +26,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 import core_build
 from tf_sdca.ops import sdca_ops
 from tf_sdca.trainer import InMemorySdca
-from tf_sdca.trainer import RowChunks
+from tf_sdca.engine import RowChunks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -376,7 +376,8 @@ def test_keras_model_trains_asdca_in_memory_to_the_sdca_optimum(tmp_path):
   assert loaded.visit_order == "asdca" and loaded.asdca_batch_size == 8
   data = tf.data.Dataset.from_tensor_slices(
       ({"x": x, "example_id": np.arange(len(y))}, y)).batch(10)
-  with pytest.raises(ValueError, match="asdca.*not a streamed"):
+  with pytest.raises(ValueError, match=r"ASDCA .*needs the whole data set in "
+                     r"memory .*not streamed \(a tf.data.Dataset\), got 'asdca'"):
     model.fit(data, epochs=1, verbose=0)
   with pytest.raises(ValueError, match="hinge_loss is not smooth"):
     sdca_keras.LinearModel(loss="hinge", visit_order="asdca")

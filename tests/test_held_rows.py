@@ -204,8 +204,8 @@ def test_keras_fit_on_fixed_batches_of_a_dataset_takes_one_batchs_epochs():
   assert LinearModel.from_config(model.get_config()).carry_over == 0.5
   assert LinearModel.from_config(LinearModel(
       carry_over="auto").get_config()).carry_over == "auto"
-  with pytest.raises(ValueError, match=r"carry_over=0.5 holds back rows of "
-                     r"streamed batches"):
+  with pytest.raises(ValueError, match=r"carry_over=0.5 runs streamed "
+                     r"\(SdcaModel, .*\), not in memory \(numpy, scipy"):
     model.fit(x, y, epochs=1, verbose=0)
   with pytest.raises(ValueError, match=r"carry_over must be 'auto' or a "
                      r"number in \[0, 1\), got 1"):

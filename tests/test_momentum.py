@@ -247,7 +247,7 @@ def test_auto_momentum_stays_off_in_cyclic_and_adaptive_orders(order):
     ([1.0, 0.0, 0.0, 0.0], 0.0),       # converged
 ])
 def test_auto_momentum_rule(gaps, beta):
-  from tf_sdca.trainer import choose_auto_momentum  # pylint: disable=import-outside-toplevel
+  from tf_sdca.engine import choose_auto_momentum  # pylint: disable=import-outside-toplevel
   assert choose_auto_momentum(gaps) == beta
 
 

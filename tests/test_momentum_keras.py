@@ -130,7 +130,8 @@ def test_momentum_is_refused_where_it_does_not_apply():
   ds = tf.data.Dataset.from_tensor_slices(
       ({"x": x, "example_id": tf.strings.as_string(tf.range(len(y)))},
        y)).batch(100)
-  with pytest.raises(ValueError, match="not a streamed tf.data.Dataset"):
+  with pytest.raises(ValueError, match=r"momentum=0.5 runs in memory "
+                     r"\(InMemorySdca, .*\), not streamed \(a tf.data.Dataset\)"):
     LinearModel(momentum=0.5).fit(ds, epochs=1, verbose=0)
 
 

@@ -23,7 +23,8 @@ from sklearn.svm import LinearSVC
 from tf_sdca import losses
 from tf_sdca.ops import sdca_ops
 from tf_sdca.ops._loader import load_ops
-from tf_sdca.trainer import InMemorySdca, objective_and_gap
+from tf_sdca.engine import objective_and_gap
+from tf_sdca.trainer import InMemorySdca
 
 MULTICLASS = ("softmax_loss", "multiclass_hinge_loss")
 
@@ -258,8 +259,10 @@ def test_hinge_step_is_refused_where_it_means_nothing():
         loss_type="softmax_loss", l1=0.0, l2=1.0, num_classes=3,
         hinge_step="near_max_gain")
   from tf_sdca.sdca_model import SdcaModel  # pylint: disable=import-outside-toplevel
-  with pytest.raises(ValueError, match=r"options\['hinge_step'\] must be one "
-                     "of"):
+  # (The one validator of tf_sdca.options, spelt as SdcaModel's options.)
+  with pytest.raises(ValueError, match=r"options\['hinge_step'\] "
+                     "'steepest_ascent' is a block step of "
+                     "multiclass_hinge_loss, not of logistic_loss"):
     SdcaModel(None, dict(sparse_features_weights=[],
                          dense_features_weights=[tf.Variable(tf.zeros([2]))]),
               dict(loss_type="logistic_loss", symmetric_l2_regularization=1.0,
@@ -629,7 +632,7 @@ def test_unsupported_options_are_refused():
 
 
 def test_row_chunks_train_as_the_arrays_whole():
-  from tf_sdca.trainer import RowChunks  # pylint: disable=import-outside-toplevel
+  from tf_sdca.engine import RowChunks  # pylint: disable=import-outside-toplevel
   x, y = _real("wine")
   chunks = RowChunks([dict(labels=y[:100], dense=x[:100]),
                       dict(labels=y[100:], dense=x[100:])],

@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse
 
 from sdca_testutil import LOSSES, make_labels
-from tf_sdca import pack_rows, packed_solve
+from tf_sdca import engine, pack_rows, packed_solve
 from tf_sdca.trainer import InMemorySdca
 
 VOCAB = 50_008
@@ -224,25 +224,26 @@ def test_trainer_with_two_threads_matches_one_thread():
   assert np.all(np.abs(results[1][1] - results[0][1]) <= bound)
 
 
-def test_trainer_uses_at_most_one_thread_per_4096_rows():
-  from tf_sdca.trainer import _packed_threads  # pylint: disable=import-outside-toplevel
-  assert [_packed_threads(t, n) for t, n in [
-      (0, 10**6), (1, 10**6), (2, 10**6), (2, 8192), (2, 8191), (4, 12288),
-      (2, 569), (8, 0)]] == [1, 1, 2, 2, 1, 3, 1, 1]
+def test_trainer_uses_at_most_one_thread_per_4096_rows(monkeypatch):
+  monkeypatch.setattr(engine.os, "cpu_count", lambda: 64)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # (3+ threads warn)
+    assert [engine.choose_threads(t, n) for t, n in [
+        (0, 10**6), (1, 10**6), (2, 10**6), (2, 8192), (2, 8191), (4, 12288),
+        (2, 569), (8, 0)]] == [1, 1, 2, 2, 1, 3, 1, 1]
 
 
 def test_trainer_says_when_it_uses_fewer_or_slower_threads(monkeypatch):
-  from tf_sdca import trainer  # pylint: disable=import-outside-toplevel
-  monkeypatch.setattr(trainer.os, "cpu_count", lambda: 2)
+  monkeypatch.setattr(engine.os, "cpu_count", lambda: 2)
   with pytest.warns(UserWarning, match=r"num_threads=4: using 2 lock-free "
                     r"thread\(s\) for 100000 rows on 2 core\(s\)"):
-    assert trainer._choose_threads(4, 100_000) == 2
+    assert engine.choose_threads(4, 100_000) == 2
   with pytest.warns(UserWarning, match="using 1 lock-free thread"):
-    assert trainer._choose_threads(2, 5000) == 1
-  monkeypatch.setattr(trainer.os, "cpu_count", lambda: 16)
+    assert engine.choose_threads(2, 5000) == 1
+  monkeypatch.setattr(engine.os, "cpu_count", lambda: 16)
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    assert trainer._choose_threads(8, 100_000) == 8
+    assert engine.choose_threads(8, 100_000) == 8
   assert [str(w.message) for w in caught if "num_threads=8: with 3 or more"
           in str(w.message) and "more than 8" not in str(w.message)], caught
   # Past 8 threads it also says that epochs make less progress on rows
@@ -250,8 +251,8 @@ def test_trainer_says_when_it_uses_fewer_or_slower_threads(monkeypatch):
   with pytest.warns(UserWarning, match=r"num_threads=16: .*with more than "
                     r"8, epochs make less progress where \|x_i\|\^2 / l2 >> "
                     r"1 \(16 threads in lockstep: 15-130x"):
-    assert trainer._choose_threads(16, 100_000) == 16
+    assert engine.choose_threads(16, 100_000) == 16
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    assert trainer._choose_threads(2, 100_000) == 2
-    assert trainer._choose_threads(0, 100_000) == 1
+    assert engine.choose_threads(2, 100_000) == 2
+    assert engine.choose_threads(0, 100_000) == 1

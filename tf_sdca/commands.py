@@ -36,6 +36,7 @@ import numpy as np
 
 from tf_sdca import files
 from tf_sdca import losses
+from tf_sdca import options
 from tf_sdca.distributed import command as distributed_command
 
 _BINARY = losses.BINARY
@@ -271,7 +272,7 @@ def _criteo_row_chunks(arrays, meta):
   cache part is scaled and packed in turn and its memory map dropped, so
   the whole arrays are never held beside the packed rows (issue 13's 4 GB
   target for 10M rows)."""
-  from tf_sdca.trainer import RowChunks  # pylint: disable=import-outside-toplevel
+  from tf_sdca.engine import RowChunks  # pylint: disable=import-outside-toplevel
   scale = _criteo_scale(arrays, meta)
   n = sum(p.shape[0] for p in arrays["labels"])
 
@@ -504,18 +505,13 @@ def train(args):
   average_from = getattr(args, "average_from", None)
   epoch_momentum = getattr(args, "epoch_momentum", None)
   if distributed_command.wanted(args):
-    if epoch_momentum:  # (--momentum 0 asks for nothing to refuse)
-      raise ValueError(f"--momentum {epoch_momentum}: extrapolates one "
-                       "process's epochs; the rounds across processes "
-                       "extrapolate by default (--no-momentum turns that "
-                       "off)")
-    if getattr(args, "visit_order", "permutation") == "asdca":
-      raise ValueError("--visit-order asdca trains in one process (not with "
-                       "--local-cluster or TF_CONFIG)")
-    if average_from is not None:
-      raise ValueError(f"--average-from {average_from}: output averaging "
-                       "trains in one process (not with --local-cluster or "
-                       "TF_CONFIG)")
+    # (--momentum 0 asks for nothing to refuse; the rounds across processes
+    # extrapolate by default, --no-momentum turns that off.)
+    options.applies(dict(momentum=epoch_momentum, average_from=average_from,
+                         visit_order=getattr(args, "visit_order",
+                                             "permutation")),
+                    options.PROCESSES, options.COMMAND_LINE,
+                    "--local-cluster or TF_CONFIG")
     return distributed_command.train(args)
   distributed_command.guard_single_process_resume(args)
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel

@@ -34,14 +34,13 @@ Example:
 import collections
 import functools
 import itertools
-import math
 import numbers
 
 import numpy as np
 import tensorflow as tf
 
-from tf_sdca import averaging
 from tf_sdca import losses
+from tf_sdca import options as options_lib
 from tf_sdca.ops import sdca_ops
 
 _OPTION_DEFAULTS = dict(
@@ -366,14 +365,6 @@ def _floats(x):
   return tf.convert_to_tensor(x, tf.float32)
 
 
-def valid_carry_over(value):
-  """Whether `value` is a valid `carry_over` option: 'auto' or a number in
-  [0, 1)."""
-  return value == "auto" or (
-      not isinstance(value, bool) and isinstance(value, numbers.Real) and
-      0.0 <= value < 1.0)
-
-
 # carry_over='auto': f = B / (B + 6) for a stream of B batches an epoch
 # (measured, six batches of breast_cancer and wine: 0.5 needs the passes of
 # one batch, 0.75 up to 1.3x; twenty Criteo-shaped batches: 0.75 matches one
@@ -678,66 +669,25 @@ class SdcaModel(tf.Module):
       raise ValueError(f"options[{key!r}] must be {expected}, got "
                        f"{opts[key]!r}")
 
-    names = (losses.NAMES + losses.OP_NAMES + losses.MULTICLASS_NAMES +
-             losses.MULTICLASS)
-    if opts["loss_type"] not in names:
-      fail("loss_type", f"one of {losses.OP_NAMES + losses.MULTICLASS} (or "
-           f"{losses.NAMES + losses.MULTICLASS_NAMES})")
-    opts["loss_type"] = losses.op_name(opts["loss_type"])
-    k = opts["num_classes"]
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-      fail("num_classes", "an integer")
-    if losses.is_multiclass(opts["loss_type"]):
-      if k < 2:
-        fail("num_classes", f"an integer >= 2 for {opts['loss_type']}")
-      if opts["adaptive"] or opts["visit_order"] not in (
-          sdca_ops.MULTICLASS_HINGE_VISIT_ORDERS
-          if opts["loss_type"] == "multiclass_hinge_loss" else
-          sdca_ops.MULTICLASS_VISIT_ORDERS):
-        fail("visit_order", f"one of {sdca_ops.MULTICLASS_VISIT_ORDERS} "
-             f"for {opts['loss_type']} (not adaptive)")
-    elif k != 1:
-      fail("num_classes", f"1 for {opts['loss_type']} (K classes need "
-           "loss_type softmax_loss or multiclass_hinge_loss)")
-    if opts["visit_order"] == "asdca":
-      fail("visit_order", f"one of {sdca_ops.VISIT_ORDERS}: SdcaModel solves "
-           "mini-batches as they come, and ASDCA (accelerated mini-batch "
-           "SDCA) needs the whole data set in memory (InMemorySdca, "
-           "keras.LinearModel's in-memory fit, tf-sdca train --visit-order "
-           "asdca)")
-    if opts["visit_order"] not in sdca_ops.VISIT_ORDERS:
-      fail("visit_order", f"one of {sdca_ops.VISIT_ORDERS}")
-    if opts["hinge_step"] not in sdca_ops.HINGE_STEPS or (
-        opts["hinge_step"] != "projection" and
-        opts["loss_type"] != "multiclass_hinge_loss"):
-      fail("hinge_step", f"one of {sdca_ops.HINGE_STEPS} with "
-           "multiclass_hinge_loss ('projection' for the other losses)")
-    # Python numbers only: the values become op attributes, fixed when the
-    # op is built, so a tensor here would be a silent misuse.
-    for key, low, strict in (("symmetric_l2_regularization", 0, True),
-                             ("symmetric_l1_regularization", 0, False),
-                             ("gamma", 0, True)):
-      value = opts[key]
-      if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
-          not math.isfinite(value) or
-          (value <= low if strict else value < low)):
-        fail(key, f"a finite number {'>' if strict else '>='} {low}")
-    for key, low in (("num_loss_partitions", 1), ("num_table_shards", 1),
-                     ("num_inner_iterations", 1), ("num_threads", 0),
-                     ("seed", -2**63)):
+    # SdcaModel's own options (the table and the op's passes); the training
+    # options through the one validator.
+    for key, low in (("num_table_shards", 1), ("num_inner_iterations", 1)):
       value = opts[key]
       if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
           or value < low):
         fail(key, f"an integer >= {low}")
     if not isinstance(opts["adaptive"], bool):
       fail("adaptive", "a bool")
-    if not valid_carry_over(opts["carry_over"]):
-      fail("carry_over", "'auto' or a number in [0, 1)")
-    try:
-      opts["average_from"] = averaging.check_average_from(
-          opts["average_from"], "minimize call")
-    except ValueError:
-      fail("average_from", "None or a count of minimize calls >= 0")
+    shared = {name: opts[option.sdca_key]
+              for name, option in options_lib.OPTIONS.items()
+              if option.sdca_key in opts}
+    opts["loss_type"], _, checked = options_lib.validate(
+        opts["loss_type"], shared, options_lib.STREAMED,
+        options_lib.SDCA_MODEL, opts["num_classes"])
+    for name, value in checked.items():
+      opts[options_lib.OPTIONS[name].sdca_key] = value
+    if opts["adaptive"] and losses.is_multiclass(opts["loss_type"]):
+      fail("adaptive", f"False for {opts['loss_type']}")
     return opts
 
   def _check_examples(self, examples):

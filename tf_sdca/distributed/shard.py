@@ -33,9 +33,9 @@ touched rows: those are what it has to send.
 """
 import numpy as np
 
+from tf_sdca import engine
 from tf_sdca import losses
 from tf_sdca.ops import sdca_ops
-from tf_sdca.trainer import InMemorySdca
 
 COMBINES = ("add", "average")
 # S, the parts of a local pass with an exchange after each, by default
@@ -160,9 +160,14 @@ class Shard:
     return np.concatenate([sparse, table_ids.size + np.arange(
         self.num_dense)]).astype(np.int64)
 
+  def _config(self):
+    """The engine's view of this shard's options."""
+    return engine.Config(self.loss, self.l1, self.l2, self.gamma, self.seed,
+                         "permutation", self.hinge_step, self.num_classes)
+
   def call_seed(self, round_index):
     """The op's seed in round `round_index`."""
-    return (self.seed * 1_000_003 + int(round_index)) * 65_537 + self.index
+    return engine.shard_seed(self.seed, round_index, self.index)
 
   def round_calls(self):
     """The `(pass_index, part)` of a round's `solve` calls, in order, with
@@ -195,12 +200,10 @@ class Shard:
     seed = self.call_seed(round_index)
     if self.num_parts > 1 and pass_index > 0:
       seed = (seed * 8191 + int(pass_index)) % (1 << 63)
-    new_w, new_duals, _ = sdca_ops.packed_solve(
-        self.rows, w, self.duals, seed=seed, loss_type=self.loss,
-        l1=self.l1, l2=self.l2, num_loss_partitions=self.sigma,
-        num_passes=self.num_passes if self.num_parts == 1 else 1,
-        gamma=self.gamma, compute_objective=False,
-        num_classes=self.num_classes, hinge_step=self.hinge_step,
+    new_w, new_duals, _ = engine.packed_pass(
+        self.rows, w, self.duals, seed, self._config(),
+        passes=self.num_passes if self.num_parts == 1 else 1,
+        compute_objective=False, num_loss_partitions=self.sigma,
         num_parts=self.num_parts, part=part)
     delta = new_w.numpy() - w
     new_duals = new_duals.numpy()
@@ -214,12 +217,9 @@ class Shard:
     """This shard's part of the objective at the local weights and its
     duals: `(sum s_i phi_i(w.x_i), sum s_i phi_i*(-alpha_i))` over its rows
     (the shrunk weights' norms belong to the whole table)."""
-    _, _, parts = sdca_ops.packed_solve(
+    parts = engine.objective_parts(
         self.rows, np.ascontiguousarray(weights, np.float64), self.duals,
-        seed=0, loss_type=self.loss, l1=self.l1, l2=self.l2, num_passes=0,
-        gamma=self.gamma, compute_objective=True,
-        num_classes=self.num_classes)
-    parts = parts.numpy()
+        self._config()).numpy()
     return float(parts[0]), float(parts[1])
 
 
@@ -281,7 +281,7 @@ def _csr(n, ids, indptr, indices, values):
   """(row_ptr int64, ids int64, values float32 or empty) of the sparse part,
   checked and normalised as `InMemorySdca` does (`[0]`-shaped row_ptr:
   none)."""
-  csr = InMemorySdca._csr(n, ids, indptr, indices, values)  # pylint: disable=protected-access
+  csr = engine.csr_arrays(n, ids, indptr, indices, values)
   empty_values = np.zeros(0, np.float32)
   if csr is None:
     return np.zeros(0, np.int64), np.zeros(0, np.int64), empty_values

@@ -20,7 +20,7 @@ import numpy as np
 from tf_sdca import losses
 from tf_sdca.distributed import shard as shard_lib
 from tf_sdca.distributed import training
-from tf_sdca.trainer import objective_and_gap
+from tf_sdca.engine import objective_and_gap
 
 
 class Simulation:

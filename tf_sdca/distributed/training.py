@@ -38,7 +38,7 @@ import numpy as np
 from tf_sdca import files
 from tf_sdca import losses
 from tf_sdca.distributed import shard as shard_lib
-from tf_sdca.trainer import objective_and_gap
+from tf_sdca.engine import objective_and_gap
 
 EXCHANGES = ("auto", "allreduce", "allgather")
 EXCHANGES_PER_PASS = shard_lib.EXCHANGES_PER_PASS

@@ -850,11 +850,9 @@ class _LinearEstimator:
     """(P - D) / P from the per-example state, and the examples in it."""
     sdca = self._model.sdca
     values = sdca.get_state()["values"].astype(np.float64)
-    r1, r2 = (float(r) for r in sdca.regularization())
-    primal_losses, dual_losses = values[:, -3].sum(), values[:, -2].sum()
-    primal = primal_losses + r1 + 0.5 * r2
-    gap = primal_losses + dual_losses + r1 + r2
-    return gap / max(abs(primal), 1e-300), values.shape[0]
+    # primal losses, dual losses, weights: the state's last three columns.
+    _, gap = sdca.gap_from_parts([values[:, c].sum() for c in (-3, -2, -1)])
+    return gap, values.shape[0]
 
   # --------------------------------------------------------------- evaluate
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None,

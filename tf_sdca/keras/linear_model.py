@@ -31,10 +31,10 @@ import numpy as np
 import tensorflow as tf
 
 from tf_sdca import averaging
+from tf_sdca import engine
 from tf_sdca import losses
-from tf_sdca import trainer
-from tf_sdca.ops import sdca_ops
-from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn, valid_carry_over
+from tf_sdca import options
+from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
 
 # Short loss names (the issue's and Keras users') and the op's names.
 # The name a non-dict input gets.
@@ -201,32 +201,26 @@ class LinearModel(keras.Model):
                hinge_step="projection", momentum=None, carry_over=0.0,
                **kwargs):
     super().__init__(**kwargs)
-    if not valid_carry_over(carry_over):
-      raise ValueError(f"carry_over must be 'auto' or a number in [0, 1), "
-                       f"got {carry_over!r}")
-    self.carry_over = (carry_over if carry_over == "auto" else
-                       float(carry_over))
-    self.average_from = averaging.check_average_from(average_from)
-    self.loss_type = losses.op_name(loss)
+    # The mode (in memory or streamed) is known at fit: the options' domains
+    # and combinations are checked here, where each runs at fit.
+    self.loss_type, k, given = options.validate(
+        loss, dict(l1=l1, l2=l2, visit_order=visit_order, seed=seed,
+                   gamma=gamma, num_threads=num_threads,
+                   num_loss_partitions=num_loss_partitions,
+                   average_from=average_from,
+                   asdca_batch_size=asdca_batch_size,
+                   asdca_theta=asdca_theta, hinge_step=hinge_step,
+                   momentum=momentum, carry_over=carry_over),
+        None, options.KERAS, num_classes)
+    self.carry_over = given["carry_over"]
+    self.average_from = given["average_from"]
     self.loss_name = loss
     multiclass = losses.is_multiclass(self.loss_type)
-    if multiclass and num_classes is None:
-      raise ValueError(f"loss={loss!r} needs num_classes (K >= 2)")
     self._asdca = visit_order == "asdca"
-    if self._asdca:
-      sdca_ops.check_asdca_options(self.loss_type, asdca_batch_size,
-                                   asdca_theta)
-    self.asdca_batch_size = int(asdca_batch_size)
-    self.asdca_theta = None if asdca_theta is None else float(asdca_theta)
-    sdca_ops.check_hinge_step(self.loss_type, hinge_step)
+    self.asdca_batch_size = given["asdca_batch_size"]
+    self.asdca_theta = given["asdca_theta"]
     self.hinge_step = hinge_step
-    self.momentum = trainer.check_momentum(momentum, self._asdca,
-                                           self.average_from is not None)
-    sdca_ops._check_options(self.loss_type, l1, l2, num_loss_partitions, 1,
-                            "permutation" if self._asdca else visit_order,
-                            gamma, num_threads,
-                            num_classes if multiclass or num_classes
-                            is not None else None)
+    self.momentum = given["momentum"]
     # K of a multiclass loss: kernels [size, K], bias [K], outputs [n, K];
     # 1 for the others.
     self.num_classes = int(num_classes) if multiclass else 1
@@ -258,6 +252,21 @@ class LinearModel(keras.Model):
     # (example keys, Extrapolation.state()) of the last in-memory fit with
     # momentum: the next fit on the same rows goes on from it.
     self._momentum_state = None
+
+  def _engine_config(self):
+    """The in-memory engine's view of this model's options."""
+    return engine.Config(self.loss_type, self.l1, self.l2, self.gamma,
+                         self.seed, self.visit_order, self.hinge_step,
+                         self.num_classes, self.asdca_batch_size,
+                         self.asdca_theta)
+
+  def _check_mode(self, mode, data):
+    """ValueError for an option set that does not run in `mode` (the data
+    mode of this fit, `data` in words), naming the doors that run it."""
+    options.applies(
+        dict(visit_order=self.visit_order, momentum=self.momentum,
+             average_from=self.average_from, carry_over=self.carry_over),
+        mode, options.KERAS, data)
 
   # ------------------------------------------------------------ structure
   def _build_spec(self, spec):
@@ -601,14 +610,14 @@ class LinearModel(keras.Model):
     table = np.concatenate([slot.numpy().reshape(-1) for group in
                             self._sdca._sparse + self._sdca._dense
                             for slot in group.slots])
-    resident = trainer._Resident(
+    resident = engine.ArrayRows(
         n, _merged_rows(n, sparse) if sparse else None,
         np.concatenate(dense, axis=1) if dense else None, labels, weights,
         num_sparse)
     resident.pack(num_sparse, self.loss_type, self.gamma,
                   1 if self._asdca else
-                  trainer._choose_threads(self.num_threads, n,
-                                          self.num_classes),
+                  engine.choose_threads(self.num_threads, n,
+                                        self.num_classes),
                   self.num_classes)
     metric_inputs = None
     if self._compile_metrics is not None:
@@ -634,13 +643,8 @@ class LinearModel(keras.Model):
     from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
     if y is None:
       raise ValueError("fit needs labels y")
-    if self._asdca:
-      raise ValueError("visit_order='asdca' trains in one process, not "
-                       "across the workers of a MultiWorkerMirroredStrategy")
-    if self.average_from is not None:
-      raise ValueError(f"average_from={self.average_from}: output "
-                       "averaging trains in one process, not across the "
-                       "workers of a MultiWorkerMirroredStrategy")
+    self._check_mode(options.PROCESSES,
+                     "the workers of a MultiWorkerMirroredStrategy")
     csr, dense, labels, weights, num_sparse = self._pack(
         x, y, sample_weight, class_weight, arrays_only=True)
     indptr, indices, values = csr if csr is not None else (None,) * 3
@@ -691,18 +695,15 @@ class LinearModel(keras.Model):
     far, then the new weights written to the model."""
     p = self._packed
     calls = self._sdca._calls
+    config = self._engine_config()
+    seed = engine.epoch_seed(self.seed, calls)
     if self._asdca:
-      w, duals, iterate, parts, _ = sdca_ops.asdca_solve(
-          p.rows, p.table, p.duals, p.iterate, self.seed * 1_000_003 + calls,
-          self.loss_type, self.l1, self.l2, self.asdca_batch_size,
-          self.asdca_theta, gamma=self.gamma)
+      w, duals, iterate, parts, _ = engine.asdca_pass(
+          p.rows, p.table, p.duals, p.iterate, seed, config)
       p.iterate.assign(iterate)
     else:
-      w, duals, parts = sdca_ops.packed_solve(
-          p.rows, p.table, p.duals, self.seed * 1_000_003 + calls,
-          loss_type=self.loss_type, l1=self.l1, l2=self.l2,
-          visit_order=self.visit_order, gamma=self.gamma,
-          num_classes=self.num_classes, hinge_step=self.hinge_step)
+      w, duals, parts = engine.packed_pass(p.rows, p.table, p.duals, seed,
+                                           config)
     p.table.assign(w)
     p.duals.assign(duals)
     p.parts.assign(parts)
@@ -733,7 +734,7 @@ class LinearModel(keras.Model):
   def _packed_gap(self):
     """(objective per unit weight, relative gap) after the last epoch."""
     p = self._packed
-    objective, gap = trainer.objective_and_gap(
+    objective, gap = engine.objective_and_gap(
         p.parts.numpy(), self.loss_type, self.l1, self.l2)
     return (objective / max(p.total_weight, 1e-300),
             gap / max(abs(objective), 1e-300))
@@ -861,11 +862,10 @@ class LinearModel(keras.Model):
     if average.packed:
       p = self._packed
       table, duals = average.mean.parts
-      parts = sdca_ops.packed_solve(
-          p.rows, tf.constant(table), tf.constant(duals.reshape(-1)), 0,
-          loss_type=self.loss_type, l1=self.l1, l2=self.l2, num_passes=0,
-          gamma=self.gamma, num_classes=self.num_classes)[2].numpy()
-      objective, gap = trainer.objective_and_gap(parts, self.loss_type,
+      parts = engine.objective_parts(
+          p.rows, tf.constant(table), tf.constant(duals.reshape(-1)),
+          self._engine_config()).numpy()
+      objective, gap = engine.objective_and_gap(parts, self.loss_type,
                                                  self.l1, self.l2)
       return (objective / max(p.total_weight, 1e-300),
               gap / max(abs(objective), 1e-300))
@@ -1131,10 +1131,6 @@ class LinearModel(keras.Model):
             "CoCoA+ rounds across the workers on each worker's in-memory "
             "rows: pass this worker's x and y (not a dataset), without "
             "validation data, callbacks, initial_epoch or steps_per_epoch")
-      if self.momentum:
-        raise ValueError(
-            f"momentum={self.momentum} extrapolates one process's epochs; "
-            "the CoCoA+ rounds across workers extrapolate already")
       return self._fit_across_processes(
           workers, x, y, sample_weight, class_weight, epochs, tol, verbose)
     if self.num_loss_partitions != 1:
@@ -1142,6 +1138,11 @@ class LinearModel(keras.Model):
           f"num_loss_partitions={self.num_loss_partitions}: fit trains one "
           "replica on all the data, which needs num_loss_partitions=1 (use "
           "tf_sdca.SdcaModel to sum the updates of several replicas)")
+    self._check_mode(
+        options.STREAMED if isinstance(x, tf.data.Dataset) else
+        options.IN_MEMORY,
+        "a tf.data.Dataset" if isinstance(x, tf.data.Dataset) else
+        "numpy, scipy or dicts of arrays")
     if not self.compiled:
       self.compile()
     del shuffle
@@ -1152,11 +1153,6 @@ class LinearModel(keras.Model):
       if validation_split and validation_data is None:
         x, y, sample_weight, validation_data = _split(
             x, y, sample_weight, validation_split)
-      if self.carry_over:
-        raise ValueError(
-            f"carry_over={self.carry_over} holds back rows of streamed "
-            "batches (a tf.data.Dataset); in-memory data (numpy, scipy or "
-            "dicts of arrays) is visited in a fresh order every epoch")
       self._packed = self._pack(x, y, sample_weight, class_weight)
       self._gap_data = None
       measure, total = self._packed_gap, self._packed.total_weight
@@ -1165,15 +1161,6 @@ class LinearModel(keras.Model):
     else:
       if y is not None or sample_weight is not None:
         raise ValueError("with a dataset, labels and weights come from it")
-      if self._asdca:
-        raise ValueError("visit_order='asdca' trains in-memory data (numpy, "
-                         "scipy or dicts of arrays), not a streamed "
-                         "tf.data.Dataset: ASDCA's batches are drawn from "
-                         "every row each epoch")
-      if self.momentum:
-        raise ValueError(f"momentum={self.momentum} extrapolates whole "
-                         "epochs over in-memory data (numpy, scipy or "
-                         "dicts of arrays), not a streamed tf.data.Dataset")
       self._leave_packed()
       train = self._dataset(x, class_weight, for_training=True)
       gap_data, total = train, None
@@ -1197,7 +1184,7 @@ class LinearModel(keras.Model):
     self._start_average(packed, initial_epoch)
     callbacks = list(callbacks or [])
     callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
-    momentum = trainer.momentum_for(
+    momentum = options.momentum_for(
         self.momentum, self.visit_order, packed, self._asdca,
         self.average_from is not None)
     if momentum:
@@ -1255,10 +1242,8 @@ class LinearModel(keras.Model):
     """
     if data is None and self._packed is not None:
       p = self._packed
-      parts = sdca_ops.packed_solve(
-          p.rows, p.table, p.duals, 0, loss_type=self.loss_type, l1=self.l1,
-          l2=self.l2, num_passes=0, gamma=self.gamma,
-          num_classes=self.num_classes)[2]
+      parts = engine.objective_parts(p.rows, p.table, p.duals,
+                                     self._engine_config())
       p.parts.assign(parts)
       self._train_weight = p.total_weight
       return self._packed_gap()
@@ -1270,12 +1255,8 @@ class LinearModel(keras.Model):
     parts = np.zeros(3)
     for batch in data:
       parts += self._gap_batch(batch).numpy()
-    primal, dual, weight = (float(v) for v in parts)
-    r1, r2 = (float(r) for r in self._sdca.regularization())
-    objective = primal + r1 + 0.5 * r2
-    gap = primal + dual + r1 + r2
-    self._train_weight = weight
-    return objective / max(weight, 1e-300), gap / max(abs(objective), 1e-300)
+    self._train_weight = float(parts[2])
+    return self._sdca.gap_from_parts(parts)
 
   @tf.function(reduce_retracing=True)
   def _gap_batch(self, data):
@@ -1476,7 +1457,7 @@ def _missing_ids(name, features_spec):
 
 class _Momentum(keras.callbacks.Callback):
   """`momentum`: extrapolates an in-memory fit's packed duals and weight
-  table before each epoch (`tf_sdca.trainer.Extrapolation`); the Keras
+  table before each epoch (`tf_sdca.engine.Extrapolation`); the Keras
   weights stay the last epoch's own point until the next epoch's step
   writes its own."""
 
@@ -1489,7 +1470,7 @@ class _Momentum(keras.callbacks.Callback):
       p.duals.assign(duals)
       p.table.assign(table)
 
-    self._extrapolation = trainer.Extrapolation(
+    self._extrapolation = engine.Extrapolation(
         momentum, model.loss_type, p.labels,
         lambda: (p.duals.numpy(), p.table.numpy()), set_point)
     saved = model._momentum_state  # pylint: disable=protected-access
@@ -1509,7 +1490,7 @@ class _Momentum(keras.callbacks.Callback):
 
   def on_epoch_end(self, epoch, logs=None):
     model = self._linear
-    primal, gap = trainer.objective_and_gap(
+    primal, gap = engine.objective_and_gap(
         model._packed.parts.numpy(), model.loss_type, model.l1, model.l2)  # pylint: disable=protected-access
     self._extrapolation.end_epoch(primal - gap,
                                   gap / max(abs(primal), 1e-300))

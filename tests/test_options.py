@@ -1,0 +1,183 @@
+"""The options contract: every door checks every training option with the one
+validator of `tf_sdca.options`, and says the same thing, spelt its own way.
+
+One statement per behaviour, run on every door that takes the option: a bad
+value is a ValueError naming the option (as the door spells it) and the
+value; an option set where it does not run names the doors that run it.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_sdca import cli, estimator, options
+from tf_sdca.keras import LinearModel
+from tf_sdca.sdca_model import SdcaModel
+from tf_sdca.trainer import InMemorySdca
+
+# (option, bad value, extra options that make it apply, loss)
+BAD = [
+    ("l1", -1.0, {}, "logistic"),
+    ("l1", float("nan"), {}, "logistic"),
+    ("l2", 0.0, {}, "logistic"),
+    ("l2", float("inf"), {}, "logistic"),
+    ("gamma", 0.0, {}, "smooth_hinge"),
+    ("seed", 1.5, {}, "logistic"),
+    ("num_threads", -1, {}, "logistic"),
+    ("visit_order", "zigzag", {}, "logistic"),
+    ("asdca_batch_size", 0, {"visit_order": "asdca"}, "logistic"),
+    ("asdca_theta", 2.0, {"visit_order": "asdca"}, "logistic"),
+    ("hinge_step", "sideways", {}, "multiclass_hinge"),
+    ("momentum", 1.0, {}, "logistic"),
+    ("momentum", "fast", {}, "logistic"),
+    ("average_from", -1, {}, "logistic"),
+    ("average_from", True, {}, "logistic"),
+    ("carry_over", 1.0, {}, "logistic"),
+]
+
+
+def _in_memory_sdca(loss, values):
+  return InMemorySdca(loss=loss, num_classes=3 if "multi" in loss else None,
+                      **values)
+
+
+def _keras(loss, values):
+  return LinearModel(loss=loss, num_classes=3 if "multi" in loss else None,
+                     **values)
+
+
+def _sdca_model(loss, values):
+  opts = {options.OPTIONS[k].sdca_key: v for k, v in values.items()}
+  opts.setdefault("symmetric_l2_regularization", 1.0)
+  if "multi" in loss:
+    opts["num_classes"] = 3
+  return SdcaModel(None, dict(sparse_features_weights=[],
+                              dense_features_weights=[tf.Variable(
+                                  tf.zeros([2, 3 if "multi" in loss else 1])
+                              )]), dict(loss_type=loss, **opts))
+
+
+def _estimator(loss, values):
+  del loss
+  keys = {"l1": "symmetric_l1_regularization",
+          "l2": "symmetric_l2_regularization"}
+  return estimator.LinearSDCA("example_id", **{keys.get(k, k): v
+                                               for k, v in values.items()})
+
+
+# The doors and the options each takes (an option it lacks is not its to
+# check: InMemorySdca has no carry_over, SdcaModel no momentum or ASDCA).
+DOORS = {
+    "InMemorySdca": (_in_memory_sdca, options.IN_MEMORY_SDCA,
+                     set(options.OPTIONS) - {"carry_over",
+                                             "num_loss_partitions"}),
+    "keras.LinearModel": (_keras, options.KERAS, set(options.OPTIONS)),
+    "SdcaModel": (_sdca_model, options.SDCA_MODEL,
+                  {k for k, o in options.OPTIONS.items() if o.sdca_key}),
+    "LinearSDCA": (_estimator, options.SDCA_MODEL,
+                   {"l1", "l2", "visit_order", "seed", "num_threads",
+                    "average_from", "carry_over"}),
+}
+
+CASES = [(door, bad) for door in DOORS for bad in BAD
+         if bad[0] in DOORS[door][2] and
+         all(k in DOORS[door][2] for k in bad[2])]
+
+
+@pytest.mark.parametrize("door,bad", CASES,
+                         ids=[f"{d}-{b[0]}={b[1]!r}" for d, b in CASES])
+def test_a_bad_value_names_the_option_and_the_value(door, bad):
+  make, spelling, _ = DOORS[door]
+  name, value, extra, loss = bad
+  label = spelling.label(name)
+  if door == "LinearSDCA" and name in ("l1", "l2"):
+    label = f"options['symmetric_{name}_regularization']"
+  with pytest.raises(ValueError) as error:
+    make(loss, dict(extra, **{name: value}))
+  message = str(error.value)
+  assert label in message and repr(value) in message, message
+
+
+def test_every_door_accepts_every_default():
+  defaults = {name: o.default for name, o in options.OPTIONS.items()}
+  for door, (make, _, takes) in DOORS.items():
+    make("logistic", {k: v for k, v in defaults.items() if k in takes})
+
+
+def test_the_table_declares_each_option_once_with_a_valid_default():
+  for name, option in options.OPTIONS.items():
+    assert option.name == name
+    assert option.valid(option.default), name
+    assert option.modes and set(option.modes) <= set(options.MODES), name
+  assert options.check("l2", 2) == 2.0 and isinstance(
+      options.check("l2", 2), float)
+  assert options.check("seed", np.int64(3)) == 3
+
+
+@pytest.mark.parametrize("make", [_in_memory_sdca, _keras])
+def test_asdca_needs_a_smooth_loss_on_every_in_memory_door(make):
+  with pytest.raises(ValueError, match="hinge_loss is not smooth"):
+    make("hinge", {"visit_order": "asdca"})
+
+
+@pytest.mark.parametrize("make", [_in_memory_sdca, _keras])
+def test_momentum_does_not_combine_with_asdca_or_averaging(make):
+  with pytest.raises(ValueError, match="'asdca' \\(accelerated already\\)"):
+    make("logistic", {"momentum": 0.5, "visit_order": "asdca"})
+  with pytest.raises(ValueError, match="does not combine with average_from"):
+    make("logistic", {"momentum": 0.5, "average_from": 2})
+
+
+@pytest.mark.parametrize("make", [_in_memory_sdca, _keras, _sdca_model])
+def test_a_multiclass_option_with_a_binary_loss_names_both(make):
+  with pytest.raises(ValueError, match="'near_max_gain' is a block step of "
+                     "multiclass_hinge_loss, not of logistic_loss"):
+    make("logistic", {"hinge_step": "near_max_gain"})
+
+
+def _data():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  return x, (x[:, 0] > 0).astype(np.float32)
+
+
+@pytest.mark.parametrize("values,runs", [
+    ({"visit_order": "asdca"}, "needs the whole data set in memory"),
+    ({"momentum": 0.5}, "momentum=0.5 runs in memory"),
+])
+def test_an_in_memory_option_on_a_stream_names_the_doors_that_run_it(
+    values, runs):
+  x, y = _data()
+  ds = tf.data.Dataset.from_tensor_slices(
+      ({"x": x, "example_id": np.arange(len(y))}, y)).batch(20)
+  with pytest.raises(ValueError, match=runs) as error:
+    LinearModel(**values).fit(ds, epochs=1, verbose=0)
+  assert "InMemorySdca" in str(error.value)
+  assert "not streamed (a tf.data.Dataset)" in str(error.value)
+  if "visit_order" in values:  # SdcaModel streams: the same message
+    with pytest.raises(ValueError, match=runs):
+      _sdca_model("logistic", values)
+
+
+def test_a_streamed_option_in_memory_names_the_doors_that_run_it():
+  x, y = _data()
+  with pytest.raises(ValueError, match=r"carry_over=0.5 runs streamed "
+                     r"\(SdcaModel, SDCAOptimizer, the estimators or a "
+                     r"keras.LinearModel fit on a tf.data.Dataset\), not in "
+                     r"memory"):
+    LinearModel(carry_over=0.5).fit(x, y, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--momentum", "0.5"], "--momentum 0.5 runs in memory"),
+    (["--average-from", "1"], "--average-from 1 runs in memory and streamed"),
+    (["--visit-order", "asdca"], "--visit-order must be one of"),
+])
+def test_an_option_across_processes_is_refused_before_reading_data(
+    flags, named, tmp_path, capsys):
+  # The data file does not exist: the options are refused before it is
+  # read.
+  assert cli.main(["train", str(tmp_path / "missing.tsv"), "--model-dir",
+                   str(tmp_path / "m"), "--local-cluster", "2", "--quiet",
+                   *flags]) == 2
+  err = capsys.readouterr().err
+  assert named in err and "across processes" in err, err

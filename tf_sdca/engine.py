@@ -1,0 +1,819 @@
+"""The in-memory epoch engine: every door's whole-data-set training.
+
+One engine under `InMemorySdca`, `keras.LinearModel`'s in-memory fits,
+`tf-sdca train` and the shards of training across processes:
+
+- a **problem**: the data normalised (`normalise`, `csr_arrays`,
+  `RowChunks`), validated and packed once (`Problem`, `ArrayRows`) for the
+  packed-rows ops, on the threads `choose_threads` picks;
+- a **state** (`State`): the float64 weight table (sparse rows, then dense
+  columns; `[rows, K]` for a multiclass loss), the duals by row, ASDCA's
+  iterate, as numpy arrays, with `state_dict()` for checkpoints;
+- the **epochs**: `run_epochs`, the loop of a fit (one op call per epoch,
+  the exact objective and duality gap after each, progress, the gap stop,
+  a callback), with output averaging (`IterateAverage`) and extrapolation
+  (`Extrapolation`) as hooks; the seed schedule (`epoch_seed`); the one
+  Python caller of `TfSdca>PackedSolve` and `TfSdca>AsdcaSolve`
+  (`packed_pass`, `asdca_pass`, `objective_parts`); and the one evaluator
+  of the objective and duality gap from the ops' sums (`objective_and_gap`).
+
+The options a door takes are checked by `tf_sdca.options` before they get
+here; `Config` is what the engine needs of them. Streamed training (batches
+as they come, duals by example id) has its own home, `tf_sdca.SdcaModel`.
+See g3doc/architecture.md.
+"""
+import collections
+import math
+import os
+import time
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from tf_sdca import averaging
+from tf_sdca import losses
+from tf_sdca.ops import sdca_ops
+
+# Fewest rows per lock-free thread over packed rows: with fewer, starting
+# the threads every epoch costs more than they gain (scikit-learn's
+# breast_cancer, 569 rows: two threads took 1.7x the time of one).
+_MIN_ROWS_PER_THREAD = 4096
+
+Config = collections.namedtuple(
+    "Config", ["loss", "l1", "l2", "gamma", "seed", "visit_order",
+               "hinge_step", "num_classes", "asdca_batch_size",
+               "asdca_theta"])
+Config.__doc__ = """What the engine needs of a door's (checked) options.
+
+  loss: the op's loss name; l1, l2, gamma: as the ops take them; seed: of
+  the visiting orders (`epoch_seed`); visit_order: the order of the packed
+  passes ('asdca' runs `asdca_pass`); hinge_step: the multiclass hinge's
+  block step; num_classes: K (1: not multiclass); asdca_batch_size,
+  asdca_theta: ASDCA's.
+"""
+Config.__new__.__defaults__ = ("projection", 1, None, None)
+
+
+def epoch_seed(seed, epoch):
+  """The seed of epoch `epoch` (from 0) of a fit seeded `seed`: each
+  epoch's order depends on (seed, epoch) only, so training resumed at an
+  epoch repeats what an uninterrupted run would have done. `epoch` may be
+  a tensor (Keras counts its calls in a variable)."""
+  return seed * 1_000_003 + epoch
+
+
+def shard_seed(seed, round_index, shard_index):
+  """The seed of one shard's local pass in a CoCoA+ round: the round's
+  epoch seed, distinct per shard."""
+  return epoch_seed(seed, int(round_index)) * 65_537 + shard_index
+
+
+def packed_pass(rows, weights, duals, seed, config, passes=1,
+                compute_objective=True, **split):
+  """`passes` SDCA passes over packed rows (`TfSdca>PackedSolve`): returns
+  (weights, duals, objective parts) as tensors. `weights`, `duals` and
+  `seed` may be numpy arrays (aliased, see `aliased`) or tensors (inside
+  a `tf.function`); with `passes=0` only the objective parts at them.
+  `split`: a CoCoA+ shard's `num_loss_partitions`, `num_parts`, `part`."""
+  return sdca_ops.packed_solve(
+      rows, weights, duals, seed, loss_type=config.loss, l1=config.l1,
+      l2=config.l2, num_passes=passes,
+      visit_order=("permutation" if config.visit_order == "asdca" else
+                   config.visit_order), gamma=config.gamma,
+      compute_objective=compute_objective, num_classes=config.num_classes,
+      hinge_step=config.hinge_step, **split)
+
+
+def objective_parts(rows, weights, duals, config):
+  """The exact objective's sums at (weights, duals) (see
+  `objective_and_gap`): a `packed_pass` without passes."""
+  return packed_pass(rows, weights, duals, 0, config, passes=0)[2]
+
+
+def asdca_pass(rows, weights, duals, iterate, seed, config,
+               compute_objective=True):
+  """One accelerated mini-batch SDCA pass (`TfSdca>AsdcaSolve`) over rows
+  packed for one thread: (weights, duals, iterate, parts, theta)."""
+  return sdca_ops.asdca_solve(
+      rows, weights, duals, iterate, seed, config.loss, config.l1,
+      config.l2, config.asdca_batch_size, config.asdca_theta,
+      gamma=config.gamma, compute_objective=compute_objective)
+
+
+class State:
+  """The training state of an in-memory fit, as float64 numpy arrays.
+
+  Attributes:
+    sparse_weights: `[num_features]` (`[num_features, K]`) unshrunk, or
+      None without a sparse part.
+    dense_weights: `[d]` (`[d, K]`), or None without a dense part.
+    duals: `[n]` (`[n, K]`), the dual of each row.
+    table: the last op call's weight table, of which the two weights are
+      views (or None once they were set otherwise).
+    asdca_iterate: ASDCA's accelerated iterate (shrunk), or None.
+  """
+
+  def __init__(self, num_classes=1, multiclass=False):
+    self.num_classes = num_classes
+    self.multiclass = multiclass
+    self.sparse_weights = None
+    self.dense_weights = None
+    self.duals = None
+    self.table = None
+    self.asdca_iterate = None
+
+  def shape(self, n, num_features, dense_dim):
+    """Zero duals and weights for n rows, `num_features` sparse rows (None:
+    none) and `dense_dim` dense columns (0: none), unless the state already
+    has that shape (a resumed or continued fit)."""
+    classes = (self.num_classes,) if self.multiclass else ()
+    if self.duals is None or self.duals.shape != (n,) + classes:
+      self.duals = np.zeros((n,) + classes, np.float64)
+    if num_features is not None and (
+        self.sparse_weights is None or
+        self.sparse_weights.shape != (num_features,) + classes):
+      self.sparse_weights = np.zeros((num_features,) + classes, np.float64)
+    if dense_dim and (self.dense_weights is None or
+                      self.dense_weights.shape != (dense_dim,) + classes):
+      self.dense_weights = np.zeros((dense_dim,) + classes, np.float64)
+
+  def weight_table(self):
+    """The ops' weight table: sparse weights, then dense ones. When both are
+    still views of the table the last call returned, that table itself (no
+    copy)."""
+    parts = [w.reshape(-1) for w in (self.sparse_weights, self.dense_weights)
+             if w is not None]
+    if self.table is not None and _views_of(self.table, parts):
+      return self.table
+    return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+
+  def install_table(self, w):
+    """Makes the weight table `w` (an op's output, or a numpy array) the
+    sparse and dense weights (views of it)."""
+    w = self.table = w.numpy() if isinstance(w, tf.Tensor) else w
+    if self.multiclass:
+      w = w.reshape(-1, self.num_classes)
+    k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
+    if self.sparse_weights is not None:
+      self.sparse_weights = w[:k]
+    if self.dense_weights is not None:
+      self.dense_weights = w[k:]
+
+  def set_point(self, duals, table):
+    """Moves the state to (duals, weight table)."""
+    self.duals = duals
+    self.install_table(table)
+
+  def split(self, table):
+    """A weight table as (sparse weights, dense weights) of this state's
+    shapes (views)."""
+    if self.multiclass:
+      table = table.reshape(-1, self.num_classes)
+    k = 0 if self.sparse_weights is None else self.sparse_weights.shape[0]
+    return (None if self.sparse_weights is None else table[:k],
+            None if self.dense_weights is None else table[k:])
+
+  def pass_over(self, problem, epoch, config, passes=1):
+    """`passes` passes of `packed_pass` over `problem` from this state,
+    which then holds their result; returns the objective parts (numpy)
+    of the result (with `passes=0`: of the state)."""
+    # Inputs by DLPack (no copy: the op copies them into its outputs).
+    w, duals, parts = packed_pass(
+        problem.rows, aliased(self.weight_table()),
+        aliased(np.ascontiguousarray(self.duals, np.float64).reshape(-1)),
+        epoch_seed(config.seed, epoch), config, passes=passes,
+        compute_objective=passes == 0)
+    if passes:
+      self.install_table(w)
+      self.duals = duals.numpy().reshape(self.duals.shape)
+    return parts.numpy()
+
+  def asdca_over(self, problem, epoch, config):
+    """One `asdca_pass` over `problem`; returns the theta used. A run
+    starts (or resumes from weights without an iterate) at w = shrink(W)."""
+    table = self.weight_table()
+    iterate = self.asdca_iterate
+    if iterate is None or iterate.shape != table.shape:
+      iterate = losses.shrink_l1(table, config.l1, config.l2)
+    w, duals, iterate, _, theta = asdca_pass(
+        problem.rows, aliased(table),
+        aliased(np.ascontiguousarray(self.duals, np.float64)),
+        aliased(np.asarray(iterate, np.float64)),
+        epoch_seed(config.seed, epoch), config, compute_objective=False)
+    self.install_table(w)
+    self.duals = duals.numpy().reshape(self.duals.shape)
+    self.asdca_iterate = iterate.numpy()
+    return float(theta)
+
+
+class IterateAverage:
+  """The running mean of a state's iterates (its weight table and duals):
+  output averaging (`average_from`), on `tf_sdca.averaging.RunningMean`."""
+
+  def __init__(self, state):
+    self.state = state
+    self.mean = averaging.RunningMean()
+
+  @property
+  def count(self):
+    return self.mean.count
+
+  def resume(self, count):
+    """Takes the state's weights and duals as the mean of `count`
+    iterates."""
+    self.add()
+    self.mean.count = int(count)
+
+  def add(self):
+    """Adds the state's current iterate to the mean."""
+    self.mean.add([self.state.weight_table(),
+                   np.asarray(self.state.duals).reshape(-1)])
+
+  def parts(self, problem, config):
+    """The exact objective parts at the mean."""
+    table, duals = self.mean.parts
+    return objective_parts(problem.rows, aliased(table), aliased(duals),
+                           config).numpy()
+
+  def split(self):
+    """The mean as dict(sparse_weights, dense_weights, duals, count)
+    (copies)."""
+    table, duals = self.mean.parts
+    sparse, dense = self.state.split(table.copy())
+    return dict(sparse_weights=sparse, dense_weights=dense,
+                duals=duals.reshape(self.state.duals.shape).copy(),
+                count=self.count)
+
+
+def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
+               verbose=1, callback=None, train_epoch=None,
+               extrapolation=None, average=None, average_from=None,
+               start_time=None, describe_slow=None, explain_error=None):
+  """The epochs of a fit: trains `state` on `problem` from `initial_epoch`
+  up to `epochs`, stopping once the relative duality gap is below `tol`.
+
+  Each epoch: the extrapolated start (`extrapolation`), the epoch's
+  training (`train_epoch(epoch, rng, bar, start)`, default one packed
+  pass), the exact objective and gap of the state, the averaged iterate's
+  (`average`, from epoch `average_from`), progress, the slow-progress
+  warning (`describe_slow(text)` may add to it), `callback(epoch,
+  history)`, the stop.
+
+  Args:
+    state: a `State` shaped for the problem.
+    problem: a `Problem` (its `rows`, `total_weight`).
+    config: the engine's `Config`.
+    n: the rows.
+    start_time: `time.perf_counter()` when the fit began (the first
+      epoch's rate counts preparing the data).
+    explain_error: maps the FloatingPointError of an invalid gap to the
+      error to raise (e.g. naming ASDCA's theta).
+
+  Returns:
+    The history: per-epoch lists `loss` (objective / total weight),
+    `duality_gap` (relative), `rows_per_sec`; with `average`, also
+    `last_loss` and `last_duality_gap` (the last iterate's).
+  """
+  history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
+  if average is not None:
+    history.update(last_loss=[], last_duality_gap=[])
+    if not average.count and initial_epoch >= average_from:
+      average.add()  # the start is an iterate
+  total_weight = problem.total_weight
+  watch = losses.ProgressWatch(loss=config.loss)
+  for epoch in range(initial_epoch, epochs):
+    rng = np.random.default_rng([config.seed, epoch])
+    bar = (tf.keras.utils.Progbar(n, stateful_metrics=["rows/s"],
+                                  unit_name="row")
+           if verbose else None)
+    if bar is not None:
+      print(f"Epoch {epoch + 1}/{epochs}")
+    start = time.perf_counter()
+    if epoch == initial_epoch and start_time is not None:
+      start = start_time
+    if train_epoch is not None:
+      train_epoch(epoch, rng, bar, start)
+    else:
+      if extrapolation is not None:
+        extrapolation.start_epoch()
+      state.pass_over(problem, epoch, config, passes=1)
+    # Training time only: the exact objective below is bookkeeping.
+    elapsed = time.perf_counter() - start
+    parts = state.pass_over(problem, epoch, config, passes=0)
+    try:
+      objective, gap = objective_and_gap(parts, config.loss, config.l1,
+                                         config.l2)
+    except FloatingPointError as error:
+      if explain_error is None:
+        raise
+      raise explain_error(error) from None
+    if extrapolation is not None:
+      extrapolation.end_epoch(objective - gap,
+                              gap / max(abs(objective), 1e-300))
+    if average is not None:
+      history["last_loss"].append(objective / total_weight)
+      history["last_duality_gap"].append(gap / max(abs(objective), 1e-300))
+      if epoch + 1 >= average_from:
+        average.add()
+      if average.count:
+        objective, gap = objective_and_gap(
+            average.parts(problem, config), config.loss, config.l1,
+            config.l2)
+    history["loss"].append(objective / total_weight)
+    history["duality_gap"].append(gap / max(abs(objective), 1e-300))
+    history["rows_per_sec"].append(n / elapsed)  # training only
+    if bar is not None:
+      bar.update(n, values=[("rows/s", n / elapsed)], finalize=True)
+    if verbose:
+      print(f"  loss {history['loss'][-1]:.6f}  relative duality gap "
+            f"{history['duality_gap'][-1]:.3e}  {n / elapsed:,.0f} rows/s")
+    slow = watch.update(history["duality_gap"][-1])
+    if slow and describe_slow is not None:
+      slow = describe_slow(slow)
+    if slow:
+      warnings.warn(slow, UserWarning, stacklevel=3)
+    if callback is not None:
+      callback(epoch, history)
+    if tol is not None and history["duality_gap"][-1] < tol:
+      break
+  return history
+def csr_arrays(n, ids=None, indptr=None, indices=None, values=None):
+  """The sparse part of `n` rows, given as fixed-width `ids` `[n, k]` or as
+  CSR (`indptr`, `indices`, optional `values`), as CSR arrays `(indptr,
+  indices, values or None)`, or None without a sparse part.
+
+  Raises:
+    ValueError: on inconsistent shapes.
+  """
+  if ids is not None:
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or ids.shape[0] != n:
+      raise ValueError(f"ids must have shape [{n}, k], got {ids.shape}")
+    k = ids.shape[1]
+    return (np.arange(0, n * k + 1, k, dtype=np.int64),
+            # int32 ids stay int32 (half the memory of 26 ids a row);
+            # each batch converts its own slice.
+            np.ascontiguousarray(ids if ids.dtype.kind in "iu" else
+                                 ids.astype(np.int64)).ravel(), None)
+  if indices is None:
+    return None
+  indptr = np.asarray(indptr, dtype=np.int64)
+  if indptr.shape != (n + 1,):
+    raise ValueError(f"indptr must have shape [{n + 1}], got {indptr.shape}")
+  indices = np.asarray(indices)
+  if indices.dtype.kind not in "iu":
+    indices = indices.astype(np.int64)
+  if values is not None:
+    values = np.asarray(values, dtype=np.float32)
+    if values.shape != indices.shape:
+      raise ValueError(f"values has shape {values.shape} but indices has "
+                       f"{indices.shape}")
+  return indptr, indices, values
+
+def normalise(labels, dense=None, ids=None, indptr=None, indices=None,
+               values=None, example_weights=None):
+  """`fit`'s data arguments as (n, csr or None, dense or None, labels,
+  weights): float32 labels, dense `[n, d]` and weights, the sparse part as
+  CSR (`csr_arrays`).
+
+  Raises:
+    ValueError: on inconsistent shapes, or no features.
+  """
+  sparse = hasattr(labels, "tocsr")  # a scipy matrix (np.shape fails)
+  shape = labels.shape if sparse else np.shape(labels)
+  if not sparse and len(shape) == 2 and shape[1] == 1:
+    labels = np.reshape(labels, (-1,))
+  elif len(shape) != 1:
+    # fit(x, y) in scikit-learn's order lands the features here.
+    raise ValueError(
+        f"labels must have shape [n], got {tuple(shape)}: fit takes the "
+        "labels first and the features by name, e.g. fit(y, dense=x), "
+        "fit(y, indptr=m.indptr, indices=m.indices, values=m.data) for a "
+        "CSR matrix m, or fit(y, ids=ids)")
+  labels = np.ascontiguousarray(labels, dtype=np.float32)
+  n = labels.shape[0]
+  csr = csr_arrays(n, ids, indptr, indices, values)
+  if dense is not None:
+    dense = np.ascontiguousarray(dense, dtype=np.float32)
+    if dense.ndim == 1:
+      dense = dense[:, None]
+    if dense.shape[0] != n:
+      raise ValueError(f"dense has {dense.shape[0]} rows but labels has {n}")
+  if dense is None and csr is None:
+    raise ValueError("give dense features, sparse ids, or both")
+  weights = (np.ones(n, np.float32) if example_weights is None else
+             np.ascontiguousarray(example_weights, dtype=np.float32))
+  if weights.shape != (n,):
+    raise ValueError(f"example_weights must have shape [{n}], got "
+                     f"{weights.shape}")
+  return n, csr, dense, labels, weights
+
+class RowChunks:
+  """A data set given as consecutive chunks of rows, for
+  `InMemorySdca.fit(rows=...)`.
+
+  `fit` packs one chunk at a time (`tf_sdca.new_packed_rows`,
+  `tf_sdca.append_rows`), so that the data set's whole arrays are never
+  held beside its packed records: `tf-sdca train` reads its memory-mapped
+  cache so. The rows train exactly as the same rows given to `fit` whole.
+
+  Example:
+    >>> def chunks():
+    ...   for start in range(0, n, 65536):
+    ...     rows = slice(start, start + 65536)
+    ...     yield dict(labels=y[rows], dense=x[rows], ids=ids[rows])
+    >>> model.fit(rows=RowChunks(chunks, num_examples=n, num_ids=ids.size,
+    ...                          dense_dim=x.shape[1], num_features=2**20))
+
+  Args:
+    chunks: an iterable, or a function returning one, of dicts with `fit`'s
+      data arguments for consecutive rows: `labels`, and `dense`, `ids` or
+      `indptr`/`indices`/`values`, `example_weights` as `fit` takes them;
+      optionally `source`, a string naming where the rows come from (errors
+      name it). Iterated once per `fit`.
+    num_examples: the rows of all chunks.
+    num_ids: their sparse entries (`ids.size` or `indptr[-1]` summed; 0
+      without a sparse part).
+    dense_dim: their dense columns (0: no dense part).
+    num_features: rows of the sparse weight table (None: no sparse part).
+    has_values: the sparse entries come with `values`.
+  """
+
+  def __init__(self, chunks, num_examples, num_ids=0, dense_dim=0,
+               num_features=None, has_values=False):
+    self.chunks = chunks
+    self.num_examples = int(num_examples)
+    self.num_ids = int(num_ids)
+    self.dense_dim = int(dense_dim)
+    self.num_features = None if num_features is None else int(num_features)
+    self.has_values = bool(has_values)
+    for name in ("num_examples", "num_ids", "dense_dim"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+    if self.num_features is not None and not (
+        0 <= self.num_features < 2**31):
+      raise ValueError(f"num_features = {num_features} does not fit the "
+                       "op's int32 ids")
+    if self.num_features is None and self.num_ids:
+      raise ValueError(f"num_ids = {num_ids} sparse entries need "
+                       "num_features")
+
+  def normalised(self):
+    """Yields (first row, source, csr, dense, labels, weights) per chunk,
+    each normalised as `fit` normalises whole arrays (a tuple chunk is
+    already normalised)."""
+    chunks = self.chunks() if callable(self.chunks) else self.chunks
+    first = 0
+    for index, chunk in enumerate(chunks):
+      if isinstance(chunk, tuple):
+        csr, dense, labels, weights = chunk
+        source = None
+      else:
+        chunk = dict(chunk)
+        source = chunk.pop("source", None)
+        where = source or f"chunk {index}"
+        try:
+          _, csr, dense, labels, weights = normalise(**chunk)
+        except (TypeError, ValueError) as error:
+          raise ValueError(f"{where} (rows from {first:,} on): "
+                           f"{error}") from None
+        if (dense.shape[1] if dense is not None else 0) != self.dense_dim:
+          raise ValueError(
+              f"{where} (rows from {first:,} on) has "
+              f"{0 if dense is None else dense.shape[1]} dense columns; "
+              f"dense_dim is {self.dense_dim}")
+      yield first, source, csr, dense, labels, weights
+      first += labels.shape[0]
+
+class Problem:
+  """A problem's rows: a `RowChunks` validated and packed once for
+  `TfSdca>PackedSolve`, chunk by
+  chunk (`new_packed_rows`, then `append_rows` per chunk, each chunk's
+  numpy memory aliased by DLPack); `total_weight`: the sum of their example
+  weights; `labels`: with `keep_labels`, all rows' labels (else None)."""
+
+  def __init__(self, chunks, loss, gamma, num_threads, num_classes=1,
+               keep_labels=False):
+    n = chunks.num_examples
+    kept = []
+    self.rows = sdca_ops.new_packed_rows(
+        n, chunks.num_ids, chunks.dense_dim, chunks.num_features or 0, loss,
+        gamma=gamma, num_threads=num_threads, has_values=chunks.has_values,
+        num_classes=num_classes)
+    self.total_weight = 0.0
+    appended = 0
+    for first, source, csr, dense, labels, weights in chunks.normalised():
+      tensors = _op_inputs(csr, dense, labels, weights, chunks.num_features,
+                           first, source)
+      try:
+        appended = int(sdca_ops.append_rows(self.rows, *tensors))
+      except tf.errors.InvalidArgumentError as error:
+        if source is None:
+          raise
+        raise type(error)(error.node_def, error.op,
+                          f"{source}: {error.message}") from None
+      self.total_weight += float(weights.sum(dtype=np.float64))
+      if keep_labels:
+        kept.append(np.asarray(labels))
+    # The labels as the op read them (for the dual domains), when asked.
+    self.labels = np.concatenate(kept) if kept else None
+    if appended != n:
+      raise ValueError(f"the chunks hold {appended:,} rows; num_examples "
+                       f"is {n:,}")
+
+def _op_inputs(csr, dense, labels, weights, num_features, first_row=0,
+               source=None):
+  """The six data inputs of `append_rows` for normalised rows (numpy
+  memory aliased by DLPack, CSR indices as int32).
+
+  Raises:
+    ValueError: for an id outside `[0, num_features)`, naming the row
+      (counting from `first_row`), the id and `source`.
+  """
+  n = labels.shape[0]
+  if csr is None:
+    row_ptr = np.zeros(0, np.int64)
+    ids = np.zeros(0, np.int32)
+    values = np.zeros(0, np.float32)
+  else:
+    indptr, indices, values = csr
+    if num_features >= 2**31:
+      raise ValueError(f"num_features = {num_features} does not fit the "
+                       "op's int32 ids")
+    if indices.size and (int(indices.min()) < 0 or
+                         int(indices.max()) >= num_features):
+      k = int(np.flatnonzero((indices < 0) | (indices >= num_features))[0])
+      row = first_row + int(np.searchsorted(indptr, k, side="right")) - 1
+      raise ValueError(
+          f"{source + ': ' if source else ''}sparse ids must be in "
+          f"[0, {num_features}), got {indices[k]} in row {row:,}")
+    row_ptr = indptr
+    ids = indices if indices.dtype == np.int32 else indices.astype(np.int32)
+    if values is None:
+      values = np.zeros(0, np.float32)
+  if dense is None:
+    dense = np.zeros((n, 0), np.float32)
+  return (aliased(row_ptr), aliased(ids), aliased(values),
+          aliased(dense), aliased(weights), aliased(labels))
+
+class ArrayRows:
+  """The data of a `fit` on arrays (`keras.LinearModel` packs its arrays so),
+  checked, then packed for `TfSdca>PackedSolve` as one chunk of rows."""
+
+  def __init__(self, n, csr, dense, labels, weights, num_features):
+    if csr is not None:
+      _op_inputs(csr, None, labels[:0], weights[:0], num_features)
+    self.chunks = RowChunks([(csr, dense, labels, weights)], n,
+                            0 if csr is None else int(csr[0][-1]),
+                            0 if dense is None else dense.shape[1],
+                            num_features if csr is not None else None,
+                            csr is not None and csr[2] is not None)
+    self.rows = None
+
+  def pack(self, num_features, loss, gamma, num_threads, num_classes=1):
+    """Validates and packs the rows once for `num_threads` threads (and K
+    classes of a multiclass loss); epochs then go through
+    `TfSdca>PackedSolve`. The packed copy replaces the arrays."""
+    del num_features  # given to the constructor
+    self.rows = Problem(self.chunks, loss, gamma, num_threads,
+                        num_classes).rows
+    self.chunks = None
+
+def _packed_threads(num_threads, n):
+  """Threads to pack n rows for: num_threads, at most one per
+  _MIN_ROWS_PER_THREAD rows, at least one."""
+  return max(1, min(num_threads, n // _MIN_ROWS_PER_THREAD))
+
+
+def choose_threads(num_threads, n, num_classes=1):
+  """The lock-free threads `fit` packs n rows (of a loss with `num_classes`
+  classes) for, with a warning whenever
+  that is not what was asked or is likely slower than fewer threads: at
+  most one per 4096 rows (thread start-up dominates shorter epochs) and one
+  per core (threads sharing a core only see each other's changes later);
+  and with three or more the weights that most rows share are merged
+  between the threads nearly every row, so that up to 8 threads converge
+  in about one thread's epochs, at a cost per row not yet measured on more
+  than 2 cores (g3doc/benchmarks.md); more threads fall behind where the
+  steps couple strongly through the shared weights (|x_i|^2 / l2 >> 1)."""
+  threads = _packed_threads(num_threads, n)
+  cores = os.cpu_count() or 1
+  if threads > cores:
+    threads = cores
+  if num_threads > 1 and threads < num_threads:
+    warnings.warn(
+        f"num_threads={num_threads}: using {threads} lock-free thread(s) "
+        f"for {n} rows on {cores} core(s) (at most one per "
+        f"{_MIN_ROWS_PER_THREAD} rows and one per core)", UserWarning,
+        stacklevel=3)
+  if threads >= 3:
+    warnings.warn(
+        f"num_threads={threads}: with 3 or more lock-free threads the "
+        "weights most rows share are merged between the threads nearly "
+        "every row (so that up to 8 threads an epoch makes about one "
+        "thread's progress), which may cost more time than the threads save "
+        "(not yet measured on more than 2 cores, g3doc/benchmarks.md)"
+        + ("; with more than 8, epochs make less progress where |x_i|^2 / "
+           "l2 >> 1 (16 threads in lockstep: 15-130x one thread's gap after "
+           "10-20 epochs at |x_i|^2 / l2 ~ 31)" if threads > 8 else "")
+        + ": compare with num_threads=2 on your data", UserWarning,
+        stacklevel=3)
+  if threads >= 2 and num_classes > 1:
+    warnings.warn(
+        f"num_threads={threads}: a multiclass step adds up to K = "
+        f"{num_classes} class weights per rarely used id to the shared table "
+        "by compare-and-swap; on 2 cores 2 threads took 1.5x (softmax) and "
+        "1.2-1.5x (multiclass hinge) one thread's time per epoch on 60k "
+        "text-like rows (g3doc/multiclass.md): compare with num_threads=1 "
+        "on your data", UserWarning, stacklevel=3)
+  return threads
+
+def _views_of(table, parts):
+  """True when `parts` are consecutive float64 views covering `table`."""
+  address = table.__array_interface__["data"][0]
+  size = 0
+  for part in parts:
+    if (part.dtype != np.float64 or part.ndim != 1 or
+        not part.flags.c_contiguous or
+        part.__array_interface__["data"][0] != address + 8 * size):
+      return False
+    size += part.shape[0]
+  return size == table.shape[0] and table.dtype == np.float64
+
+def aliased(array):
+  """A tensor over `array`'s memory (DLPack: no copy). The op reads it in
+  place every epoch; copying a 10M-row data set per call would cost more
+  than the epoch."""
+  array = np.ascontiguousarray(array)
+  if not array.flags.writeable:  # DLPack cannot export read-only memory
+    array = array.copy()
+  return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+
+def objective_and_gap(parts, loss, l1, l2):
+  """(primal, duality gap) from the objective parts of `packed_solve`:
+  (sum s_i phi_i, sum s_i phi_i*, |w|^2, |w|_1).
+
+  The gap P(w) - D(alpha) is >= 0 for any weights and feasible duals, so a
+  negative or non-finite one means the parts are wrong (e.g. a step that
+  left the dual domain, or weights that are not w(alpha)), never that
+  training converged: that raises. Only float64 rounding of the sums can
+  leave a converged gap a little below zero (seen: -4e-15 of the primal);
+  such a gap, within 1e-9 of the parts' magnitude, is reported as 0.
+
+  `l1` and `l2` are rounded to float32 first, as the ops' attrs hold
+  them: the weights the op keeps are W(alpha) = X^T alpha / float32(l2),
+  and the gap of that pair with the float64 l2 missed by l2 |w|^2 times
+  float32's rounding of it (0.1: 1.5e-8 relative), which a converged gap
+  falls below (softmax on standardised wine, l2 = 0.1: -2.2e-8 after 200
+  epochs, raised as invalid). So the primal is the objective of the
+  problem the ops solve, within that rounding of the one asked for.
+
+  Raises:
+    FloatingPointError: for a non-finite gap or one below zero by more
+      than rounding.
+  """
+  l1, l2 = float(np.float32(l1)), float(np.float32(l2))
+  loss_sum, dual_sum, norm_sq, norm_1 = (float(v) for v in parts)
+  primal = loss_sum + 0.5 * l2 * norm_sq + l1 * norm_1
+  gap = loss_sum + dual_sum + l2 * norm_sq + l1 * norm_1
+  scale = abs(loss_sum) + abs(dual_sum) + l2 * norm_sq + l1 * norm_1
+  if not (np.isfinite(primal) and np.isfinite(gap) and gap >= -1e-9 * scale):
+    raise FloatingPointError(
+        f"{loss}: invalid duality gap {gap!r} (loss sum {loss_sum!r}, "
+        f"dual loss sum {dual_sum!r}, |w|^2 {norm_sq!r}, |w|_1 "
+        f"{norm_1!r}): the weights and duals are not a primal-dual pair")
+  return primal, max(gap, 0.0)
+
+# momentum='auto': plain epochs 1 to AUTO_MOMENTUM_EPOCHS, then beta =
+# AUTO_MOMENTUM_BETA if the relative gap's ratio from one epoch to the next
+# over the last two of them (the geometric mean of gap_3 / gap_2 and gap_4
+# / gap_3, "the contraction") is at least AUTO_MOMENTUM_RATIO, else 0. Measured (g3doc/trainer.md): where
+# beta = 0.5 cut the epochs (standardised breast_cancer logistic and smooth
+# hinge, diabetes squared, digit counts Poisson, digits softmax, wine
+# softmax, Criteo-shaped rows at l2 = 1) that contraction was 0.25-0.93;
+# where it cost epochs (breast_cancer and Criteo-shaped rows at l2 = 10)
+# 0.10-0.15.
+AUTO_MOMENTUM_EPOCHS = 4
+AUTO_MOMENTUM_RATIO = 0.2
+AUTO_MOMENTUM_BETA = 0.5
+
+
+class Extrapolation:
+  """Heavy-ball extrapolation of SDCA's epochs (`InMemorySdca(momentum=)`,
+  and the Keras model's in-memory fits).
+
+  Epoch r + 1 starts at y = x_r + beta_r (x_r - x_{r-1}) (x: the duals and
+  the weight table, the points the epochs ended at), beta_r = beta capped
+  at 0.9 times the largest step that keeps every dual in its domain, and
+  0 after an epoch whose dual objective fell (a restart; O'Donoghue and
+  Candes). SDCA's epochs contract slow directions by 1 - c each; a fixed
+  extrapolation makes that about 1 - sqrt(c) (the same reason as
+  CoCoA+'s rounds, `tf_sdca.distributed.shard.Momentum`; a constant beta,
+  not t / (t + 3): the problem is strongly convex). The caller keeps x_r
+  as its model after each epoch, so the history and a stopped `fit`
+  certify it.
+
+  With beta 'auto' the first AUTO_MOMENTUM_EPOCHS epochs are plain, and
+  their relative gaps choose beta (AUTO_MOMENTUM_BETA where they contract
+  slowly, else 0: the plain epochs go on unchanged).
+
+  Args:
+    beta: the extrapolation, in (0, 1), or 'auto'.
+    loss: the loss (its dual domain caps beta).
+    labels: every row's label, in the rows' order.
+    get_point: returns the current (duals, weight table) as numpy arrays
+      that the next epoch does not modify in place.
+    set_point: sets (duals, weight table) where the next epoch starts.
+  """
+
+  def __init__(self, beta, loss, labels, get_point, set_point):
+    self._auto = beta == "auto"
+    self._beta = 0.0 if self._auto else float(beta)
+    self._gaps = []  # 'auto': the relative gaps of the epochs so far
+    self._loss = loss
+    self._labels = labels
+    self._get_point = get_point
+    self._set_point = set_point
+    self._previous = None  # (duals, table) of the epoch before
+    self._last_dual = -np.inf
+    self._restart = False
+
+  def start_epoch(self):
+    """Moves to the extrapolated start of the next epoch."""
+    duals, table = self._get_point()
+    previous, self._previous = self._previous, (duals, table)
+    if previous is None or self._restart:
+      return
+    change = duals - previous[0]
+    beta = min(self._beta, 0.9 * losses.extrapolation_limit(
+        self._loss, self._labels, duals.reshape(-1), change.reshape(-1)))
+    if beta > 0.0:
+      self._set_point(duals + beta * change,
+                      table + beta * (table - previous[1]))
+
+  @property
+  def beta(self):
+    """The extrapolation used (with 'auto': 0 until it is chosen)."""
+    return self._beta
+
+  def end_epoch(self, dual_objective, relative_gap=None):
+    """Records the dual objective at the point the epoch reached (and, for
+    'auto', the epoch's relative duality gap)."""
+    self._restart = dual_objective < self._last_dual
+    self._last_dual = dual_objective
+    if self._auto and len(self._gaps) < AUTO_MOMENTUM_EPOCHS:
+      self._gaps.append(float(relative_gap))
+      if len(self._gaps) == AUTO_MOMENTUM_EPOCHS:
+        self._beta = choose_auto_momentum(self._gaps)
+
+  def state(self):
+    """What the next epoch needs, as a dict of numpy values (None before
+    the first epoch): `previous_duals`, `previous_table` (the point the
+    epoch before the last ended at), `last_dual` and `restart`."""
+    if self._previous is None:
+      return None
+    # No copies: the points are never changed in place (every epoch and
+    # every extrapolation makes new arrays), and a checkpoint per epoch
+    # would copy the duals and the table twice for nothing.
+    state = dict(previous_duals=np.asarray(self._previous[0], np.float64),
+                 previous_table=np.asarray(self._previous[1], np.float64),
+                 last_dual=np.float64(self._last_dual),
+                 restart=np.bool_(self._restart))
+    if self._auto:  # the gaps seen (beta follows from them)
+      state["auto_gaps"] = np.asarray(self._gaps, np.float64)
+    return state
+
+  def restore(self, state, duals_shape, table_shape):
+    """Continues from `state()` of an earlier run, whose arrays must have
+    these shapes (ValueError otherwise)."""
+    duals = np.asarray(state["previous_duals"], np.float64)
+    table = np.asarray(state["previous_table"], np.float64)
+    if duals.shape != tuple(duals_shape) or table.shape != tuple(table_shape):
+      raise ValueError(
+          f"momentum state of duals {duals.shape} and table {table.shape} "
+          f"does not fit the model's {tuple(duals_shape)} and "
+          f"{tuple(table_shape)}")
+    self._previous = (duals, table)
+    self._last_dual = float(state["last_dual"])
+    self._restart = bool(state["restart"])
+    if self._auto:
+      # A state saved without 'auto' (a fixed beta) gives no gaps: the
+      # choice starts over from the next epochs.
+      self._gaps = [float(g) for g in np.asarray(
+          state.get("auto_gaps", ()), np.float64).reshape(-1)]
+      if len(self._gaps) == AUTO_MOMENTUM_EPOCHS:  # (end_epoch stops there)
+        self._beta = choose_auto_momentum(self._gaps)
+
+
+def choose_auto_momentum(gaps):
+  """momentum='auto''s beta from the relative gaps of the first
+  AUTO_MOMENTUM_EPOCHS plain epochs: AUTO_MOMENTUM_BETA when over the last
+  two of them the gap's ratio from one epoch to the next is at least
+  AUTO_MOMENTUM_RATIO (in geometric mean: slow epochs), else 0 (fast plain
+  epochs, which extrapolation slows)."""
+  first, last = gaps[AUTO_MOMENTUM_EPOCHS - 3], gaps[AUTO_MOMENTUM_EPOCHS - 1]
+  if not first > 0.0:
+    return 0.0
+  contraction = math.sqrt(max(last, 0.0) / first)
+  return AUTO_MOMENTUM_BETA if contraction >= AUTO_MOMENTUM_RATIO else 0.0

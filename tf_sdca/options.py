@@ -1,0 +1,331 @@
+"""Every training option of tf_sdca, declared once, and the one validator.
+
+Each option says its name, default, domain, the losses it applies to and
+the data modes it runs in:
+
+- `IN_MEMORY`: the whole data set resident, one engine call per epoch
+  (`InMemorySdca`, `keras.LinearModel.fit` on arrays, `tf-sdca train`);
+- `STREAMED`: batches as they come, duals kept by example id (`SdcaModel`,
+  `SDCAOptimizer`, the estimators, `keras.LinearModel.fit` on a dataset);
+- `PROCESSES`: CoCoA+ rounds across processes (`tf-sdca train` under
+  `TF_CONFIG` or `--local-cluster`, `tf_sdca.distributed`).
+
+`validate(values, mode, door)` checks the values a door was given: each
+value against its domain, the combinations (an option of one loss with
+another loss, momentum with ASDCA, ...), and whether each option that was
+set runs in `mode`, naming the doors that run it where it does not. Every
+door's constructor calls it, so a bad value gets the same message whatever
+the door, spelt the door's way (`l2` for Python keywords, `options['l2']`
+for `SdcaModel`'s options dict, `--l2` for the command line).
+
+Adding an option: declare it in `OPTIONS` (and a rule in `_combinations`
+if it interacts with another), then implement it in the engine.
+`tf_sdca.ops.sdca_ops` keeps only the checks of op attributes.
+"""
+import collections
+import math
+import numbers
+
+from tf_sdca import losses
+
+IN_MEMORY = "in memory"
+STREAMED = "streamed"
+PROCESSES = "across processes"
+MODES = (IN_MEMORY, STREAMED, PROCESSES)
+
+# The orders of the coordinate step (kernels/core/visit_order.h). 'asdca'
+# is not an order of the step but the accelerated mini-batch solver, chosen
+# by the same option.
+VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive", "shrinking")
+MULTICLASS_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
+MULTICLASS_HINGE_VISIT_ORDERS = MULTICLASS_VISIT_ORDERS + ("shrinking",)
+HINGE_STEPS = ("projection", "steepest_ascent", "near_max_gain")
+# The losses accelerated mini-batch SDCA converges for: the smooth ones
+# (bounded loss'').
+ASDCA_LOSSES = ("logistic_loss", "squared_loss", "smooth_hinge_loss")
+# Rows per ASDCA step when none is given: the reference's 8 (the paper's
+# theta shrinks like 1/sqrt(m) once m > 1 / k; m = 64 took 1.7-3x the
+# epochs of m = 8, g3doc/benchmarks.md).
+ASDCA_BATCH_SIZE = 8
+
+# The doors that run what only one mode runs, for "does not apply" messages.
+IN_MEMORY_DOORS = ("InMemorySdca, keras.LinearModel's in-memory fit or "
+                   "tf-sdca train")
+STREAMED_DOORS = ("SdcaModel, SDCAOptimizer, the estimators or a "
+                  "keras.LinearModel fit on a tf.data.Dataset")
+
+
+def _integer(low):
+  return lambda v: (not isinstance(v, bool) and
+                    isinstance(v, numbers.Integral) and v >= low)
+
+
+def _real(low, strict):
+  def ok(v):
+    return (not isinstance(v, bool) and isinstance(v, numbers.Real) and
+            math.isfinite(v) and (v > low if strict else v >= low))
+  return ok
+
+
+def _fraction(v):
+  return (not isinstance(v, bool) and isinstance(v, numbers.Real) and
+          0.0 <= v < 1.0)
+
+
+Option = collections.namedtuple(
+    "Option", ["name", "default", "expected", "valid", "modes", "losses",
+               "sdca_key", "flag", "help"])
+Option.__doc__ = """One training option.
+
+  name: its keyword in InMemorySdca, keras.LinearModel and the validator.
+  default: the value a door uses when none is given.
+  expected: the domain, as messages say it ("a finite number > 0").
+  valid: value -> bool, the domain.
+  modes: the data modes it runs in (`MODES`).
+  losses: the op names of the losses it applies to (None: every loss).
+  sdca_key: its key in SdcaModel's options dict (None: not an option there).
+  flag: its `tf-sdca train` flag (None: none).
+  help: one line for docs and `--help`.
+"""
+
+_ALL = frozenset(MODES)
+OPTIONS = collections.OrderedDict((o.name, o) for o in (
+    Option("l1", 0.0, "a finite number >= 0", _real(0, False), _ALL, None,
+           "symmetric_l1_regularization", "--l1",
+           "L1 regularisation strength"),
+    Option("l2", 1.0, "a finite number > 0", _real(0, True), _ALL, None,
+           "symmetric_l2_regularization", "--l2",
+           "L2 regularisation strength"),
+    Option("gamma", 1.0, "a finite number > 0", _real(0, True), _ALL,
+           ("smooth_hinge_loss",), "gamma", None,
+           "the smooth hinge's smoothing"),
+    Option("seed", 0, "an integer", _integer(-2**63), _ALL, None, "seed",
+           "--seed", "seed of the visiting orders"),
+    Option("num_threads", 0, "an integer >= 0", _integer(0), _ALL, None,
+           "num_threads", "--threads", "threads solving each epoch"),
+    Option("num_loss_partitions", 1, "an integer >= 1", _integer(1),
+           frozenset((STREAMED,)), None, "num_loss_partitions", None,
+           "CoCoA+'s sigma for a stream split over workers"),
+    Option("visit_order", "permutation",
+           f"one of {VISIT_ORDERS + ('asdca',)}",
+           lambda v: v in VISIT_ORDERS + ("asdca",), _ALL, None,
+           "visit_order", "--visit-order",
+           "the order of the coordinate steps, or 'asdca'"),
+    Option("asdca_batch_size", ASDCA_BATCH_SIZE, "an integer >= 1",
+           _integer(1), frozenset((IN_MEMORY,)), ASDCA_LOSSES, None,
+           "--asdca-batch-size", "rows per ASDCA step"),
+    Option("asdca_theta", None, "None (the paper's) or in (0, 1]",
+           lambda v: v is None or (
+               not isinstance(v, bool) and isinstance(v, numbers.Real) and
+               0.0 < v <= 1.0), frozenset((IN_MEMORY,)), ASDCA_LOSSES, None,
+           "--asdca-theta", "ASDCA's theta"),
+    Option("hinge_step", "projection", f"one of {HINGE_STEPS}",
+           lambda v: v in HINGE_STEPS, _ALL, ("multiclass_hinge_loss",),
+           "hinge_step", "--hinge-step", "the multiclass hinge's block step"),
+    Option("momentum", None, "a number in [0, 1) or 'auto'",
+           lambda v: v is None or v == "auto" or _fraction(v),
+           frozenset((IN_MEMORY,)), None, None, "--momentum",
+           "extrapolation of whole epochs (None: 'auto' where it applies)"),
+    Option("average_from", None, "None or an epoch count >= 0",
+           lambda v: v is None or _integer(0)(v),
+           frozenset((IN_MEMORY, STREAMED)), None, "average_from",
+           "--average-from", "output averaging from this epoch on"),
+    Option("carry_over", 0.0, "'auto' or a number in [0, 1)",
+           lambda v: v == "auto" or _fraction(v), frozenset((STREAMED,)),
+           None, "carry_over", None,
+           "the share of a streamed batch held for the next call"),
+))
+
+
+class Door(collections.namedtuple("Door", ["name", "style", "unit"])):
+  """Who validates: `name` for messages, `style` how it spells an option
+  ('keyword', 'sdca_options' or 'flag'), `unit` what `average_from`
+  counts there."""
+
+  def label(self, name):
+    option = OPTIONS.get(name)
+    if self.style == "sdca_options":
+      return f"options[{(option.sdca_key if option else name)!r}]"
+    if self.style == "flag" and option is not None and option.flag:
+      return option.flag
+    return name
+
+
+IN_MEMORY_SDCA = Door("InMemorySdca", "keyword", "epoch")
+KERAS = Door("keras.LinearModel", "keyword", "epoch")
+SDCA_MODEL = Door("SdcaModel", "sdca_options", "minimize call")
+COMMAND_LINE = Door("tf-sdca train", "flag", "epoch")
+
+
+def _fail(door, name, expected, value):
+  raise ValueError(f"{door.label(name)} must be {expected}, got {value!r}")
+
+
+def check(name, value, door=IN_MEMORY_SDCA):
+  """`value` of option `name` against its domain, normalised (ints as int,
+  numbers as float); ValueError naming the option as `door` spells it."""
+  option = OPTIONS[name]
+  if not option.valid(value):
+    expected = option.expected
+    if name == "average_from" and door.unit != "epoch":
+      expected = f"None or a count of {door.unit}s >= 0"
+    _fail(door, name, expected, value)
+  if value is None or isinstance(value, str):
+    return value
+  if isinstance(option.default, float) or name in ("momentum",
+                                                    "asdca_theta"):
+    return float(value)
+  return int(value)
+
+
+_LOSS_NAMES = (losses.NAMES + losses.OP_NAMES + losses.MULTICLASS_NAMES +
+               losses.MULTICLASS)
+
+
+def check_loss(loss, num_classes=None, door=IN_MEMORY_SDCA):
+  """(op name of `loss`, K): K >= 2 for a multiclass loss (which needs
+  it), 1 for the others (None or 1 given)."""
+  if door.style == "sdca_options" and loss not in _LOSS_NAMES:
+    raise ValueError(
+        f"{door.label('loss_type')} must be one of "
+        f"{losses.OP_NAMES + losses.MULTICLASS} (or "
+        f"{losses.NAMES + losses.MULTICLASS_NAMES}), got {loss!r}")
+  loss = losses.op_name(loss)  # ValueError naming the loss
+  if losses.is_multiclass(loss):
+    if num_classes is None:
+      raise ValueError(f"{losses.short_name(loss)} needs num_classes (the "
+                       "number of classes K >= 2)")
+    if (isinstance(num_classes, bool) or
+        not isinstance(num_classes, numbers.Integral) or num_classes < 2):
+      raise ValueError(f"{door.label('num_classes')} must be >= 2 for "
+                       f"{loss}, got {num_classes!r}")
+    return loss, int(num_classes)
+  if num_classes is not None and (
+      isinstance(num_classes, bool) or
+      not isinstance(num_classes, numbers.Integral) or num_classes != 1):
+    raise ValueError(f"{door.label('num_classes')} must be 1 for {loss} "
+                     "(K classes need loss softmax_loss or "
+                     f"multiclass_hinge_loss), got {num_classes!r}")
+  return loss, 1
+
+
+def _asdca_loss(loss):
+  if loss not in ASDCA_LOSSES:
+    raise ValueError(
+        f"ASDCA needs a smooth loss ({', '.join(ASDCA_LOSSES)}); "
+        f"{loss} is not smooth: use smooth_hinge_loss for a hinge-like "
+        "loss, or another visit_order for SDCA")
+
+
+def _combinations(loss, values, mode, door):
+  """The rules between options (and with the loss)."""
+  order = values.get("visit_order", "permutation")
+  asdca = order == "asdca"
+  if asdca:
+    _asdca_loss(loss)
+  if losses.is_multiclass(loss):
+    orders = (MULTICLASS_HINGE_VISIT_ORDERS
+              if loss == "multiclass_hinge_loss" else
+              MULTICLASS_VISIT_ORDERS)
+    if order not in orders:
+      _fail(door, "visit_order", f"one of {orders} for {loss}", order)
+  step = values.get("hinge_step", "projection")
+  if step != "projection" and loss != "multiclass_hinge_loss":
+    raise ValueError(f"{door.label('hinge_step')} {step!r} is a block step "
+                     f"of multiclass_hinge_loss, not of {loss}")
+  momentum = values.get("momentum")
+  if momentum and (asdca or values.get("average_from") is not None):
+    raise ValueError(
+        f"momentum={momentum!r} extrapolates SDCA's epochs; it does not "
+        "combine with " + ("visit_order 'asdca' (accelerated already)"
+                           if asdca else "average_from"))
+
+
+# What a user who sets an option where it does not run should know.
+_NOTES = {
+    ("momentum", PROCESSES): "CoCoA+'s rounds across processes extrapolate "
+                             "already (tf-sdca train --no-momentum turns "
+                             "that off)",
+    ("carry_over", IN_MEMORY): "in-memory rows are visited in a fresh order "
+                               "every epoch",
+}
+
+
+def _applies(name, value, mode, door, data=None):
+  """ValueError when option `name`, set to `value`, does not run in
+  `mode` (`data`: the door's words for it), naming the doors that run it."""
+  option = OPTIONS[name]
+  if mode in option.modes or value == option.default or (
+      name == "momentum" and not value):
+    return
+  where = {IN_MEMORY: IN_MEMORY_DOORS, STREAMED: STREAMED_DOORS,
+           PROCESSES: "tf-sdca train with --local-cluster or TF_CONFIG"}
+  modes = [m for m in MODES if m in option.modes]
+  note = _NOTES.get((name, mode))
+  given = (f"{door.label(name)} {value}" if door.style == "flag" else
+           f"{door.label(name)}={value!r}")
+  raise ValueError(f"{given} runs {' and '.join(modes)}"
+                   f" ({' or '.join(where[m] for m in modes)}), not {mode}"
+                   + (f" ({data})" if data else "") +
+                   (f": {note}" if note else ""))
+
+
+def validate(loss, values, mode=None, door=IN_MEMORY_SDCA, num_classes=None):
+  """Checks a door's options; returns (op loss name, K, normalised values).
+
+  Args:
+    loss: the loss, by short or op name.
+    values: {option name: value} of the options the door was given (those
+      of `OPTIONS`; others are the door's own business).
+    mode: the data mode they will run in, or None when the door does not
+      know yet (a Keras model learns it at `fit`): then only domains and
+      combinations are checked, and `applies(values, mode, door)` later.
+    door: a `Door`, for the names in messages.
+    num_classes: K of a multiclass loss.
+
+  Raises:
+    ValueError: naming the option as the door spells it and the value.
+  """
+  if values.get("visit_order") == "asdca" and loss in _LOSS_NAMES:
+    _asdca_loss(losses.op_name(loss))  # before K: a multiclass loss is not
+  loss, k = check_loss(loss, num_classes, door)
+  out = {}
+  for name, value in values.items():
+    out[name] = check(name, value, door)
+  _combinations(loss, out, mode, door)
+  if mode is not None:
+    applies(out, mode, door)
+  return loss, k, out
+
+
+def applies(values, mode, door=IN_MEMORY_SDCA, data=None):
+  """ValueError for the first option of `values` set where it does not run
+  (`mode`; `data`: the door's words for it, e.g. "a tf.data.Dataset"),
+  naming the doors that run it."""
+  if values.get("visit_order") == "asdca" and mode != IN_MEMORY:
+    _fail(door, "visit_order",
+          f"one of {VISIT_ORDERS}: ASDCA (accelerated mini-batch SDCA) "
+          "needs the whole data set in memory (" + IN_MEMORY_DOORS + "), "
+          f"not {mode}" + (f" ({data})" if data else ""), "asdca")
+  for name, value in values.items():
+    if name in OPTIONS:
+      _applies(name, value, mode, door, data)
+
+
+def momentum_for(momentum, visit_order, whole_epochs=True, asdca=False,
+                 averaging=False):
+  """The momentum a fit uses. The default (None) is 'auto' where
+  extrapolation applies, whole epochs over in-memory rows without ASDCA or
+  output averaging, and 0 elsewhere. 'auto' extrapolates only the random
+  orders it was measured on ('permutation', 'uniform', 'shrinking'); with
+  'cyclic' and 'adaptive' it is 0 (on standardised breast_cancer, logistic,
+  l2 = 1, beta = 0.5 took 329 cyclic epochs to 1e-7 against 233 plain;
+  adaptive, on one categorical data set, ended 15 epochs at 2e-6 against
+  < 1e-7). A fixed beta is used as given."""
+  if momentum is None:
+    if not whole_epochs or asdca or averaging:
+      return 0.0
+    momentum = "auto"
+  if momentum == "auto" and visit_order in ("cyclic", "adaptive"):
+    return 0.0
+  return momentum
