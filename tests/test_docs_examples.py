@@ -1,5 +1,5 @@
 """The documentation stays true: every example in README.md and g3doc/*.md
-runs, and every relative link resolves.
+runs, every relative link resolves, and the pages carry no issue numbers.
 
 Examples are the fenced blocks tagged ```python, ```sh, ```bash or ```shell
 (untagged fences hold signatures and output, and are not run). Python blocks
@@ -147,3 +147,15 @@ def test_relative_links_resolve(page):
         path not in NOT_YET_MERGED:
       missing.append(target)
   assert not missing, f"{page} links to missing files: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES + ["bench/README.md"])
+def test_pages_describe_the_software_not_its_history(page):
+  """Issue numbers and their targets belong in commit messages and the
+  tracker: a reader of the docs cannot look them up, and they say what was
+  wanted, not what the code does."""
+  with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+    text = f.read()
+  found = re.findall(r".{0,30}\b(?:issues?\s+\d+|the issue's).{0,30}",
+                     text, flags=re.IGNORECASE)
+  assert not found, f"{page} mentions issues: {found}"
