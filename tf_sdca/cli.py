@@ -85,6 +85,13 @@ class _PlainText:
   def flush(self):
     self._stream.flush()
 
+  def isatty(self):
+    return False
+
+  @property
+  def encoding(self):
+    return getattr(self._stream, "encoding", "utf-8")
+
   def close_line(self):
     """Writes what is left of an unfinished line."""
     if self._line.rsplit("\r", 1)[-1].strip():
