@@ -102,12 +102,15 @@ def test_package_exports_the_op_wrapper_and_the_classes():
   assert isinstance(tf_sdca.SdcaModel, type)
 
 
-def test_the_g3doc_example_runs_and_both_front_ends_agree(tmp_path, capsys):
+def test_the_g3doc_example_runs_and_both_front_ends_agree(tmp_path, capsys,
+                                                         monkeypatch):
   doc = (pathlib.Path(__file__).parent.parent / "g3doc" / "sdca_model.md")
   code = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)[-1]
-  # Run from a file: AutoGraph needs the source of the tf.function.
+  # Run from a file: AutoGraph needs the source of the tf.function. The
+  # example writes its checkpoint to the working directory.
+  monkeypatch.chdir(tmp_path)
   script = tmp_path / "example.py"
-  script.write_text(code.replace("/tmp/sdca_ckpt", str(tmp_path / "ckpt")))
+  script.write_text(code)
   runpy.run_path(str(script))
   printed = dict(line.split() for line in capsys.readouterr().out.splitlines())
   assert float(printed["gap"]) < 1e-6

@@ -25,8 +25,10 @@ temporary directory, trains on 90% of the rows the way `train` does, and
 reports on the other 10% against the ground truth.
 """
 import argparse
+import contextlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -58,7 +60,60 @@ def _start_tensorflow_quietly():
     os.close(saved)
 
 
+class _PlainText:
+  """A text stream for output that is not a terminal (a file, a pipe, a CI
+  log): the progress lines redraw themselves with carriage returns and
+  Keras's progress bar writes ANSI colour codes whatever the stream is, which
+  a file shows as raw escapes. This keeps, of each line, only what a terminal
+  would finally show, without the escapes."""
+
+  _ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\x08")
+
+  def __init__(self, stream):
+    self._stream = stream
+    self._line = ""
+
+  def write(self, text):
+    self._line += self._ESCAPES.sub("", text)
+    *lines, self._line = self._line.split("\n")
+    for line in lines:
+      shown = line.rsplit("\r", 1)[-1]
+      if shown.strip() or "\r" not in line:  # a progress line's last state
+        self._stream.write(shown + "\n")
+    return len(text)
+
+  def flush(self):
+    self._stream.flush()
+
+  def isatty(self):
+    return False
+
+  @property
+  def encoding(self):
+    return getattr(self._stream, "encoding", "utf-8")
+
+  def close_line(self):
+    """Writes what is left of an unfinished line."""
+    if self._line.rsplit("\r", 1)[-1].strip():
+      self._stream.write(self._line.rsplit("\r", 1)[-1] + "\n")
+    self._line = ""
+    self._stream.flush()
+
+
 def _demo(args):
+  """Runs the demo, its output cleaned of progress redraws and colour codes
+  where stdout is not a terminal."""
+  if sys.stdout.isatty():
+    return _run_demo(args)
+  plain = _PlainText(sys.stdout)
+  try:
+    with contextlib.redirect_stdout(plain):
+      return _run_demo(args)
+  finally:
+    plain.close_line()
+
+
+def _run_demo(args):
   """Generates TSV files in a temporary directory, trains on 90% of the rows
   through the same path as `train` (parse, cache, SDCA, checkpoints),
   evaluates on the other 10% and compares with the ground truth."""
@@ -111,6 +166,8 @@ def _demo(args):
         f"({meta['rows'] * len(history) / epoch_seconds:,.0f} rows/s); "
         f"total {total_time:.1f} s")
   print(f"final relative duality gap: {history[-1]['duality_gap']:.2e}")
+  print("held-out rows: the trained model against the ground truth (the "
+        "probabilities the labels were drawn from: a perfect model)")
   print(f"{'':18s}{'log loss':>10s}{'AUC':>8s}{'accuracy':>10s}")
   for name, p in (("tf_sdca model", probs), ("ground truth", truth)):
     print(f"{name:18s}{metrics.log_loss(labels, p):10.4f}"
