@@ -670,8 +670,8 @@ def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_model(
   else:
     _killed_train(data, killed, moment, None, *extra)
   # What a user does next: --resume if the kill left a model, else again.
-  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
-  resume = ("--resume",) if commands.has_model(killed) else ()
+  from tf_sdca import model_files  # pylint: disable=import-outside-toplevel
+  resume = ("--resume",) if model_files.has_model(killed) else ()
   if moment == "cache-part-0":
     assert not resume and not os.path.exists(
         os.path.join(killed, "cache", "manifest.json"))

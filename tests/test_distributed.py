@@ -341,8 +341,8 @@ def two_workers_model(criteo_files, tmp_path_factory):
 
 
 def _model(model_dir):
-  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
-  return commands.load_model(model_dir)
+  from tf_sdca import model_files  # pylint: disable=import-outside-toplevel
+  return model_files.load_model(model_dir)
 
 
 def test_local_cluster_of_two_reaches_the_single_process_optimum(

@@ -177,7 +177,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     ValueError: on bad options.
   """
   from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
-  from tf_sdca.ops import _loader  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
   loss = losses.op_name(loss)
   if exchange not in EXCHANGES:
     raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
@@ -188,7 +188,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   # (through `join`) instead of failing alone.
   op_error = None
   try:
-    _loader.load_ops()
+    load_ops()
   except ImportError as error:
     op_error = str(error)
   if cluster is None:
