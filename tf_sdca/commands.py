@@ -409,8 +409,6 @@ def train(args):
       saved.update({"momentum_" + key: value for key, value in state.items()})
     files.save_model_atomically(args.model_dir, meta, epoch=epoch + 1,
                                 **saved)
-    if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):
-      raise KeyboardInterrupt  # test hook: an interruption after saving
 
   if meta["history"] and meta["history"][-1]["duality_gap"] < args.tol:
     print(f"already converged: gap {meta['history'][-1]['duality_gap']:.2e}")
