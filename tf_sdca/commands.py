@@ -57,18 +57,18 @@ def add_parsers(sub):
 
   train = sub.add_parser("train", help="train by SDCA on text files")
   _data_args(train)
-  train.add_argument("--loss", default="logistic",
+  train.add_argument("--loss", default=None,
                      choices=(losses.NAMES + losses.MULTICLASS_NAMES +
                               losses.OP_NAMES + losses.MULTICLASS),
                      help="loss, by short name or the op's name "
-                     "(logistic = logistic_loss); softmax and "
-                     "multiclass_hinge need --num-classes")
+                     "(logistic = logistic_loss; the default); softmax "
+                     "and multiclass_hinge need --num-classes")
   train.add_argument("--num-classes", type=_int_in(2), default=None,
                      help="K classes of a multiclass loss (LIBSVM files "
                      "with class labels: K distinct label values, or class "
                      "ids in [0, K))")
-  train.add_argument("--l1", type=float, default=0.0)
-  train.add_argument("--l2", type=float, default=10.0)
+  train.add_argument("--l1", type=float, default=None, help="default: 0")
+  train.add_argument("--l2", type=float, default=None, help="default: 10")
   train.add_argument("--epochs", type=_int_in(1), default=10)
   train.add_argument("--tol", type=float, default=1e-3,
                      help="stop when the relative duality gap is below this")
@@ -83,28 +83,29 @@ def add_parsers(sub):
   # The rows are always packed (TfSdca>PackRows); --pack is still accepted
   # from scripts written when it was an option.
   train.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)
-  train.add_argument("--seed", type=int, default=0)
-  train.add_argument("--visit-order", default="permutation",
+  train.add_argument("--seed", type=int, default=None, help="default: 0")
+  train.add_argument("--visit-order", default=None,
                      choices=("permutation", "cyclic", "uniform", "adaptive",
                               "shrinking", "asdca"),
                      help="order of SDCA's coordinate steps, or asdca: the "
                      "reference's accelerated mini-batch SDCA (smooth losses: "
-                     "logistic, squared, smooth_hinge; one thread). Kept in "
-                     "model.json")
-  train.add_argument("--asdca-batch-size", type=_int_in(1), default=8,
-                     help="rows per ASDCA step (--visit-order asdca)")
+                     "logistic, squared, smooth_hinge; one thread); "
+                     "default: permutation. Kept in model.json")
+  train.add_argument("--asdca-batch-size", type=_int_in(1), default=None,
+                     help="rows per ASDCA step (--visit-order asdca); "
+                     "default: 8")
   train.add_argument("--asdca-theta", type=float, default=None,
                      help="ASDCA's theta in (0, 1]; default: the paper's, "
                      "provably convergent but slow on ill-conditioned data "
                      "(g3doc/trainer.md)")
-  train.add_argument("--hinge-step", default="projection",
+  train.add_argument("--hinge-step", default=None,
                      choices=("projection", "steepest_ascent",
                               "near_max_gain"),
                      help="--loss multiclass_hinge's block step: the exact "
                      "projection, or the reference's steepest feasible "
                      "ascent (Frank-Wolfe) or near-maximal-gain step "
-                     "(g3doc/multiclass.md), also across workers. Kept in "
-                     "model.json")
+                     "(g3doc/multiclass.md), also across workers; default: "
+                     "projection. Kept in model.json")
   train.add_argument("--average-from", type=_int_in(0), default=None,
                      metavar="T0",
                      help="output averaging: the saved model is the mean of "
@@ -129,7 +130,10 @@ def add_parsers(sub):
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
   train.add_argument("--resume", action="store_true",
-                     help="continue the model in --model-dir")
+                     help="continue the model in --model-dir; the options "
+                     "it keeps (format, loss, l1, l2, bucket bits, classes, "
+                     "seed, visit order, hinge step, ASDCA's) are its own, "
+                     "and one given otherwise is an error")
   train.add_argument("--overwrite", action="store_true",
                      help="replace a model already in --model-dir")
   train.add_argument("--quiet", action="store_true")
@@ -157,14 +161,18 @@ def _data_args(parser, scoring=False):
   to the model's."""
   parser.add_argument("data", nargs="+", help="text files")
   parser.add_argument("--model-dir", required=True)
+  # train: None (not given) is criteo for a new model, the model's on
+  # --resume.
   parser.add_argument(
-      "--format", default=None if scoring else "criteo",
+      "--format", default=None,
       choices=("criteo", "libsvm"),
       help="the files' format (default: the model's)" if scoring else
-      "the files' format (default: criteo)")
+      "the files' format (default: criteo; on --resume: the model's)")
   # Feature ids are int32: at most 2^31 buckets.
-  parser.add_argument("--bucket-bits", type=_int_in(1, 31), default=20,
-                      help="Criteo: 2^k hash buckets (1 <= k <= 31)")
+  parser.add_argument("--bucket-bits", type=_int_in(1, 31),
+                      default=20 if scoring else None,
+                      help="Criteo: 2^k hash buckets (1 <= k <= 31); "
+                      "default: 20")
   parser.add_argument("--skip-bad-lines", action="store_true",
                       help="skip and count malformed lines")
 
@@ -230,8 +238,59 @@ def generate(args):
   return 0
 
 
+# The options of `train` that a model keeps, with their defaults for a new
+# model; their flags default to None (not given). On --resume a given value
+# must be the model's, and one not given is the model's.
+_KEPT_OPTIONS = dict(format="criteo", loss="logistic", l1=0.0, l2=10.0,
+                     bucket_bits=20, num_classes=None, seed=0,
+                     visit_order="permutation", hinge_step="projection",
+                     asdca_batch_size=8, asdca_theta=None)
+
+
+def _kept_options(args):
+  """Sets the kept options of `train` that were not given: the model's on
+  --resume, else the defaults.
+
+  Raises:
+    ValueError: on --resume, a given option that differs from the model's
+      (before any data is read).
+  """
+  meta = None
+  if getattr(args, "resume", False) and \
+      model_files.has_model(args.model_dir):
+    meta = model_files.read_meta(args.model_dir)
+  for name, default in _KEPT_OPTIONS.items():
+    given = getattr(args, name, None)
+    if meta is None or not (name in meta or name in model_files.DEFAULTS):
+      # A new model, or one whose metadata load_model will refuse.
+      setattr(args, name, default if given is None else given)
+      continue
+    trained = model_files.setting(meta, name) if \
+        name in model_files.DEFAULTS else meta[name]
+    if given is not None and given != trained and not (
+        name == "loss" and losses.op_name(given) == trained):
+      flag = "--" + name.replace("_", "-")
+      raise ValueError(
+          f"--resume: the model in {args.model_dir} was trained " +
+          (f"without {flag}" if trained is None else
+           f"with {flag} {trained}") + f", got {flag} {given} (leave "
+          f"{flag} out to continue it as it was trained)")
+    setattr(args, name, trained)
+  average_from = getattr(args, "average_from", None)
+  if meta is not None and average_from is not None and \
+      average_from != meta.get("average_from"):
+    trained = meta.get("average_from")
+    raise ValueError(
+        f"--resume --average-from {average_from}: the model was trained "
+        + ("without --average-from" if trained is None else
+           f"with --average-from {trained}") +
+        " (a mean cannot change its first epoch; leave --average-from "
+        "out to continue as it was trained)")
+
+
 def train(args):
   """`tf-sdca train`."""
+  _kept_options(args)
   if losses.is_multiclass(args.loss) and distributed_command.wanted(args):
     if getattr(args, "num_classes", None) is None:
       raise ValueError(f"--loss {args.loss} needs --num-classes K")
@@ -294,15 +353,6 @@ def train(args):
     if meta["rows"] != info["rows"]:
       raise ValueError(f"--resume: the model was trained on {meta['rows']:,} "
                        f"rows, the data has {info['rows']:,}")
-    if average_from is not None and \
-        average_from != meta.get("average_from"):
-      trained = meta.get("average_from")
-      raise ValueError(
-          f"--resume --average-from {average_from}: the model was trained "
-          + ("without --average-from" if trained is None else
-             f"with --average-from {trained}") +
-          " (a mean cannot change its first epoch; leave --average-from "
-          "out to continue as it was trained)")
   else:
     meta = model_files.new_meta(
         args.format, losses.op_name(args.loss), args.l1, args.l2, args.seed,

@@ -212,6 +212,24 @@ def has_model(model_dir):
              for name in ("checkpoint.npz", "model.json"))
 
 
+def read_meta(model_dir):
+  """The metadata of the model in `model_dir` (the checkpoint's copy, else
+  model.json) without its arrays, for checks before the data is read; None
+  when there is none or it is unreadable (`load_model` then says why)."""
+  ckpt_path = os.path.join(model_dir, "checkpoint.npz")
+  try:
+    if os.path.exists(ckpt_path):
+      with np.load(ckpt_path) as ckpt:
+        if "meta_json" in ckpt.files:
+          meta = json.loads(str(ckpt["meta_json"]))
+          return meta if isinstance(meta, dict) else None
+    with open(os.path.join(model_dir, "model.json")) as f:
+      meta = json.load(f)
+  except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError):
+    return None
+  return meta if isinstance(meta, dict) else None
+
+
 def load_model(model_dir):
   """(meta dict, checkpoint arrays) of a model directory, checked against
   each other.
