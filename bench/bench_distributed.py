@@ -77,8 +77,8 @@ def ps_server(args):
   (as a worker that runs tf_sdca closures must, before its server starts)
   and serves."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from tf_sdca.ops import _loader  # pylint: disable=import-outside-toplevel
-  _loader.load_ops()
+  from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
+  load_ops()
   resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   server = tf.distribute.Server(
       resolver.cluster_spec(), job_name=resolver.task_type,

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from interruptions import interrupted_after_epoch
 from tf_sdca import cli
 
 EPOCHS = 12
@@ -85,13 +86,12 @@ def test_average_from_the_last_epoch_saves_the_last_iterate(
     np.testing.assert_array_equal(ckpt[key], iterates[-1][key])
 
 
-def test_resume_continues_the_mean(cancer_file, tmp_path, monkeypatch):
+def test_resume_continues_the_mean(cancer_file, tmp_path):
   whole, parts = str(tmp_path / "whole"), str(tmp_path / "parts")
   extra = ["--epochs", str(EPOCHS), "--average-from", "3"]
   assert _train(cancer_file, whole, *extra) == 0
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "7")
-  assert _train(cancer_file, parts, *extra) == 130
-  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  with interrupted_after_epoch(7):
+    assert _train(cancer_file, parts, *extra) == 130
   assert int(_checkpoint(parts)["average_count"]) == 5
   assert _train(cancer_file, parts, "--epochs", str(EPOCHS),
                 "--resume") == 0

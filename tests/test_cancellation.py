@@ -1,10 +1,15 @@
 """A cancelled step stops the solve ops within a pass (issue 17's bounded
 work): TfSdca>PackedSolve and TfSdca>Optimizer ask the step's
-CancellationManager before every pass. Each call below would run >= 10 s
-uncancelled; it must end within a second of the cancel, with CancelledError
-(eager, a CancellationManager's start_cancel) or DeadlineExceededError (a
-Session's RunOptions timeout, which cancels the step and waits for its ops),
-and leave its inputs as they were."""
+CancellationManager before every pass and every 2^16 rows of one. Each long
+call below asks for 2^20 passes, which would run for many minutes; that it
+ends, with CancelledError (eager, a CancellationManager's start_cancel) or
+DeadlineExceededError (a Session's RunOptions timeout, which cancels the
+step and waits for its ops), is the op stopping on the cancel; its inputs
+stay as they were.
+
+No wall-clock bound is asserted (a loaded machine would fail it): the cancel
+comes once the process has spent CPU time in the op, and the work done
+after it is compared in CPU time, which other jobs do not inflate."""
 import threading
 import time
 
@@ -16,8 +21,10 @@ from tensorflow.python.eager import cancellation  # no public equivalent
 from tf_sdca.ops import sdca_ops
 
 _N, _D = 20000, 20
-_LONG_SECONDS = 10.0  # what each call would take uncancelled
-_MAX_PASSES = 1 << 20  # kMaxPasses
+_MAX_PASSES = 1 << 20  # kMaxPasses: far longer than any test may wait
+# Seconds before a call that ignores its cancel is declared hung: a
+# liveness guard only, orders of magnitude above the cancelled call's time.
+_HUNG_SECONDS = 300.0
 
 
 @pytest.fixture(scope="module")
@@ -35,57 +42,51 @@ def _pack(x, y):
       "logistic_loss")
 
 
-def _passes_for_long_call(seconds_per_pass):
-  passes = int(_LONG_SECONDS / seconds_per_pass)
-  assert passes <= _MAX_PASSES, "the machine is too fast for this test"
-  return passes
-
-
-def _cancel_after(function, args, delay, cancel):
-  """Runs function(*args) in a thread, calls cancel() after `delay` s;
-  returns (the error raised, seconds from cancel to the call's end)."""
+def _cancel_once_running(function, args, cancel, cpu_seconds=0.1):
+  """Runs function(*args) in a thread and calls cancel() once this process
+  has spent `cpu_seconds` of CPU time since the call began (the op
+  running: the call's own dispatch takes milliseconds); returns (the error
+  raised, the process's CPU seconds from the call's start to its end)."""
   result = {}
+  start = time.process_time()
 
   def run():
     try:
       function(*args)
     except Exception as error:  # pylint: disable=broad-except
       result["error"] = error
-    result["end"] = time.perf_counter()
+    result["cpu"] = time.process_time() - start
 
-  thread = threading.Thread(target=run)
+  thread = threading.Thread(target=run, daemon=True)
   thread.start()
-  time.sleep(delay)
-  cancelled_at = time.perf_counter()
+  while thread.is_alive() and time.process_time() - start < cpu_seconds:
+    time.sleep(0.001)
   cancel()
-  thread.join(timeout=2 * _LONG_SECONDS)
-  assert not thread.is_alive(), "the call was not cancelled"
-  return result.get("error"), result["end"] - cancelled_at
+  thread.join(timeout=_HUNG_SECONDS)
+  assert not thread.is_alive(), "the call went on after its cancel"
+  return result.get("error"), result["cpu"]
 
 
-def test_eager_cancellation_stops_packed_solve_within_a_second(data):
+def test_eager_cancellation_stops_packed_solve(data):
   x, y = data
   rows = _pack(x, y)
   w0, a0 = np.zeros(_D), np.zeros(_N)
-  start = time.perf_counter()
   reference = sdca_ops.packed_solve(rows, w0, a0, 0, "logistic_loss", 0.0,
                                     1.0, num_passes=10)
-  passes = _passes_for_long_call((time.perf_counter() - start) / 10)
 
   @tf.function
   def solve(w, a):
     return sdca_ops.packed_solve(rows, w, a, 0, "logistic_loss", 0.0, 1.0,
-                                 num_passes=passes)
+                                 num_passes=_MAX_PASSES)
 
   concrete = solve.get_concrete_function(tf.TensorSpec([_D], tf.float64),
                                          tf.TensorSpec([_N], tf.float64))
   manager = cancellation.CancellationManager()
   w, a = tf.constant(w0), tf.constant(a0)
-  error, seconds = _cancel_after(manager.get_cancelable_function(concrete),
-                                 (w, a), 0.3, manager.start_cancel)
+  error, _ = _cancel_once_running(manager.get_cancelable_function(concrete),
+                                  (w, a), manager.start_cancel)
   assert isinstance(error, tf.errors.CancelledError), error
   assert "TfSdca>PackedSolve was cancelled between two passes" in str(error)
-  assert seconds < 1.0
   # The inputs are as they were, and the rows solve on as before.
   np.testing.assert_array_equal(w.numpy(), w0)
   np.testing.assert_array_equal(a.numpy(), a0)
@@ -102,25 +103,19 @@ def test_eager_cancellation_stops_the_mini_batch_op(data):
           [np.zeros(_D, np.float32)])
   state = np.zeros((2000, 4), np.float32)
   state[:, 3] = 1.0
-  start = time.perf_counter()
-  sdca_ops.sdca_optimizer(*args, state, loss_type="logistic_loss", l1=0.0,
-                          l2=1.0, num_inner_iterations=50)
-  passes = _passes_for_long_call((time.perf_counter() - start) / 50)
 
   @tf.function
   def step(s):
     return sdca_ops.sdca_optimizer(*args, s, loss_type="logistic_loss",
                                    l1=0.0, l2=1.0,
-                                   num_inner_iterations=passes)
+                                   num_inner_iterations=_MAX_PASSES)
 
   concrete = step.get_concrete_function(tf.TensorSpec([2000, 4], tf.float32))
   manager = cancellation.CancellationManager()
-  error, seconds = _cancel_after(manager.get_cancelable_function(concrete),
-                                 (tf.constant(state),), 0.3,
-                                 manager.start_cancel)
+  error, _ = _cancel_once_running(manager.get_cancelable_function(concrete),
+                                  (tf.constant(state),), manager.start_cancel)
   assert isinstance(error, tf.errors.CancelledError), error
   assert "TfSdca>Optimizer was cancelled between two passes" in str(error)
-  assert seconds < 1.0
 
 
 def test_a_session_timeout_stops_packed_solve(data):
@@ -128,30 +123,35 @@ def test_a_session_timeout_stops_packed_solve(data):
   graph = tf.Graph()
   with graph.as_default():
     rows = _pack(x, y)
-    short = sdca_ops.packed_solve(rows, np.zeros(_D), np.zeros(_N), 0,
-                                  "logistic_loss", 0.0, 1.0, num_passes=10)
+    long = sdca_ops.packed_solve(rows, np.zeros(_D), np.zeros(_N), 0,
+                                 "logistic_loss", 0.0, 1.0,
+                                 num_passes=_MAX_PASSES)
+  result = {}
   with tf.compat.v1.Session(graph=graph) as session:
-    start = time.perf_counter()
-    session.run(short)
-    passes = _passes_for_long_call((time.perf_counter() - start) / 10)
-    with graph.as_default():
-      long = sdca_ops.packed_solve(rows, np.zeros(_D), np.zeros(_N), 0,
-                                   "logistic_loss", 0.0, 1.0,
-                                   num_passes=passes)
-    start = time.perf_counter()
-    # On timeout the session cancels the step and waits for its ops to end:
-    # its time is the op's.
-    with pytest.raises(tf.errors.DeadlineExceededError):
-      session.run(long,
-                  options=tf.compat.v1.RunOptions(timeout_in_ms=500))
-    assert time.perf_counter() - start < 1.5
+
+    def run():
+      # On timeout the session cancels the step and waits for its ops to
+      # end: it returns only once the op has stopped.
+      try:
+        session.run(long, options=tf.compat.v1.RunOptions(timeout_in_ms=500))
+      except Exception as error:  # pylint: disable=broad-except
+        result["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=_HUNG_SECONDS)
+    assert not thread.is_alive(), "the op went on after the timeout"
+  assert isinstance(result.get("error"), tf.errors.DeadlineExceededError), (
+      result)
 
 
 @pytest.mark.parametrize("num_threads", [1, 2])
 def test_a_cancel_stops_a_single_pass_in_its_middle(num_threads):
   """One pass over 1M rows: the cancel is seen within 2^16 rows
-  (kCancelCheckRows), so well before the pass would end; with two threads
-  through the lock-free threads' shares."""
+  (kCancelCheckRows) of each thread's share, so the cancelled pass does a
+  fraction of a whole pass's work (in CPU time: cancelled at a fifth of
+  it, the op stops within the next ~7% (one thread) or ~13% (two) of the
+  rows, where a check only between passes would do it all)."""
   n, d = 1_000_000, 8
   rng = np.random.default_rng(1)
   x = rng.normal(size=(n, d)).astype(np.float32)
@@ -171,12 +171,12 @@ def test_a_cancel_stops_a_single_pass_in_its_middle(num_threads):
                                             tf.TensorSpec([n], tf.float64))
   w, a = tf.zeros([d], tf.float64), tf.zeros([n], tf.float64)
   concrete(w, a)  # warm
-  start = time.perf_counter()
+  start = time.process_time()
   concrete(w, a)
-  pass_seconds = time.perf_counter() - start
+  pass_cpu = time.process_time() - start
   manager = cancellation.CancellationManager()
-  error, seconds = _cancel_after(manager.get_cancelable_function(concrete),
-                                 (w, a), 0.2 * pass_seconds,
-                                 manager.start_cancel)
-  assert isinstance(error, tf.errors.CancelledError), (error, pass_seconds)
-  assert seconds < 0.5 * pass_seconds, (seconds, pass_seconds)
+  error, cpu = _cancel_once_running(manager.get_cancelable_function(concrete),
+                                    (w, a), manager.start_cancel,
+                                    cpu_seconds=0.2 * pass_cpu)
+  assert isinstance(error, tf.errors.CancelledError), (error, pass_cpu)
+  assert cpu < 0.6 * pass_cpu, (cpu, pass_cpu)

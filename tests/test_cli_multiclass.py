@@ -10,6 +10,7 @@ import sklearn.datasets
 import sklearn.linear_model
 import tensorflow as tf
 
+from interruptions import interrupted_after_epoch
 from tf_sdca import cli
 from tf_sdca import losses
 
@@ -115,15 +116,13 @@ def test_multiclass_hinge_from_the_command_line_matches_the_engine(
       _objective("multiclass_hinge", engine.dense_weights, x1, y), rel=1e-6)
 
 
-def test_resume_continues_a_multiclass_model(iris_file, tmp_path,
-                                             monkeypatch):
+def test_resume_continues_a_multiclass_model(iris_file, tmp_path):
   path, _, _ = iris_file
   whole, parts = str(tmp_path / "whole"), str(tmp_path / "parts")
   extra = ["--epochs", "6", "--tol", "0"]
   assert _train(path, whole, "softmax", *extra) == 0
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "3")
-  assert _train(path, parts, "softmax", *extra) == 130
-  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  with interrupted_after_epoch(3):
+    assert _train(path, parts, "softmax", *extra) == 130
   assert _train(path, parts, "softmax", *extra, "--resume") == 0
   a = np.load(os.path.join(whole, "checkpoint.npz"))
   b = np.load(os.path.join(parts, "checkpoint.npz"))
@@ -186,7 +185,7 @@ def test_sparse_multiclass_checkpoint_shapes_are_checked(iris_file, tmp_path,
   assert "duals" in capsys.readouterr().err
 
 
-def test_hinge_step_is_kept_and_resumed(iris_file, tmp_path, monkeypatch):
+def test_hinge_step_is_kept_and_resumed(iris_file, tmp_path):
   # --hinge-step near_max_gain: kept in model.json, so --resume goes on with
   # it (bit for bit against an uninterrupted run), and the weights are the
   # engine's with the same step.
@@ -196,9 +195,8 @@ def test_hinge_step_is_kept_and_resumed(iris_file, tmp_path, monkeypatch):
   assert _train(path, whole, "multiclass_hinge", *extra) == 0
   with open(os.path.join(whole, "model.json")) as f:
     assert json.load(f)["hinge_step"] == "near_max_gain"
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "3")
-  assert _train(path, parts, "multiclass_hinge", *extra) == 130
-  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  with interrupted_after_epoch(3):
+    assert _train(path, parts, "multiclass_hinge", *extra) == 130
   # Resumed without the flag: the model's own step goes on.
   assert _train(path, parts, "multiclass_hinge", "--epochs", "6", "--tol",
                 "0", "--resume") == 0

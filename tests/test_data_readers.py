@@ -16,6 +16,8 @@ import pytest
 import scipy.sparse
 import tensorflow as tf
 
+import interruptions
+from interruptions import interrupted_after_epoch
 from tf_sdca import cli
 from tf_sdca import metrics
 from tf_sdca.data import cache, criteo, libsvm
@@ -184,12 +186,11 @@ def _train(data, model_dir, *extra):
                    *extra])
 
 
-def _train_interrupted(monkeypatch, epochs, data, model_dir, *extra):
+def _train_interrupted(epochs, data, model_dir, *extra):
   """`train` stopped ("Ctrl-C") right after epoch `epochs`' save, then
   `train --resume`; returns both exit codes."""
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", str(epochs))
-  stopped = _train(data, model_dir, *extra)
-  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  with interrupted_after_epoch(epochs):
+    stopped = _train(data, model_dir, *extra)
   return stopped, _train(data, model_dir, *extra, "--resume")
 
 
@@ -229,14 +230,13 @@ def test_cli_generate_train_evaluate_predict(generated, tmp_path, capsys):
 
 
 def test_interrupted_training_resumes_to_the_uninterrupted_model(
-    generated, tmp_path, monkeypatch):
+    generated, tmp_path):
   data = os.path.join(generated, "part-00000.tsv")
   whole = str(tmp_path / "whole")
   assert _train(data, whole) == 0
   parts = str(tmp_path / "parts")
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "2")
-  assert _train(data, parts) == 130  # "Ctrl-C" right after epoch 2's save
-  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  with interrupted_after_epoch(2):
+    assert _train(data, parts) == 130  # "Ctrl-C" right after epoch 2's save
   with np.load(os.path.join(parts, "checkpoint.npz")) as ckpt:
     assert int(ckpt["epoch"]) == 2
   assert _train(data, parts, "--resume") == 0
@@ -268,8 +268,7 @@ def test_train_packs_the_rows_by_default(generated, tmp_path, monkeypatch):
                    "packed_solve": 8}
 
 
-def test_two_threads_resume_close_to_one_thread(generated, tmp_path,
-                                                monkeypatch):
+def test_two_threads_resume_close_to_one_thread(generated, tmp_path):
   """`train --pack --threads 2` (lock-free threads), interrupted and
   resumed, ends near the one-thread model: same epochs, the same gap to
   within a factor 3, weights within a few percent (not bit for bit: the
@@ -278,7 +277,7 @@ def test_two_threads_resume_close_to_one_thread(generated, tmp_path,
   one = str(tmp_path / "one")
   assert _train(data, one, "--pack") == 0
   two = str(tmp_path / "two")
-  assert _train_interrupted(monkeypatch, 2, data, two, "--pack", "--threads",
+  assert _train_interrupted(2, data, two, "--pack", "--threads",
                             "2") == (130, 0)
   gaps = []
   for model_dir in (one, two):
@@ -353,18 +352,17 @@ def _checkpoint(model_dir):
 
 
 def test_a_kill_between_the_two_renames_resumes_exactly(
-    generated, tmp_path, monkeypatch):
+    generated, tmp_path):
   # The checkpoint (with the metadata inside) is one rename; model.json a
   # copy written after it. A kill between them leaves the new checkpoint
   # beside the old model.json: resume must still follow the checkpoint.
   data = os.path.join(generated, "part-00000.tsv")
   whole, parts, old = (str(tmp_path / d) for d in ("whole", "parts", "old"))
   assert _train(data, whole) == 0
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "1")
-  assert _train(data, old) == 130
-  monkeypatch.setenv("TF_SDCA_TEST_STOP_AFTER_EPOCH", "2")
-  assert _train(data, parts) == 130
-  monkeypatch.delenv("TF_SDCA_TEST_STOP_AFTER_EPOCH")
+  with interrupted_after_epoch(1):
+    assert _train(data, old) == 130
+  with interrupted_after_epoch(2):
+    assert _train(data, parts) == 130
   shutil.copy(os.path.join(old, "model.json"),
               os.path.join(parts, "model.json"))  # epoch 1's
   assert _train(data, parts, "--resume") == 0
@@ -622,22 +620,19 @@ def test_a_cache_dir_with_other_files_is_refused_not_emptied(
   assert (cache_dir / "notes.txt").read_text() == "mine"
 
 
-def _killed_train(data, model_dir, env_moment=None, after_epoch=None,
+def _killed_train(data, model_dir, moment=None, after_epoch=None,
                   *extra):
-  """`python -m tf_sdca.cli train` in a child process, SIGKILLed at a test
-  hook's moment (TF_SDCA_TEST_KILL_AT, tf_sdca.files.kill_point) or, with
-  `after_epoch`, by this process as soon as that epoch's checkpoint is
-  there (so in the next epoch or its checkpoint write, wherever the child
-  is)."""
-  env = dict(os.environ)
-  env.pop("TF_SDCA_TEST_STOP_AFTER_EPOCH", None)
-  if env_moment:
-    env["TF_SDCA_TEST_KILL_AT"] = env_moment
+  """`tf-sdca train` in a child process, SIGKILLed at a kill point's
+  `moment` (`tf_sdca.files.kill_point`, armed by tests/interruptions.py)
+  or, with `after_epoch`, by this process as soon as that epoch's
+  checkpoint is there (so in the next epoch or its checkpoint write,
+  wherever the child is)."""
+  command = (interruptions.killed_at(moment) if moment else
+             [sys.executable, "-m", "tf_sdca.cli"])
   child = subprocess.Popen(
-      [sys.executable, "-m", "tf_sdca.cli", "train", data, "--model-dir",
-       model_dir, "--epochs", "4", "--tol", "1e-12", "--bucket-bits", "16",
-       "--quiet", *extra], env=env, stdout=subprocess.DEVNULL,
-      stderr=subprocess.PIPE)
+      command + ["train", data, "--model-dir", model_dir, "--epochs", "4",
+                 "--tol", "1e-12", "--bucket-bits", "16", "--quiet", *extra],
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   if after_epoch is not None:
     deadline = time.monotonic() + 60
     while child.poll() is None and time.monotonic() < deadline:
@@ -670,8 +665,8 @@ def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_model(
   else:
     _killed_train(data, killed, moment, None, *extra)
   # What a user does next: --resume if the kill left a model, else again.
-  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
-  resume = ("--resume",) if commands.has_model(killed) else ()
+  from tf_sdca import model_files  # pylint: disable=import-outside-toplevel
+  resume = ("--resume",) if model_files.has_model(killed) else ()
   if moment == "cache-part-0":
     assert not resume and not os.path.exists(
         os.path.join(killed, "cache", "manifest.json"))

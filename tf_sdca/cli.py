@@ -33,6 +33,7 @@ import sys
 import time
 
 from tf_sdca import commands
+from tf_sdca import model_files
 
 
 def _start_tensorflow_quietly():
@@ -52,9 +53,9 @@ def _start_tensorflow_quietly():
     os.dup2(devnull, 2)
     os.close(devnull)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from tf_sdca.ops import _loader  # pylint: disable=import-outside-toplevel
+    from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
     tf.config.list_physical_devices()  # the device probes log too
-    _loader.load_ops()
+    load_ops()
   finally:
     os.dup2(saved, 2)
     os.close(saved)
@@ -146,7 +147,7 @@ def _run_demo(args):
     if status:
       return status
     total_time = time.perf_counter() - t0
-    meta, _ = commands.load_model(model_dir)
+    meta, _ = model_files.load_model(model_dir)
     with open(os.path.join(model_dir, "cache", "manifest.json")) as f:
       parse_seconds = json.load(f)["parse_seconds"]
     _, labels, probs = commands.score_files(argparse.Namespace(

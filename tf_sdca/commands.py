@@ -1,41 +1,18 @@
 """The `generate`, `train`, `evaluate`, `predict` and `export` commands of `tf-sdca`.
 
-A model directory holds:
-  - `model.json`: the format, loss, regularisation, feature layout (hash
-    buckets, the dense columns' scale) and the training history;
-  - `checkpoint.npz`: the unshrunk float64 weights, the per-example duals
-    (float64: 8 bytes per example) and the epochs done; with
-    `--average-from T0` the weights and duals are the mean of the iterates
-    after epochs T0, T0 + 1, ... (what evaluate, predict and export use),
-    and `last_sparse_weights`, `last_dense_weights`, `last_duals` and
-    `average_count` keep the last iterate and the mean's size for
-    `--resume`;
-  - with `--momentum`, `checkpoint.npz` also keeps the point the epoch
-    before the last ended at (`momentum_previous_duals`,
-    `momentum_previous_table`), `momentum_last_dual` and
-    `momentum_restart` (with `--momentum auto` also `momentum_auto_gaps`,
-    the gaps its choice of beta reads), so that `--resume` extrapolates as
-    an uninterrupted run would;
-  - `cache/`: the parsed training data (`tf_sdca.data.cache`).
-After every epoch the checkpoint, with a copy of `model.json`'s contents
-inside, is replaced in one rename (`files.save_model_atomically`), then
-`model.json`; readers trust the checkpoint's copy, so a kill between the
-two renames loses nothing. A checkpoint that is truncated, corrupt, or does
-not fit its own metadata (duals, epochs, non-finite weights) is an error,
-never patched.
+A model directory's files, metadata and checks: `tf_sdca.model_files`.
 """
 import argparse
-import json
 import os
 import re
 import sys
 import time
-import zipfile
 
 import numpy as np
 
 from tf_sdca import files
 from tf_sdca import losses
+from tf_sdca import model_files
 from tf_sdca import options
 from tf_sdca.distributed import command as distributed_command
 
@@ -81,18 +58,18 @@ def add_parsers(sub):
 
   train = sub.add_parser("train", help="train by SDCA on text files")
   _data_args(train)
-  train.add_argument("--loss", default="logistic",
+  train.add_argument("--loss", default=None,
                      choices=(losses.NAMES + losses.MULTICLASS_NAMES +
                               losses.OP_NAMES + losses.MULTICLASS),
                      help="loss, by short name or the op's name "
-                     "(logistic = logistic_loss); softmax and "
-                     "multiclass_hinge need --num-classes")
+                     "(logistic = logistic_loss; the default); softmax "
+                     "and multiclass_hinge need --num-classes")
   train.add_argument("--num-classes", type=_int_in(2), default=None,
                      help="K classes of a multiclass loss (LIBSVM files "
                      "with class labels: K distinct label values, or class "
                      "ids in [0, K))")
-  train.add_argument("--l1", type=float, default=0.0)
-  train.add_argument("--l2", type=float, default=10.0)
+  train.add_argument("--l1", type=float, default=None, help="default: 0")
+  train.add_argument("--l2", type=float, default=None, help="default: 10")
   train.add_argument("--epochs", type=_int_in(1), default=10)
   train.add_argument("--tol", type=float, default=1e-3,
                      help="stop when the relative duality gap is below this")
@@ -107,28 +84,29 @@ def add_parsers(sub):
   # The rows are always packed (TfSdca>PackRows); --pack is still accepted
   # from scripts written when it was an option.
   train.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)
-  train.add_argument("--seed", type=int, default=0)
-  train.add_argument("--visit-order", default="permutation",
+  train.add_argument("--seed", type=int, default=None, help="default: 0")
+  train.add_argument("--visit-order", default=None,
                      choices=("permutation", "cyclic", "uniform", "adaptive",
                               "shrinking", "asdca"),
                      help="order of SDCA's coordinate steps, or asdca: the "
                      "reference's accelerated mini-batch SDCA (smooth losses: "
-                     "logistic, squared, smooth_hinge; one thread). Kept in "
-                     "model.json")
-  train.add_argument("--asdca-batch-size", type=_int_in(1), default=8,
-                     help="rows per ASDCA step (--visit-order asdca)")
+                     "logistic, squared, smooth_hinge; one thread); "
+                     "default: permutation. Kept in model.json")
+  train.add_argument("--asdca-batch-size", type=_int_in(1), default=None,
+                     help="rows per ASDCA step (--visit-order asdca); "
+                     "default: 8")
   train.add_argument("--asdca-theta", type=float, default=None,
                      help="ASDCA's theta in (0, 1]; default: the paper's, "
                      "provably convergent but slow on ill-conditioned data "
                      "(g3doc/trainer.md)")
-  train.add_argument("--hinge-step", default="projection",
+  train.add_argument("--hinge-step", default=None,
                      choices=("projection", "steepest_ascent",
                               "near_max_gain"),
                      help="--loss multiclass_hinge's block step: the exact "
                      "projection, or the reference's steepest feasible "
                      "ascent (Frank-Wolfe) or near-maximal-gain step "
-                     "(g3doc/multiclass.md), also across workers. Kept in "
-                     "model.json")
+                     "(g3doc/multiclass.md), also across workers; default: "
+                     "projection. Kept in model.json")
   train.add_argument("--average-from", type=_int_in(0), default=None,
                      metavar="T0",
                      help="output averaging: the saved model is the mean of "
@@ -153,7 +131,10 @@ def add_parsers(sub):
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
   train.add_argument("--resume", action="store_true",
-                     help="continue the model in --model-dir")
+                     help="continue the model in --model-dir; the options "
+                     "it keeps (format, loss, l1, l2, bucket bits, classes, "
+                     "seed, visit order, hinge step, ASDCA's) are its own, "
+                     "and one given otherwise is an error")
   train.add_argument("--overwrite", action="store_true",
                      help="replace a model already in --model-dir")
   train.add_argument("--quiet", action="store_true")
@@ -181,14 +162,18 @@ def _data_args(parser, scoring=False):
   to the model's."""
   parser.add_argument("data", nargs="+", help="text files")
   parser.add_argument("--model-dir", required=True)
+  # train: None (not given) is criteo for a new model, the model's on
+  # --resume.
   parser.add_argument(
-      "--format", default=None if scoring else "criteo",
+      "--format", default=None,
       choices=("criteo", "libsvm"),
       help="the files' format (default: the model's)" if scoring else
-      "the files' format (default: criteo)")
+      "the files' format (default: criteo; on --resume: the model's)")
   # Feature ids are int32: at most 2^31 buckets.
-  parser.add_argument("--bucket-bits", type=_int_in(1, 31), default=20,
-                      help="Criteo: 2^k hash buckets (1 <= k <= 31)")
+  parser.add_argument("--bucket-bits", type=_int_in(1, 31),
+                      default=20 if scoring else None,
+                      help="Criteo: 2^k hash buckets (1 <= k <= 31); "
+                      "default: 20")
   parser.add_argument("--skip-bad-lines", action="store_true",
                       help="skip and count malformed lines")
 
@@ -241,8 +226,8 @@ def generate(args):
       take = min(size - offset, (index + 1) * per_file - written)
       part = {k: chunk[k][offset:offset + take]
               for k in ("labels", "counts", "cat_values")}
-      handle.write(synthetic._tsv_lines(  # pylint: disable=protected-access
-          part["labels"], part["counts"], part["cat_values"]))
+      handle.write(synthetic.tsv_lines(part["labels"], part["counts"],
+                                       part["cat_values"]))
       offset += take
       written += take
     print(f"\r  {written:,} / {args.rows:,} rows", end="", flush=True)
@@ -254,247 +239,59 @@ def generate(args):
   return 0
 
 
-# --------------------------------------------------------------- features
-def _criteo_scale(arrays, meta):
-  """The divisors of the 13 Criteo counts (their training maxima, kept in
-  `meta` so that resumed training and scoring divide alike)."""
-  if meta.get("scale") is None:
-    top = np.full(13, 1e-6, np.float32)
-    for part in arrays["dense"]:
-      if part.shape[0]:
-        top = np.maximum(top, part.max(axis=0))
-    meta["scale"] = top.tolist()
-  return np.asarray(meta["scale"], np.float32)
+# The options of `train` that a model keeps, with their defaults for a new
+# model; their flags default to None (not given). On --resume a given value
+# must be the model's, and one not given is the model's.
+_KEPT_OPTIONS = dict(format="criteo", loss="logistic", l1=0.0, l2=10.0,
+                     bucket_bits=20, num_classes=None, seed=0,
+                     visit_order="permutation", hinge_step="projection",
+                     asdca_batch_size=8, asdca_theta=None)
 
 
-def _criteo_row_chunks(arrays, meta):
-  """The cached Criteo chunks as a `RowChunks` for `InMemorySdca.fit`: each
-  cache part is scaled and packed in turn and its memory map dropped, so
-  the whole arrays are never held beside the packed rows (issue 13's 4 GB
-  target for 10M rows)."""
-  from tf_sdca.engine import RowChunks  # pylint: disable=import-outside-toplevel
-  scale = _criteo_scale(arrays, meta)
-  n = sum(p.shape[0] for p in arrays["labels"])
-
-  def chunks():
-    while arrays["labels"]:
-      labels = np.asarray(arrays["labels"].pop(0), np.float32)
-      counts = arrays["dense"].pop(0)
-      dense = np.empty((labels.shape[0], 14), np.float32)
-      dense[:, :13] = counts / scale
-      dense[:, 13] = 1.0  # the intercept
-      # Increasing ids in a row, as in `_features`.
-      ids = np.sort(arrays["ids"].pop(0), axis=1)
-      yield dict(labels=labels, dense=dense, ids=ids)
-
-  return RowChunks(chunks, num_examples=n, num_ids=26 * n, dense_dim=14,
-                   num_features=meta["num_features"])
-
-
-def _features(fmt, arrays, meta):
-  """InMemorySdca feature kwargs from cached (or streamed) arrays.
-
-  Consumes `arrays` (lists of chunk arrays, possibly memory maps): each chunk
-  is copied into the result and dropped, so a memory-mapped chunk's pages
-  leave the process's resident set as soon as they are copied.
-  """
-  from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
-  if fmt == "criteo":
-    parts = arrays["labels"]
-    n = sum(p.shape[0] for p in parts)
-    scale = _criteo_scale(arrays, meta)
-    labels = np.empty(n, np.float32)
-    dense = np.empty((n, 14), np.float32)
-    dense[:, 13] = 1.0  # the intercept
-    id_parts = arrays["ids"]
-    ids = np.empty((n, 26), id_parts[0].dtype if id_parts else np.int32)
-    start = 0
-    while parts:
-      rows = slice(start, start + parts[0].shape[0])
-      labels[rows] = parts.pop(0)
-      dense[rows, :13] = arrays["dense"].pop(0) / scale
-      ids[rows] = id_parts.pop(0)
-      start = rows.stop
-    # Increasing ids in every row (the order of a row's fields does not
-    # matter to a linear model) let the op take |x_i|^2 without merging
-    # repeats; sorting here, in place, spares InMemorySdca a sorted copy.
-    ids.sort(axis=1)
-    return labels, dict(dense=dense, ids=ids,
-                        num_features=meta["num_features"])
-  labels = cache.concatenate(arrays["labels"], np.float32)
-  n = labels.shape[0]
-  ones = np.ones((n, 1), np.float32)
-  lengths = cache.concatenate(arrays["lengths"], np.int64)
-  indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-  indices = cache.concatenate(arrays["indices"])  # int32
-  values = cache.concatenate(arrays["values"], np.float32)
-  if meta.get("num_features") is None:
-    meta["num_features"] = int(indices.max()) + 1 if indices.size else 1
-  keep = indices < meta["num_features"]  # features unseen in training
-  if not keep.all():
-    rows = np.repeat(np.arange(n), lengths)
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(
-        rows[keep], minlength=n))]).astype(np.int64)
-    indices, values = indices[keep], values[keep]
-  if meta["loss"] in _BINARY:
-    labels = (labels > 0).astype(np.float32)
-  elif losses.is_multiclass(meta["loss"]):
-    labels = class_ids(labels, meta)
-  return labels, dict(dense=ones, indptr=indptr, indices=indices,
-                      values=values, num_features=meta["num_features"])
-
-
-def choose_classes(labels, num_classes):
-  """The label value of each class id, from the training labels: their K
-  distinct values in increasing order, or (fewer distinct values) the ids
-  0 ... K-1 themselves when every label is one.
+def _kept_options(args):
+  """Sets the kept options of `train` that were not given: the model's on
+  --resume, else the defaults.
 
   Raises:
-    ValueError: more than K distinct labels, or fewer that are not ids in
-      [0, K).
+    ValueError: on --resume, a given option that differs from the model's
+      (before any data is read).
   """
-  values = np.unique(labels)
-  if values.size == num_classes:
-    return [float(v) for v in values]
-  if values.size < num_classes and np.all(
-      (values >= 0) & (values < num_classes) & (values == np.round(values))):
-    return [float(k) for k in range(num_classes)]
-  shown = ", ".join(f"{v:g}" for v in values[:10])
-  raise ValueError(
-      f"--num-classes {num_classes}: the labels have {values.size} distinct "
-      f"values ({shown}{', ...' if values.size > 10 else ''}); give as many "
-      f"classes as distinct labels, or labels that are class ids in "
-      f"[0, {num_classes})")
-
-
-def class_ids(labels, meta):
-  """float32 class ids of label values, by the model's `classes`.
-
-  Raises:
-    ValueError: a label that is none of the model's classes (named with
-      its row).
-  """
-  classes = np.asarray(meta["classes"], np.float64)
-  order = np.argsort(classes)
-  pos = np.searchsorted(classes[order], labels)
-  pos = np.minimum(pos, classes.size - 1)
-  bad = np.flatnonzero(classes[order][pos] != labels)
-  if bad.size:
-    raise ValueError(f"label {labels[bad[0]]:g} (row {bad[0]}) is none of "
-                     f"the model's classes "
-                     f"({', '.join(f'{c:g}' for c in classes)})")
-  return order[pos].astype(np.float32)
-
-
-# ------------------------------------------------------------------ train
-
-
-
-
-_META_KEYS = ("format", "loss", "l1", "l2", "num_features", "rows",
-              "epochs_done", "history")
-
-
-def has_model(model_dir):
-  """Whether `model_dir` holds a model (its checkpoint or its model.json)."""
-  return any(os.path.exists(os.path.join(model_dir, name))
-             for name in ("checkpoint.npz", "model.json"))
-
-
-def load_model(model_dir):
-  """(meta dict, checkpoint arrays) of a model directory, checked against
-  each other.
-
-  Raises:
-    FileNotFoundError: no model in `model_dir`.
-    ValueError: a truncated or corrupt file, missing keys, or arrays that do
-      not fit the metadata (a clear error, never patched).
-  """
-  meta_path = os.path.join(model_dir, "model.json")
-  ckpt_path = os.path.join(model_dir, "checkpoint.npz")
-  if not has_model(model_dir):
-    raise FileNotFoundError(f"no model in {model_dir} (no checkpoint.npz "
-                            "or model.json)")
-  if not os.path.exists(ckpt_path):
-    raise ValueError(f"{model_dir} has model.json but no checkpoint.npz")
-  try:
-    with np.load(ckpt_path) as ckpt:
-      arrays = {k: ckpt[k] for k in ckpt.files}
-  except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as e:
-    raise ValueError(f"{ckpt_path} is truncated or corrupt ({e}); train "
-                     "again with --overwrite") from None
-  try:
-    if "meta_json" in arrays:  # written with the arrays: authoritative
-      meta = json.loads(str(arrays.pop("meta_json")))
-    else:  # a checkpoint from before the metadata moved inside it
-      with open(meta_path) as f:
-        meta = json.load(f)
-  except (OSError, ValueError) as e:
-    raise ValueError(f"the model metadata in {model_dir} is unreadable "
-                     f"({e}); train again with --overwrite") from None
-  missing = [k for k in _META_KEYS if not isinstance(meta, dict) or
-             k not in meta]
-  if missing:
-    raise ValueError(f"the model metadata in {model_dir} lacks "
-                     f"{', '.join(missing)}; train again with --overwrite")
-  _check_checkpoint(model_dir, meta, arrays)
-  return meta, arrays
-
-
-def _class_axis(meta):
-  """The trailing axis of a multiclass model's weights and duals: (K,);
-  () for the other losses."""
-  return ((meta["num_classes"],) if losses.is_multiclass(meta["loss"])
-          else ())
-
-
-def _check_checkpoint(model_dir, meta, arrays):
-  """The arrays fit the metadata: weights present and finite, one dual per
-  row (when the checkpoint has duals), the epoch count the same."""
-  def fail(what):
-    raise ValueError(f"{model_dir}/checkpoint.npz {what}; train again with "
-                     "--overwrite")
-  for key in ("sparse_weights", "dense_weights"):
-    if key not in arrays:
-      fail(f"has no {key}")
-    bad = np.flatnonzero(~np.isfinite(arrays[key]))
-    if bad.size:
-      fail(f"has {key}[{bad[0]}] = {arrays[key][bad[0]]}, not finite")
-  classes = _class_axis(meta)
-  if meta["num_features"] is not None and \
-      arrays["sparse_weights"].shape != (meta["num_features"],) + classes:
-    fail(f"has {arrays['sparse_weights'].shape[0]} sparse weights, the "
-         f"metadata {meta['num_features']} features")
-  if "duals" in arrays and \
-      arrays["duals"].shape != (meta["rows"],) + classes:
-    fail(f"has {arrays['duals'].shape[0]} duals for {meta['rows']} rows")
-  if "duals" in arrays:
-    bad = np.flatnonzero(~np.isfinite(arrays["duals"]))
-    if bad.size:
-      fail(f"has duals[{bad[0]}] = {arrays['duals'][bad[0]]}, not finite")
-  # The metadata's numbers enter every score too: a NaN l1 or scale would
-  # make every prediction NaN as surely as a NaN weight.
-  for key in ("l1", "l2"):
-    if not isinstance(meta[key], (int, float)) or not np.isfinite(meta[key]):
-      fail(f"has metadata {key} = {meta[key]!r}, not a finite number")
-  if meta.get("scale") is not None:
-    scale = np.asarray(meta["scale"], np.float64)
-    bad = np.flatnonzero(~(np.isfinite(scale) & (scale > 0)))
-    if bad.size:
-      fail(f"has metadata scale[{bad[0]}] = {scale[bad[0]]}, not a finite "
-           "positive number")
-  for key in ("last_sparse_weights", "last_dense_weights", "last_duals"):
-    if key in arrays:  # the last iterate of an averaged model
-      bad = np.flatnonzero(~np.isfinite(arrays[key]))
-      if bad.size:
-        fail(f"has {key}[{bad[0]}] = {arrays[key].flat[bad[0]]}, not finite")
-  if "epoch" in arrays and int(arrays["epoch"]) != meta["epochs_done"]:
-    fail(f"is of epoch {int(arrays['epoch'])}, the metadata of epoch "
-         f"{meta['epochs_done']}")
+  meta = None
+  if getattr(args, "resume", False) and \
+      model_files.has_model(args.model_dir):
+    meta = model_files.read_meta(args.model_dir)
+  for name, default in _KEPT_OPTIONS.items():
+    given = getattr(args, name, None)
+    if meta is None or not (name in meta or name in model_files.DEFAULTS):
+      # A new model, or one whose metadata load_model will refuse.
+      setattr(args, name, default if given is None else given)
+      continue
+    trained = model_files.setting(meta, name) if \
+        name in model_files.DEFAULTS else meta[name]
+    if given is not None and given != trained and not (
+        name == "loss" and losses.op_name(given) == trained):
+      flag = "--" + name.replace("_", "-")
+      raise ValueError(
+          f"--resume: the model in {args.model_dir} was trained " +
+          (f"without {flag}" if trained is None else
+           f"with {flag} {trained}") + f", got {flag} {given} (leave "
+          f"{flag} out to continue it as it was trained)")
+    setattr(args, name, trained)
+  average_from = getattr(args, "average_from", None)
+  if meta is not None and average_from is not None and \
+      average_from != meta.get("average_from"):
+    trained = meta.get("average_from")
+    raise ValueError(
+        f"--resume --average-from {average_from}: the model was trained "
+        + ("without --average-from" if trained is None else
+           f"with --average-from {trained}") +
+        " (a mean cannot change its first epoch; leave --average-from "
+        "out to continue as it was trained)")
 
 
 def train(args):
   """`tf-sdca train`."""
+  _kept_options(args)
   if losses.is_multiclass(args.loss) and distributed_command.wanted(args):
     if getattr(args, "num_classes", None) is None:
       raise ValueError(f"--loss {args.loss} needs --num-classes K")
@@ -508,8 +305,8 @@ def train(args):
     # (--momentum 0 asks for nothing to refuse; the rounds across processes
     # extrapolate by default, --no-momentum turns that off.)
     options.applies(dict(momentum=epoch_momentum, average_from=average_from,
-                         visit_order=getattr(args, "visit_order",
-                                             "permutation")),
+                         visit_order=getattr(args, "visit_order", None) or
+                         "permutation"),
                     options.PROCESSES, options.COMMAND_LINE,
                     "--local-cluster or TF_CONFIG")
     return distributed_command.train(args)
@@ -517,7 +314,7 @@ def train(args):
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   os.makedirs(args.model_dir, exist_ok=True)
-  exists = has_model(args.model_dir)
+  exists = model_files.has_model(args.model_dir)
   if exists and not (args.resume or args.overwrite):
     raise ValueError(f"{args.model_dir} already has a model: pass --resume "
                      "to continue it or --overwrite to replace it")
@@ -548,28 +345,15 @@ def train(args):
                      (" (every line was malformed)" if info["bad_lines"]
                       else ""))
   if args.resume and exists:
-    meta, ckpt = load_model(args.model_dir)
+    meta, ckpt = model_files.load_model(args.model_dir)
     if meta["rows"] != info["rows"]:
       raise ValueError(f"--resume: the model was trained on {meta['rows']:,} "
                        f"rows, the data has {info['rows']:,}")
-    if average_from is not None and \
-        average_from != meta.get("average_from"):
-      trained = meta.get("average_from")
-      raise ValueError(
-          f"--resume --average-from {average_from}: the model was trained "
-          + ("without --average-from" if trained is None else
-             f"with --average-from {trained}") +
-          " (a mean cannot change its first epoch; leave --average-from "
-          "out to continue as it was trained)")
   else:
-    meta = dict(format=args.format, loss=losses.op_name(args.loss),
-                l1=args.l1, l2=args.l2,
-                gamma=1.0, seed=args.seed, bucket_bits=args.bucket_bits,
-                num_features=(1 << args.bucket_bits
-                              if args.format == "criteo" else None),
-                scale=None, rows=info["rows"], epochs_done=0, history=[],
-                average_from=average_from,
-                visit_order=getattr(args, "visit_order", "permutation"))
+    meta = model_files.new_meta(
+        args.format, losses.op_name(args.loss), args.l1, args.l2, args.seed,
+        args.bucket_bits, info["rows"], average_from=average_from,
+        visit_order=getattr(args, "visit_order", "permutation"))
     if meta["visit_order"] == "asdca":
       meta.update(asdca_batch_size=args.asdca_batch_size,
                   asdca_theta=args.asdca_theta)
@@ -577,7 +361,7 @@ def train(args):
       meta["hinge_step"] = args.hinge_step
     if multiclass:
       meta["num_classes"] = num_classes
-      meta["classes"] = choose_classes(
+      meta["classes"] = model_files.choose_classes(
           cache.concatenate(arrays["labels"], np.float64), num_classes)
     ckpt = None
   if epoch_momentum is not None:  # new, or changed on --resume
@@ -595,20 +379,18 @@ def train(args):
                      f"{meta['loss']} --num-classes {meta.get('num_classes')}")
   if args.format == "criteo" and (args.batch_size is None or
                                   args.batch_size >= info["rows"]):
-    labels, features = None, dict(rows=_criteo_row_chunks(arrays, meta))
+    labels = None
+    features = dict(rows=model_files.criteo_row_chunks(arrays, meta))
   else:
-    labels, features = _features(args.format, arrays, meta)
+    labels, features = model_files.features(args.format, arrays, meta)
   # A resumed model keeps the order (and ASDCA's options, the hinge's step)
   # it was trained with.
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        seed=meta["seed"], num_threads=args.threads,
-                       num_classes=meta.get("num_classes"),
-                       average_from=meta.get("average_from"),
-                       visit_order=meta.get("visit_order", "permutation"),
-                       asdca_batch_size=meta.get("asdca_batch_size", 8),
-                       asdca_theta=meta.get("asdca_theta"),
-                       hinge_step=meta.get("hinge_step", "projection"),
-                       momentum=meta.get("momentum", 0.0))
+                       **{key: model_files.setting(meta, key) for key in (
+                           "num_classes", "average_from", "visit_order",
+                           "asdca_batch_size", "asdca_theta", "hinge_step",
+                           "momentum")})
   if ckpt is not None:
     if "rows" in features:  # packed cache part by cache part
       num_features = features["rows"].num_features
@@ -617,7 +399,7 @@ def train(args):
       num_features = features["num_features"]
       dense = features.get("dense")
       dense_dim = 0 if dense is None else dense.shape[1]
-    classes = _class_axis(meta)
+    classes = model_files.class_axis(meta)
     shapes = dict(sparse_weights=(num_features or 0,) + classes,
                   dense_weights=(dense_dim,) + classes,
                   duals=(info["rows"],) + classes)
@@ -673,8 +455,6 @@ def train(args):
       saved.update({"momentum_" + key: value for key, value in state.items()})
     files.save_model_atomically(args.model_dir, meta, epoch=epoch + 1,
                                 **saved)
-    if os.environ.get("TF_SDCA_TEST_STOP_AFTER_EPOCH") == str(epoch + 1):
-      raise KeyboardInterrupt  # test hook: an interruption after saving
 
   if meta["history"] and meta["history"][-1]["duality_gap"] < args.tol:
     print(f"already converged: gap {meta['history'][-1]['duality_gap']:.2e}")
@@ -700,7 +480,7 @@ def score_files(args):
   """(labels, scores) over the files, streamed chunk by chunk."""
   from tf_sdca.data import criteo, libsvm  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
-  meta, ckpt = load_model(args.model_dir)
+  meta, ckpt = model_files.load_model(args.model_dir)
   if args.format is None:
     args.format = meta["format"]
   if meta["format"] != args.format:
@@ -726,7 +506,7 @@ def score_files(args):
       arrays = dict(labels=[chunk["labels"]],
                     lengths=[np.diff(chunk["indptr"])],
                     indices=[chunk["indices"]], values=[chunk["values"]])
-    labels, features = _features(args.format, arrays, dict(meta))
+    labels, features = model_files.features(args.format, arrays, dict(meta))
     features.pop("num_features")
     all_labels.append(labels)
     # Overflowing weights are reported by `_check_scores` in one line, not
@@ -798,7 +578,7 @@ def export(args):
   """`tf-sdca export`: a SavedModel whose `serving_default` scores raw lines
   of the model's format (tf_sdca.serving)."""
   from tf_sdca import serving  # pylint: disable=import-outside-toplevel
-  meta, ckpt = load_model(args.model_dir)
+  meta, ckpt = model_files.load_model(args.model_dir)
   if os.path.exists(args.out):
     raise ValueError(f"--out {args.out} exists; give a new directory")
   serving.export_lines_scorer(meta, ckpt["sparse_weights"],

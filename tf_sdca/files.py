@@ -3,33 +3,34 @@ the distributed rounds are written to a temporary file and renamed over the
 old one, so that a kill at any moment leaves the previous version intact."""
 import json
 import os
-import signal
 
 import numpy as np
 
 
-def kill_point(name):
-  """Test hook: SIGKILLs this process at the named moment when the
-  environment variable TF_SDCA_TEST_KILL_AT is `name`, so that the crash
-  tests (tests/test_data_readers.py) hit the moments a timed kill rarely
-  does (half a checkpoint written, the middle of an epoch, half a cache).
-  Moments: `cache-part-P`, `epoch-E-batch-B` (mini-batches),
-  `checkpoint-E-half-written`."""
-  if os.environ.get("TF_SDCA_TEST_KILL_AT") == name:
-    os.kill(os.getpid(), signal.SIGKILL)
+def kill_point(name, partial_file=None):
+  """A named moment at which a crash test kills the process; does nothing
+  here. The crash tests run the command through a launcher that replaces
+  this function (tests/interruptions.py), so that they hit the moments a
+  timed kill rarely does: `cache-part-P` (half a cache), `epoch-E-batch-B`
+  (the middle of a mini-batch epoch), `checkpoint-E-half-written`, and
+  `worker-K-round-R-solved` (worker K after its first local solve of
+  round R).
+
+  Args:
+    name: the moment.
+    partial_file: a file being written at this moment, which a kill here
+      would leave cut short.
+  """
+  del name, partial_file
 
 
 def save_npz_atomically(path, **arrays):
   """`np.savez(path, **arrays)`, replacing `path` in one rename."""
   temporary = path + ".tmp.npz"
   np.savez(temporary, **arrays)
-  moment = f"checkpoint-{int(arrays['epoch'])}-half-written" \
-      if "epoch" in arrays else None
-  if moment and os.environ.get("TF_SDCA_TEST_KILL_AT") == moment:
-    # As if killed while writing: the temporary file cut in half.
-    with open(temporary, "r+b") as f:
-      f.truncate(os.path.getsize(temporary) // 2)
-    kill_point(moment)
+  if "epoch" in arrays:
+    kill_point(f"checkpoint-{int(arrays['epoch'])}-half-written",
+               partial_file=temporary)
   os.replace(temporary, path)
 
 

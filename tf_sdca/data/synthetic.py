@@ -326,7 +326,7 @@ def write_criteo_tsv(path, arrays, chunk_rows=100_000):
   with open(path, "w", encoding="ascii", newline="\n") as f:
     for start in range(0, labels.shape[0], chunk_rows):
       rows = slice(start, start + chunk_rows)
-      f.write(_tsv_lines(labels[rows], counts[rows], values[rows]))
+      f.write(tsv_lines(labels[rows], counts[rows], values[rows]))
 
 
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -339,7 +339,7 @@ def _hex8(tokens):
   return np.ascontiguousarray(digits).view("S8").ravel().astype(str)
 
 
-def _tsv_lines(labels, counts, values):
+def tsv_lines(labels, counts, values):
   """Criteo text lines for one chunk of rows, formatted column by column."""
   if not labels.shape[0]:
     return ""

@@ -22,6 +22,7 @@ import sys
 import numpy as np
 
 from tf_sdca import files
+from tf_sdca import model_files
 
 _EXIT_FAILED = 1
 EXCHANGES_PER_PASS = 16  # shard.EXCHANGES_PER_PASS (no TensorFlow import here)
@@ -148,7 +149,7 @@ def _work(args):
   model_dir = args.model_dir
   state_dir = os.path.join(model_dir, "cocoa")
   if ((os.path.exists(os.path.join(state_dir, "state.json")) or
-       os.path.exists(os.path.join(model_dir, "model.json"))) and
+       model_files.has_model(model_dir)) and
       not (args.resume or args.overwrite)):
     raise ValueError(f"{model_dir} already has a model: pass --resume to "
                      "continue it or --overwrite to replace it")
@@ -166,7 +167,6 @@ def _work(args):
   try:
     cluster = cluster_lib.Cluster(startup_timeout=args.startup_timeout)
     cluster.join(None, options)  # this process loaded the op to get here
-    from tf_sdca import commands  # pylint: disable=import-outside-toplevel
     from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
     from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
     if len(args.data) < cluster.size:
@@ -181,21 +181,16 @@ def _work(args):
         files, args.format, os.path.join(cache_root,
                                          f"worker-{cluster.index}"),
         args.bucket_bits, args.skip_bad_lines, verbose)
-    meta = dict(format=args.format, loss=loss, l1=args.l1, l2=args.l2,
-                gamma=1.0, seed=args.seed, bucket_bits=args.bucket_bits,
-                num_features=(1 << args.bucket_bits
-                              if args.format == "criteo" else None),
-                scale=None, rows=None, epochs_done=0, history=[])
+    meta = model_files.new_meta(args.format, loss, args.l1, args.l2,
+                                args.seed, args.bucket_bits, rows=None)
     _agree_on_features(cluster, args.format, arrays, meta)
     if num_classes is not None:
       # The classes from every worker's labels (each sees only its files).
-      from tf_sdca.data import cache as cache_lib  # pylint: disable=import-outside-toplevel
-      mine = np.unique(cache_lib.concatenate(arrays["labels"], np.float64))
+      mine = np.unique(cache.concatenate(arrays["labels"], np.float64))
       every = np.unique(np.concatenate(cluster.all_gather(mine)))
       meta.update(num_classes=num_classes,
-                  classes=commands.choose_classes(every, num_classes))
-    labels, features = commands._features(  # pylint: disable=protected-access
-        args.format, arrays, meta)
+                  classes=model_files.choose_classes(every, num_classes))
+    labels, features = model_files.features(args.format, arrays, meta)
     result = training.train(
         labels, **features, model_dir=model_dir, loss=loss, l1=args.l1,
         l2=args.l2, max_rounds=args.epochs, tol=args.tol,
@@ -219,15 +214,13 @@ def _work(args):
 
 
 def _agree_on_features(cluster, fmt, arrays, meta):
-  """Makes the feature layout every worker's `_features` builds the same:
+  """Makes the feature layout every worker's `model_files.features` builds
+  the same:
   Criteo's dense scale is the maximum over all workers' rows; LIBSVM's
   table size is one more than the largest id of any worker."""
   if fmt == "criteo":
-    top = np.full(13, 1e-6)
-    for part in arrays["dense"]:
-      if part.shape[0]:
-        top = np.maximum(top, part.max(axis=0))
-    gathered = cluster.all_gather(top)
+    gathered = cluster.all_gather(
+        model_files.criteo_count_maxima(arrays["dense"]).astype(np.float64))
     meta["scale"] = np.max(np.stack(gathered), axis=0).astype(
         np.float32).tolist()
   else:

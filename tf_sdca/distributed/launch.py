@@ -29,6 +29,8 @@ _GRACE_SECONDS = 30.0
 # `python -P` (3.11+): the worker imports the tf_sdca on PYTHONPATH (the
 # launcher's), not one that happens to sit in the working directory.
 _SAFE_PATH = ["-P"] if sys.version_info >= (3, 11) else []
+_WORKER_COMMAND = [sys.executable, *_SAFE_PATH, "-m",
+                   "tf_sdca.distributed.worker"]
 
 
 class LocalClusterError(RuntimeError):
@@ -63,7 +65,7 @@ def tf_config(addresses, index):
 
 
 def run_workers(worker_args, log_dir, env=None, timeout=None, echo_chief=True,
-                worker_envs=None):
+                worker_envs=None, worker_command=None):
   """Runs `python -m tf_sdca.distributed.worker ARGS` for each ARGS in
   `worker_args` as a cluster on free loopback ports, and waits.
 
@@ -75,6 +77,10 @@ def run_workers(worker_args, log_dir, env=None, timeout=None, echo_chief=True,
     echo_chief: also copy worker 0's output to this process's stdout.
     worker_envs: optional list of per-worker environment overrides (applied
       last: e.g. another PYTHONPATH for one worker).
+    worker_command: the command line before each worker's ARGS (default:
+      `python -P -m tf_sdca.distributed.worker`): another program that
+      ends in `tf_sdca.distributed.worker.main(ARGS)`, e.g. a test's
+      launcher that first arms a crash at a `files.kill_point`.
 
   Returns:
     dict: `addresses`, `pids`, `seconds`.
@@ -104,8 +110,7 @@ def run_workers(worker_args, log_dir, env=None, timeout=None, echo_chief=True,
       if worker_envs is not None:
         worker_env.update(worker_envs[index] or {})
       processes.append(subprocess.Popen(
-          [sys.executable] + _SAFE_PATH + ["-m", "tf_sdca.distributed.worker"]
-          + list(args),
+          list(worker_command or _WORKER_COMMAND) + list(args),
           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
           env=worker_env))
     failed = _wait(processes, logs, start, timeout, echo_chief)

@@ -30,7 +30,6 @@ any moment leaves `state.json` pointing at a complete round.
 import glob
 import json
 import os
-import signal
 import time
 
 import numpy as np
@@ -177,7 +176,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
     ValueError: on bad options.
   """
   from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
-  from tf_sdca.ops import _loader  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
   loss = losses.op_name(loss)
   if exchange not in EXCHANGES:
     raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
@@ -188,7 +187,7 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   # (through `join`) instead of failing alone.
   op_error = None
   try:
-    _loader.load_ops()
+    load_ops()
   except ImportError as error:
     op_error = str(error)
   if cluster is None:
@@ -300,7 +299,6 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
       # comes after collectives that wait for the chief.
   start_round = history[-1]["round"] if history else 0
 
-  kill_at = _test_kill_round(cluster.index)
   tol = -np.inf if tol is None else float(tol)  # None: all max_rounds
   stopped = bool(history) and history[-1]["duality_gap"] < tol
   # The last round's own point (a resumed run starts from its
@@ -315,8 +313,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
       delta = shard.solve(weights[own], round_index, pass_index, part)
       tock = time.perf_counter()
       solving += tock - tick
-      if kill_at == round_index + 1:  # test hook: die mid-round, unannounced
-        os.kill(os.getpid(), signal.SIGKILL)
+      files.kill_point(f"worker-{cluster.index}-round-{round_index + 1}-"
+                       "solved")
       if exchange == "allreduce":
         change = np.zeros(table_size * classes)
         change[own] = delta
@@ -397,20 +395,6 @@ def _split_table(weights, table_ids, num_features, classes):
   if classes == 1:
     return sparse[:, 0], dense[:, 0]
   return sparse, dense
-
-
-def _test_kill_round(index):
-  """The round in which this worker SIGKILLs itself after its local solve,
-  from TF_SDCA_TEST_KILL="worker:round" (tests only), or None."""
-  spec = os.environ.get("TF_SDCA_TEST_KILL")
-  if not spec:
-    return None
-  worker, round_number = (int(v) for v in spec.split(":"))
-  return round_number if worker == index else None
-
-
-
-
 
 
 def _checkpoint(state_dir, cluster, options, layout, table_ids, current,

@@ -1,4 +1,5 @@
 """tf_sdca's TensorFlow ops."""
+from tf_sdca.ops._loader import load_ops
 from tf_sdca.ops.sdca_ops import LOSSES
 from tf_sdca.ops.sdca_ops import VISIT_ORDERS
 from tf_sdca.ops.sdca_ops import sdca_fprint

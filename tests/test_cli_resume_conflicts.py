@@ -1,0 +1,140 @@
+"""`tf-sdca train --resume` continues a model with the options it keeps
+(format, loss, l1, l2, bucket bits, classes, seed, visit order, hinge step,
+ASDCA's): one left out is the model's, one given must be the model's, and a
+conflicting one is a one-line error naming the flag and both values, before
+any data is read. The options of a run (--epochs, --tol, --threads, ...)
+apply to the resumed run."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tf_sdca import cli
+
+# cancer_file: tests/conftest.py
+
+
+def _train(path, model_dir, *extra):
+  return cli.main(["train", path, "--model-dir", model_dir, "--quiet",
+                   *extra])
+
+
+def _meta(model_dir):
+  with open(os.path.join(model_dir, "model.json")) as f:
+    return json.load(f)
+
+
+def _checkpoint(model_dir):
+  with np.load(os.path.join(model_dir, "checkpoint.npz")) as ckpt:
+    return {k: ckpt[k] for k in ckpt.files}
+
+
+@pytest.fixture(scope="module")
+def hinge_model(cancer_file, tmp_path_factory):
+  """A LIBSVM model trained with kept options other than the defaults
+  (--loss hinge --l2 1 --seed 3 --visit-order cyclic), 2 epochs."""
+  model_dir = str(tmp_path_factory.mktemp("hinge") / "m")
+  assert _train(cancer_file, model_dir, "--format", "libsvm", "--loss",
+                "hinge", "--l2", "1", "--seed", "3", "--visit-order",
+                "cyclic", "--epochs", "2", "--tol", "0") == 0
+  return model_dir
+
+
+@pytest.mark.parametrize("given,said", [
+    (["--loss", "logistic"], "with --loss hinge_loss, got --loss logistic"),
+    (["--loss", "logistic_loss"],
+     "with --loss hinge_loss, got --loss logistic_loss"),
+    (["--l2", "10"], "with --l2 1.0, got --l2 10.0"),
+    (["--l1", "0.5"], "with --l1 0.0, got --l1 0.5"),
+    (["--format", "criteo"], "with --format libsvm, got --format criteo"),
+    (["--bucket-bits", "16"], "with --bucket-bits 20, got --bucket-bits 16"),
+    (["--seed", "0"], "with --seed 3, got --seed 0"),
+    (["--visit-order", "permutation"],
+     "with --visit-order cyclic, got --visit-order permutation"),
+    (["--hinge-step", "near_max_gain"],
+     "with --hinge-step projection, got --hinge-step near_max_gain"),
+    (["--asdca-batch-size", "16"],
+     "with --asdca-batch-size 8, got --asdca-batch-size 16"),
+    (["--num-classes", "3"], "without --num-classes, got --num-classes 3"),
+])
+def test_resume_refuses_an_option_that_conflicts_with_the_model(
+    hinge_model, tmp_path, capsys, given, said):
+  before = _checkpoint(hinge_model)
+  capsys.readouterr()
+  # Data that does not exist: the refusal comes before any data is read.
+  missing = str(tmp_path / "never_read.svm")
+  assert _train(missing, hinge_model, "--resume", *given) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1, err  # one line
+  assert err.startswith("tf-sdca train: error: --resume: the model in "), err
+  assert f" was trained {said} (leave {given[0]} out " in err, err
+  assert "never_read" not in err
+  after = _checkpoint(hinge_model)
+  assert sorted(after) == sorted(before)
+  for key, value in before.items():
+    np.testing.assert_array_equal(after[key], value)
+
+
+def test_resume_takes_the_model_options_it_is_not_given_and_the_run_options(
+    cancer_file, hinge_model, tmp_path):
+  # The same values given (in the other spelling) are no conflict; left
+  # out, the model's are used (not --loss logistic, --l2 10, --seed 0, the
+  # defaults of a new model); --epochs, --tol and --threads apply.
+  model_dir = str(tmp_path / "m")
+  os.makedirs(model_dir)
+  for name in ("model.json", "checkpoint.npz"):
+    with open(os.path.join(hinge_model, name), "rb") as src, \
+        open(os.path.join(model_dir, name), "wb") as dst:
+      dst.write(src.read())
+  assert _train(cancer_file, model_dir, "--resume", "--loss", "hinge_loss",
+                "--l2", "1.0", "--format", "libsvm", "--epochs", "3",
+                "--tol", "0") == 0
+  # --threads reaches the trainer (which says it uses one for 569 rows).
+  with pytest.warns(UserWarning, match="num_threads=2"):
+    assert _train(cancer_file, model_dir, "--resume", "--epochs", "5",
+                  "--tol", "0", "--threads", "2") == 0
+  meta = _meta(model_dir)
+  assert meta["epochs_done"] == 5
+  assert (meta["format"], meta["loss"], meta["l1"], meta["l2"],
+          meta["seed"], meta["visit_order"]) == (
+              "libsvm", "hinge_loss", 0.0, 1.0, 3, "cyclic")
+  # Its first 3 epochs (the fixture's 2, one resumed, one thread) are an
+  # uninterrupted 3-epoch run's: the resumes went on with the model's own
+  # loss, l2, seed and order.
+  whole = str(tmp_path / "whole")
+  assert _train(cancer_file, whole, "--format", "libsvm", "--loss", "hinge",
+                "--l2", "1", "--seed", "3", "--visit-order", "cyclic",
+                "--epochs", "3", "--tol", "0") == 0
+  assert [h["duality_gap"] for h in _meta(whole)["history"]] == [
+      h["duality_gap"] for h in meta["history"][:3]]
+
+
+def test_a_new_model_gets_the_defaults(cancer_file, tmp_path):
+  model_dir = str(tmp_path / "m")
+  assert _train(cancer_file, model_dir, "--format", "libsvm", "--epochs",
+                "1") == 0
+  meta = _meta(model_dir)
+  assert (meta["loss"], meta["l1"], meta["l2"], meta["seed"],
+          meta["bucket_bits"], meta["visit_order"]) == (
+              "logistic_loss", 0.0, 10.0, 0, 20, "permutation")
+  assert "hinge_step" not in meta and "num_classes" not in meta
+
+
+def test_resume_of_a_criteo_model_refuses_other_bucket_bits(tmp_path,
+                                                            capsys):
+  data = str(tmp_path / "data")
+  assert cli.main(["generate", "--rows", "600", "--out", data]) == 0
+  path = os.path.join(data, "part-00000.tsv")
+  model_dir = str(tmp_path / "m")
+  assert _train(path, model_dir, "--bucket-bits", "12", "--epochs",
+                "1") == 0
+  capsys.readouterr()
+  assert _train(path, model_dir, "--resume", "--bucket-bits", "14") == 2
+  assert ("was trained with --bucket-bits 12, got --bucket-bits 14 "
+          in capsys.readouterr().err)
+  # Left out, the model's 12 (not the default 20) reads the data again.
+  assert _train(path, model_dir, "--resume", "--epochs", "2") == 0
+  meta = _meta(model_dir)
+  assert (meta["bucket_bits"], meta["num_features"], meta["epochs_done"]) \
+      == (12, 1 << 12, 2)

@@ -1,0 +1,322 @@
+"""A model directory of `tf-sdca train`, one process or across processes:
+its metadata (`model.json`, and the copy inside `checkpoint.npz`), the
+checks a checkpoint must pass to be read, and the feature layout the
+metadata fixes (how cached rows become the trainer's features).
+
+A model directory holds:
+  - `model.json`: the format, loss, regularisation, feature layout (hash
+    buckets, the dense columns' scale) and the training history;
+  - `checkpoint.npz`: the unshrunk float64 weights, the per-example duals
+    (float64: 8 bytes per example) and the epochs done; with
+    `--average-from T0` the weights and duals are the mean of the iterates
+    after epochs T0, T0 + 1, ... (what evaluate, predict and export use),
+    and `last_sparse_weights`, `last_dense_weights`, `last_duals` and
+    `average_count` keep the last iterate and the mean's size for
+    `--resume`;
+  - with `--momentum`, `checkpoint.npz` also keeps the point the epoch
+    before the last ended at (`momentum_previous_duals`,
+    `momentum_previous_table`), `momentum_last_dual` and
+    `momentum_restart` (with `--momentum auto` also `momentum_auto_gaps`,
+    the gaps its choice of beta reads), so that `--resume` extrapolates as
+    an uninterrupted run would;
+  - `cache/`: the parsed training data (`tf_sdca.data.cache`);
+  - trained across processes, also `cocoa/`: the rounds' state
+    (`tf_sdca.distributed.training`).
+After every epoch the checkpoint, with a copy of `model.json`'s contents
+inside, is replaced in one rename (`files.save_model_atomically`), then
+`model.json`; readers trust the checkpoint's copy, so a kill between the
+two renames loses nothing. A checkpoint that is truncated, corrupt, or does
+not fit its own metadata (duals, epochs, non-finite weights) is an error,
+never patched.
+
+Both `tf_sdca.commands` (one process) and `tf_sdca.distributed.command`
+read and write model directories through this module only.
+"""
+import json
+import os
+import zipfile
+
+import numpy as np
+
+from tf_sdca import losses
+
+# Keys every model's metadata has; a model without one is refused.
+_META_KEYS = ("format", "loss", "l1", "l2", "num_features", "rows",
+              "epochs_done", "history")
+
+# Keys added to the metadata after the first models were saved, with the
+# value that a model saved without the key was trained with: an older
+# model directory resumes and scores as it was trained.
+DEFAULTS = dict(visit_order="permutation", asdca_batch_size=8,
+                asdca_theta=None, hinge_step="projection", momentum=0.0,
+                average_from=None, num_classes=None)
+
+
+def setting(meta, key):
+  """`meta[key]`, or the value a model saved before the key existed was
+  trained with (`DEFAULTS`)."""
+  return meta.get(key, DEFAULTS[key])
+
+
+def new_meta(fmt, loss, l1, l2, seed, bucket_bits, rows, **more):
+  """The metadata of a model about to be trained: its options, the feature
+  layout (`num_features`: Criteo's 2^bucket_bits buckets; LIBSVM's is
+  set from the data by `features`; `scale` by the first `features` or
+  `criteo_row_chunks` call) and no epoch yet; `more` adds keys."""
+  return dict(format=fmt, loss=loss, l1=l1, l2=l2, gamma=1.0, seed=seed,
+              bucket_bits=bucket_bits,
+              num_features=(1 << bucket_bits if fmt == "criteo" else None),
+              scale=None, rows=rows, epochs_done=0, history=[], **more)
+
+
+def criteo_count_maxima(dense_parts):
+  """The maxima of the 13 Criteo counts over the cached parts (at least
+  1e-6: a count that is always 0 divides by that)."""
+  top = np.full(13, 1e-6, np.float32)
+  for part in dense_parts:
+    if part.shape[0]:
+      top = np.maximum(top, part.max(axis=0))
+  return top
+
+
+def criteo_scale(arrays, meta):
+  """The divisors of the 13 Criteo counts (their training maxima, kept in
+  `meta` so that resumed training and scoring divide alike)."""
+  if meta.get("scale") is None:
+    meta["scale"] = criteo_count_maxima(arrays["dense"]).tolist()
+  return np.asarray(meta["scale"], np.float32)
+
+
+def criteo_row_chunks(arrays, meta):
+  """The cached Criteo chunks as a `RowChunks` for `InMemorySdca.fit`: each
+  cache part is scaled and packed in turn and its memory map dropped, so
+  the whole arrays are never held beside the packed rows (issue 13's 4 GB
+  target for 10M rows)."""
+  from tf_sdca.engine import RowChunks  # pylint: disable=import-outside-toplevel
+  scale = criteo_scale(arrays, meta)
+  n = sum(p.shape[0] for p in arrays["labels"])
+
+  def chunks():
+    while arrays["labels"]:
+      labels = np.asarray(arrays["labels"].pop(0), np.float32)
+      counts = arrays["dense"].pop(0)
+      dense = np.empty((labels.shape[0], 14), np.float32)
+      dense[:, :13] = counts / scale
+      dense[:, 13] = 1.0  # the intercept
+      # Increasing ids in a row, as in `features`.
+      ids = np.sort(arrays["ids"].pop(0), axis=1)
+      yield dict(labels=labels, dense=dense, ids=ids)
+
+  return RowChunks(chunks, num_examples=n, num_ids=26 * n, dense_dim=14,
+                   num_features=meta["num_features"])
+
+
+def features(fmt, arrays, meta):
+  """InMemorySdca feature kwargs from cached (or streamed) arrays.
+
+  Consumes `arrays` (lists of chunk arrays, possibly memory maps): each chunk
+  is copied into the result and dropped, so a memory-mapped chunk's pages
+  leave the process's resident set as soon as they are copied.
+  """
+  from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
+  if fmt == "criteo":
+    parts = arrays["labels"]
+    n = sum(p.shape[0] for p in parts)
+    scale = criteo_scale(arrays, meta)
+    labels = np.empty(n, np.float32)
+    dense = np.empty((n, 14), np.float32)
+    dense[:, 13] = 1.0  # the intercept
+    id_parts = arrays["ids"]
+    ids = np.empty((n, 26), id_parts[0].dtype if id_parts else np.int32)
+    start = 0
+    while parts:
+      rows = slice(start, start + parts[0].shape[0])
+      labels[rows] = parts.pop(0)
+      dense[rows, :13] = arrays["dense"].pop(0) / scale
+      ids[rows] = id_parts.pop(0)
+      start = rows.stop
+    # Increasing ids in every row (the order of a row's fields does not
+    # matter to a linear model) let the op take |x_i|^2 without merging
+    # repeats; sorting here, in place, spares InMemorySdca a sorted copy.
+    ids.sort(axis=1)
+    return labels, dict(dense=dense, ids=ids,
+                        num_features=meta["num_features"])
+  labels = cache.concatenate(arrays["labels"], np.float32)
+  n = labels.shape[0]
+  ones = np.ones((n, 1), np.float32)
+  lengths = cache.concatenate(arrays["lengths"], np.int64)
+  indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+  indices = cache.concatenate(arrays["indices"])  # int32
+  values = cache.concatenate(arrays["values"], np.float32)
+  if meta.get("num_features") is None:
+    meta["num_features"] = int(indices.max()) + 1 if indices.size else 1
+  keep = indices < meta["num_features"]  # features unseen in training
+  if not keep.all():
+    rows = np.repeat(np.arange(n), lengths)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(
+        rows[keep], minlength=n))]).astype(np.int64)
+    indices, values = indices[keep], values[keep]
+  if meta["loss"] in losses.BINARY:
+    labels = (labels > 0).astype(np.float32)
+  elif losses.is_multiclass(meta["loss"]):
+    labels = class_ids(labels, meta)
+  return labels, dict(dense=ones, indptr=indptr, indices=indices,
+                      values=values, num_features=meta["num_features"])
+
+
+def choose_classes(labels, num_classes):
+  """The label value of each class id, from the training labels: their K
+  distinct values in increasing order, or (fewer distinct values) the ids
+  0 ... K-1 themselves when every label is one.
+
+  Raises:
+    ValueError: more than K distinct labels, or fewer that are not ids in
+      [0, K).
+  """
+  values = np.unique(labels)
+  if values.size == num_classes:
+    return [float(v) for v in values]
+  if values.size < num_classes and np.all(
+      (values >= 0) & (values < num_classes) & (values == np.round(values))):
+    return [float(k) for k in range(num_classes)]
+  shown = ", ".join(f"{v:g}" for v in values[:10])
+  raise ValueError(
+      f"--num-classes {num_classes}: the labels have {values.size} distinct "
+      f"values ({shown}{', ...' if values.size > 10 else ''}); give as many "
+      f"classes as distinct labels, or labels that are class ids in "
+      f"[0, {num_classes})")
+
+
+def class_ids(labels, meta):
+  """float32 class ids of label values, by the model's `classes`.
+
+  Raises:
+    ValueError: a label that is none of the model's classes (named with
+      its row).
+  """
+  classes = np.asarray(meta["classes"], np.float64)
+  order = np.argsort(classes)
+  pos = np.searchsorted(classes[order], labels)
+  pos = np.minimum(pos, classes.size - 1)
+  bad = np.flatnonzero(classes[order][pos] != labels)
+  if bad.size:
+    raise ValueError(f"label {labels[bad[0]]:g} (row {bad[0]}) is none of "
+                     f"the model's classes "
+                     f"({', '.join(f'{c:g}' for c in classes)})")
+  return order[pos].astype(np.float32)
+
+
+def has_model(model_dir):
+  """Whether `model_dir` holds a model (its checkpoint or its model.json)."""
+  return any(os.path.exists(os.path.join(model_dir, name))
+             for name in ("checkpoint.npz", "model.json"))
+
+
+def read_meta(model_dir):
+  """The metadata of the model in `model_dir` (the checkpoint's copy, else
+  model.json) without its arrays, for checks before the data is read; None
+  when there is none or it is unreadable (`load_model` then says why)."""
+  ckpt_path = os.path.join(model_dir, "checkpoint.npz")
+  try:
+    if os.path.exists(ckpt_path):
+      with np.load(ckpt_path) as ckpt:
+        if "meta_json" in ckpt.files:
+          meta = json.loads(str(ckpt["meta_json"]))
+          return meta if isinstance(meta, dict) else None
+    with open(os.path.join(model_dir, "model.json")) as f:
+      meta = json.load(f)
+  except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError):
+    return None
+  return meta if isinstance(meta, dict) else None
+
+
+def load_model(model_dir):
+  """(meta dict, checkpoint arrays) of a model directory, checked against
+  each other.
+
+  Raises:
+    FileNotFoundError: no model in `model_dir`.
+    ValueError: a truncated or corrupt file, missing keys, or arrays that do
+      not fit the metadata (a clear error, never patched).
+  """
+  meta_path = os.path.join(model_dir, "model.json")
+  ckpt_path = os.path.join(model_dir, "checkpoint.npz")
+  if not has_model(model_dir):
+    raise FileNotFoundError(f"no model in {model_dir} (no checkpoint.npz "
+                            "or model.json)")
+  if not os.path.exists(ckpt_path):
+    raise ValueError(f"{model_dir} has model.json but no checkpoint.npz")
+  try:
+    with np.load(ckpt_path) as ckpt:
+      arrays = {k: ckpt[k] for k in ckpt.files}
+  except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as e:
+    raise ValueError(f"{ckpt_path} is truncated or corrupt ({e}); train "
+                     "again with --overwrite") from None
+  try:
+    if "meta_json" in arrays:  # written with the arrays: authoritative
+      meta = json.loads(str(arrays.pop("meta_json")))
+    else:  # a checkpoint from before the metadata moved inside it
+      with open(meta_path) as f:
+        meta = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"the model metadata in {model_dir} is unreadable "
+                     f"({e}); train again with --overwrite") from None
+  missing = [k for k in _META_KEYS if not isinstance(meta, dict) or
+             k not in meta]
+  if missing:
+    raise ValueError(f"the model metadata in {model_dir} lacks "
+                     f"{', '.join(missing)}; train again with --overwrite")
+  check_checkpoint(model_dir, meta, arrays)
+  return meta, arrays
+
+
+def class_axis(meta):
+  """The trailing axis of a multiclass model's weights and duals: (K,);
+  () for the other losses."""
+  return ((meta["num_classes"],) if losses.is_multiclass(meta["loss"])
+          else ())
+
+
+def check_checkpoint(model_dir, meta, arrays):
+  """The arrays fit the metadata: weights present and finite, one dual per
+  row (when the checkpoint has duals), the epoch count the same."""
+  def fail(what):
+    raise ValueError(f"{model_dir}/checkpoint.npz {what}; train again with "
+                     "--overwrite")
+  for key in ("sparse_weights", "dense_weights"):
+    if key not in arrays:
+      fail(f"has no {key}")
+    bad = np.flatnonzero(~np.isfinite(arrays[key]))
+    if bad.size:
+      fail(f"has {key}[{bad[0]}] = {arrays[key][bad[0]]}, not finite")
+  classes = class_axis(meta)
+  if meta["num_features"] is not None and \
+      arrays["sparse_weights"].shape != (meta["num_features"],) + classes:
+    fail(f"has {arrays['sparse_weights'].shape[0]} sparse weights, the "
+         f"metadata {meta['num_features']} features")
+  if "duals" in arrays and \
+      arrays["duals"].shape != (meta["rows"],) + classes:
+    fail(f"has {arrays['duals'].shape[0]} duals for {meta['rows']} rows")
+  if "duals" in arrays:
+    bad = np.flatnonzero(~np.isfinite(arrays["duals"]))
+    if bad.size:
+      fail(f"has duals[{bad[0]}] = {arrays['duals'][bad[0]]}, not finite")
+  # The metadata's numbers enter every score too: a NaN l1 or scale would
+  # make every prediction NaN as surely as a NaN weight.
+  for key in ("l1", "l2"):
+    if not isinstance(meta[key], (int, float)) or not np.isfinite(meta[key]):
+      fail(f"has metadata {key} = {meta[key]!r}, not a finite number")
+  if meta.get("scale") is not None:
+    scale = np.asarray(meta["scale"], np.float64)
+    bad = np.flatnonzero(~(np.isfinite(scale) & (scale > 0)))
+    if bad.size:
+      fail(f"has metadata scale[{bad[0]}] = {scale[bad[0]]}, not a finite "
+           "positive number")
+  for key in ("last_sparse_weights", "last_dense_weights", "last_duals"):
+    if key in arrays:  # the last iterate of an averaged model
+      bad = np.flatnonzero(~np.isfinite(arrays[key]))
+      if bad.size:
+        fail(f"has {key}[{bad[0]}] = {arrays[key].flat[bad[0]]}, not finite")
+  if "epoch" in arrays and int(arrays["epoch"]) != meta["epochs_done"]:
+    fail(f"is of epoch {int(arrays['epoch'])}, the metadata of epoch "
+         f"{meta['epochs_done']}")
