@@ -126,11 +126,6 @@ def test_example_runs(page, line, lang, code, reason, tmp_path, monkeypatch):
 
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-# g3doc/architecture.md is written on another branch; until it is merged,
-# the index's link to it is the one link allowed to point nowhere.
-NOT_YET_MERGED = {os.path.join("g3doc", "architecture.md")}
-
-
 @pytest.mark.parametrize("page", PAGES + ["bench/README.md"])
 def test_relative_links_resolve(page):
   with open(os.path.join(ROOT, page), encoding="utf-8") as f:
@@ -143,8 +138,7 @@ def test_relative_links_resolve(page):
       continue
     path = os.path.normpath(os.path.join(os.path.dirname(page),
                                          target.split("#")[0]))
-    if not os.path.exists(os.path.join(ROOT, path)) and \
-        path not in NOT_YET_MERGED:
+    if not os.path.exists(os.path.join(ROOT, path)):
       missing.append(target)
   assert not missing, f"{page} links to missing files: {missing}"
 

@@ -60,7 +60,7 @@ class SDCAOptimizer:
         symmetric_l2_regularization=symmetric_l2_regularization,
         num_loss_partitions=num_loss_partitions,
         num_table_shards=num_table_shards or 1, adaptive=adaptive, **options)
-    SdcaModel._check_options(self.options)  # fail early on bad options
+    SdcaModel.check_options(self.options)  # fail early on bad options
     self.model = None
     self._names = None
 

@@ -593,7 +593,7 @@ class SdcaModel(tf.Module):
 
   def __init__(self, examples, variables, options, name="sdca_model"):
     super().__init__(name=name)
-    self._options = self._check_options(options)
+    self._options = self.check_options(options)
     for key in ("sparse_features_weights", "dense_features_weights"):
       if key not in variables:
         raise ValueError(f"variables must have key {key!r}")
@@ -652,7 +652,13 @@ class SdcaModel(tf.Module):
 
   # ------------------------------------------------------------ checking
   @staticmethod
-  def _check_options(options):
+  def check_options(options):
+    """`options` (the constructor's dict) checked and normalised: defaults
+    filled in, every training option through `tf_sdca.options.validate`.
+
+    Raises:
+      ValueError: naming the bad key (`options['key']`) and value.
+    """
     if not isinstance(options, dict):
       raise ValueError(f"options must be a dict, got {type(options)}")
     known = set(_OPTION_DEFAULTS) | set(_REQUIRED_OPTIONS)
