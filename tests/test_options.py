@@ -20,8 +20,10 @@ BAD = [
     ("l1", float("nan"), {}, "logistic"),
     ("l2", 0.0, {}, "logistic"),
     ("l2", float("inf"), {}, "logistic"),
+    ("l2", 1e39, {}, "logistic"),  # inf as the ops' float32 attribute
     ("gamma", 0.0, {}, "smooth_hinge"),
     ("seed", 1.5, {}, "logistic"),
+    ("seed", -1, {}, "logistic"),  # numpy's default_rng([seed, epoch])
     ("num_threads", -1, {}, "logistic"),
     ("visit_order", "zigzag", {}, "logistic"),
     ("asdca_batch_size", 0, {"visit_order": "asdca"}, "logistic"),
@@ -181,3 +183,23 @@ def test_an_option_across_processes_is_refused_before_reading_data(
                    *flags]) == 2
   err = capsys.readouterr().err
   assert named in err and "across processes" in err, err
+
+
+FLAGS = [(o.flag, bad) for name, o in options.OPTIONS.items() if o.flag
+         for bad in {"l1": ["-1", "nan"], "l2": ["0", "1e39", "x"],
+                     "seed": ["-1", "1.5"], "num_threads": ["-1"],
+                     "asdca_batch_size": ["0"], "asdca_theta": ["2"],
+                     "momentum": ["1", "fast"], "average_from": ["-1"],
+                     "visit_order": [], "hinge_step": []}[name]]
+
+
+@pytest.mark.parametrize("flag,text", FLAGS)
+def test_a_bad_flag_value_is_refused_by_the_table_before_reading_data(
+    flag, text, tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_:
+    cli.main(["train", str(tmp_path / "missing.tsv"), "--model-dir",
+              str(tmp_path / "m"), flag, text])
+  assert exit_.value.code == 2
+  err = capsys.readouterr().err
+  assert f"argument {flag}: {flag} must be" in err and text in err, err
+  assert not (tmp_path / "m").exists()

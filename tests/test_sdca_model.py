@@ -446,7 +446,8 @@ def test_cocoa_partitions_with_summed_deltas_reach_the_optimum():
     (dict(loss_type="cubic", symmetric_l2_regularization=1.0),
      r"loss_type.*'cubic'"),
     (dict(loss_type="logistic_loss", symmetric_l2_regularization=0.0),
-     r"symmetric_l2_regularization'\] must be a finite number > 0, got 0.0"),
+     r"symmetric_l2_regularization'\] must be a finite number > 0 "
+     r"\(float32: <= 3.4e38\), got 0.0"),
     (dict(loss_type="logistic_loss", symmetric_l2_regularization=1.0,
           learning_rate=0.1), r"unknown options: \['learning_rate'\]"),
     (dict(loss_type="logistic_loss", symmetric_l2_regularization=1.0,
@@ -460,7 +461,8 @@ def test_cocoa_partitions_with_summed_deltas_reach_the_optimum():
           symmetric_l1_regularization=-0.1),
      r"symmetric_l1_regularization'\] must be a finite number >= 0"),
     (dict(loss_type="logistic_loss", symmetric_l2_regularization=float("nan")),
-     r"symmetric_l2_regularization'\] must be a finite number > 0, got nan"),
+     r"symmetric_l2_regularization'\] must be a finite number > 0 "
+     r"\(float32: <= 3.4e38\), got nan"),
     (dict(loss_type="smooth_hinge_loss", symmetric_l2_regularization=1.0,
           gamma=0.0), r"gamma'\] must be a finite number > 0"),
     (dict(loss_type="logistic_loss", symmetric_l2_regularization=1.0,

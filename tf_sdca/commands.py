@@ -34,20 +34,6 @@ def _int_in(low, high=None):
   return parse
 
 
-def _momentum(text):
-  """An argparse type: `--momentum`'s beta, a number in [0, 1) or
-  'auto'."""
-  if text == "auto":
-    return text
-  try:
-    value = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-  if not 0.0 <= value < 1.0:
-    raise argparse.ArgumentTypeError(f"{value} must be in [0, 1)")
-  return value
-
-
 def add_parsers(sub):
   """Adds the subcommands to an argparse subparsers object."""
   gen = sub.add_parser("generate", help="write Criteo-shaped TSV files")
@@ -68,8 +54,10 @@ def add_parsers(sub):
                      help="K classes of a multiclass loss (LIBSVM files "
                      "with class labels: K distinct label values, or class "
                      "ids in [0, K))")
-  train.add_argument("--l1", type=float, default=None, help="default: 0")
-  train.add_argument("--l2", type=float, default=None, help="default: 10")
+  train.add_argument("--l1", type=options.flag_type("l1"), default=None,
+                     help=options.flag_help("l1"))
+  train.add_argument("--l2", type=options.flag_type("l2"), default=None,
+                     help=options.flag_help("l2"))
   train.add_argument("--epochs", type=_int_in(1), default=10)
   train.add_argument("--tol", type=float, default=1e-3,
                      help="stop when the relative duality gap is below this")
@@ -77,14 +65,15 @@ def add_parsers(sub):
                      help="rows per op call; default: all rows, one "
                      "PackedSolve call per epoch (fastest); smaller batches "
                      "go through the mini-batch op")
-  train.add_argument("--threads", type=_int_in(0), default=0,
-                     help="threads per epoch (0 or 1: one): lock-free "
-                     "threads over the packed rows (~0.7x the time per "
-                     "epoch with 2)")
+  train.add_argument("--threads", type=options.flag_type("num_threads"),
+                     default=0, help=options.flag_help(
+                         "num_threads", "0 or 1: one; lock-free threads over "
+                         "the packed rows (~0.7x the time per epoch with 2)"))
   # The rows are always packed (TfSdca>PackRows); --pack is still accepted
   # from scripts written when it was an option.
   train.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)
-  train.add_argument("--seed", type=int, default=None, help="default: 0")
+  train.add_argument("--seed", type=options.flag_type("seed"), default=None,
+                     help=options.flag_help("seed"))
   train.add_argument("--visit-order", default=None,
                      choices=("permutation", "cyclic", "uniform", "adaptive",
                               "shrinking", "asdca"),
@@ -92,10 +81,12 @@ def add_parsers(sub):
                      "reference's accelerated mini-batch SDCA (smooth losses: "
                      "logistic, squared, smooth_hinge; one thread); "
                      "default: permutation. Kept in model.json")
-  train.add_argument("--asdca-batch-size", type=_int_in(1), default=None,
+  train.add_argument("--asdca-batch-size",
+                     type=options.flag_type("asdca_batch_size"), default=None,
                      help="rows per ASDCA step (--visit-order asdca); "
                      "default: 8")
-  train.add_argument("--asdca-theta", type=float, default=None,
+  train.add_argument("--asdca-theta", type=options.flag_type("asdca_theta"),
+                     default=None,
                      help="ASDCA's theta in (0, 1]; default: the paper's, "
                      "provably convergent but slow on ill-conditioned data "
                      "(g3doc/trainer.md)")
@@ -107,7 +98,8 @@ def add_parsers(sub):
                      "ascent (Frank-Wolfe) or near-maximal-gain step "
                      "(g3doc/multiclass.md), also across workers; default: "
                      "projection. Kept in model.json")
-  train.add_argument("--average-from", type=_int_in(0), default=None,
+  train.add_argument("--average-from", type=options.flag_type("average_from"),
+                     default=None,
                      metavar="T0",
                      help="output averaging: the saved model is the mean of "
                      "the iterates after epochs T0, T0+1, ..., the last "
@@ -115,7 +107,8 @@ def add_parsers(sub):
                      "are the mean's). T0 = --epochs saves the last "
                      "iterate. Kept in model.json: --resume continues the "
                      "same mean")
-  train.add_argument("--momentum", type=_momentum, default=None,
+  train.add_argument("--momentum", type=options.flag_type("momentum"),
+                     default=None,
                      dest="epoch_momentum", metavar="BETA",
                      help="extrapolate each epoch's start from the last two "
                      "epochs (InMemorySdca's momentum, 0 <= BETA < 1; 0.5 "
@@ -242,10 +235,12 @@ def generate(args):
 # The options of `train` that a model keeps, with their defaults for a new
 # model; their flags default to None (not given). On --resume a given value
 # must be the model's, and one not given is the model's.
-_KEPT_OPTIONS = dict(format="criteo", loss="logistic", l1=0.0, l2=10.0,
-                     bucket_bits=20, num_classes=None, seed=0,
-                     visit_order="permutation", hinge_step="projection",
-                     asdca_batch_size=8, asdca_theta=None)
+_KEPT_OPTIONS = dict(
+    format="criteo", loss="logistic", bucket_bits=20, num_classes=None,
+    **{name: options.COMMAND_LINE_DEFAULTS.get(name,
+                                               options.OPTIONS[name].default)
+       for name in ("l1", "l2", "seed", "visit_order", "hinge_step",
+                    "asdca_batch_size", "asdca_theta")})
 
 
 def _kept_options(args):

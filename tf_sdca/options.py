@@ -22,9 +22,12 @@ Adding an option: declare it in `OPTIONS` (and a rule in `_combinations`
 if it interacts with another), then implement it in the engine.
 `tf_sdca.ops.sdca_ops` keeps only the checks of op attributes.
 """
+import argparse
 import collections
 import math
 import numbers
+
+import numpy as np
 
 from tf_sdca import losses
 
@@ -60,10 +63,16 @@ def _integer(low):
                     isinstance(v, numbers.Integral) and v >= low)
 
 
+# The ops hold l1, l2 and gamma as float32 attributes: a larger value would
+# become inf there.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _real(low, strict):
   def ok(v):
     return (not isinstance(v, bool) and isinstance(v, numbers.Real) and
-            math.isfinite(v) and (v > low if strict else v >= low))
+            math.isfinite(v) and abs(v) <= _FLOAT32_MAX and
+            (v > low if strict else v >= low))
   return ok
 
 
@@ -89,17 +98,23 @@ Option.__doc__ = """One training option.
 """
 
 _ALL = frozenset(MODES)
+_AT_LEAST_0 = "a finite number >= 0 (float32: <= 3.4e38)"
+_ABOVE_0 = "a finite number > 0 (float32: <= 3.4e38)"
 OPTIONS = collections.OrderedDict((o.name, o) for o in (
-    Option("l1", 0.0, "a finite number >= 0", _real(0, False), _ALL, None,
+    Option("l1", 0.0, _AT_LEAST_0, _real(0, False),
+           _ALL, None,
            "symmetric_l1_regularization", "--l1",
            "L1 regularisation strength"),
-    Option("l2", 1.0, "a finite number > 0", _real(0, True), _ALL, None,
+    Option("l2", 1.0, _ABOVE_0, _real(0, True),
+           _ALL, None,
            "symmetric_l2_regularization", "--l2",
            "L2 regularisation strength"),
-    Option("gamma", 1.0, "a finite number > 0", _real(0, True), _ALL,
+    Option("gamma", 1.0, _ABOVE_0, _real(0, True),
+           _ALL,
            ("smooth_hinge_loss",), "gamma", None,
            "the smooth hinge's smoothing"),
-    Option("seed", 0, "an integer", _integer(-2**63), _ALL, None, "seed",
+    # >= 0: each epoch's order is numpy's default_rng([seed, epoch]).
+    Option("seed", 0, "an integer >= 0", _integer(0), _ALL, None, "seed",
            "--seed", "seed of the visiting orders"),
     Option("num_threads", 0, "an integer >= 0", _integer(0), _ALL, None,
            "num_threads", "--threads", "threads solving each epoch"),
@@ -161,15 +176,19 @@ def _fail(door, name, expected, value):
   raise ValueError(f"{door.label(name)} must be {expected}, got {value!r}")
 
 
+def _expected(name, door):
+  """Option `name`'s domain in words, as `door` counts."""
+  if name == "average_from" and door.unit != "epoch":
+    return f"None or a count of {door.unit}s >= 0"
+  return OPTIONS[name].expected
+
+
 def check(name, value, door=IN_MEMORY_SDCA):
   """`value` of option `name` against its domain, normalised (ints as int,
   numbers as float); ValueError naming the option as `door` spells it."""
   option = OPTIONS[name]
   if not option.valid(value):
-    expected = option.expected
-    if name == "average_from" and door.unit != "epoch":
-      expected = f"None or a count of {door.unit}s >= 0"
-    _fail(door, name, expected, value)
+    _fail(door, name, _expected(name, door), value)
   if value is None or isinstance(value, str):
     return value
   if isinstance(option.default, float) or name in ("momentum",
@@ -310,6 +329,48 @@ def applies(values, mode, door=IN_MEMORY_SDCA, data=None):
   for name, value in values.items():
     if name in OPTIONS:
       _applies(name, value, mode, door, data)
+
+
+# `tf-sdca train`'s defaults where they differ from the library's: the
+# command line trains hashed Criteo rows, 2^20 weights for ~10^6 rows, where
+# l2 = 10 generalised best (g3doc/criteo.md).
+COMMAND_LINE_DEFAULTS = {"l2": 10.0}
+_INTEGER_OPTIONS = ("seed", "num_threads", "num_loss_partitions",
+                    "asdca_batch_size", "average_from")
+
+
+def flag_type(name):
+  """An argparse `type` for option `name`'s flag: parses the text and checks
+  it with the table (argparse then says `argument --l2: --l2 must be ...`,
+  before any data is read)."""
+  option = OPTIONS[name]
+
+  def parse(text):
+    value = text
+    if not isinstance(option.default, str) and text != "auto":
+      try:
+        value = int(text) if name in _INTEGER_OPTIONS else float(text)
+      except ValueError:
+        kind = "an integer" if name in _INTEGER_OPTIONS else "a number"
+        raise argparse.ArgumentTypeError(
+            f"{option.flag} must be {kind}, got {text!r}") from None
+    if not option.valid(value):  # the text as given, not as parsed
+      raise argparse.ArgumentTypeError(
+          f"{option.flag} must be {_expected(name, COMMAND_LINE)}, got "
+          f"{text}")
+    return check(name, value, COMMAND_LINE)
+
+  parse.__name__ = option.flag
+  return parse
+
+
+def flag_help(name, extra=""):
+  """The `--help` line of option `name`'s flag: the table's words, `extra`,
+  and the command line's default."""
+  option = OPTIONS[name]
+  default = COMMAND_LINE_DEFAULTS.get(name, option.default)
+  return (f"{option.help}{'; ' + extra if extra else ''} (default: "
+          f"{default})")
 
 
 def momentum_for(momentum, visit_order, whole_epochs=True, asdca=False,
