@@ -227,20 +227,6 @@ def test_non_smooth_losses_are_refused(loss):
   assert f"{loss}_loss is not smooth" in str(error.value)
 
 
-@pytest.mark.parametrize("theta", [0, 0.0, -0.5, 1.5, float("nan"), True,
-                                   "0.1"])
-def test_theta_outside_zero_one_is_refused(theta):
-  with pytest.raises(ValueError, match=r"asdca_theta .*" + "in \\(0, 1\\]"):
-    InMemorySdca(loss="logistic", visit_order="asdca", asdca_theta=theta)
-
-
-@pytest.mark.parametrize("batch_size", [0, -3, 2.5, None, True])
-def test_batch_size_below_one_is_refused(batch_size):
-  with pytest.raises(ValueError, match=r"asdca_batch_size .*>= 1"):
-    InMemorySdca(loss="logistic", visit_order="asdca",
-                 asdca_batch_size=batch_size)
-
-
 def test_threads_are_not_used_and_say_so():
   with pytest.warns(UserWarning, match="'asdca' runs on one thread"):
     InMemorySdca(loss="logistic", visit_order="asdca", num_threads=2)

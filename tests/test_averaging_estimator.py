@@ -98,13 +98,6 @@ def test_averaging_reaches_the_plain_optimum(cancer, tmp_path):
   np.testing.assert_allclose(_weights(averaged), _weights(plain), atol=1e-6)
 
 
-def test_bad_average_from_values():
-  for bad in (-1, 2.5, True, "3"):
-    with pytest.raises(ValueError, match=f"average_from.*{bad!r}"):
-      estimator.LinearSDCA(example_id_column="example_id",
-                           average_from=bad)
-
-
 def test_the_exported_model_serves_the_mean(cancer, tmp_path):
   features, y = cancer
   averaged = _classifier(tmp_path / "avg", average_from=2)

@@ -153,12 +153,6 @@ def test_resumed_and_reloaded_fits_continue_the_mean(cancer, tmp_path,
       whole.predict(x, verbose=0))
 
 
-def test_bad_average_from_values():
-  for bad in (-1, 2.5, True, "3"):
-    with pytest.raises(ValueError, match=f"average_from .*{bad!r}"):
-      LinearModel(average_from=bad)
-
-
 def test_multiclass_packed_average(tmp_path):
   from sklearn.datasets import load_wine  # pylint: disable=import-outside-toplevel
   x, y = load_wine(return_X_y=True)

@@ -166,11 +166,3 @@ def test_sdca_optimizer_trains_the_average_in_a_tf_function(cancer):
   np.testing.assert_allclose(variables["x"].numpy(),
                              np.mean(recorded[2:], axis=0), rtol=1e-5,
                              atol=1e-7)
-
-
-def test_bad_average_from_values():
-  for bad in (-1, 2.5, True, "3"):
-    with pytest.raises(ValueError, match=f"average_from.*{bad!r}"):
-      _model(False, average_from=bad)
-    with pytest.raises(ValueError, match=f"average_from.*{bad!r}"):
-      SDCAOptimizer("example_id", average_from=bad)

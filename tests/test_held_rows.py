@@ -159,15 +159,6 @@ def test_held_rows_in_a_tf_function_loop_match_eager_calls():
                                 eager._held.keys.numpy())
 
 
-@pytest.mark.parametrize("bad", [1.0, -0.25, True, "0.5", "Auto",
-                                 float("nan")])
-def test_carry_over_outside_zero_to_one_is_a_value_error(bad):
-  x, ids, y, s = _data("logistic_loss")
-  with pytest.raises(ValueError, match=r"options\['carry_over'\] must be "
-                     r"'auto' or a number in \[0, 1\)"):
-    _model(_examples(x, ids, y, s), "logistic_loss", carry_over=bad)
-
-
 # ------------------------------------------------------------------ doors
 def _cancer():
   from sklearn.datasets import load_breast_cancer  # pylint: disable=import-outside-toplevel

@@ -271,17 +271,8 @@ def test_a_resumed_auto_fit_chooses_as_an_uninterrupted_one():
   np.testing.assert_array_equal(resumed.dense_weights, whole.dense_weights)
 
 
-@pytest.mark.parametrize("momentum", [-0.1, 1.0, 1.5, True, "0.5", "fast"])
-def test_a_momentum_outside_zero_to_one_is_refused(momentum):
-  with pytest.raises(ValueError, match="momentum must be a number in"):
-    InMemorySdca(momentum=momentum)
-
-
-def test_momentum_is_refused_where_it_does_not_apply():
-  with pytest.raises(ValueError, match="asdca"):
-    InMemorySdca(loss="logistic", visit_order="asdca", momentum=0.5)
-  with pytest.raises(ValueError, match="average_from"):
-    InMemorySdca(momentum=0.5, average_from=3)
+def test_momentum_is_refused_on_mini_batches():
+  # (Its bad values and combinations: tests/test_options.py, every door.)
   x, y = _standardised_breast_cancer()
   with pytest.raises(ValueError, match="no mini-batches"):
     InMemorySdca(momentum=0.5).fit(y, dense=x, batch_size=100, verbose=0)

@@ -11,10 +11,12 @@ import tensorflow as tf
 
 from tf_sdca import cli, estimator, options
 from tf_sdca.keras import LinearModel
+from tf_sdca.optimizer import SDCAOptimizer
 from tf_sdca.sdca_model import SdcaModel
 from tf_sdca.trainer import InMemorySdca
 
 # (option, bad value, extra options that make it apply, loss)
+_ASDCA = {"visit_order": "asdca"}
 BAD = [
     ("l1", -1.0, {}, "logistic"),
     ("l1", float("nan"), {}, "logistic"),
@@ -26,14 +28,16 @@ BAD = [
     ("seed", -1, {}, "logistic"),  # numpy's default_rng([seed, epoch])
     ("num_threads", -1, {}, "logistic"),
     ("visit_order", "zigzag", {}, "logistic"),
-    ("asdca_batch_size", 0, {"visit_order": "asdca"}, "logistic"),
-    ("asdca_theta", 2.0, {"visit_order": "asdca"}, "logistic"),
+    *[("asdca_batch_size", bad, _ASDCA, "logistic")
+      for bad in (0, -3, 2.5, None, True)],
+    *[("asdca_theta", bad, _ASDCA, "logistic")
+      for bad in (0, 0.0, -0.5, 1.5, 2.0, float("nan"), True, "0.1")],
     ("hinge_step", "sideways", {}, "multiclass_hinge"),
-    ("momentum", 1.0, {}, "logistic"),
-    ("momentum", "fast", {}, "logistic"),
-    ("average_from", -1, {}, "logistic"),
-    ("average_from", True, {}, "logistic"),
-    ("carry_over", 1.0, {}, "logistic"),
+    *[("momentum", bad, {}, "logistic")
+      for bad in (-0.1, 1.0, 1.5, True, "0.5", "fast")],
+    *[("average_from", bad, {}, "logistic") for bad in (-1, 2.5, True, "3")],
+    *[("carry_over", bad, {}, "logistic")
+      for bad in (1.0, -0.25, True, "0.5", "Auto", float("nan"))],
 ]
 
 
@@ -58,12 +62,20 @@ def _sdca_model(loss, values):
                               )]), dict(loss_type=loss, **opts))
 
 
+_KEYWORDS = {"l1": "symmetric_l1_regularization",
+             "l2": "symmetric_l2_regularization"}
+
+
 def _estimator(loss, values):
   del loss
-  keys = {"l1": "symmetric_l1_regularization",
-          "l2": "symmetric_l2_regularization"}
-  return estimator.LinearSDCA("example_id", **{keys.get(k, k): v
+  return estimator.LinearSDCA("example_id", **{_KEYWORDS.get(k, k): v
                                                for k, v in values.items()})
+
+
+def _sdca_optimizer(loss, values):
+  return SDCAOptimizer("example_id", loss_type=loss,
+                       num_classes=3 if "multi" in loss else 1,
+                       **{_KEYWORDS.get(k, k): v for k, v in values.items()})
 
 
 # The doors and the options each takes (an option it lacks is not its to
@@ -78,6 +90,8 @@ DOORS = {
     "LinearSDCA": (_estimator, options.SDCA_MODEL,
                    {"l1", "l2", "visit_order", "seed", "num_threads",
                     "average_from", "carry_over"}),
+    "SDCAOptimizer": (_sdca_optimizer, options.SDCA_MODEL,
+                      {k for k, o in options.OPTIONS.items() if o.sdca_key}),
 }
 
 CASES = [(door, bad) for door in DOORS for bad in BAD
@@ -91,7 +105,7 @@ def test_a_bad_value_names_the_option_and_the_value(door, bad):
   make, spelling, _ = DOORS[door]
   name, value, extra, loss = bad
   label = spelling.label(name)
-  if door == "LinearSDCA" and name in ("l1", "l2"):
+  if door in ("LinearSDCA", "SDCAOptimizer") and name in ("l1", "l2"):
     label = f"options['symmetric_{name}_regularization']"
   with pytest.raises(ValueError) as error:
     make(loss, dict(extra, **{name: value}))

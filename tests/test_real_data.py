@@ -22,6 +22,7 @@ from sklearn.linear_model import PoissonRegressor
 
 import tf_sdca
 from sdca_testutil import rand_health_insurance
+from tf_sdca import engine
 from tf_sdca.trainer import InMemorySdca
 
 
@@ -234,14 +235,15 @@ def test_an_l2_that_float32_rounds_keeps_the_converged_gap_valid(loss, l2):
 
 
 def test_negative_or_non_finite_gap_is_an_error_not_convergence():
-  model = InMemorySdca(loss="poisson_loss", l2=1.0)
+  def parts_to_gap(parts):
+    return engine.objective_and_gap(parts, "poisson_loss", 0.0, 1.0)
   # loss sum + dual loss sum + l2 |w|^2 = 3 - 5 + 1 < 0: parts that no
   # primal-dual pair gives.
   with pytest.raises(FloatingPointError, match="poisson_loss: invalid "
                                                "duality gap -1.0"):
-    model._objective_and_gap_from([3.0, -5.0, 1.0, 0.0])
+    parts_to_gap([3.0, -5.0, 1.0, 0.0])
   with pytest.raises(FloatingPointError, match="invalid duality gap nan"):
-    model._objective_and_gap_from([np.nan, -5.0, 1.0, 0.0])
+    parts_to_gap([np.nan, -5.0, 1.0, 0.0])
   # A converged gap that float64 rounding put a few ulps below zero is 0.
-  primal, gap = model._objective_and_gap_from([3.0, -4.0 - 4e-15, 1.0, 0.0])
+  primal, gap = parts_to_gap([3.0, -4.0 - 4e-15, 1.0, 0.0])
   assert gap == 0.0 and primal == pytest.approx(3.5)
