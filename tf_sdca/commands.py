@@ -394,62 +394,24 @@ def train(args):
       num_features = features["num_features"]
       dense = features.get("dense")
       dense_dim = 0 if dense is None else dense.shape[1]
-    classes = model_files.class_axis(meta)
-    shapes = dict(sparse_weights=(num_features or 0,) + classes,
-                  dense_weights=(dense_dim,) + classes,
-                  duals=(info["rows"],) + classes)
-    averaged = int(ckpt.get("average_count", 0)) > 0
-    if averaged:
-      shapes.update({"last_" + key: shape for key, shape in
-                     list(shapes.items())})
-    for key, shape in shapes.items():
-      if key not in ckpt or ckpt[key].shape != shape:
-        raise ValueError(
-            f"--resume: {args.model_dir}/checkpoint.npz has {key} of shape "
-            f"{ckpt[key].shape if key in ckpt else 'none'}, the data needs "
-            f"{shape}")
-    model.sparse_weights = ckpt["sparse_weights"]
-    model.dense_weights = ckpt["dense_weights"]
-    model.duals = ckpt["duals"]
-    if "asdca_iterate" in ckpt:  # ASDCA's accelerated iterate goes on
-      model.asdca_iterate = ckpt["asdca_iterate"]
-    if "momentum_previous_duals" in ckpt:
-      # The extrapolation goes on as in an uninterrupted run (the fit
-      # checks the shapes).
-      model.momentum_state = {key: ckpt["momentum_" + key] for key in (
-          "previous_duals", "previous_table", "last_dual", "restart",
-          "auto_gaps") if "momentum_" + key in ckpt}
-    if averaged:  # the checkpoint's weights are the mean so far
-      model.last_iterate = {key: ckpt["last_" + key] for key in
-                            ("sparse_weights", "dense_weights", "duals")}
-      model.average_count = int(ckpt["average_count"])
+    try:
+      model.load_state_dict(ckpt, info["rows"], num_features or 0,
+                            dense_dim)
+    except ValueError as error:
+      raise ValueError(f"--resume: {args.model_dir}/checkpoint.npz: "
+                       f"{error}") from None
 
   def checkpoint(epoch, history):
     meta["epochs_done"] = epoch + 1
     meta["history"].append(dict(epoch=epoch + 1, loss=history["loss"][-1],
                                 duality_gap=history["duality_gap"][-1],
                                 rows_per_sec=history["rows_per_sec"][-1]))
-    last = dict(sparse_weights=model.sparse_weights,
-                dense_weights=model.dense_weights, duals=model.duals)
-    mean = model.running_average()
-    if mean is None:  # no averaging, or not yet at epoch T0
-      saved = last
-    else:  # the mean is the model; the last iterate resumes training
-      saved = dict(sparse_weights=mean["sparse_weights"],
-                   dense_weights=mean["dense_weights"], duals=mean["duals"],
-                   average_count=np.int64(mean["count"]),
-                   **{"last_" + key: value for key, value in last.items()})
-      if meta["history"]:
-        meta["history"][-1].update(last_loss=history["last_loss"][-1],
-                                   last_duality_gap=(
-                                       history["last_duality_gap"][-1]))
-    if model.asdca_iterate is not None:
-      saved["asdca_iterate"] = model.asdca_iterate
-    state = model.current_momentum_state()
-    if state is not None:  # --momentum: what the next epoch extrapolates
-      saved.update({"momentum_" + key: value for key, value in state.items()})
+    if "last_loss" in history and model.running_average() is not None:
+      meta["history"][-1].update(
+          last_loss=history["last_loss"][-1],
+          last_duality_gap=history["last_duality_gap"][-1])
     files.save_model_atomically(args.model_dir, meta, epoch=epoch + 1,
-                                **saved)
+                                **model.state_dict())
 
   if meta["history"] and meta["history"][-1]["duality_gap"] < args.tol:
     print(f"already converged: gap {meta['history'][-1]['duality_gap']:.2e}")

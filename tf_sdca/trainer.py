@@ -493,6 +493,68 @@ class InMemorySdca:
       self._state.table = None
     return history
 
+  def state_dict(self):
+    """The training state as a flat dict of numpy arrays, for a checkpoint
+    (during `fit`, from its callback, or after it): `sparse_weights`,
+    `dense_weights`, `duals`; with averaging under way the mean as those
+    and the last iterate as `last_*` with `average_count`; ASDCA's
+    `asdca_iterate`; the extrapolation's `momentum_*`. `load_state_dict`
+    takes it back, so that a fit resumed from it goes on bit for bit."""
+    last = dict(sparse_weights=self.sparse_weights,
+                dense_weights=self.dense_weights, duals=self.duals)
+    mean = self.running_average()
+    if mean is None:  # no averaging, or not yet at epoch T0
+      saved = last
+    else:  # the mean is the model; the last iterate resumes training
+      saved = dict(sparse_weights=mean["sparse_weights"],
+                   dense_weights=mean["dense_weights"], duals=mean["duals"],
+                   average_count=np.int64(mean["count"]),
+                   **{"last_" + key: value for key, value in last.items()})
+    if self.asdca_iterate is not None:
+      saved["asdca_iterate"] = self.asdca_iterate
+    state = self.current_momentum_state()
+    if state is not None:  # momentum: what the next epoch extrapolates
+      saved.update({"momentum_" + key: value for key, value in state.items()})
+    return saved
+
+  def load_state_dict(self, state, num_examples, num_features, dense_dim):
+    """Restores `state_dict()`'s dict (or a checkpoint `np.load` read) for
+    data of `num_examples` rows, `num_features` sparse weights and
+    `dense_dim` dense columns; resume with `fit(initial_epoch=...)`.
+
+    Raises:
+      ValueError: naming an array that is missing or has the wrong shape.
+    """
+    classes = (self.num_classes,) if self._multiclass else ()
+    shapes = dict(sparse_weights=(num_features,) + classes,
+                  dense_weights=(dense_dim,) + classes,
+                  duals=(num_examples,) + classes)
+    averaged = int(state.get("average_count", 0)) > 0
+    if averaged:
+      shapes.update({"last_" + key: shape for key, shape in
+                     list(shapes.items())})
+    for key, shape in shapes.items():
+      if key not in state or state[key].shape != shape:
+        raise ValueError(
+            f"{key} has shape "
+            f"{state[key].shape if key in state else 'none'}, the data "
+            f"needs {shape}")
+    self.sparse_weights = state["sparse_weights"]
+    self.dense_weights = state["dense_weights"]
+    self.duals = state["duals"]
+    if "asdca_iterate" in state:  # ASDCA's accelerated iterate goes on
+      self.asdca_iterate = state["asdca_iterate"]
+    if "momentum_previous_duals" in state:
+      # The extrapolation goes on as in an uninterrupted run (the fit
+      # checks the shapes).
+      self.momentum_state = {key: state["momentum_" + key] for key in (
+          "previous_duals", "previous_table", "last_dual", "restart",
+          "auto_gaps") if "momentum_" + key in state}
+    if averaged:  # the state's weights are the mean so far
+      self.last_iterate = {key: state["last_" + key] for key in
+                           ("sparse_weights", "dense_weights", "duals")}
+      self.average_count = int(state["average_count"])
+
   def current_momentum_state(self):
     """During a `fit` with `momentum`: what the next epoch's extrapolation
     needs (`Extrapolation.state()`: the previous epoch's duals and weight
