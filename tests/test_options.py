@@ -5,6 +5,8 @@ One statement per behaviour, run on every door that takes the option: a bad
 value is a ValueError naming the option (as the door spells it) and the
 value; an option set where it does not run names the doors that run it.
 """
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -217,3 +219,24 @@ def test_a_bad_flag_value_is_refused_by_the_table_before_reading_data(
   err = capsys.readouterr().err
   assert f"argument {flag}: {flag} must be" in err and text in err, err
   assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("values,named", [
+    ({"average_from": 2}, "average_from=2 runs in memory and streamed"),
+    ({"carry_over": 0.5}, "carry_over=0.5 runs streamed"),
+])
+def test_an_estimator_across_processes_refuses_what_runs_in_one(
+    values, named, tmp_path, monkeypatch):
+  monkeypatch.setenv("TF_CONFIG", json.dumps(dict(
+      cluster=dict(worker=["localhost:1", "localhost:2"]),
+      task=dict(type="worker", index=0))))
+  x, y = _data()
+  classifier = estimator.LinearClassifier(
+      [tf.feature_column.numeric_column("x", shape=3)],
+      model_dir=str(tmp_path), optimizer=estimator.LinearSDCA(
+          example_id_column="example_id", **values),
+      config=estimator.RunConfig())
+  with pytest.raises(ValueError, match=named) as error:
+    classifier.train(lambda: ({"x": tf.constant(x), "example_id": tf.constant(
+        np.arange(len(y)))}, tf.constant(y)), steps=1)
+  assert "not across processes (a TF_CONFIG cluster)" in str(error.value)

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_sdca import losses
+from tf_sdca import options as options_lib
 from tf_sdca.estimator import checkpoints
 from tf_sdca.estimator import export as export_lib
 from tf_sdca.estimator import heads
@@ -629,11 +630,13 @@ class _LinearEstimator:
       raise ValueError(f"tol must be > 0, got {tol!r}")
     hooks = _check_hooks(hooks, "train")
     if self._config.is_distributed:
-      average_from = self._optimizer.extra_options.get("average_from")
-      if average_from is not None:
-        raise ValueError(f"LinearSDCA(average_from={average_from}): output "
-                         "averaging trains in one process, not across the "
-                         "processes of a TF_CONFIG cluster")
+      options_lib.applies(
+          {key: self._optimizer.extra_options[key] for key in
+           ("average_from", "carry_over", "visit_order")
+           if key in self._optimizer.extra_options},
+          options_lib.PROCESSES,
+          options_lib.Door("LinearSDCA", "keyword", "step"),
+          "a TF_CONFIG cluster")
       return self._train_across_processes(input_fn, hooks, steps, max_steps,
                                           saving_listeners, tol)
     listeners = list(saving_listeners or [])
