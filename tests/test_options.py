@@ -80,13 +80,15 @@ def _sdca_optimizer(loss, values):
                        **{_KEYWORDS.get(k, k): v for k, v in values.items()})
 
 
-# The doors and the options each takes (an option it lacks is not its to
-# check: InMemorySdca has no carry_over, SdcaModel no momentum or ASDCA).
+# The doors and the options each takes in its constructor (an option it
+# lacks is not its to check: InMemorySdca has no carry_over, SdcaModel no
+# momentum or ASDCA; `tol` is an argument of fit / train).
 DOORS = {
     "InMemorySdca": (_in_memory_sdca, options.IN_MEMORY_SDCA,
                      set(options.OPTIONS) - {"carry_over",
-                                             "num_loss_partitions"}),
-    "keras.LinearModel": (_keras, options.KERAS, set(options.OPTIONS)),
+                                             "num_loss_partitions", "tol"}),
+    "keras.LinearModel": (_keras, options.KERAS,
+                          set(options.OPTIONS) - {"tol"}),
     "SdcaModel": (_sdca_model, options.SDCA_MODEL,
                   {k for k, o in options.OPTIONS.items() if o.sdca_key}),
     "LinearSDCA": (_estimator, options.SDCA_MODEL,
@@ -206,6 +208,7 @@ FLAGS = [(o.flag, bad) for name, o in options.OPTIONS.items() if o.flag
                      "seed": ["-1", "1.5"], "num_threads": ["-1"],
                      "asdca_batch_size": ["0"], "asdca_theta": ["2"],
                      "momentum": ["1", "fast"], "average_from": ["-1"],
+                     "tol": ["-1", "nan", "x"],
                      "visit_order": [], "hinge_step": []}[name]]
 
 
@@ -240,3 +243,11 @@ def test_an_estimator_across_processes_refuses_what_runs_in_one(
     classifier.train(lambda: ({"x": tf.constant(x), "example_id": tf.constant(
         np.arange(len(y)))}, tf.constant(y)), steps=1)
   assert "not across processes (a TF_CONFIG cluster)" in str(error.value)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), "1e-3"])
+def test_a_bad_tol_is_refused_by_fit(bad):
+  x, y = _data()
+  with pytest.raises(ValueError, match=f"tol must be None or a number >= 0, "
+                     f"got {bad!r}"):
+    InMemorySdca().fit(y, dense=x, tol=bad, verbose=0)

@@ -59,8 +59,9 @@ def add_parsers(sub):
   train.add_argument("--l2", type=options.flag_type("l2"), default=None,
                      help=options.flag_help("l2"))
   train.add_argument("--epochs", type=_int_in(1), default=10)
-  train.add_argument("--tol", type=float, default=1e-3,
-                     help="stop when the relative duality gap is below this")
+  train.add_argument("--tol", type=options.flag_type("tol"),
+                     default=options.COMMAND_LINE_DEFAULTS["tol"],
+                     help=options.flag_help("tol"))
   train.add_argument("--batch-size", type=_int_in(1), default=None,
                      help="rows per op call; default: all rows, one "
                      "PackedSolve call per epoch (fastest); smaller batches "
@@ -493,6 +494,9 @@ def evaluate(args):
   from tf_sdca import metrics  # pylint: disable=import-outside-toplevel
   meta, labels, scores = score_files(args)
   _check_scores(args, scores)
+  if not labels.shape[0]:
+    raise ValueError(f"no rows to evaluate in {', '.join(args.data)}: "
+                     "every metric would be undefined")
   print(f"rows {labels.shape[0]:,}")
   if losses.is_multiclass(meta["loss"]):
     predicted = np.argmax(scores, axis=1)
@@ -513,8 +517,24 @@ def evaluate(args):
   return 0
 
 
+def _not_an_input(out, args):
+  """ValueError when `out` is one of the command's input files (or the
+  model directory's files): writing there would destroy what it reads."""
+  inputs = [*args.data, args.model_dir]
+  for path in inputs:
+    if os.path.exists(out) and os.path.exists(path) and (
+        os.path.samefile(out, path) or (os.path.isdir(path) and
+                                        os.path.commonpath([
+                                            os.path.realpath(out),
+                                            os.path.realpath(path)]) ==
+                                        os.path.realpath(path))):
+      raise ValueError(f"--out {out} is one of the command's inputs "
+                       f"({path}); write the scores elsewhere")
+
+
 def predict(args):
   """`tf-sdca predict`: one score per line (probabilities for logistic)."""
+  _not_an_input(args.out, args)
   meta, _, scores = score_files(args)
   _check_scores(args, scores)
   if losses.is_multiclass(meta["loss"]):
@@ -538,8 +558,16 @@ def export(args):
   meta, ckpt = model_files.load_model(args.model_dir)
   if os.path.exists(args.out):
     raise ValueError(f"--out {args.out} exists; give a new directory")
-  serving.export_lines_scorer(meta, ckpt["sparse_weights"],
-                              ckpt["dense_weights"], args.out)
+  parent = os.path.dirname(os.path.abspath(args.out))
+  if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+    raise ValueError(f"--out {args.out}: cannot create it in {parent} "
+                     "(missing or not writable)")
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  try:
+    serving.export_lines_scorer(meta, ckpt["sparse_weights"],
+                                ckpt["dense_weights"], args.out)
+  except tf.errors.OpError as error:  # e.g. the disk filled while writing
+    raise ValueError(f"--out {args.out}: {error.message}") from None
   print(f"wrote a SavedModel scoring raw {meta['format']} lines to "
         f"{args.out} (signature serving_default: lines -> scores, margins, "
         "valid)")

@@ -98,6 +98,9 @@ Option.__doc__ = """One training option.
 """
 
 _ALL = frozenset(MODES)
+# The options whose values are integers (the others: numbers or names).
+_INTEGER_OPTIONS = ("seed", "num_threads", "num_loss_partitions",
+                    "asdca_batch_size", "average_from")
 _AT_LEAST_0 = "a finite number >= 0 (float32: <= 3.4e38)"
 _ABOVE_0 = "a finite number > 0 (float32: <= 3.4e38)"
 OPTIONS = collections.OrderedDict((o.name, o) for o in (
@@ -145,6 +148,11 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
            lambda v: v is None or _integer(0)(v),
            frozenset((IN_MEMORY, STREAMED)), None, "average_from",
            "--average-from", "output averaging from this epoch on"),
+    Option("tol", None, "None or a number >= 0",
+           lambda v: v is None or (not isinstance(v, bool) and
+                                   isinstance(v, numbers.Real) and v >= 0),
+           _ALL, None, None, "--tol",
+           "stop once the relative duality gap is below this"),
     Option("carry_over", 0.0, "'auto' or a number in [0, 1)",
            lambda v: v == "auto" or _fraction(v), frozenset((STREAMED,)),
            None, "carry_over", None,
@@ -191,10 +199,7 @@ def check(name, value, door=IN_MEMORY_SDCA):
     _fail(door, name, _expected(name, door), value)
   if value is None or isinstance(value, str):
     return value
-  if isinstance(option.default, float) or name in ("momentum",
-                                                    "asdca_theta"):
-    return float(value)
-  return int(value)
+  return int(value) if name in _INTEGER_OPTIONS else float(value)
 
 
 _LOSS_NAMES = (losses.NAMES + losses.OP_NAMES + losses.MULTICLASS_NAMES +
@@ -334,9 +339,7 @@ def applies(values, mode, door=IN_MEMORY_SDCA, data=None):
 # `tf-sdca train`'s defaults where they differ from the library's: the
 # command line trains hashed Criteo rows, 2^20 weights for ~10^6 rows, where
 # l2 = 10 generalised best (g3doc/criteo.md).
-COMMAND_LINE_DEFAULTS = {"l2": 10.0}
-_INTEGER_OPTIONS = ("seed", "num_threads", "num_loss_partitions",
-                    "asdca_batch_size", "average_from")
+COMMAND_LINE_DEFAULTS = {"l2": 10.0, "tol": 1e-3}
 
 
 def flag_type(name):

@@ -351,6 +351,7 @@ class InMemorySdca:
     """
     # The first epoch's time includes preparing (and packing) the data.
     prepare_start = time.perf_counter()
+    tol = options.check("tol", tol)
     if rows is None:
       if labels is None:
         raise ValueError("give labels and features, or rows=RowChunks(...)")

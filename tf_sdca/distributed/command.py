@@ -16,6 +16,7 @@ does (so `tf-sdca evaluate / predict / export` read the model as they are),
 and the round-by-round state in `cocoa/`; `--resume` continues it (with the
 same K and files).
 """
+import argparse
 import os
 import sys
 
@@ -32,7 +33,8 @@ def add_arguments(parser):
   """Adds the distributed options to the `train` subparser."""
   group = parser.add_argument_group(
       "training across processes (TF_CONFIG or --local-cluster)")
-  group.add_argument("--local-cluster", type=int, default=None, metavar="K",
+  group.add_argument("--local-cluster", type=_workers, default=None,
+                     metavar="K",
                      help="start K worker processes on 127.0.0.1 (free "
                      "ports, each with its own TF_CONFIG) and train with "
                      "CoCoA+ across them")
@@ -59,6 +61,19 @@ def add_arguments(parser):
                      help="checkpoint every N rounds (and at the end)")
   group.add_argument("--startup-timeout", type=float, default=120.0,
                      metavar="S", help="seconds to wait for every worker")
+
+
+def _workers(text):
+  """--local-cluster's K: an integer >= 2 (one worker is one process)."""
+  try:
+    k = int(text)
+  except ValueError:
+    k = None
+  if k is None or k < 2:
+    raise argparse.ArgumentTypeError(
+        f"--local-cluster must be an integer >= 2 (K worker processes), "
+        f"got {text}")
+  return k
 
 
 def wanted(args):

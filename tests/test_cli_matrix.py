@@ -1,0 +1,112 @@
+"""The command line never loses data, never trains a wrong model silently:
+a matrix of bad or odd invocations, each a one-line error (exit 2) that
+names the flag or the file, with the inputs left as they were.
+
+(Bad option values on every door, the command line's flags included, are
+in tests/test_options.py; --resume with conflicting options in
+tests/test_cli_resume_conflicts.py.)
+"""
+import hashlib
+import os
+
+import pytest
+
+from tf_sdca import cli
+
+
+def _digest(path):
+  return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """(a Criteo-shaped TSV file, a model trained on it)."""
+  root = tmp_path_factory.mktemp("matrix")
+  data = str(root / "data")
+  assert cli.main(["generate", "--out", data, "--rows", "2000"]) == 0
+  tsv = os.path.join(data, "part-00000.tsv")
+  model = str(root / "model")
+  assert cli.main(["train", tsv, "--model-dir", model, "--epochs", "2",
+                   "--bucket-bits", "12", "--quiet"]) == 0
+  return tsv, model
+
+
+def _fails(argv, capsys, *named):
+  """Runs the command; asserts exit 2 and one error line naming `named`."""
+  try:
+    code = cli.main(argv)
+  except SystemExit as exit_:  # argparse's refusals
+    code = exit_.code
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2, (code, err)
+  assert err and "error:" in err[-1], err
+  assert "Traceback" not in "\n".join(err), err
+  for word in named:
+    assert word in err[-1], (word, err[-1])
+  return err[-1]
+
+
+def test_predict_never_writes_over_its_input(trained, tmp_path, capsys):
+  tsv, model = trained
+  copy = str(tmp_path / "in.tsv")
+  with open(tsv, "rb") as src, open(copy, "wb") as dst:
+    dst.write(src.read())
+  before = _digest(copy)
+  _fails(["predict", copy, "--model-dir", model, "--out", copy], capsys,
+         "--out", "inputs")
+  assert _digest(copy) == before
+  meta = os.path.join(model, "model.json")
+  before = _digest(meta)
+  _fails(["predict", copy, "--model-dir", model, "--out", meta], capsys,
+         "--out", model)
+  assert _digest(meta) == before
+
+
+def test_evaluate_on_an_empty_file_is_an_error_not_nan(trained, tmp_path,
+                                                      capsys):
+  _, model = trained
+  empty = tmp_path / "empty.tsv"
+  empty.write_text("")
+  line = _fails(["evaluate", str(empty), "--model-dir", model], capsys,
+                str(empty))
+  assert "nan" not in line
+
+
+def test_export_into_an_unwritable_place_is_one_line(trained, tmp_path,
+                                                     capsys):
+  _, model = trained
+  _fails(["export", "--model-dir", model, "--out",
+          str(tmp_path / "missing" / "dir" / "saved")], capsys, "--out")
+  blocked = tmp_path / "blocked"
+  blocked.mkdir()
+  blocked.chmod(0o500)
+  try:
+    if os.access(str(blocked), os.W_OK):  # root writes anywhere
+      pytest.skip("running as a user who can write to a read-only folder")
+    _fails(["export", "--model-dir", model, "--out",
+            str(blocked / "saved")], capsys, "--out", "not writable")
+  finally:
+    blocked.chmod(0o700)
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--tol", "-1"], "--tol"),
+    (["--tol", "nan"], "--tol"),
+    (["--local-cluster", "0"], "--local-cluster"),
+    (["--local-cluster", "1"], "--local-cluster"),
+    (["--l2", "1e308"], "--l2"),
+    (["--seed", "-1"], "--seed"),
+    (["--epochs", "0"], "--epochs"),
+])
+def test_bad_flags_are_refused_before_any_data_is_read(flags, named,
+                                                       tmp_path, capsys):
+  # The data file does not exist: the refusal comes first.
+  _fails(["train", str(tmp_path / "missing.tsv"), "--model-dir",
+          str(tmp_path / "m"), *flags], capsys, named)
+  assert not (tmp_path / "m").exists()
+
+
+def test_a_missing_data_file_is_named(tmp_path, capsys):
+  missing = str(tmp_path / "missing.tsv")
+  _fails(["train", missing, "--model-dir", str(tmp_path / "m"), "--quiet"],
+         capsys, missing)
