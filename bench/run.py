@@ -148,6 +148,12 @@ def main():
   parser.add_argument("--scaling", default=None,
                       help="comma-separated row counts: scaling run only")
   args = parser.parse_args()
+  if args.plots:
+    try:  # before the runs: not after minutes of them
+      import matplotlib  # pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+      parser.error("--plots needs matplotlib (pip install matplotlib; it is "
+                   "in bench/requirements.txt)")
   print(f"python {platform.python_version()}, {os.cpu_count()} cores, "
         f"{time.strftime('%Y-%m-%d %H:%M')}")
   if args.scaling:
