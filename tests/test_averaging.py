@@ -65,18 +65,3 @@ def test_multiclass_average():
                       verbose=0)
   assert history["duality_gap"][-1] < 1e-4
   assert model.dense_weights.shape == (13, 3)
-
-
-def test_a_resumed_fit_continues_the_mean():
-  x, y = _cancer()
-  whole = InMemorySdca(loss="logistic", l2=1.0, average_from=4)
-  whole.fit(labels=y, dense=x, epochs=10, verbose=0)
-  parts = InMemorySdca(loss="logistic", l2=1.0, average_from=4)
-  parts.fit(labels=y, dense=x, epochs=6, verbose=0)
-  assert parts.average_count == 3
-  parts.fit(labels=y, dense=x, epochs=10, initial_epoch=6, verbose=0)
-  assert parts.average_count == whole.average_count == 7
-  np.testing.assert_array_equal(parts.dense_weights, whole.dense_weights)
-  np.testing.assert_array_equal(parts.duals, whole.duals)
-  np.testing.assert_array_equal(parts.last_iterate["dense_weights"],
-                                whole.last_iterate["dense_weights"])

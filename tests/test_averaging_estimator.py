@@ -72,23 +72,6 @@ def test_the_weights_are_the_mean_of_the_recorded_iterates(cancer,
       np.mean(np.logaddexp(0.0, z) - y * z), rel=1e-5)
 
 
-def test_train_called_again_continues_the_mean(cancer, tmp_path):
-  features, y = cancer
-  whole = _classifier(tmp_path / "whole", average_from=3)
-  whole.train(_input(features, y), steps=9)
-  parts = _classifier(tmp_path / "parts", average_from=3)
-  parts.train(_input(features, y), steps=5)
-  # A new estimator object on the same model_dir: only the checkpoint
-  # carries the mean over.
-  again = _classifier(tmp_path / "parts", average_from=3)
-  again.train(_input(features, y), steps=4)
-  np.testing.assert_array_equal(_weights(again), _weights(whole))
-  keys = [key for key, _ in tf.train.list_variables(
-      again.latest_checkpoint())]
-  assert any("/means/" in key for key in keys), keys
-  assert any("_average_count" in key for key in keys), keys
-
-
 def test_averaging_reaches_the_plain_optimum(cancer, tmp_path):
   features, y = cancer
   plain = _classifier(tmp_path / "plain")

@@ -105,24 +105,6 @@ def test_average_from_the_last_call_is_the_last_iterate(cancer):
   np.testing.assert_array_equal(w.numpy(), w0.numpy())
 
 
-def test_a_checkpoint_keeps_the_mean(cancer, tmp_path):
-  x, y = cancer
-  batches = _batches(x, y, True)
-  whole, w_whole, _ = _model(True, average_from=5)
-  _train(whole, batches, 24)
-  first, _, _ = _model(True, average_from=5)
-  _train(first, batches, 12)
-  path = tf.train.Checkpoint(model=first).write(str(tmp_path / "ckpt"))
-  second, w, _ = _model(True, average_from=5)
-  tf.train.Checkpoint(model=second).read(path).assert_consumed()
-  _train(second, batches, 24, start=12)
-  a, b = whole.get_state(), second.get_state()
-  assert a["average_count"] == b["average_count"] == 20
-  np.testing.assert_array_equal(_table(a["average_slots"]),
-                                _table(b["average_slots"]))
-  np.testing.assert_array_equal(w.numpy(), w_whole.numpy())
-
-
 def test_averaging_reaches_the_plain_optimum(cancer):
   x, y = cancer
   batches = _batches(x, y, False)

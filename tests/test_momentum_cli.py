@@ -54,22 +54,6 @@ def test_resume_keeps_or_changes_the_momentum(cancer_file, tmp_path):
     assert "momentum_previous_duals" not in ckpt.files
 
 
-def test_resume_extrapolates_as_an_uninterrupted_run(cancer_file, tmp_path):
-  whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
-  assert _train(cancer_file, whole, "--epochs", "8", "--tol", "0",
-                "--momentum", "0.5") == 0
-  assert _train(cancer_file, split, "--epochs", "4", "--tol", "0",
-                "--momentum", "0.5") == 0
-  assert _train(cancer_file, split, "--epochs", "8", "--tol", "0",
-                "--resume") == 0
-  with np.load(os.path.join(whole, "checkpoint.npz")) as a, \
-      np.load(os.path.join(split, "checkpoint.npz")) as b:
-    assert "momentum_previous_duals" in a.files
-    for key in ("sparse_weights", "dense_weights", "duals",
-                "momentum_previous_duals", "momentum_previous_table"):
-      np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-
-
 def test_auto_momentum_from_the_command_line(cancer_file, tmp_path):
   # Four plain epochs, then 0.5 on these rows (InMemorySdca's 'auto');
   # a --resume after epoch 2 chooses as the uninterrupted run (the

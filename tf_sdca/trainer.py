@@ -212,6 +212,7 @@ class InMemorySdca:
     self.momentum_state = None
     self.momentum_used = None  # the beta of the last fit (None: no fit yet)
     self._extrapolation = None
+    self._fitting = False   # inside fit's epochs (its callback sees them)
     self.last_iterate = None
     self.average_count = 0  # iterates in the mean (average_from)
     self._average = None    # the running mean during fit
@@ -468,12 +469,16 @@ class InMemorySdca:
                      "g3doc/trainer.md)")
 
     self._average = average
-    history = engine.run_epochs(
-        self._state, problem, config, n, epochs, initial_epoch, tol,
-        verbose, callback, train_epoch, extrapolate, average,
-        self.average_from, prepare_start,
-        describe_slow=asdca_slow if self._asdca else None,
-        explain_error=asdca_error if self._asdca else None)
+    self._fitting = True
+    try:
+      history = engine.run_epochs(
+          self._state, problem, config, n, epochs, initial_epoch, tol,
+          verbose, callback, train_epoch, extrapolate, average,
+          self.average_from, prepare_start,
+          describe_slow=asdca_slow if self._asdca else None,
+          explain_error=asdca_error if self._asdca else None)
+    finally:
+      self._fitting = False
     self._average = None
     self.momentum_used = (extrapolate.beta if extrapolate is not None
                           else 0.0)
@@ -504,6 +509,10 @@ class InMemorySdca:
     last = dict(sparse_weights=self.sparse_weights,
                 dense_weights=self.dense_weights, duals=self.duals)
     mean = self.running_average()
+    if mean is None and self.average_count and self.last_iterate:
+      # After fit: the model is the mean, `last_iterate` the last iterate.
+      mean = dict(last, count=self.average_count)
+      last = self.last_iterate
     if mean is None:  # no averaging, or not yet at epoch T0
       saved = last
     else:  # the mean is the model; the last iterate resumes training
@@ -513,23 +522,30 @@ class InMemorySdca:
                    **{"last_" + key: value for key, value in last.items()})
     if self.asdca_iterate is not None:
       saved["asdca_iterate"] = self.asdca_iterate
-    state = self.current_momentum_state()
+    # During fit (its callback) the running extrapolation's, if any; after
+    # it, the one the fit left.
+    state = (self.current_momentum_state() if self._fitting else
+             self.momentum_state)
     if state is not None:  # momentum: what the next epoch extrapolates
       saved.update({"momentum_" + key: value for key, value in state.items()})
-    return saved
+    # (A part the data lacks, sparse or dense, has no array.)
+    return {key: value for key, value in saved.items() if value is not None}
 
   def load_state_dict(self, state, num_examples, num_features, dense_dim):
     """Restores `state_dict()`'s dict (or a checkpoint `np.load` read) for
-    data of `num_examples` rows, `num_features` sparse weights and
-    `dense_dim` dense columns; resume with `fit(initial_epoch=...)`.
+    data of `num_examples` rows, `num_features` sparse weights (None: no
+    sparse part) and `dense_dim` dense columns (0: none); resume with
+    `fit(initial_epoch=...)`.
 
     Raises:
       ValueError: naming an array that is missing or has the wrong shape.
     """
     classes = (self.num_classes,) if self._multiclass else ()
-    shapes = dict(sparse_weights=(num_features,) + classes,
-                  dense_weights=(dense_dim,) + classes,
-                  duals=(num_examples,) + classes)
+    shapes = dict(duals=(num_examples,) + classes)
+    if num_features is not None:
+      shapes["sparse_weights"] = (num_features,) + classes
+    if dense_dim:
+      shapes["dense_weights"] = (dense_dim,) + classes
     averaged = int(state.get("average_count", 0)) > 0
     if averaged:
       shapes.update({"last_" + key: shape for key, shape in
@@ -540,8 +556,8 @@ class InMemorySdca:
             f"{key} has shape "
             f"{state[key].shape if key in state else 'none'}, the data "
             f"needs {shape}")
-    self.sparse_weights = state["sparse_weights"]
-    self.dense_weights = state["dense_weights"]
+    self.sparse_weights = state.get("sparse_weights")
+    self.dense_weights = state.get("dense_weights")
     self.duals = state["duals"]
     if "asdca_iterate" in state:  # ASDCA's accelerated iterate goes on
       self.asdca_iterate = state["asdca_iterate"]
@@ -552,7 +568,7 @@ class InMemorySdca:
           "previous_duals", "previous_table", "last_dual", "restart",
           "auto_gaps") if "momentum_" + key in state}
     if averaged:  # the state's weights are the mean so far
-      self.last_iterate = {key: state["last_" + key] for key in
+      self.last_iterate = {key: state.get("last_" + key) for key in
                            ("sparse_weights", "dense_weights", "duals")}
       self.average_count = int(state["average_count"])
 
