@@ -22,7 +22,6 @@ Example:
   >>> history = model.fit(x, y, epochs=20, tol=1e-6, verbose=0)
   >>> probabilities = model.predict(x, verbose=0)
 """
-import math
 import numbers
 import warnings
 
@@ -34,49 +33,9 @@ from tf_sdca import averaging
 from tf_sdca import engine
 from tf_sdca import losses
 from tf_sdca import options
-from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
-
-# Short loss names (the issue's and Keras users') and the op's names.
-# The name a non-dict input gets.
-DEFAULT_FEATURE = "features"
-# Rows per batch when in-memory data is scored (evaluate, predict, the
-# validation data of fit).
-DEFAULT_BATCH_SIZE = 8192
-
-
-class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
-  """Bad training or scoring data, found before any training step.
-
-  Both a `tf.errors.InvalidArgumentError` (like the op's own errors) and a
-  `ValueError` (like Keras' input errors), so either `except` catches it.
-  """
-
-  def __init__(self, message):
-    super().__init__(None, None, message)
-
-
-def _vocabulary_size(name, spec):
-  """Rows of a categorical feature's weights: an int, or the size a Keras
-  preprocessing layer (Hashing, IntegerLookup, StringLookup) maps into."""
-  if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
-    size = int(spec)
-  elif hasattr(spec, "num_bins") and spec.num_bins:
-    size = int(spec.num_bins)
-  elif callable(getattr(spec, "vocabulary_size", None)):
-    size = int(spec.vocabulary_size())
-  else:
-    raise ValueError(
-        f"categorical_features[{name!r}] must be a vocabulary size or a Keras "
-        f"layer with num_bins or vocabulary_size() (Hashing, IntegerLookup, "
-        f"StringLookup), got {spec!r}")
-  if getattr(spec, "output_mode", "int") != "int":
-    raise ValueError(f"categorical_features[{name!r}] must output integer "
-                     f"ids (output_mode='int'), got output_mode="
-                     f"{spec.output_mode!r}")
-  if size < 1:
-    raise ValueError(f"categorical_features[{name!r}] has {size} ids")
-  return size
-
+from tf_sdca.keras import data as data_lib
+from tf_sdca.keras.data import InvalidInputError
+from tf_sdca.sdca_model import SdcaModel
 
 @keras.saving.register_keras_serializable(package="tf_sdca")
 class LinearModel(keras.Model):
@@ -236,7 +195,7 @@ class LinearModel(keras.Model):
     self.num_table_shards = int(num_table_shards)
     categorical_features = dict(categorical_features or {})
     for name, spec in categorical_features.items():
-      _vocabulary_size(name, spec)
+      data_lib.vocabulary_size(name, spec)
     self.categorical_features = categorical_features
     self._spec = None  # [(name, kind, size, raw dtype, raw inner shape)]
     self._kernels = {}
@@ -338,41 +297,8 @@ class LinearModel(keras.Model):
     return cls(**config)
 
   # ------------------------------------------------------------- features
-  def _as_dict(self, x):
-    if isinstance(x, dict):
-      return x
-    return {DEFAULT_FEATURE: x}
-
   def _transform(self, x):
-    """Model-side features: {name: dense float [B, d] | SparseTensor float
-    | categorical ids (dense int [B, k], SparseTensor or RaggedTensor)}."""
-    x = self._as_dict(x)
-    out = {}
-    for name, kind, _, _, _ in self._spec:
-      if name not in x:
-        raise InvalidInputError(f"the input has no feature {name!r}; the "
-                                f"model takes {[s[0] for s in self._spec]}")
-      out[name] = self._transform_one(name, kind, x[name])
-    return out
-
-  def _transform_one(self, name, kind, value):
-    """One feature's model-side value (see `_transform`)."""
-    if kind == "categorical":
-      layer = self.categorical_features[name]
-      if not isinstance(layer, numbers.Integral):
-        value = layer(value)
-      if isinstance(value, tf.SparseTensor):
-        return tf.SparseTensor(value.indices, tf.cast(value.values, tf.int64),
-                               value.dense_shape)
-      if isinstance(value, tf.RaggedTensor):
-        return tf.cast(value, tf.int64)
-      value = tf.cast(value, tf.int64)
-      return tf.reshape(value, [tf.shape(value)[0], -1])
-    if isinstance(value, tf.SparseTensor):
-      return tf.SparseTensor(value.indices, tf.cast(value.values, tf.float32),
-                             value.dense_shape)
-    value = tf.cast(value, tf.float32)
-    return tf.reshape(value, [tf.shape(value)[0], -1])
+    return data_lib.transform(x, self._spec, self.categorical_features)
 
   def _logits(self, features):
     """float32 `w.x + b` per example from the Keras weights (`[B, K]`
@@ -427,9 +353,10 @@ class LinearModel(keras.Model):
     `[B, K]` class probabilities (softmax) or scores (multiclass hinge)."""
     del training
     if self._spec is None:
-      x = self._as_dict(inputs)
-      self._build_spec(self._spec_of(
-          {k: v for k, v in x.items() if k != self.example_id}, True))
+      x = data_lib.as_dict(inputs)
+      self._build_spec(data_lib.feature_spec(
+          {k: v for k, v in x.items() if k != self.example_id},
+          self.categorical_features))
     return self._outputs(self._transform(inputs))
 
   # ----------------------------------------------------------------- SDCA
@@ -463,44 +390,8 @@ class LinearModel(keras.Model):
 
   def _examples(self, features, labels, weights, ids):
     """An `SdcaModel` batch from transformed features."""
-    sparse, dense = [], []
-    batch = tf.shape(labels)[0]
-    for name, kind, _, _, _ in self._spec:
-      value = features[name]
-      if kind == "dense":
-        dense.append(value)
-        continue
-      if isinstance(value, tf.SparseTensor):
-        rows, cols, vals = value.indices[:, 0], value.indices[:, 1], \
-            value.values
-      elif isinstance(value, tf.RaggedTensor):
-        rows, cols, vals = value.value_rowids(), value.flat_values, None
-      else:  # dense ids [B, k]
-        width = tf.shape(value)[1]
-        rows = tf.repeat(tf.range(tf.cast(batch, tf.int64)), width)
-        cols, vals = tf.reshape(value, [-1]), None
-      if kind == "categorical":
-        sparse.append(SparseFeatureColumn(rows, tf.cast(cols, tf.int64),
-                                          None))
-      else:
-        sparse.append(SparseFeatureColumn(rows, cols, vals))
-    if self.bias is not None:
-      dense.append(tf.ones([batch, 1], tf.float32))
-    if ids is None:
-      ids = tf.fill([batch], "")
-    elif ids.dtype != tf.string:
-      ids = tf.strings.as_string(ids)
-    return {"sparse_features": sparse, "dense_features": dense,
-            "example_weights": weights, "example_labels": labels,
-            "example_ids": tf.reshape(ids, [-1])}
-
-  def _unpack(self, data):
-    x, y, sw = keras.utils.unpack_x_y_sample_weight(data)
-    x = self._as_dict(x)
-    y = tf.reshape(tf.cast(y, tf.float32), [-1])
-    sw = (tf.ones_like(y) if sw is None else
-          tf.reshape(tf.cast(sw, tf.float32), [-1]))
-    return x, y, sw
+    return data_lib.sdca_examples(features, labels, weights, ids, self._spec,
+                                  self.bias is not None)
 
   def _update_metrics(self, y, y_pred, sw, loss):
     self._loss_tracker.update_state(loss, sample_weight=tf.reduce_sum(sw))
@@ -511,9 +402,9 @@ class LinearModel(keras.Model):
   def train_step(self, data):
     if self._step_mode == "packed":
       return self._packed_step()
-    x, y, sw = self._unpack(data)
+    x, y, sw = data_lib.unpack(data)
     if self.example_id not in x:
-      raise _missing_ids(self.example_id, x)
+      raise data_lib.missing_ids(self.example_id, x)
     features = self._transform(x)
     y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, x[self.example_id])
@@ -527,7 +418,7 @@ class LinearModel(keras.Model):
     return self._update_metrics(y, y_pred, sw, loss)
 
   def test_step(self, data):
-    x, y, sw = self._unpack(data)
+    x, y, sw = data_lib.unpack(data)
     features = self._transform(x)
     y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, None)
@@ -557,53 +448,21 @@ class LinearModel(keras.Model):
     `(csr or None, dense, labels, weights, num_sparse)`, the columns in the
     weight table's order.
     """
-    x = {name: _host(value) for name, value in self._as_dict(x).items()}
-    n = _num_rows(x)
-    if n == 0:
-      raise InvalidInputError("fit got no examples (x has 0 rows)")
-    labels = _labels(y, n, self.loss_type, self.num_classes)
-    weights = _weights(sample_weight, n, labels, class_weight)
-    if not weights.any():
-      raise InvalidInputError(
-          "every example's weight (sample_weight, class_weight) is 0: "
-          "nothing to train")
-    ids = x.pop(self.example_id, None)
-    self._build_spec(self._spec_of(x, rows_known=True))
-    self._check_values(x)
-    if ids is None:
-      ids = tf.range(n, dtype=tf.int64)
-    else:
-      ids = tf.reshape(_to_host(ids), [-1])
-      if int(tf.size(tf.unique(ids)[0])) != n:
-        raise InvalidInputError(f"feature {self.example_id!r} repeats an "
-                                "example id: each example needs its own")
+    x, n, labels, weights, ids = data_lib.training_inputs(
+        x, y, sample_weight, class_weight, self.loss_type, self.num_classes,
+        self.example_id)
+    self._build_spec(data_lib.feature_spec(x, self.categorical_features))
+    data_lib.check_values(x, self._spec, self.categorical_features)
+    ids = data_lib.example_ids(ids, n, self.example_id)
     self._ensure_sdca()
     keys = self._sdca._keys({"example_ids": (
         ids if ids.dtype == tf.string else tf.strings.as_string(ids))})
     keys = keys.numpy()
     duals = self._duals_for(keys, labels)
-    # The weight table in the SdcaModel's slot order: the sparse and
-    # categorical features (in spec order), then the dense ones and the bias.
-    sparse, dense, num_sparse = [], [], 0
-    for name, kind, size, _, _ in self._spec:
-      value = x[name]
-      if kind == "dense":
-        dense.append(np.reshape(
-            tf.cast(value, tf.float32).numpy(), (n, -1)))
-        continue
-      if _is_scipy(value):
-        csr = _canonical_csr(value)
-        part = (csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
-                csr.data.astype(np.float32, copy=False))
-      else:
-        part = _csr_of(self._transform_one(name, kind, value), n)
-      sparse.append((part[0], part[1] + num_sparse,
-                     None if kind == "categorical" else part[2]))
-      num_sparse += size
-    if self.bias is not None:
-      dense.append(np.ones((n, 1), np.float32))
+    sparse, dense, num_sparse = data_lib.weight_table_columns(
+        x, n, self._spec, self.categorical_features, self.bias is not None)
     if arrays_only:
-      return (_merged_rows(n, sparse) if sparse else None,
+      return (data_lib.merged_rows(n, sparse) if sparse else None,
               np.concatenate(dense, axis=1) if dense else None, labels,
               weights, num_sparse)
     # Row-major [slots, K] for a multiclass loss: the engine's layout.
@@ -611,7 +470,7 @@ class LinearModel(keras.Model):
                             self._sdca._sparse + self._sdca._dense
                             for slot in group.slots])
     resident = engine.ArrayRows(
-        n, _merged_rows(n, sparse) if sparse else None,
+        n, data_lib.merged_rows(n, sparse) if sparse else None,
         np.concatenate(dense, axis=1) if dense else None, labels, weights,
         num_sparse)
     resident.pack(num_sparse, self.loss_type, self.gamma,
@@ -622,7 +481,7 @@ class LinearModel(keras.Model):
     metric_inputs = None
     if self._compile_metrics is not None:
       # Train metrics are computed on all rows after each epoch.
-      features = self._transform({name: _to_host(value)
+      features = self._transform({name: data_lib.to_host(value)
                                   for name, value in x.items()})
       metric_inputs = (features, tf.constant(labels), tf.constant(weights))
     return _PackedRows(resident.rows, keys, duals.reshape(-1), table,
@@ -959,96 +818,13 @@ class LinearModel(keras.Model):
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
         domain labels, non-finite features or bad weights.
     """
-    x = {name: _to_host(value) for name, value in self._as_dict(x).items()}
-    n = _num_rows(x)
-    if y is not None:
-      y = _labels(y, n, self.loss_type, self.num_classes)
-    if sample_weight is not None:
-      sample_weight = _weights(sample_weight, n, y, None)
-    spec = self._spec_of({k: v for k, v in x.items()
-                          if k != self.example_id}, rows_known=True)
-    self._build_spec(spec)
-    self._check_values(x)
-    parts = (x,) if y is None else (
-        (x, y) if sample_weight is None else (x, y, sample_weight))
-    rows = tf.data.Dataset.from_tensor_slices(parts)
-    total = None if sample_weight is None else float(
-        tf.reduce_sum(tf.cast(sample_weight, tf.float64)))
-    return rows, batch_size or min(max(n, 1), DEFAULT_BATCH_SIZE), total
-
-  def _spec_of(self, x, rows_known):
-    """(name, kind, size, raw dtype, raw inner shape) per feature."""
-    del rows_known
-    spec = []
-    for name in sorted(x):
-      value = x[name]
-      dtype = value.dtype
-      inner = list(value.shape[1:])
-      if name in self.categorical_features:
-        kind = "categorical"
-        size = _vocabulary_size(name, self.categorical_features[name])
-      elif isinstance(value, (tf.SparseTensor, tf.SparseTensorSpec)) or \
-          _is_scipy(value):
-        kind = "sparse"
-        size = inner[0] if inner else None
-      elif isinstance(value, (tf.RaggedTensor, tf.RaggedTensorSpec)):
-        raise InvalidInputError(
-            f"feature {name!r} is ragged: list it in categorical_features "
-            f"(ids) or pass a tf.SparseTensor (numeric)")
-      else:
-        if dtype == tf.string:
-          raise InvalidInputError(
-              f"feature {name!r} holds strings: list it in "
-              f"categorical_features with a lookup or hashing layer")
-        kind = "dense"
-        size = int(np.prod(inner)) if inner else 1
-      if size is None:
-        raise InvalidInputError(f"feature {name!r} needs a known width, got "
-                                f"shape {value.shape}")
-      spec.append([name, kind, int(size), tf.as_dtype(dtype).name,
-                   [None if d is None else int(d) for d in inner]])
-    return spec
-
-  def _check_values(self, x):
-    for name, kind, size, _, _ in self._spec:
-      value = x[name]
-      if kind == "categorical":
-        if isinstance(self.categorical_features[name], numbers.Integral):
-          ids = value.values if isinstance(value, tf.SparseTensor) else value
-          ids = tf.reshape(ids, [-1]).numpy()
-          bad = np.flatnonzero((ids < 0) | (ids >= size))
-          if bad.size:
-            raise InvalidInputError(
-                f"feature {name!r} has id {ids[bad[0]]} outside [0, {size})")
-        continue
-      if _is_scipy(value):
-        bad = np.flatnonzero(~np.isfinite(value.data.astype(np.float64)))
-        if bad.size:
-          coo = value.tocoo()
-          finite = np.isfinite(coo.data.astype(np.float64))
-          at = np.flatnonzero(~finite)[0]
-          raise InvalidInputError(
-              f"feature {name!r}[{coo.row[at]}, {coo.col[at]}] = "
-              f"{coo.data[at]} is not finite")
-        continue
-      values = value.values if isinstance(value, tf.SparseTensor) else value
-      if not values.dtype.is_floating and not values.dtype.is_integer and \
-          values.dtype != tf.bool:
-        raise InvalidInputError(f"feature {name!r} must be numeric, got "
-                                f"{values.dtype.name}")
-      values = tf.reshape(values, [-1]).numpy()
-      bad = np.flatnonzero(~np.isfinite(values.astype(np.float64)))
-      if bad.size:
-        where = (value.indices[bad[0]].numpy().tolist()
-                 if isinstance(value, tf.SparseTensor) else
-                 [int(i) for i in np.unravel_index(bad[0], value.shape)])
-        raise InvalidInputError(f"feature {name!r}{where} = {values[bad[0]]}"
-                                " is not finite")
-      if kind == "sparse":
-        cols = value.indices[:, 1].numpy()
-        if cols.size and (cols.min() < 0 or cols.max() >= size):
-          raise InvalidInputError(f"feature {name!r} has a column outside "
-                                  f"[0, {size})")
+    x, n, y, sample_weight = data_lib.scoring_inputs(
+        x, y, sample_weight, self.loss_type, self.num_classes)
+    self._build_spec(data_lib.feature_spec(
+        {k: v for k, v in x.items() if k != self.example_id},
+        self.categorical_features))
+    data_lib.check_values(x, self._spec, self.categorical_features)
+    return data_lib.scoring_rows(x, n, y, sample_weight, batch_size)
 
   def _dataset(self, data, class_weight=None, for_training=False):
     """A user `tf.data.Dataset`: builds the model from its element spec,
@@ -1057,21 +833,13 @@ class LinearModel(keras.Model):
     x_spec = spec[0] if isinstance(spec, tuple) else spec
     if for_training and (not isinstance(x_spec, dict) or
                          self.example_id not in x_spec):
-      raise _missing_ids(self.example_id, x_spec)
-    x_spec = self._as_dict(x_spec)
-    self._build_spec(self._spec_of(
+      raise data_lib.missing_ids(self.example_id, x_spec)
+    x_spec = data_lib.as_dict(x_spec)
+    self._build_spec(data_lib.feature_spec(
         {k: v for k, v in x_spec.items() if k != self.example_id},
-        rows_known=False))
+        self.categorical_features))
     if class_weight:
-      table = _class_weight_table(class_weight)
-
-      def weigh(*parts):
-        x, y, sw = keras.utils.unpack_x_y_sample_weight(parts)
-        cw = tf.gather(table, tf.cast(tf.reshape(y, [-1]), tf.int32))
-        sw = cw if sw is None else tf.reshape(tf.cast(sw, tf.float32),
-                                              [-1]) * cw
-        return x, y, sw
-      data = data.map(weigh)
+      data = data_lib.class_weighted(data, class_weight)
     return data
 
   # ------------------------------------------------------------------ fit
@@ -1151,7 +919,7 @@ class LinearModel(keras.Model):
       if y is None:
         raise ValueError("fit needs labels y")
       if validation_split and validation_data is None:
-        x, y, sample_weight, validation_data = _split(
+        x, y, sample_weight, validation_data = data_lib.split(
             x, y, sample_weight, validation_split)
       self._packed = self._pack(x, y, sample_weight, class_weight)
       self._gap_data = None
@@ -1260,7 +1028,7 @@ class LinearModel(keras.Model):
 
   @tf.function(reduce_retracing=True)
   def _gap_batch(self, data):
-    x, y, sw = self._unpack(data)
+    x, y, sw = data_lib.unpack(data)
     return self._sdca.gap_parts(
         self._examples(self._transform(x), y, sw, x[self.example_id]))
 
@@ -1435,26 +1203,6 @@ class LinearModel(keras.Model):
     archive.write_out(filepath, verbose=verbose)
 
 
-_MISSING_IDS = (
-    "SDCA keeps one dual variable per example, so a streamed dataset needs "
-    "an example id: make its features a dict with a {name!r} feature "
-    "(unique per example, string or int), e.g. add row numbers before "
-    "batching with {how}, or pass in-memory arrays (row positions are used)")
-
-
-def _missing_ids(name, features_spec):
-  """The error for a training dataset without example ids, with a snippet
-  that fits the dataset's features: a dict, or one tensor (which the model
-  names DEFAULT_FEATURE)."""
-  if isinstance(features_spec, dict):
-    how = f"dataset.enumerate().map(lambda i, xy: (dict(xy[0], {name}=i), " \
-          "xy[1]))"
-  else:
-    how = f"dataset.enumerate().map(lambda i, xy: ({{{DEFAULT_FEATURE!r}: " \
-          f"xy[0], {name!r}: i}}, xy[1]))"
-  return InvalidInputError(_MISSING_IDS.format(name=name, how=how))
-
-
 class _Momentum(keras.callbacks.Callback):
   """`momentum`: extrapolates an in-memory fit's packed duals and weight
   table before each epoch (`tf_sdca.engine.Extrapolation`); the Keras
@@ -1613,72 +1361,6 @@ class _PackedRows:
 
 
 # ------------------------------------------------------------------ helpers
-def _is_scipy(value):
-  try:
-    import scipy.sparse  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    return False
-  return scipy.sparse.issparse(value)
-
-
-def _canonical_csr(value):
-  """A scipy matrix as CSR with sorted column indices and duplicate
-  entries (the same row and column twice) summed, as scipy itself reads
-  them: a `tf.SparseTensor` refuses repeated indices ("indices[1] = [0,0]
-  is repeated"), and training must see the same rows as prediction. The
-  caller's matrix is not modified."""
-  csr = value.tocsr()
-  if not csr.has_canonical_format:
-    csr = csr.copy() if csr is value else csr
-    csr.sum_duplicates()  # also sorts the indices
-  return csr
-
-
-def _host(value):
-  """In-memory feature -> scipy sparse matrix (kept: packing reads its CSR
-  arrays) or what `_to_host` makes."""
-  return value if _is_scipy(value) else _to_host(value)
-
-
-def _num_rows(x):
-  """The common first dimension of in-memory features."""
-  n = None
-  for name, value in x.items():
-    rows = value.shape[0] if len(value.shape) else None
-    if rows is None:
-      raise InvalidInputError(f"feature {name!r} must have a first "
-                              f"(example) dimension, got shape "
-                              f"{value.shape}")
-    if n is None:
-      n = int(rows)
-    elif rows != n:
-      raise InvalidInputError(f"feature {name!r} has {rows} rows but "
-                              f"{next(iter(x))!r} has {n}")
-  return n
-
-
-def _csr_of(value, n):
-  """(indptr, int64 columns, float32 values) of a model-side feature: a
-  SparseTensor, a RaggedTensor of ids or dense ids `[n, k]`."""
-  if isinstance(value, tf.RaggedTensor):
-    return (value.row_splits.numpy().astype(np.int64),
-            value.flat_values.numpy().astype(np.int64), None)
-  if isinstance(value, tf.SparseTensor):
-    index = value.indices.numpy()
-    rows, cols = index[:, 0], index[:, 1]
-    values = value.values.numpy()
-    if rows.size and np.any(rows[1:] < rows[:-1]):
-      order = np.argsort(rows, kind="stable")
-      rows, cols, values = rows[order], cols[order], values[order]
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    return indptr, cols.astype(np.int64), values.astype(np.float32)
-  ids = value.numpy().reshape(n, -1)
-  k = ids.shape[1]
-  return (np.arange(0, n * k + 1, k, dtype=np.int64),
-          ids.ravel().astype(np.int64), None)
-
-
 def _strategy_workers(strategy):
   """`strategy` (the model's: the scope it was built in, else the current
   one, as Keras trains) when it spans several worker processes (a
@@ -1722,49 +1404,6 @@ def _strategy_workers(strategy):
   return None
 
 
-def _merged_rows(n, parts):
-  """One CSR (indptr, indices, values or None) of several features' CSR
-  parts with their columns already offset: row i holds each part's entries
-  of row i, part after part."""
-  if len(parts) == 1:
-    return parts[0]
-  lengths = [np.diff(indptr) for indptr, _, _ in parts]
-  indptr = np.zeros(n + 1, np.int64)
-  np.cumsum(sum(lengths), out=indptr[1:])
-  indices = np.empty(indptr[-1], np.int64)
-  with_values = any(values is not None for _, _, values in parts)
-  values = np.empty(indptr[-1], np.float32) if with_values else None
-  start = indptr[:-1].copy()
-  for (part_ptr, part_ids, part_values), length in zip(parts, lengths):
-    # Entry e of row r goes to start[r] + (e - part_ptr[r]).
-    dest = (np.repeat(start - part_ptr[:-1], length) +
-            np.arange(part_ptr[-1], dtype=np.int64))
-    indices[dest] = part_ids
-    if with_values:
-      values[dest] = 1.0 if part_values is None else part_values
-    start += length
-  return indptr, indices, values
-
-
-def _to_host(value):
-  """In-memory feature -> tf.Tensor or tf.SparseTensor."""
-  if isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
-    return value
-  if _is_scipy(value):
-    csr = _canonical_csr(value)
-    # CSR with sorted indices is already in the SparseTensor's row-major
-    # order.
-    rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64),
-                     np.diff(csr.indptr))
-    return tf.SparseTensor(
-        np.stack([rows, csr.indices.astype(np.int64)], 1),
-        csr.data.astype(np.float32), csr.shape)
-  array = np.asarray(value)
-  if array.dtype.kind in "OUS":
-    return tf.constant(array.astype(str))
-  return tf.constant(array)
-
-
 def _dual_blocks(state, labels):
   """float64 `[n, K]` dual blocks from float32 state rows `[n, K + 3]`:
   the label's dual is the negated sum of the others (as the op reads it)."""
@@ -1785,97 +1424,3 @@ def _float32_blocks(alpha):
   away = np.abs(rounded) > np.abs(alpha)
   rounded[away] = np.nextafter(rounded[away], np.float32(0))
   return rounded
-
-
-def _labels(y, n, loss_type, num_classes=1):
-  y = np.asarray(y.numpy() if isinstance(y, tf.Tensor) else y)
-  if y.dtype.kind not in "biuf":
-    raise InvalidInputError(
-        f"labels must be numeric, got dtype {y.dtype}"
-        + (" (encode classes as 0/1)" if loss_type in losses.BINARY else ""))
-  y = y.reshape(len(y), -1) if y.ndim > 1 else y
-  if y.ndim > 1 and y.shape[1] != 1:
-    raise InvalidInputError(f"labels must have shape [n] or [n, 1], got "
-                            f"{y.shape}")
-  y = y.reshape(-1).astype(np.float64)
-  if y.shape[0] != n:
-    raise InvalidInputError(f"labels have {y.shape[0]} rows but the "
-                            f"features have {n}")
-  bad = np.flatnonzero(~np.isfinite(y))
-  if bad.size:
-    raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} is not finite")
-  if loss_type in losses.BINARY:
-    bad = np.flatnonzero((y != 0) & (y != 1))
-    if bad.size:
-      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be 0 or "
-                              f"1 for {loss_type}")
-  elif losses.is_multiclass(loss_type):
-    bad = np.flatnonzero((y < 0) | (y >= num_classes) | (y != np.round(y)))
-    if bad.size:
-      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be a "
-                              f"class id in [0, {num_classes}) for "
-                              f"{loss_type}")
-  elif loss_type == "poisson_loss":
-    bad = np.flatnonzero(y < 0)
-    if bad.size:
-      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be >= 0 "
-                              f"for poisson_loss")
-  return y.astype(np.float32)
-
-
-def _class_weight_table(class_weight):
-  classes = [int(c) for c in class_weight]
-  if min(classes) < 0:
-    raise InvalidInputError(f"class_weight has a negative class {min(classes)}")
-  table = np.ones(max(classes) + 1, np.float32)
-  for c, w in class_weight.items():
-    if not (math.isfinite(w) and w >= 0):
-      raise InvalidInputError(f"class_weight[{c}] = {w} must be finite and "
-                              ">= 0")
-    table[int(c)] = w
-  return tf.constant(table)
-
-
-def _weights(sample_weight, n, y, class_weight):
-  s = (np.ones(n, np.float32) if sample_weight is None else
-       np.asarray(sample_weight, np.float32).reshape(-1))
-  if s.shape[0] != n:
-    raise InvalidInputError(f"sample_weight has {s.shape[0]} rows but the "
-                            f"features have {n}")
-  bad = np.flatnonzero(~np.isfinite(s) | (s < 0))
-  if bad.size:
-    raise InvalidInputError(f"sample_weight[{bad[0]}] = {s[bad[0]]} must be "
-                            "finite and >= 0")
-  if class_weight:
-    if y is None:
-      raise InvalidInputError("class_weight needs labels")
-    table = _class_weight_table(class_weight).numpy()
-    classes = y.astype(np.int64)
-    if classes.min() < 0 or classes.max() >= table.size or np.any(
-        classes != y):
-      raise InvalidInputError("class_weight needs integer labels in "
-                              f"[0, {table.size})")
-    s = s * table[classes]
-  return s
-
-
-def _split(x, y, sample_weight, fraction):
-  """Keras' validation_split: the last `fraction` of the rows."""
-  x = {k: _host(v) for k, v in (x.items() if isinstance(x, dict) else
-                                 [(DEFAULT_FEATURE, x)])}
-  n = int(next(iter(x.values())).shape[0])
-  cut = int(n * (1.0 - fraction))
-
-  def rows(value, lo, hi):
-    if _is_scipy(value):
-      return value.tocsr()[lo:hi]
-    if isinstance(value, tf.SparseTensor):
-      return tf.sparse.slice(value, [lo, 0], [hi - lo, value.dense_shape[1]])
-    return value[lo:hi]
-
-  y = np.asarray(y)
-  sw = None if sample_weight is None else np.asarray(sample_weight)
-  train = {k: rows(v, 0, cut) for k, v in x.items()}
-  held = {k: rows(v, cut, n) for k, v in x.items()}
-  validation = (held, y[cut:]) if sw is None else (held, y[cut:], sw[cut:])
-  return train, y[:cut], None if sw is None else sw[:cut], validation
