@@ -23,17 +23,17 @@ Example:
   >>> probabilities = model.predict(x, verbose=0)
 """
 import numbers
-import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_sdca import averaging
 from tf_sdca import engine
 from tf_sdca import losses
 from tf_sdca import options
+from tf_sdca.keras import callbacks as callbacks_lib
 from tf_sdca.keras import data as data_lib
+from tf_sdca.keras import state as state_lib
 from tf_sdca.keras.data import InvalidInputError
 from tf_sdca.sdca_model import SdcaModel
 
@@ -202,12 +202,12 @@ class LinearModel(keras.Model):
     self.bias = None
     self._sdca = None
     self._pending_state = None
-    self._packed = None     # _PackedRows of the last in-memory fit
+    self._packed = None     # state.PackedRows of the last in-memory fit
     self._row_duals = None  # (keys, float64 duals) saved by the last one
     self._step_mode = None  # what the traced train_step does
     self._train_weight = 0.0
     self._gap_data = None
-    self._average = None    # _Average of an averaging fit
+    self._average = None    # callbacks.Average of an averaging fit
     # (example keys, Extrapolation.state()) of the last in-memory fit with
     # momentum: the next fit on the same rows goes on from it.
     self._momentum_state = None
@@ -455,8 +455,8 @@ class LinearModel(keras.Model):
     data_lib.check_values(x, self._spec, self.categorical_features)
     ids = data_lib.example_ids(ids, n, self.example_id)
     self._ensure_sdca()
-    keys = self._sdca._keys({"example_ids": (
-        ids if ids.dtype == tf.string else tf.strings.as_string(ids))})
+    keys = self._sdca.example_keys(
+        ids if ids.dtype == tf.string else tf.strings.as_string(ids))
     keys = keys.numpy()
     duals = self._duals_for(keys, labels)
     sparse, dense, num_sparse = data_lib.weight_table_columns(
@@ -465,10 +465,7 @@ class LinearModel(keras.Model):
       return (data_lib.merged_rows(n, sparse) if sparse else None,
               np.concatenate(dense, axis=1) if dense else None, labels,
               weights, num_sparse)
-    # Row-major [slots, K] for a multiclass loss: the engine's layout.
-    table = np.concatenate([slot.numpy().reshape(-1) for group in
-                            self._sdca._sparse + self._sdca._dense
-                            for slot in group.slots])
+    table = state_lib.weight_table(self._sdca)
     resident = engine.ArrayRows(
         n, data_lib.merged_rows(n, sparse) if sparse else None,
         np.concatenate(dense, axis=1) if dense else None, labels, weights,
@@ -484,7 +481,7 @@ class LinearModel(keras.Model):
       features = self._transform({name: data_lib.to_host(value)
                                   for name, value in x.items()})
       metric_inputs = (features, tf.constant(labels), tf.constant(weights))
-    return _PackedRows(resident.rows, keys, duals.reshape(-1), table,
+    return state_lib.PackedRows(resident.rows, keys, duals.reshape(-1), table,
                        weights, metric_inputs,
                        losses.shrink_l1(table, self.l1, self.l2)
                        if self._asdca else None, labels)
@@ -530,22 +527,14 @@ class LinearModel(keras.Model):
 
   def _duals_for(self, keys, labels):
     """float64 duals of the rows with these example-id keys (`[n, K]`
-    blocks for a multiclass loss, whose rows have these `labels`)."""
-    for source in ((None if self._packed is None else
-                    (self._packed.keys, self._packed.duals)),
-                   self._row_duals):
-      if source is not None and np.array_equal(source[0], keys):
-        duals = source[1]
-        return np.array(getattr(duals, "numpy", lambda: duals)(), np.float64)
+    blocks for a multiclass loss, whose rows have these `labels`): those
+    of the last in-memory fit or saved file on the same keys, else what
+    the streaming state holds for them, else 0."""
+    duals = state_lib.known_duals(keys, self._packed, self._row_duals)
+    if duals is not None:
+      return duals
     self._flush_packed()
-    k = self.num_classes
-    if sum(int(table.size()) for table in self._sdca._tables) == 0:
-      return np.zeros((keys.shape[0], k) if k > 1 else keys.shape[0],
-                      np.float64)
-    state = self._sdca._lookup_state(tf.constant(keys)).numpy()
-    if k == 1:
-      return state[:, 0].astype(np.float64)
-    return _dual_blocks(state, labels)
+    return state_lib.stored_duals(self._sdca, keys, labels, self.num_classes)
 
   def _packed_step(self):
     """One epoch over the packed rows (the traced `train_step` of an
@@ -553,19 +542,9 @@ class LinearModel(keras.Model):
     `InMemorySdca`'s epochs by the count of epochs and `minimize` calls so
     far, then the new weights written to the model."""
     p = self._packed
-    calls = self._sdca._calls
-    config = self._engine_config()
-    seed = engine.epoch_seed(self.seed, calls)
-    if self._asdca:
-      w, duals, iterate, parts, _ = engine.asdca_pass(
-          p.rows, p.table, p.duals, p.iterate, seed, config)
-      p.iterate.assign(iterate)
-    else:
-      w, duals, parts = engine.packed_pass(p.rows, p.table, p.duals, seed,
-                                           config)
-    p.table.assign(w)
-    p.duals.assign(duals)
-    p.parts.assign(parts)
+    calls = self._sdca.calls
+    w, parts = p.epoch(engine.epoch_seed(self.seed, calls),
+                       self._engine_config(), self._asdca)
     calls.assign_add(1)
     self._write_weights(w)
     primal = parts[0] + 0.5 * self.l2 * parts[2] + self.l1 * parts[3]
@@ -578,25 +557,11 @@ class LinearModel(keras.Model):
     return self.get_metrics_result()
 
   def _write_weights(self, table):
-    """Splits the float64 weight table into the SdcaModel's slots and writes
-    the shrunk weights into the Keras variables."""
-    offset = 0
-    for group in self._sdca._sparse + self._sdca._dense:
-      for var, slot in zip(group.variables_, group.slots):
-        size = slot.shape.num_elements()
-        part = tf.reshape(table[offset:offset + size], slot.shape)
-        offset += size
-        slot.assign(part)
-        var.assign(tf.reshape(tf.cast(
-            losses.shrink_l1(part, self.l1, self.l2), var.dtype), var.shape))
+    state_lib.write_weights(self._sdca, table, self.l1, self.l2)
 
   def _packed_gap(self):
     """(objective per unit weight, relative gap) after the last epoch."""
-    p = self._packed
-    objective, gap = engine.objective_and_gap(
-        p.parts.numpy(), self.loss_type, self.l1, self.l2)
-    return (objective / max(p.total_weight, 1e-300),
-            gap / max(abs(objective), 1e-300))
+    return self._packed.gap(self.loss_type, self.l1, self.l2)
 
   def _flush_packed(self):
     """Writes the packed rows' duals into the SdcaModel's example state, so
@@ -605,14 +570,8 @@ class LinearModel(keras.Model):
     p = self._packed
     if p is None:
       return
-    k = self.num_classes
-    values = np.zeros((p.keys.shape[0], 4 if k == 1 else k + 3), np.float32)
-    if k == 1:
-      values[:, 0] = p.duals.numpy()
-    else:
-      values[:, :k] = _float32_blocks(p.duals.numpy().reshape(-1, k))
-    values[:, -1] = p.example_weights
-    self._sdca._insert_state(tf.constant(p.keys), tf.constant(values))
+    self._sdca.state_insert(tf.constant(p.keys),
+                            tf.constant(p.state_rows(self.num_classes)))
 
   def _leave_packed(self):
     """Before streaming: the example state takes over the packed duals."""
@@ -620,130 +579,42 @@ class LinearModel(keras.Model):
     self._packed = None
     self._row_duals = None
 
+  def _keep_momentum(self, state):
+    """Keeps the momentum's state at the end of a fit (see `Momentum`)."""
+    self._momentum_state = state
+
   # ------------------------------------------------------------ averaging
   def _iterate(self):
-    """The training state now, as (example keys, float64 weight table,
-    duals): for packed rows the keys in row order and the float64 duals
-    (`[n]` or `[n, K]`); for streamed batches the example state's keys
-    sorted and its float32 rows `[m, width]` (the duals in the first 1 or
-    K columns)."""
-    if self._step_mode == "packed":
-      p = self._packed
-      return p.keys, p.table.numpy(), p.duals.numpy()
-    state = self._sdca.get_state()
-    order = np.argsort(state["keys"], kind="stable")
-    table = np.concatenate([np.reshape(slot, -1) for slot in state["slots"]])
-    return state["keys"][order], table, state["values"][order]
+    """The training state now (see `tf_sdca.keras.state.iterate`)."""
+    return state_lib.iterate(
+        self._packed if self._step_mode == "packed" else None, self._sdca)
 
   def _set_iterate(self, keys, table, duals):
-    """Makes (keys, table, duals) as `_iterate` returns them the training
-    state and writes the shrunk weights into the kernels and bias."""
-    if self._step_mode == "packed":
-      p = self._packed
-      if not np.array_equal(p.keys, keys):
-        raise ValueError("average_from: the rows of this fit are not those "
-                         "of the mean it continues (initial_epoch > 0 "
-                         "resumes a mean on the same examples)")
-      p.table.assign(table)
-      p.duals.assign(np.reshape(duals, p.duals.shape))
-      self._write_weights(tf.constant(table))
-      return
-    slots, offset = [], 0
-    for group in self._sdca._sparse + self._sdca._dense:
-      for slot in group.slots:
-        size = slot.shape.num_elements()
-        slots.append(table[offset:offset + size].reshape(slot.shape))
-        offset += size
-    self._sdca.set_state(dict(keys=keys, values=duals, slots=slots))
-
-  def _dual_columns(self):
-    return 1 if self.num_classes == 1 else self.num_classes
+    """Makes an `_iterate` the training state and the model's weights."""
+    state_lib.set_iterate(
+        self._packed if self._step_mode == "packed" else None, self._sdca,
+        keys, table, duals, self.l1, self.l2)
 
   def _start_average(self, packed, initial_epoch):
-    """At the start of `fit`: continues the mean when resuming
-    (`initial_epoch > 0` after an averaged fit: the last iterate becomes
-    the training state again), else starts a new one (holding the start
-    when it is an iterate to average, `initial_epoch >= average_from`)."""
-    average = self._average
+    """At the start of `fit`: the `Averaging` hook of an averaging fit
+    (continuing or starting the model's mean), else None."""
     if self.average_from is None:
       self._average = None
-      return
-    if (initial_epoch > 0 and average is not None and average.mean.count and
-        average.packed == packed):
-      if packed and not np.array_equal(average.keys, self._packed.keys):
-        raise ValueError(
-            f"fit(initial_epoch={initial_epoch}) with average_from="
-            f"{self.average_from} continues the mean of the last fit, over "
-            "other rows (example ids) than these: resume on the same rows, "
-            "or start a new mean with initial_epoch=0")
-      if average.installed:
-        self._set_iterate(*average.last)
-        average.installed, average.last = False, None
-      return
-    self._average = average = _Average(packed)
-    if initial_epoch >= self.average_from:
-      self._average_add()
+      return None
+    mean_gap = None
+    if packed:
+      p, config = self._packed, self._engine_config()
 
-  def _average_add(self):
-    """Adds the training state to the mean (examples the mean has not seen
-    yet, e.g. streamed ones, enter it with dual 0, what they had)."""
-    average = self._average
-    keys, table, duals = self._iterate()
-    if not average.packed:
-      duals = duals[:, :self._dual_columns()]
-    if average.keys is not None and not np.array_equal(average.keys, keys):
-      union = np.union1d(average.keys, keys)
-      average.mean.parts[1] = _on_keys(average.keys, average.mean.parts[1],
-                                       union)
-      duals = _on_keys(keys, duals, union)
-      keys = union
-    average.keys = keys
-    average.mean.add([table, duals])
-
-  def _mean_iterate(self, current):
-    """The mean as an iterate (keys, table, duals) for `_set_iterate`;
-    `current`: the training state (`_iterate()`), whose example rows
-    outside the duals (streaming) the mean keeps."""
-    average = self._average
-    table, duals = average.mean.parts
-    if average.packed:
-      return average.keys, table, duals
-    keys, _, values = current
-    values = _on_keys(keys, values, average.keys).astype(np.float32)
-    values[:, :self._dual_columns()] = duals
-    return average.keys, table, values
-
-  def _average_gap(self, measure):
-    """(objective per unit weight, relative gap) of the mean: for packed
-    rows one `PackedSolve` call without passes on the mean table and duals;
-    streamed, `measure` run with the mean installed for the while."""
-    average = self._average
-    if average.packed:
-      p = self._packed
-      table, duals = average.mean.parts
-      parts = engine.objective_parts(
-          p.rows, tf.constant(table), tf.constant(duals.reshape(-1)),
-          self._engine_config()).numpy()
-      objective, gap = engine.objective_and_gap(parts, self.loss_type,
-                                                 self.l1, self.l2)
-      return (objective / max(p.total_weight, 1e-300),
-              gap / max(abs(objective), 1e-300))
-    current = self._iterate()
-    self._set_iterate(*self._mean_iterate(current))
-    try:
-      return measure()
-    finally:
-      self._set_iterate(*current)
-
-  def _average_install(self):
-    """At the end of `fit`: the mean becomes the model (weights, SDCA
-    state); the last iterate is kept to resume from."""
-    average = self._average
-    if average is None or not average.mean.count or average.installed:
-      return
-    current = self._iterate()
-    self._set_iterate(*self._mean_iterate(current))
-    average.last, average.installed = current, True
+      def mean_gap(table, duals):
+        return p.gap_at(table, duals, config, self.loss_type, self.l1,
+                        self.l2)
+    hook = callbacks_lib.Averaging(
+        self.average_from, self._iterate, self._set_iterate,
+        1 if self.num_classes == 1 else self.num_classes, mean_gap)
+    self._average = hook.start(self._average, packed,
+                               self._packed.keys if packed else None,
+                               initial_epoch)
+    return hook
 
   @property
   def last_iterate(self):
@@ -759,7 +630,7 @@ class LinearModel(keras.Model):
     names = ([n for n, kind, _, _, _ in self._spec if kind != "dense"] +
              [n for n, kind, _, _, _ in self._spec if kind == "dense"])
     names += ["bias"] if self.bias is not None else []
-    slots = [slot for group in self._sdca._sparse + self._sdca._dense
+    slots = [slot for group in self._sdca.weight_groups()
              for slot in group.slots]
     for name, slot in zip(names, slots):
       size = slot.shape.num_elements()
@@ -949,14 +820,22 @@ class LinearModel(keras.Model):
     if packed or self._step_mode != "batches":
       self.train_function = None
     self._step_mode = "packed" if packed else "batches"
-    self._start_average(packed, initial_epoch)
+    averaging = self._start_average(packed, initial_epoch)
+    if total is not None:
+      self._train_weight = total
     callbacks = list(callbacks or [])
-    callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
+    # Streamed batches (no total weight of packed rows) come in the
+    # dataset's order.
+    callbacks.insert(0, callbacks_lib.DualityGapLogger(
+        self, measure, tol, self.loss_type,
+        total is None and not self.carry_over, averaging))
     momentum = options.momentum_for(
         self.momentum, self.visit_order, packed, self._asdca,
         self.average_from is not None)
     if momentum:
-      callbacks.insert(0, _Momentum(self, momentum))
+      callbacks.insert(0, callbacks_lib.Momentum(
+          self._packed, momentum, self.loss_type, self.l1, self.l2,
+          self._momentum_state, self._keep_momentum))
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -1147,7 +1026,7 @@ class LinearModel(keras.Model):
       if "sdca_average_count" in keys:
         count, installed, packed = (
             int(v) for v in np.asarray(store["sdca_average_count"]))
-        self._average = _Average(
+        self._average = callbacks_lib.Average(
             packed, count, np.asarray(store["sdca_average_keys"]),
             [np.asarray(store["sdca_average_table"]),
              np.asarray(store["sdca_average_duals"])])
@@ -1203,47 +1082,6 @@ class LinearModel(keras.Model):
     archive.write_out(filepath, verbose=verbose)
 
 
-class _Momentum(keras.callbacks.Callback):
-  """`momentum`: extrapolates an in-memory fit's packed duals and weight
-  table before each epoch (`tf_sdca.engine.Extrapolation`); the Keras
-  weights stay the last epoch's own point until the next epoch's step
-  writes its own."""
-
-  def __init__(self, model, momentum):
-    super().__init__()
-    self._linear = model
-    p = model._packed  # pylint: disable=protected-access
-
-    def set_point(duals, table):
-      p.duals.assign(duals)
-      p.table.assign(table)
-
-    self._extrapolation = engine.Extrapolation(
-        momentum, model.loss_type, p.labels,
-        lambda: (p.duals.numpy(), p.table.numpy()), set_point)
-    saved = model._momentum_state  # pylint: disable=protected-access
-    if saved is not None and np.array_equal(saved[0], p.keys):
-      # A fit that continues the model on the same rows (resumed, from any
-      # initial_epoch, or after save and load) goes on as an uninterrupted
-      # one: the epochs' orders follow the model's count of steps.
-      self._extrapolation.restore(saved[1], p.duals.shape, p.table.shape)
-
-  def on_epoch_begin(self, epoch, logs=None):
-    self._extrapolation.start_epoch()
-
-  def on_train_end(self, logs=None):
-    state = self._extrapolation.state()
-    self._linear._momentum_state = (  # pylint: disable=protected-access
-        None if state is None else (self._linear._packed.keys, state))  # pylint: disable=protected-access
-
-  def on_epoch_end(self, epoch, logs=None):
-    model = self._linear
-    primal, gap = engine.objective_and_gap(
-        model._packed.parts.numpy(), model.loss_type, model.l1, model.l2)  # pylint: disable=protected-access
-    self._extrapolation.end_epoch(primal - gap,
-                                  gap / max(abs(primal), 1e-300))
-
-
 def _flat_held(held):
   """(name, array) pairs of `SdcaModel.get_state()['held']`, for a Keras
   store of flat names."""
@@ -1270,97 +1108,6 @@ def _nested_held(flat):
       dense=[flat[f"dense_{g}"] for g in groups("dense_")])
 
 
-class _DualityGapLogger(keras.callbacks.Callback):
-  """Runs first at each epoch's end: replaces `loss` by the exact
-  regularised objective, adds `duality_gap`, stops below `tol`."""
-
-  def __init__(self, model, measure, total_weight, tol):
-    super().__init__()
-    self._linear = model
-    self._measure = measure
-    self._tol = tol
-    # Streamed batches (no total weight of packed rows) come in the
-    # dataset's order.
-    self._watch = losses.ProgressWatch(
-        fixed_batches=total_weight is None and not model.carry_over,
-        loss=model.loss_type)
-    if total_weight is not None:
-      model._train_weight = total_weight
-
-  def on_epoch_end(self, epoch, logs=None):
-    model = self._linear
-    objective, gap = self._measure()
-    if model._average is not None:  # average_from
-      if epoch + 1 >= model.average_from:
-        model._average_add()
-      if logs is not None:
-        logs["last_loss"] = objective
-        logs["last_duality_gap"] = gap
-      if model._average.mean.count:
-        objective, gap = model._average_gap(self._measure)
-    if logs is not None:
-      logs["loss"] = objective
-      logs["duality_gap"] = gap
-    slow = self._watch.update(gap)
-    if slow:
-      warnings.warn(slow, UserWarning, stacklevel=2)
-    if self._tol is not None and gap < self._tol:
-      model.stop_training = True
-
-  def on_train_end(self, logs=None):
-    self._linear._average_install()
-
-
-class _Average:
-  """The running mean of an averaging `fit`'s iterates: the float64 weight
-  table (the SdcaModel's slots end to end) and the duals of the examples
-  `keys` (packed rows: float64 per row; streamed: the float32 state's dual
-  columns). `installed`: the model holds the mean, and `last` the last
-  iterate (as `LinearModel._iterate` gives it) to resume from."""
-
-  def __init__(self, packed, count=0, keys=None, parts=None):
-    self.packed = bool(packed)
-    self.mean = averaging.RunningMean(count, parts)
-    self.keys = keys
-    self.installed = False
-    self.last = None
-
-
-def _on_keys(keys, values, new_keys):
-  """`values` (rows keyed by sorted or packed `keys`) on `new_keys`, a
-  superset: the rows of keys not in `keys` are 0."""
-  if np.array_equal(keys, new_keys):
-    return values
-  out = np.zeros((new_keys.shape[0],) + values.shape[1:], values.dtype)
-  order = np.argsort(keys, kind="stable")
-  out[np.searchsorted(new_keys, keys[order])] = values[order]
-  return out
-
-
-class _PackedRows:
-  """What an in-memory `fit` trains: the rows packed once, their example-id
-  keys, example weights and float64 duals, the float64 weight table (the
-  SdcaModel's slots end to end), the last epoch's objective parts, and the
-  inputs of the train metrics (None without compiled metrics)."""
-
-  def __init__(self, rows, keys, duals, table, example_weights,
-               metric_inputs, iterate=None, labels=None):
-    self.rows = rows
-    self.labels = labels  # the rows' labels (momentum's dual domains)
-    self.keys = keys
-    self.example_weights = example_weights
-    self.total_weight = float(example_weights.sum(dtype=np.float64))
-    self.duals = tf.Variable(duals, trainable=False, dtype=tf.float64)
-    self.table = tf.Variable(table, trainable=False, dtype=tf.float64)
-    self.parts = tf.Variable(np.full(4, np.nan), trainable=False,
-                             dtype=tf.float64)
-    self.metric_inputs = metric_inputs
-    # ASDCA's accelerated iterate (visit_order='asdca'), else None.
-    self.iterate = (None if iterate is None else
-                    tf.Variable(iterate, trainable=False, dtype=tf.float64))
-
-
-# ------------------------------------------------------------------ helpers
 def _strategy_workers(strategy):
   """`strategy` (the model's: the scope it was built in, else the current
   one, as Keras trains) when it spans several worker processes (a
@@ -1402,25 +1149,3 @@ def _strategy_workers(strategy):
         "num_threads), or across processes under a multi-worker "
         "MultiWorkerMirroredStrategy (CoCoA+, g3doc/distributed.md)")
   return None
-
-
-def _dual_blocks(state, labels):
-  """float64 `[n, K]` dual blocks from float32 state rows `[n, K + 3]`:
-  the label's dual is the negated sum of the others (as the op reads it)."""
-  k = state.shape[1] - 3
-  alpha = state[:, :k].astype(np.float64)
-  rows = np.arange(alpha.shape[0])
-  labels = np.asarray(labels, np.int64)
-  alpha[rows, labels] = 0.0
-  alpha[rows, labels] = -alpha.sum(axis=1)
-  return alpha
-
-
-def _float32_blocks(alpha):
-  """`[n, K]` dual blocks in float32 as the op stores them: every dual
-  rounded toward zero (so that the blocks stay e_y - p with p on the
-  simplex once the label's is rebuilt from the others)."""
-  rounded = alpha.astype(np.float32)
-  away = np.abs(rounded) > np.abs(alpha)
-  rounded[away] = np.nextafter(rounded[away], np.float32(0))
-  return rounded
