@@ -33,6 +33,7 @@ from tf_sdca import losses
 from tf_sdca import options
 from tf_sdca.keras import callbacks as callbacks_lib
 from tf_sdca.keras import data as data_lib
+from tf_sdca.keras import saving
 from tf_sdca.keras import state as state_lib
 from tf_sdca.keras.data import InvalidInputError
 from tf_sdca.sdca_model import SdcaModel
@@ -937,109 +938,33 @@ class LinearModel(keras.Model):
              self._pending_state)
     if state is None:
       return
-    # The float64 duals of in-memory training, so that it resumes exactly.
     rows = (self._row_duals if self._packed is None else
             (self._packed.keys, self._packed.duals.numpy()))
-    if rows is not None:
-      store["sdca_row_keys"] = rows[0]
-      store["sdca_row_duals"] = rows[1]
-    store["sdca_keys"] = state["keys"]
-    store["sdca_values"] = state["values"]
-    for i, slot in enumerate(state["slots"]):
-      store[f"sdca_slot_{i}"] = slot
-    store["sdca_train_weight"] = np.array([self._train_weight])
-    store["sdca_calls"] = np.array([state.get("calls", 0)], np.int64)
-    if "held" in state:  # carry_over: the rows held for the next step
-      for name, value in _flat_held(state["held"]):
-        store["sdca_held_" + name] = value
-    if self._momentum_state is not None:
-      # The extrapolation's state, so that a fit after load_model goes on.
-      keys, momentum = self._momentum_state
-      store["sdca_momentum_keys"] = keys
-      store["sdca_momentum_previous_duals"] = momentum["previous_duals"]
-      store["sdca_momentum_previous_table"] = momentum["previous_table"]
-      store["sdca_momentum_last"] = np.array(
-          [momentum["last_dual"], float(momentum["restart"])], np.float64)
-      if "auto_gaps" in momentum:
-        store["sdca_momentum_auto_gaps"] = momentum["auto_gaps"]
-    average = self._average
-    if average is not None and average.mean.count:
-      # The running mean (and, when the model holds it, the last iterate),
-      # so that a resumed fit continues the same mean.
-      store["sdca_average_count"] = np.array(
-          [average.mean.count, int(average.installed), int(average.packed)],
-          np.int64)
-      store["sdca_average_keys"] = average.keys
-      store["sdca_average_table"] = average.mean.parts[0]
-      store["sdca_average_duals"] = average.mean.parts[1]
-      if average.installed:
-        store["sdca_average_last_keys"] = average.last[0]
-        store["sdca_average_last_table"] = average.last[1]
-        store["sdca_average_last_duals"] = average.last[2]
+    saving.save_state(store, state, rows, self._train_weight,
+                      self._momentum_state, self._average)
 
   def load_own_variables(self, store):
-    keys = list(store.keys())
-    # A saved file with a NaN or inf weight or dual would load and then
-    # predict (or resume to) NaN everywhere: refuse it, naming the entry.
-    for key in keys:
-      value = np.asarray(store[key])
-      if value.dtype.kind == "f":
-        bad = np.flatnonzero(~np.isfinite(value))
-        if bad.size:
-          raise ValueError(f"{self.name}: the saved variable {key!r} has "
-                           f"[{bad[0]}] = {value.flat[bad[0]]}, not finite")
-    weights = [k for k in keys if not k.startswith("sdca_")]
+    saving.check_finite(store, self.name)
+    weights = [k for k in store.keys() if not k.startswith("sdca_")]
     variables = self._trainable_variables + self._non_trainable_variables
     if len(weights) != len(variables):
       raise ValueError(f"{self.name}: the file has {len(weights)} weights, "
                        f"the model {len(variables)}")
     for i, v in enumerate(variables):
       v.assign(store[f"{i}"])
-    if "sdca_keys" in keys:
-      slots = sorted((k for k in keys if k.startswith("sdca_slot_")),
-                     key=lambda k: int(k.rsplit("_", 1)[1]))
-      state = dict(keys=np.asarray(store["sdca_keys"]),
-                   values=np.asarray(store["sdca_values"]),
-                   slots=[np.asarray(store[k]) for k in slots])
-      if "sdca_calls" in keys:  # absent from files saved before it existed
-        state["calls"] = int(np.asarray(store["sdca_calls"])[0])
-      held = {k[len("sdca_held_"):]: np.asarray(store[k]) for k in keys
-              if k.startswith("sdca_held_")}
-      if held:
-        state["held"] = _nested_held(held)
-      if "sdca_row_keys" in keys:
-        self._row_duals = (np.asarray(store["sdca_row_keys"]),
-                           np.asarray(store["sdca_row_duals"]))
-      self._packed = None
-      self._momentum_state = None
-      if "sdca_momentum_keys" in keys:
-        last_dual, restart = np.asarray(store["sdca_momentum_last"])
-        momentum = dict(
-            previous_duals=np.asarray(store["sdca_momentum_previous_duals"]),
-            previous_table=np.asarray(store["sdca_momentum_previous_table"]),
-            last_dual=float(last_dual), restart=bool(restart))
-        if "sdca_momentum_auto_gaps" in keys:
-          momentum["auto_gaps"] = np.asarray(store["sdca_momentum_auto_gaps"])
-        self._momentum_state = (np.asarray(store["sdca_momentum_keys"]),
-                                momentum)
-      self._average = None
-      if "sdca_average_count" in keys:
-        count, installed, packed = (
-            int(v) for v in np.asarray(store["sdca_average_count"]))
-        self._average = callbacks_lib.Average(
-            packed, count, np.asarray(store["sdca_average_keys"]),
-            [np.asarray(store["sdca_average_table"]),
-             np.asarray(store["sdca_average_duals"])])
-        if installed:
-          self._average.installed = True
-          self._average.last = tuple(np.asarray(store[
-              f"sdca_average_last_{part}"]) for part in
-                                     ("keys", "table", "duals"))
-      self._train_weight = float(np.asarray(store["sdca_train_weight"])[0])
-      if self._sdca is not None:
-        self._sdca.set_state(state)
-      else:
-        self._pending_state = state
+    loaded = saving.load_state(store)
+    if loaded is None:
+      return
+    if loaded["row_duals"] is not None:
+      self._row_duals = loaded["row_duals"]
+    self._packed = None
+    self._momentum_state = loaded["momentum"]
+    self._average = loaded["average"]
+    self._train_weight = loaded["train_weight"]
+    if self._sdca is not None:
+      self._sdca.set_state(loaded["state"])
+    else:
+      self._pending_state = loaded["state"]
 
   def serving_signature(self):
     """The input signature of raw features (a dict of specs)."""
@@ -1080,32 +1005,6 @@ class LinearModel(keras.Model):
     archive.add_endpoint("serve", lambda inputs: self(inputs),
                          input_signature=[signature])
     archive.write_out(filepath, verbose=verbose)
-
-
-def _flat_held(held):
-  """(name, array) pairs of `SdcaModel.get_state()['held']`, for a Keras
-  store of flat names."""
-  for name in ("keys", "example_weights", "example_labels"):
-    yield name, held[name]
-  for g, group in enumerate(held["sparse"]):
-    for part, value in zip(("rows", "ids", "values"), group):
-      yield f"sparse_{g}_{part}", value
-  for g, value in enumerate(held["dense"]):
-    yield f"dense_{g}", value
-
-
-def _nested_held(flat):
-  """`_flat_held`'s pairs (as a dict) back in `get_state`'s structure."""
-  def groups(prefix):
-    return sorted({int(k.split("_")[1]) for k in flat
-                   if k.startswith(prefix)})
-  return dict(
-      keys=flat["keys"], example_weights=flat["example_weights"],
-      example_labels=flat["example_labels"],
-      sparse=[tuple(flat[f"sparse_{g}_{part}"]
-                    for part in ("rows", "ids", "values"))
-              for g in groups("sparse_")],
-      dense=[flat[f"dense_{g}"] for g in groups("dense_")])
 
 
 def _strategy_workers(strategy):
