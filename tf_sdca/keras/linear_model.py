@@ -33,6 +33,7 @@ from tf_sdca import losses
 from tf_sdca import options
 from tf_sdca.keras import callbacks as callbacks_lib
 from tf_sdca.keras import data as data_lib
+from tf_sdca.keras import multi_worker
 from tf_sdca.keras import saving
 from tf_sdca.keras import state as state_lib
 from tf_sdca.keras.data import InvalidInputError
@@ -490,41 +491,25 @@ class LinearModel(keras.Model):
   def _fit_across_processes(self, strategy, x, y, sample_weight,
                             class_weight, epochs, tol, verbose):
     """`fit` in one worker of a multi-worker strategy: CoCoA+ rounds across
-    the workers (`tf_sdca.distributed.train`), each worker's `x, y` its
-    fixed shard; a round is one pass over every shard (`epochs` bounds
+    the workers (`tf_sdca.keras.multi_worker.train`), each worker's `x, y`
+    its fixed shard; a round is one pass over every shard (`epochs` bounds
     them). Every worker ends with the same weights; the History has the
     rounds' `loss` and `duality_gap`. Each call trains from zero duals
     (w = 0): the rounds' duals live in the workers' shards, not the
     model."""
-    from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
-    from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
     if y is None:
       raise ValueError("fit needs labels y")
     self._check_mode(options.PROCESSES,
                      "the workers of a MultiWorkerMirroredStrategy")
-    csr, dense, labels, weights, num_sparse = self._pack(
-        x, y, sample_weight, class_weight, arrays_only=True)
-    indptr, indices, values = csr if csr is not None else (None,) * 3
-    result = training.train(
-        labels, dense=dense, indptr=indptr, indices=indices, values=values,
-        example_weights=weights, num_features=num_sparse,
-        loss=self.loss_type, l1=self.l1, l2=self.l2, gamma=self.gamma,
-        max_rounds=epochs, tol=tol, seed=self.seed,
-        verbose=1 if verbose else 0,
-        cluster=cluster_lib.Cluster.from_strategy(strategy),
-        num_classes=self.num_classes, hinge_step=self.hinge_step)
+    result = multi_worker.train(
+        strategy, self._pack(x, y, sample_weight, class_weight,
+                             arrays_only=True),
+        epochs, tol, verbose, loss=self.loss_type, l1=self.l1, l2=self.l2,
+        gamma=self.gamma, seed=self.seed, num_classes=self.num_classes,
+        hinge_step=self.hinge_step)
     self._packed, self._row_duals = None, None
-    # Row-major [slots, K] (K = 1: the vectors themselves).
-    self._write_weights(tf.constant(np.concatenate(
-        [result.sparse_weights.reshape(-1),
-         result.dense_weights.reshape(-1)])))
-    history = keras.callbacks.History()
-    history.set_model(self)
-    history.epoch = [h["round"] - 1 for h in result.history]
-    history.history = {"loss": [h["loss"] for h in result.history],
-                       "duality_gap": [h["duality_gap"]
-                                       for h in result.history]}
-    return history
+    self._write_weights(multi_worker.weight_table(result))
+    return multi_worker.history(self, result)
 
   def _duals_for(self, keys, labels):
     """float64 duals of the rows with these example-id keys (`[n, K]`
@@ -626,23 +611,9 @@ class LinearModel(keras.Model):
     if average is None or not average.installed:
       return None
     self._ensure_sdca()  # after load_model, the slots' shapes
-    table = average.last[1]
-    kernels, bias, offset = {}, None, 0
-    names = ([n for n, kind, _, _, _ in self._spec if kind != "dense"] +
-             [n for n, kind, _, _, _ in self._spec if kind == "dense"])
-    names += ["bias"] if self.bias is not None else []
-    slots = [slot for group in self._sdca.weight_groups()
-             for slot in group.slots]
-    for name, slot in zip(names, slots):
-      size = slot.shape.num_elements()
-      part = losses.shrink_l1(table[offset:offset + size], self.l1, self.l2)
-      offset += size
-      if name == "bias":
-        bias = part.reshape(-1)
-      else:
-        kernels[name] = part.reshape(size // self.num_classes,
-                                     self.num_classes)
-    return {"kernels": kernels, "bias": bias}
+    return state_lib.kernels_and_bias(
+        self._sdca, average.last[1], [s[:2] for s in self._spec],
+        self.bias is not None, self.l1, self.l2, self.num_classes)
 
   # -------------------------------------------------------------- compile
   def compile(self, metrics=None, weighted_metrics=None, run_eagerly=False,
@@ -762,7 +733,7 @@ class LinearModel(keras.Model):
       InvalidInputError: for bad data (before any step).
       ValueError: for a streamed dataset without example ids.
     """
-    workers = _strategy_workers(self.distribute_strategy)
+    workers = multi_worker.strategy_workers(self.distribute_strategy)
     if workers is not None:
       if isinstance(x, tf.data.Dataset) or validation_data is not None or \
           validation_split or callbacks or initial_epoch or steps_per_epoch:
@@ -1007,44 +978,5 @@ class LinearModel(keras.Model):
     archive.write_out(filepath, verbose=verbose)
 
 
-def _strategy_workers(strategy):
-  """`strategy` (the model's: the scope it was built in, else the current
-  one, as Keras trains) when it spans several worker processes (a
-  `MultiWorkerMirroredStrategy` on a cluster), None for the default
-  strategy or a one-replica one.
-
-  Raises:
-    ValueError: a strategy with several replicas in this process (e.g.
-      `MirroredStrategy` over several devices): Keras would run the whole
-      SDCA epoch once per replica on the same rows and mix their writes,
-      which is not SDCA; threads (`num_threads`) are how one process
-      trains in parallel. Or a cluster with parameter servers: Keras 3's
-      fit has no parameter-server loop.
-  """
-  resolver = getattr(strategy, "cluster_resolver", None)
-  spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-  workers = len(spec.get("chief", [])) + len(spec.get("worker", []))
-  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
-      workers > 1 and not spec.get("ps"):
-    local = strategy.num_replicas_in_sync // workers
-    if local > 1:
-      raise ValueError(
-          f"LinearModel.fit under MultiWorkerMirroredStrategy with {local} "
-          "replicas per worker: give each worker process one device (CoCoA+ "
-          "has one shard per process)")
-    return strategy
-  if spec.get("ps"):
-    raise ValueError(
-        f"LinearModel.fit under {type(strategy).__name__} with parameter "
-        f"servers {spec['ps']}: Keras 3's fit has no parameter-server "
-        "loop, and tf_sdca trains across processes with CoCoA+ on a "
-        "multi-worker MultiWorkerMirroredStrategy (g3doc/distributed.md)")
-  if strategy.num_replicas_in_sync > 1:
-    raise ValueError(
-        f"LinearModel.fit under {type(strategy).__name__} with "
-        f"{strategy.num_replicas_in_sync} replicas: Keras would run each "
-        "SDCA epoch once per replica on the same rows and mix their "
-        "writes, which is not SDCA. Train without the strategy (threads: "
-        "num_threads), or across processes under a multi-worker "
-        "MultiWorkerMirroredStrategy (CoCoA+, g3doc/distributed.md)")
-  return None
+# The strategy check under its former name (tests call it).
+_strategy_workers = multi_worker.strategy_workers

@@ -179,6 +179,29 @@ def set_iterate(packed, sdca, keys, table, duals, l1, l2):
                       slots=table_slots(sdca, table)))
 
 
+def kernels_and_bias(sdca, table, features, with_bias, l1, l2,
+                     num_classes):
+  """The shrunk weights of a weight `table` of `sdca` as `{"kernels":
+  {feature: [size, K] array}, "bias": [K] array or None}`; `features`:
+  (name, kind) of the model's features in spec order (the slots hold the
+  sparse and categorical ones first, then the dense ones, then the bias
+  when `with_bias`)."""
+  kernels, bias, offset = {}, None, 0
+  names = ([n for n, kind in features if kind != "dense"] +
+           [n for n, kind in features if kind == "dense"])
+  names += ["bias"] if with_bias else []
+  slots = [slot for group in sdca.weight_groups() for slot in group.slots]
+  for name, slot in zip(names, slots):
+    size = slot.shape.num_elements()
+    part = losses.shrink_l1(table[offset:offset + size], l1, l2)
+    offset += size
+    if name == "bias":
+      bias = part.reshape(-1)
+    else:
+      kernels[name] = part.reshape(size // num_classes, num_classes)
+  return {"kernels": kernels, "bias": bias}
+
+
 def dual_blocks(state, labels):
   """float64 `[n, K]` dual blocks from float32 state rows `[n, K + 3]`:
   the label's dual is the negated sum of the others (as the op reads it)."""
