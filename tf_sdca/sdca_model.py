@@ -743,6 +743,42 @@ class SdcaModel(tf.Module):
         self._tables, tf.dynamic_partition(keys, shard, n),
         tf.dynamic_partition(values, shard, n))]
 
+  # ------------------------------------------------- state, for the doors
+  # Public views of the state above for the front ends that train it in
+  # their own ways (tf_sdca.keras packs in-memory rows and runs
+  # `TfSdca>PackedSolve` on the same weights and example state).
+  def example_keys(self, example_ids):
+    """int64 keys `[n]` of the example state for `example_ids` (strings
+    `[n]`): the ids' fingerprints, as `minimize` stores them."""
+    return self._keys({"example_ids": example_ids})
+
+  def state_lookup(self, keys):
+    """float32 state rows `[n, width]` of `keys` (from `example_keys`);
+    rows of zeros for keys never stored."""
+    return self._lookup_state(keys)
+
+  def state_insert(self, keys, values):
+    """Stores the float32 state rows `values` `[n, width]` of `keys`,
+    replacing those stored."""
+    return self._insert_state(keys, values)
+
+  def state_size(self):
+    """The number of examples the example state holds (every shard)."""
+    return sum(int(table.size()) for table in self._tables)
+
+  @property
+  def calls(self):
+    """The int64 `tf.Variable` counting `minimize` calls (checkpointed):
+    mixed into each call's seed, so that a front end training the same
+    weights by other calls counts its own on it to draw the same orders."""
+    return self._calls
+
+  def weight_groups(self):
+    """The weight groups in slot order (sparse groups, then dense ones):
+    each has `variables_` (the user's variables) and `slots` (their float64
+    unshrunk weights, one per variable)."""
+    return self._sparse + self._dense
+
   # --------------------------------------------------------------- train
   @_plain_python
   def minimize(self, global_step=None, examples=None, name=None):

@@ -22,61 +22,22 @@ Example:
   >>> history = model.fit(x, y, epochs=20, tol=1e-6, verbose=0)
   >>> probabilities = model.predict(x, verbose=0)
 """
-import math
 import numbers
-import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_sdca import averaging
 from tf_sdca import engine
 from tf_sdca import losses
 from tf_sdca import options
-from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
-
-# Short loss names (the issue's and Keras users') and the op's names.
-# The name a non-dict input gets.
-DEFAULT_FEATURE = "features"
-# Rows per batch when in-memory data is scored (evaluate, predict, the
-# validation data of fit).
-DEFAULT_BATCH_SIZE = 8192
-
-
-class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
-  """Bad training or scoring data, found before any training step.
-
-  Both a `tf.errors.InvalidArgumentError` (like the op's own errors) and a
-  `ValueError` (like Keras' input errors), so either `except` catches it.
-  """
-
-  def __init__(self, message):
-    super().__init__(None, None, message)
-
-
-def _vocabulary_size(name, spec):
-  """Rows of a categorical feature's weights: an int, or the size a Keras
-  preprocessing layer (Hashing, IntegerLookup, StringLookup) maps into."""
-  if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
-    size = int(spec)
-  elif hasattr(spec, "num_bins") and spec.num_bins:
-    size = int(spec.num_bins)
-  elif callable(getattr(spec, "vocabulary_size", None)):
-    size = int(spec.vocabulary_size())
-  else:
-    raise ValueError(
-        f"categorical_features[{name!r}] must be a vocabulary size or a Keras "
-        f"layer with num_bins or vocabulary_size() (Hashing, IntegerLookup, "
-        f"StringLookup), got {spec!r}")
-  if getattr(spec, "output_mode", "int") != "int":
-    raise ValueError(f"categorical_features[{name!r}] must output integer "
-                     f"ids (output_mode='int'), got output_mode="
-                     f"{spec.output_mode!r}")
-  if size < 1:
-    raise ValueError(f"categorical_features[{name!r}] has {size} ids")
-  return size
-
+from tf_sdca.keras import callbacks as callbacks_lib
+from tf_sdca.keras import data as data_lib
+from tf_sdca.keras import multi_worker
+from tf_sdca.keras import saving
+from tf_sdca.keras import state as state_lib
+from tf_sdca.keras.data import InvalidInputError
+from tf_sdca.sdca_model import SdcaModel
 
 @keras.saving.register_keras_serializable(package="tf_sdca")
 class LinearModel(keras.Model):
@@ -236,19 +197,19 @@ class LinearModel(keras.Model):
     self.num_table_shards = int(num_table_shards)
     categorical_features = dict(categorical_features or {})
     for name, spec in categorical_features.items():
-      _vocabulary_size(name, spec)
+      data_lib.vocabulary_size(name, spec)
     self.categorical_features = categorical_features
     self._spec = None  # [(name, kind, size, raw dtype, raw inner shape)]
     self._kernels = {}
     self.bias = None
     self._sdca = None
     self._pending_state = None
-    self._packed = None     # _PackedRows of the last in-memory fit
+    self._packed = None     # state.PackedRows of the last in-memory fit
     self._row_duals = None  # (keys, float64 duals) saved by the last one
     self._step_mode = None  # what the traced train_step does
     self._train_weight = 0.0
     self._gap_data = None
-    self._average = None    # _Average of an averaging fit
+    self._average = None    # callbacks.Average of an averaging fit
     # (example keys, Extrapolation.state()) of the last in-memory fit with
     # momentum: the next fit on the same rows goes on from it.
     self._momentum_state = None
@@ -338,41 +299,8 @@ class LinearModel(keras.Model):
     return cls(**config)
 
   # ------------------------------------------------------------- features
-  def _as_dict(self, x):
-    if isinstance(x, dict):
-      return x
-    return {DEFAULT_FEATURE: x}
-
   def _transform(self, x):
-    """Model-side features: {name: dense float [B, d] | SparseTensor float
-    | categorical ids (dense int [B, k], SparseTensor or RaggedTensor)}."""
-    x = self._as_dict(x)
-    out = {}
-    for name, kind, _, _, _ in self._spec:
-      if name not in x:
-        raise InvalidInputError(f"the input has no feature {name!r}; the "
-                                f"model takes {[s[0] for s in self._spec]}")
-      out[name] = self._transform_one(name, kind, x[name])
-    return out
-
-  def _transform_one(self, name, kind, value):
-    """One feature's model-side value (see `_transform`)."""
-    if kind == "categorical":
-      layer = self.categorical_features[name]
-      if not isinstance(layer, numbers.Integral):
-        value = layer(value)
-      if isinstance(value, tf.SparseTensor):
-        return tf.SparseTensor(value.indices, tf.cast(value.values, tf.int64),
-                               value.dense_shape)
-      if isinstance(value, tf.RaggedTensor):
-        return tf.cast(value, tf.int64)
-      value = tf.cast(value, tf.int64)
-      return tf.reshape(value, [tf.shape(value)[0], -1])
-    if isinstance(value, tf.SparseTensor):
-      return tf.SparseTensor(value.indices, tf.cast(value.values, tf.float32),
-                             value.dense_shape)
-    value = tf.cast(value, tf.float32)
-    return tf.reshape(value, [tf.shape(value)[0], -1])
+    return data_lib.transform(x, self._spec, self.categorical_features)
 
   def _logits(self, features):
     """float32 `w.x + b` per example from the Keras weights (`[B, K]`
@@ -427,9 +355,10 @@ class LinearModel(keras.Model):
     `[B, K]` class probabilities (softmax) or scores (multiclass hinge)."""
     del training
     if self._spec is None:
-      x = self._as_dict(inputs)
-      self._build_spec(self._spec_of(
-          {k: v for k, v in x.items() if k != self.example_id}, True))
+      x = data_lib.as_dict(inputs)
+      self._build_spec(data_lib.feature_spec(
+          {k: v for k, v in x.items() if k != self.example_id},
+          self.categorical_features))
     return self._outputs(self._transform(inputs))
 
   # ----------------------------------------------------------------- SDCA
@@ -463,44 +392,8 @@ class LinearModel(keras.Model):
 
   def _examples(self, features, labels, weights, ids):
     """An `SdcaModel` batch from transformed features."""
-    sparse, dense = [], []
-    batch = tf.shape(labels)[0]
-    for name, kind, _, _, _ in self._spec:
-      value = features[name]
-      if kind == "dense":
-        dense.append(value)
-        continue
-      if isinstance(value, tf.SparseTensor):
-        rows, cols, vals = value.indices[:, 0], value.indices[:, 1], \
-            value.values
-      elif isinstance(value, tf.RaggedTensor):
-        rows, cols, vals = value.value_rowids(), value.flat_values, None
-      else:  # dense ids [B, k]
-        width = tf.shape(value)[1]
-        rows = tf.repeat(tf.range(tf.cast(batch, tf.int64)), width)
-        cols, vals = tf.reshape(value, [-1]), None
-      if kind == "categorical":
-        sparse.append(SparseFeatureColumn(rows, tf.cast(cols, tf.int64),
-                                          None))
-      else:
-        sparse.append(SparseFeatureColumn(rows, cols, vals))
-    if self.bias is not None:
-      dense.append(tf.ones([batch, 1], tf.float32))
-    if ids is None:
-      ids = tf.fill([batch], "")
-    elif ids.dtype != tf.string:
-      ids = tf.strings.as_string(ids)
-    return {"sparse_features": sparse, "dense_features": dense,
-            "example_weights": weights, "example_labels": labels,
-            "example_ids": tf.reshape(ids, [-1])}
-
-  def _unpack(self, data):
-    x, y, sw = keras.utils.unpack_x_y_sample_weight(data)
-    x = self._as_dict(x)
-    y = tf.reshape(tf.cast(y, tf.float32), [-1])
-    sw = (tf.ones_like(y) if sw is None else
-          tf.reshape(tf.cast(sw, tf.float32), [-1]))
-    return x, y, sw
+    return data_lib.sdca_examples(features, labels, weights, ids, self._spec,
+                                  self.bias is not None)
 
   def _update_metrics(self, y, y_pred, sw, loss):
     self._loss_tracker.update_state(loss, sample_weight=tf.reduce_sum(sw))
@@ -511,9 +404,9 @@ class LinearModel(keras.Model):
   def train_step(self, data):
     if self._step_mode == "packed":
       return self._packed_step()
-    x, y, sw = self._unpack(data)
+    x, y, sw = data_lib.unpack(data)
     if self.example_id not in x:
-      raise _missing_ids(self.example_id, x)
+      raise data_lib.missing_ids(self.example_id, x)
     features = self._transform(x)
     y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, x[self.example_id])
@@ -527,7 +420,7 @@ class LinearModel(keras.Model):
     return self._update_metrics(y, y_pred, sw, loss)
 
   def test_step(self, data):
-    x, y, sw = self._unpack(data)
+    x, y, sw = data_lib.unpack(data)
     features = self._transform(x)
     y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, None)
@@ -557,61 +450,26 @@ class LinearModel(keras.Model):
     `(csr or None, dense, labels, weights, num_sparse)`, the columns in the
     weight table's order.
     """
-    x = {name: _host(value) for name, value in self._as_dict(x).items()}
-    n = _num_rows(x)
-    if n == 0:
-      raise InvalidInputError("fit got no examples (x has 0 rows)")
-    labels = _labels(y, n, self.loss_type, self.num_classes)
-    weights = _weights(sample_weight, n, labels, class_weight)
-    if not weights.any():
-      raise InvalidInputError(
-          "every example's weight (sample_weight, class_weight) is 0: "
-          "nothing to train")
-    ids = x.pop(self.example_id, None)
-    self._build_spec(self._spec_of(x, rows_known=True))
-    self._check_values(x)
-    if ids is None:
-      ids = tf.range(n, dtype=tf.int64)
-    else:
-      ids = tf.reshape(_to_host(ids), [-1])
-      if int(tf.size(tf.unique(ids)[0])) != n:
-        raise InvalidInputError(f"feature {self.example_id!r} repeats an "
-                                "example id: each example needs its own")
+    x, n, labels, weights, ids = data_lib.training_inputs(
+        x, y, sample_weight, class_weight, self.loss_type, self.num_classes,
+        self.example_id)
+    self._build_spec(data_lib.feature_spec(x, self.categorical_features))
+    data_lib.check_values(x, self._spec, self.categorical_features)
+    ids = data_lib.example_ids(ids, n, self.example_id)
     self._ensure_sdca()
-    keys = self._sdca._keys({"example_ids": (
-        ids if ids.dtype == tf.string else tf.strings.as_string(ids))})
+    keys = self._sdca.example_keys(
+        ids if ids.dtype == tf.string else tf.strings.as_string(ids))
     keys = keys.numpy()
     duals = self._duals_for(keys, labels)
-    # The weight table in the SdcaModel's slot order: the sparse and
-    # categorical features (in spec order), then the dense ones and the bias.
-    sparse, dense, num_sparse = [], [], 0
-    for name, kind, size, _, _ in self._spec:
-      value = x[name]
-      if kind == "dense":
-        dense.append(np.reshape(
-            tf.cast(value, tf.float32).numpy(), (n, -1)))
-        continue
-      if _is_scipy(value):
-        csr = _canonical_csr(value)
-        part = (csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
-                csr.data.astype(np.float32, copy=False))
-      else:
-        part = _csr_of(self._transform_one(name, kind, value), n)
-      sparse.append((part[0], part[1] + num_sparse,
-                     None if kind == "categorical" else part[2]))
-      num_sparse += size
-    if self.bias is not None:
-      dense.append(np.ones((n, 1), np.float32))
+    sparse, dense, num_sparse = data_lib.weight_table_columns(
+        x, n, self._spec, self.categorical_features, self.bias is not None)
     if arrays_only:
-      return (_merged_rows(n, sparse) if sparse else None,
+      return (data_lib.merged_rows(n, sparse) if sparse else None,
               np.concatenate(dense, axis=1) if dense else None, labels,
               weights, num_sparse)
-    # Row-major [slots, K] for a multiclass loss: the engine's layout.
-    table = np.concatenate([slot.numpy().reshape(-1) for group in
-                            self._sdca._sparse + self._sdca._dense
-                            for slot in group.slots])
+    table = state_lib.weight_table(self._sdca)
     resident = engine.ArrayRows(
-        n, _merged_rows(n, sparse) if sparse else None,
+        n, data_lib.merged_rows(n, sparse) if sparse else None,
         np.concatenate(dense, axis=1) if dense else None, labels, weights,
         num_sparse)
     resident.pack(num_sparse, self.loss_type, self.gamma,
@@ -622,10 +480,10 @@ class LinearModel(keras.Model):
     metric_inputs = None
     if self._compile_metrics is not None:
       # Train metrics are computed on all rows after each epoch.
-      features = self._transform({name: _to_host(value)
+      features = self._transform({name: data_lib.to_host(value)
                                   for name, value in x.items()})
       metric_inputs = (features, tf.constant(labels), tf.constant(weights))
-    return _PackedRows(resident.rows, keys, duals.reshape(-1), table,
+    return state_lib.PackedRows(resident.rows, keys, duals.reshape(-1), table,
                        weights, metric_inputs,
                        losses.shrink_l1(table, self.l1, self.l2)
                        if self._asdca else None, labels)
@@ -633,60 +491,36 @@ class LinearModel(keras.Model):
   def _fit_across_processes(self, strategy, x, y, sample_weight,
                             class_weight, epochs, tol, verbose):
     """`fit` in one worker of a multi-worker strategy: CoCoA+ rounds across
-    the workers (`tf_sdca.distributed.train`), each worker's `x, y` its
-    fixed shard; a round is one pass over every shard (`epochs` bounds
+    the workers (`tf_sdca.keras.multi_worker.train`), each worker's `x, y`
+    its fixed shard; a round is one pass over every shard (`epochs` bounds
     them). Every worker ends with the same weights; the History has the
     rounds' `loss` and `duality_gap`. Each call trains from zero duals
     (w = 0): the rounds' duals live in the workers' shards, not the
     model."""
-    from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
-    from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
     if y is None:
       raise ValueError("fit needs labels y")
     self._check_mode(options.PROCESSES,
                      "the workers of a MultiWorkerMirroredStrategy")
-    csr, dense, labels, weights, num_sparse = self._pack(
-        x, y, sample_weight, class_weight, arrays_only=True)
-    indptr, indices, values = csr if csr is not None else (None,) * 3
-    result = training.train(
-        labels, dense=dense, indptr=indptr, indices=indices, values=values,
-        example_weights=weights, num_features=num_sparse,
-        loss=self.loss_type, l1=self.l1, l2=self.l2, gamma=self.gamma,
-        max_rounds=epochs, tol=tol, seed=self.seed,
-        verbose=1 if verbose else 0,
-        cluster=cluster_lib.Cluster.from_strategy(strategy),
-        num_classes=self.num_classes, hinge_step=self.hinge_step)
+    result = multi_worker.train(
+        strategy, self._pack(x, y, sample_weight, class_weight,
+                             arrays_only=True),
+        epochs, tol, verbose, loss=self.loss_type, l1=self.l1, l2=self.l2,
+        gamma=self.gamma, seed=self.seed, num_classes=self.num_classes,
+        hinge_step=self.hinge_step)
     self._packed, self._row_duals = None, None
-    # Row-major [slots, K] (K = 1: the vectors themselves).
-    self._write_weights(tf.constant(np.concatenate(
-        [result.sparse_weights.reshape(-1),
-         result.dense_weights.reshape(-1)])))
-    history = keras.callbacks.History()
-    history.set_model(self)
-    history.epoch = [h["round"] - 1 for h in result.history]
-    history.history = {"loss": [h["loss"] for h in result.history],
-                       "duality_gap": [h["duality_gap"]
-                                       for h in result.history]}
-    return history
+    self._write_weights(multi_worker.weight_table(result))
+    return multi_worker.history(self, result)
 
   def _duals_for(self, keys, labels):
     """float64 duals of the rows with these example-id keys (`[n, K]`
-    blocks for a multiclass loss, whose rows have these `labels`)."""
-    for source in ((None if self._packed is None else
-                    (self._packed.keys, self._packed.duals)),
-                   self._row_duals):
-      if source is not None and np.array_equal(source[0], keys):
-        duals = source[1]
-        return np.array(getattr(duals, "numpy", lambda: duals)(), np.float64)
+    blocks for a multiclass loss, whose rows have these `labels`): those
+    of the last in-memory fit or saved file on the same keys, else what
+    the streaming state holds for them, else 0."""
+    duals = state_lib.known_duals(keys, self._packed, self._row_duals)
+    if duals is not None:
+      return duals
     self._flush_packed()
-    k = self.num_classes
-    if sum(int(table.size()) for table in self._sdca._tables) == 0:
-      return np.zeros((keys.shape[0], k) if k > 1 else keys.shape[0],
-                      np.float64)
-    state = self._sdca._lookup_state(tf.constant(keys)).numpy()
-    if k == 1:
-      return state[:, 0].astype(np.float64)
-    return _dual_blocks(state, labels)
+    return state_lib.stored_duals(self._sdca, keys, labels, self.num_classes)
 
   def _packed_step(self):
     """One epoch over the packed rows (the traced `train_step` of an
@@ -694,19 +528,9 @@ class LinearModel(keras.Model):
     `InMemorySdca`'s epochs by the count of epochs and `minimize` calls so
     far, then the new weights written to the model."""
     p = self._packed
-    calls = self._sdca._calls
-    config = self._engine_config()
-    seed = engine.epoch_seed(self.seed, calls)
-    if self._asdca:
-      w, duals, iterate, parts, _ = engine.asdca_pass(
-          p.rows, p.table, p.duals, p.iterate, seed, config)
-      p.iterate.assign(iterate)
-    else:
-      w, duals, parts = engine.packed_pass(p.rows, p.table, p.duals, seed,
-                                           config)
-    p.table.assign(w)
-    p.duals.assign(duals)
-    p.parts.assign(parts)
+    calls = self._sdca.calls
+    w, parts = p.epoch(engine.epoch_seed(self.seed, calls),
+                       self._engine_config(), self._asdca)
     calls.assign_add(1)
     self._write_weights(w)
     primal = parts[0] + 0.5 * self.l2 * parts[2] + self.l1 * parts[3]
@@ -719,25 +543,11 @@ class LinearModel(keras.Model):
     return self.get_metrics_result()
 
   def _write_weights(self, table):
-    """Splits the float64 weight table into the SdcaModel's slots and writes
-    the shrunk weights into the Keras variables."""
-    offset = 0
-    for group in self._sdca._sparse + self._sdca._dense:
-      for var, slot in zip(group.variables_, group.slots):
-        size = slot.shape.num_elements()
-        part = tf.reshape(table[offset:offset + size], slot.shape)
-        offset += size
-        slot.assign(part)
-        var.assign(tf.reshape(tf.cast(
-            losses.shrink_l1(part, self.l1, self.l2), var.dtype), var.shape))
+    state_lib.write_weights(self._sdca, table, self.l1, self.l2)
 
   def _packed_gap(self):
     """(objective per unit weight, relative gap) after the last epoch."""
-    p = self._packed
-    objective, gap = engine.objective_and_gap(
-        p.parts.numpy(), self.loss_type, self.l1, self.l2)
-    return (objective / max(p.total_weight, 1e-300),
-            gap / max(abs(objective), 1e-300))
+    return self._packed.gap(self.loss_type, self.l1, self.l2)
 
   def _flush_packed(self):
     """Writes the packed rows' duals into the SdcaModel's example state, so
@@ -746,14 +556,8 @@ class LinearModel(keras.Model):
     p = self._packed
     if p is None:
       return
-    k = self.num_classes
-    values = np.zeros((p.keys.shape[0], 4 if k == 1 else k + 3), np.float32)
-    if k == 1:
-      values[:, 0] = p.duals.numpy()
-    else:
-      values[:, :k] = _float32_blocks(p.duals.numpy().reshape(-1, k))
-    values[:, -1] = p.example_weights
-    self._sdca._insert_state(tf.constant(p.keys), tf.constant(values))
+    self._sdca.state_insert(tf.constant(p.keys),
+                            tf.constant(p.state_rows(self.num_classes)))
 
   def _leave_packed(self):
     """Before streaming: the example state takes over the packed duals."""
@@ -761,130 +565,42 @@ class LinearModel(keras.Model):
     self._packed = None
     self._row_duals = None
 
+  def _keep_momentum(self, state):
+    """Keeps the momentum's state at the end of a fit (see `Momentum`)."""
+    self._momentum_state = state
+
   # ------------------------------------------------------------ averaging
   def _iterate(self):
-    """The training state now, as (example keys, float64 weight table,
-    duals): for packed rows the keys in row order and the float64 duals
-    (`[n]` or `[n, K]`); for streamed batches the example state's keys
-    sorted and its float32 rows `[m, width]` (the duals in the first 1 or
-    K columns)."""
-    if self._step_mode == "packed":
-      p = self._packed
-      return p.keys, p.table.numpy(), p.duals.numpy()
-    state = self._sdca.get_state()
-    order = np.argsort(state["keys"], kind="stable")
-    table = np.concatenate([np.reshape(slot, -1) for slot in state["slots"]])
-    return state["keys"][order], table, state["values"][order]
+    """The training state now (see `tf_sdca.keras.state.iterate`)."""
+    return state_lib.iterate(
+        self._packed if self._step_mode == "packed" else None, self._sdca)
 
   def _set_iterate(self, keys, table, duals):
-    """Makes (keys, table, duals) as `_iterate` returns them the training
-    state and writes the shrunk weights into the kernels and bias."""
-    if self._step_mode == "packed":
-      p = self._packed
-      if not np.array_equal(p.keys, keys):
-        raise ValueError("average_from: the rows of this fit are not those "
-                         "of the mean it continues (initial_epoch > 0 "
-                         "resumes a mean on the same examples)")
-      p.table.assign(table)
-      p.duals.assign(np.reshape(duals, p.duals.shape))
-      self._write_weights(tf.constant(table))
-      return
-    slots, offset = [], 0
-    for group in self._sdca._sparse + self._sdca._dense:
-      for slot in group.slots:
-        size = slot.shape.num_elements()
-        slots.append(table[offset:offset + size].reshape(slot.shape))
-        offset += size
-    self._sdca.set_state(dict(keys=keys, values=duals, slots=slots))
-
-  def _dual_columns(self):
-    return 1 if self.num_classes == 1 else self.num_classes
+    """Makes an `_iterate` the training state and the model's weights."""
+    state_lib.set_iterate(
+        self._packed if self._step_mode == "packed" else None, self._sdca,
+        keys, table, duals, self.l1, self.l2)
 
   def _start_average(self, packed, initial_epoch):
-    """At the start of `fit`: continues the mean when resuming
-    (`initial_epoch > 0` after an averaged fit: the last iterate becomes
-    the training state again), else starts a new one (holding the start
-    when it is an iterate to average, `initial_epoch >= average_from`)."""
-    average = self._average
+    """At the start of `fit`: the `Averaging` hook of an averaging fit
+    (continuing or starting the model's mean), else None."""
     if self.average_from is None:
       self._average = None
-      return
-    if (initial_epoch > 0 and average is not None and average.mean.count and
-        average.packed == packed):
-      if packed and not np.array_equal(average.keys, self._packed.keys):
-        raise ValueError(
-            f"fit(initial_epoch={initial_epoch}) with average_from="
-            f"{self.average_from} continues the mean of the last fit, over "
-            "other rows (example ids) than these: resume on the same rows, "
-            "or start a new mean with initial_epoch=0")
-      if average.installed:
-        self._set_iterate(*average.last)
-        average.installed, average.last = False, None
-      return
-    self._average = average = _Average(packed)
-    if initial_epoch >= self.average_from:
-      self._average_add()
+      return None
+    mean_gap = None
+    if packed:
+      p, config = self._packed, self._engine_config()
 
-  def _average_add(self):
-    """Adds the training state to the mean (examples the mean has not seen
-    yet, e.g. streamed ones, enter it with dual 0, what they had)."""
-    average = self._average
-    keys, table, duals = self._iterate()
-    if not average.packed:
-      duals = duals[:, :self._dual_columns()]
-    if average.keys is not None and not np.array_equal(average.keys, keys):
-      union = np.union1d(average.keys, keys)
-      average.mean.parts[1] = _on_keys(average.keys, average.mean.parts[1],
-                                       union)
-      duals = _on_keys(keys, duals, union)
-      keys = union
-    average.keys = keys
-    average.mean.add([table, duals])
-
-  def _mean_iterate(self, current):
-    """The mean as an iterate (keys, table, duals) for `_set_iterate`;
-    `current`: the training state (`_iterate()`), whose example rows
-    outside the duals (streaming) the mean keeps."""
-    average = self._average
-    table, duals = average.mean.parts
-    if average.packed:
-      return average.keys, table, duals
-    keys, _, values = current
-    values = _on_keys(keys, values, average.keys).astype(np.float32)
-    values[:, :self._dual_columns()] = duals
-    return average.keys, table, values
-
-  def _average_gap(self, measure):
-    """(objective per unit weight, relative gap) of the mean: for packed
-    rows one `PackedSolve` call without passes on the mean table and duals;
-    streamed, `measure` run with the mean installed for the while."""
-    average = self._average
-    if average.packed:
-      p = self._packed
-      table, duals = average.mean.parts
-      parts = engine.objective_parts(
-          p.rows, tf.constant(table), tf.constant(duals.reshape(-1)),
-          self._engine_config()).numpy()
-      objective, gap = engine.objective_and_gap(parts, self.loss_type,
-                                                 self.l1, self.l2)
-      return (objective / max(p.total_weight, 1e-300),
-              gap / max(abs(objective), 1e-300))
-    current = self._iterate()
-    self._set_iterate(*self._mean_iterate(current))
-    try:
-      return measure()
-    finally:
-      self._set_iterate(*current)
-
-  def _average_install(self):
-    """At the end of `fit`: the mean becomes the model (weights, SDCA
-    state); the last iterate is kept to resume from."""
-    average = self._average
-    if average is None or not average.mean.count or average.installed:
-      return
-    current = self._iterate()
-    self._set_iterate(*self._mean_iterate(current))
-    average.last, average.installed = current, True
+      def mean_gap(table, duals):
+        return p.gap_at(table, duals, config, self.loss_type, self.l1,
+                        self.l2)
+    hook = callbacks_lib.Averaging(
+        self.average_from, self._iterate, self._set_iterate,
+        1 if self.num_classes == 1 else self.num_classes, mean_gap)
+    self._average = hook.start(self._average, packed,
+                               self._packed.keys if packed else None,
+                               initial_epoch)
+    return hook
 
   @property
   def last_iterate(self):
@@ -895,23 +611,9 @@ class LinearModel(keras.Model):
     if average is None or not average.installed:
       return None
     self._ensure_sdca()  # after load_model, the slots' shapes
-    table = average.last[1]
-    kernels, bias, offset = {}, None, 0
-    names = ([n for n, kind, _, _, _ in self._spec if kind != "dense"] +
-             [n for n, kind, _, _, _ in self._spec if kind == "dense"])
-    names += ["bias"] if self.bias is not None else []
-    slots = [slot for group in self._sdca._sparse + self._sdca._dense
-             for slot in group.slots]
-    for name, slot in zip(names, slots):
-      size = slot.shape.num_elements()
-      part = losses.shrink_l1(table[offset:offset + size], self.l1, self.l2)
-      offset += size
-      if name == "bias":
-        bias = part.reshape(-1)
-      else:
-        kernels[name] = part.reshape(size // self.num_classes,
-                                     self.num_classes)
-    return {"kernels": kernels, "bias": bias}
+    return state_lib.kernels_and_bias(
+        self._sdca, average.last[1], [s[:2] for s in self._spec],
+        self.bias is not None, self.l1, self.l2, self.num_classes)
 
   # -------------------------------------------------------------- compile
   def compile(self, metrics=None, weighted_metrics=None, run_eagerly=False,
@@ -959,96 +661,13 @@ class LinearModel(keras.Model):
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
         domain labels, non-finite features or bad weights.
     """
-    x = {name: _to_host(value) for name, value in self._as_dict(x).items()}
-    n = _num_rows(x)
-    if y is not None:
-      y = _labels(y, n, self.loss_type, self.num_classes)
-    if sample_weight is not None:
-      sample_weight = _weights(sample_weight, n, y, None)
-    spec = self._spec_of({k: v for k, v in x.items()
-                          if k != self.example_id}, rows_known=True)
-    self._build_spec(spec)
-    self._check_values(x)
-    parts = (x,) if y is None else (
-        (x, y) if sample_weight is None else (x, y, sample_weight))
-    rows = tf.data.Dataset.from_tensor_slices(parts)
-    total = None if sample_weight is None else float(
-        tf.reduce_sum(tf.cast(sample_weight, tf.float64)))
-    return rows, batch_size or min(max(n, 1), DEFAULT_BATCH_SIZE), total
-
-  def _spec_of(self, x, rows_known):
-    """(name, kind, size, raw dtype, raw inner shape) per feature."""
-    del rows_known
-    spec = []
-    for name in sorted(x):
-      value = x[name]
-      dtype = value.dtype
-      inner = list(value.shape[1:])
-      if name in self.categorical_features:
-        kind = "categorical"
-        size = _vocabulary_size(name, self.categorical_features[name])
-      elif isinstance(value, (tf.SparseTensor, tf.SparseTensorSpec)) or \
-          _is_scipy(value):
-        kind = "sparse"
-        size = inner[0] if inner else None
-      elif isinstance(value, (tf.RaggedTensor, tf.RaggedTensorSpec)):
-        raise InvalidInputError(
-            f"feature {name!r} is ragged: list it in categorical_features "
-            f"(ids) or pass a tf.SparseTensor (numeric)")
-      else:
-        if dtype == tf.string:
-          raise InvalidInputError(
-              f"feature {name!r} holds strings: list it in "
-              f"categorical_features with a lookup or hashing layer")
-        kind = "dense"
-        size = int(np.prod(inner)) if inner else 1
-      if size is None:
-        raise InvalidInputError(f"feature {name!r} needs a known width, got "
-                                f"shape {value.shape}")
-      spec.append([name, kind, int(size), tf.as_dtype(dtype).name,
-                   [None if d is None else int(d) for d in inner]])
-    return spec
-
-  def _check_values(self, x):
-    for name, kind, size, _, _ in self._spec:
-      value = x[name]
-      if kind == "categorical":
-        if isinstance(self.categorical_features[name], numbers.Integral):
-          ids = value.values if isinstance(value, tf.SparseTensor) else value
-          ids = tf.reshape(ids, [-1]).numpy()
-          bad = np.flatnonzero((ids < 0) | (ids >= size))
-          if bad.size:
-            raise InvalidInputError(
-                f"feature {name!r} has id {ids[bad[0]]} outside [0, {size})")
-        continue
-      if _is_scipy(value):
-        bad = np.flatnonzero(~np.isfinite(value.data.astype(np.float64)))
-        if bad.size:
-          coo = value.tocoo()
-          finite = np.isfinite(coo.data.astype(np.float64))
-          at = np.flatnonzero(~finite)[0]
-          raise InvalidInputError(
-              f"feature {name!r}[{coo.row[at]}, {coo.col[at]}] = "
-              f"{coo.data[at]} is not finite")
-        continue
-      values = value.values if isinstance(value, tf.SparseTensor) else value
-      if not values.dtype.is_floating and not values.dtype.is_integer and \
-          values.dtype != tf.bool:
-        raise InvalidInputError(f"feature {name!r} must be numeric, got "
-                                f"{values.dtype.name}")
-      values = tf.reshape(values, [-1]).numpy()
-      bad = np.flatnonzero(~np.isfinite(values.astype(np.float64)))
-      if bad.size:
-        where = (value.indices[bad[0]].numpy().tolist()
-                 if isinstance(value, tf.SparseTensor) else
-                 [int(i) for i in np.unravel_index(bad[0], value.shape)])
-        raise InvalidInputError(f"feature {name!r}{where} = {values[bad[0]]}"
-                                " is not finite")
-      if kind == "sparse":
-        cols = value.indices[:, 1].numpy()
-        if cols.size and (cols.min() < 0 or cols.max() >= size):
-          raise InvalidInputError(f"feature {name!r} has a column outside "
-                                  f"[0, {size})")
+    x, n, y, sample_weight = data_lib.scoring_inputs(
+        x, y, sample_weight, self.loss_type, self.num_classes)
+    self._build_spec(data_lib.feature_spec(
+        {k: v for k, v in x.items() if k != self.example_id},
+        self.categorical_features))
+    data_lib.check_values(x, self._spec, self.categorical_features)
+    return data_lib.scoring_rows(x, n, y, sample_weight, batch_size)
 
   def _dataset(self, data, class_weight=None, for_training=False):
     """A user `tf.data.Dataset`: builds the model from its element spec,
@@ -1057,21 +676,13 @@ class LinearModel(keras.Model):
     x_spec = spec[0] if isinstance(spec, tuple) else spec
     if for_training and (not isinstance(x_spec, dict) or
                          self.example_id not in x_spec):
-      raise _missing_ids(self.example_id, x_spec)
-    x_spec = self._as_dict(x_spec)
-    self._build_spec(self._spec_of(
+      raise data_lib.missing_ids(self.example_id, x_spec)
+    x_spec = data_lib.as_dict(x_spec)
+    self._build_spec(data_lib.feature_spec(
         {k: v for k, v in x_spec.items() if k != self.example_id},
-        rows_known=False))
+        self.categorical_features))
     if class_weight:
-      table = _class_weight_table(class_weight)
-
-      def weigh(*parts):
-        x, y, sw = keras.utils.unpack_x_y_sample_weight(parts)
-        cw = tf.gather(table, tf.cast(tf.reshape(y, [-1]), tf.int32))
-        sw = cw if sw is None else tf.reshape(tf.cast(sw, tf.float32),
-                                              [-1]) * cw
-        return x, y, sw
-      data = data.map(weigh)
+      data = data_lib.class_weighted(data, class_weight)
     return data
 
   # ------------------------------------------------------------------ fit
@@ -1122,7 +733,7 @@ class LinearModel(keras.Model):
       InvalidInputError: for bad data (before any step).
       ValueError: for a streamed dataset without example ids.
     """
-    workers = _strategy_workers(self.distribute_strategy)
+    workers = multi_worker.strategy_workers(self.distribute_strategy)
     if workers is not None:
       if isinstance(x, tf.data.Dataset) or validation_data is not None or \
           validation_split or callbacks or initial_epoch or steps_per_epoch:
@@ -1151,7 +762,7 @@ class LinearModel(keras.Model):
       if y is None:
         raise ValueError("fit needs labels y")
       if validation_split and validation_data is None:
-        x, y, sample_weight, validation_data = _split(
+        x, y, sample_weight, validation_data = data_lib.split(
             x, y, sample_weight, validation_split)
       self._packed = self._pack(x, y, sample_weight, class_weight)
       self._gap_data = None
@@ -1181,14 +792,22 @@ class LinearModel(keras.Model):
     if packed or self._step_mode != "batches":
       self.train_function = None
     self._step_mode = "packed" if packed else "batches"
-    self._start_average(packed, initial_epoch)
+    averaging = self._start_average(packed, initial_epoch)
+    if total is not None:
+      self._train_weight = total
     callbacks = list(callbacks or [])
-    callbacks.insert(0, _DualityGapLogger(self, measure, total, tol))
+    # Streamed batches (no total weight of packed rows) come in the
+    # dataset's order.
+    callbacks.insert(0, callbacks_lib.DualityGapLogger(
+        self, measure, tol, self.loss_type,
+        total is None and not self.carry_over, averaging))
     momentum = options.momentum_for(
         self.momentum, self.visit_order, packed, self._asdca,
         self.average_from is not None)
     if momentum:
-      callbacks.insert(0, _Momentum(self, momentum))
+      callbacks.insert(0, callbacks_lib.Momentum(
+          self._packed, momentum, self.loss_type, self.l1, self.l2,
+          self._momentum_state, self._keep_momentum))
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -1260,7 +879,7 @@ class LinearModel(keras.Model):
 
   @tf.function(reduce_retracing=True)
   def _gap_batch(self, data):
-    x, y, sw = self._unpack(data)
+    x, y, sw = data_lib.unpack(data)
     return self._sdca.gap_parts(
         self._examples(self._transform(x), y, sw, x[self.example_id]))
 
@@ -1290,109 +909,33 @@ class LinearModel(keras.Model):
              self._pending_state)
     if state is None:
       return
-    # The float64 duals of in-memory training, so that it resumes exactly.
     rows = (self._row_duals if self._packed is None else
             (self._packed.keys, self._packed.duals.numpy()))
-    if rows is not None:
-      store["sdca_row_keys"] = rows[0]
-      store["sdca_row_duals"] = rows[1]
-    store["sdca_keys"] = state["keys"]
-    store["sdca_values"] = state["values"]
-    for i, slot in enumerate(state["slots"]):
-      store[f"sdca_slot_{i}"] = slot
-    store["sdca_train_weight"] = np.array([self._train_weight])
-    store["sdca_calls"] = np.array([state.get("calls", 0)], np.int64)
-    if "held" in state:  # carry_over: the rows held for the next step
-      for name, value in _flat_held(state["held"]):
-        store["sdca_held_" + name] = value
-    if self._momentum_state is not None:
-      # The extrapolation's state, so that a fit after load_model goes on.
-      keys, momentum = self._momentum_state
-      store["sdca_momentum_keys"] = keys
-      store["sdca_momentum_previous_duals"] = momentum["previous_duals"]
-      store["sdca_momentum_previous_table"] = momentum["previous_table"]
-      store["sdca_momentum_last"] = np.array(
-          [momentum["last_dual"], float(momentum["restart"])], np.float64)
-      if "auto_gaps" in momentum:
-        store["sdca_momentum_auto_gaps"] = momentum["auto_gaps"]
-    average = self._average
-    if average is not None and average.mean.count:
-      # The running mean (and, when the model holds it, the last iterate),
-      # so that a resumed fit continues the same mean.
-      store["sdca_average_count"] = np.array(
-          [average.mean.count, int(average.installed), int(average.packed)],
-          np.int64)
-      store["sdca_average_keys"] = average.keys
-      store["sdca_average_table"] = average.mean.parts[0]
-      store["sdca_average_duals"] = average.mean.parts[1]
-      if average.installed:
-        store["sdca_average_last_keys"] = average.last[0]
-        store["sdca_average_last_table"] = average.last[1]
-        store["sdca_average_last_duals"] = average.last[2]
+    saving.save_state(store, state, rows, self._train_weight,
+                      self._momentum_state, self._average)
 
   def load_own_variables(self, store):
-    keys = list(store.keys())
-    # A saved file with a NaN or inf weight or dual would load and then
-    # predict (or resume to) NaN everywhere: refuse it, naming the entry.
-    for key in keys:
-      value = np.asarray(store[key])
-      if value.dtype.kind == "f":
-        bad = np.flatnonzero(~np.isfinite(value))
-        if bad.size:
-          raise ValueError(f"{self.name}: the saved variable {key!r} has "
-                           f"[{bad[0]}] = {value.flat[bad[0]]}, not finite")
-    weights = [k for k in keys if not k.startswith("sdca_")]
+    saving.check_finite(store, self.name)
+    weights = [k for k in store.keys() if not k.startswith("sdca_")]
     variables = self._trainable_variables + self._non_trainable_variables
     if len(weights) != len(variables):
       raise ValueError(f"{self.name}: the file has {len(weights)} weights, "
                        f"the model {len(variables)}")
     for i, v in enumerate(variables):
       v.assign(store[f"{i}"])
-    if "sdca_keys" in keys:
-      slots = sorted((k for k in keys if k.startswith("sdca_slot_")),
-                     key=lambda k: int(k.rsplit("_", 1)[1]))
-      state = dict(keys=np.asarray(store["sdca_keys"]),
-                   values=np.asarray(store["sdca_values"]),
-                   slots=[np.asarray(store[k]) for k in slots])
-      if "sdca_calls" in keys:  # absent from files saved before it existed
-        state["calls"] = int(np.asarray(store["sdca_calls"])[0])
-      held = {k[len("sdca_held_"):]: np.asarray(store[k]) for k in keys
-              if k.startswith("sdca_held_")}
-      if held:
-        state["held"] = _nested_held(held)
-      if "sdca_row_keys" in keys:
-        self._row_duals = (np.asarray(store["sdca_row_keys"]),
-                           np.asarray(store["sdca_row_duals"]))
-      self._packed = None
-      self._momentum_state = None
-      if "sdca_momentum_keys" in keys:
-        last_dual, restart = np.asarray(store["sdca_momentum_last"])
-        momentum = dict(
-            previous_duals=np.asarray(store["sdca_momentum_previous_duals"]),
-            previous_table=np.asarray(store["sdca_momentum_previous_table"]),
-            last_dual=float(last_dual), restart=bool(restart))
-        if "sdca_momentum_auto_gaps" in keys:
-          momentum["auto_gaps"] = np.asarray(store["sdca_momentum_auto_gaps"])
-        self._momentum_state = (np.asarray(store["sdca_momentum_keys"]),
-                                momentum)
-      self._average = None
-      if "sdca_average_count" in keys:
-        count, installed, packed = (
-            int(v) for v in np.asarray(store["sdca_average_count"]))
-        self._average = _Average(
-            packed, count, np.asarray(store["sdca_average_keys"]),
-            [np.asarray(store["sdca_average_table"]),
-             np.asarray(store["sdca_average_duals"])])
-        if installed:
-          self._average.installed = True
-          self._average.last = tuple(np.asarray(store[
-              f"sdca_average_last_{part}"]) for part in
-                                     ("keys", "table", "duals"))
-      self._train_weight = float(np.asarray(store["sdca_train_weight"])[0])
-      if self._sdca is not None:
-        self._sdca.set_state(state)
-      else:
-        self._pending_state = state
+    loaded = saving.load_state(store)
+    if loaded is None:
+      return
+    if loaded["row_duals"] is not None:
+      self._row_duals = loaded["row_duals"]
+    self._packed = None
+    self._momentum_state = loaded["momentum"]
+    self._average = loaded["average"]
+    self._train_weight = loaded["train_weight"]
+    if self._sdca is not None:
+      self._sdca.set_state(loaded["state"])
+    else:
+      self._pending_state = loaded["state"]
 
   def serving_signature(self):
     """The input signature of raw features (a dict of specs)."""
@@ -1435,447 +978,5 @@ class LinearModel(keras.Model):
     archive.write_out(filepath, verbose=verbose)
 
 
-_MISSING_IDS = (
-    "SDCA keeps one dual variable per example, so a streamed dataset needs "
-    "an example id: make its features a dict with a {name!r} feature "
-    "(unique per example, string or int), e.g. add row numbers before "
-    "batching with {how}, or pass in-memory arrays (row positions are used)")
-
-
-def _missing_ids(name, features_spec):
-  """The error for a training dataset without example ids, with a snippet
-  that fits the dataset's features: a dict, or one tensor (which the model
-  names DEFAULT_FEATURE)."""
-  if isinstance(features_spec, dict):
-    how = f"dataset.enumerate().map(lambda i, xy: (dict(xy[0], {name}=i), " \
-          "xy[1]))"
-  else:
-    how = f"dataset.enumerate().map(lambda i, xy: ({{{DEFAULT_FEATURE!r}: " \
-          f"xy[0], {name!r}: i}}, xy[1]))"
-  return InvalidInputError(_MISSING_IDS.format(name=name, how=how))
-
-
-class _Momentum(keras.callbacks.Callback):
-  """`momentum`: extrapolates an in-memory fit's packed duals and weight
-  table before each epoch (`tf_sdca.engine.Extrapolation`); the Keras
-  weights stay the last epoch's own point until the next epoch's step
-  writes its own."""
-
-  def __init__(self, model, momentum):
-    super().__init__()
-    self._linear = model
-    p = model._packed  # pylint: disable=protected-access
-
-    def set_point(duals, table):
-      p.duals.assign(duals)
-      p.table.assign(table)
-
-    self._extrapolation = engine.Extrapolation(
-        momentum, model.loss_type, p.labels,
-        lambda: (p.duals.numpy(), p.table.numpy()), set_point)
-    saved = model._momentum_state  # pylint: disable=protected-access
-    if saved is not None and np.array_equal(saved[0], p.keys):
-      # A fit that continues the model on the same rows (resumed, from any
-      # initial_epoch, or after save and load) goes on as an uninterrupted
-      # one: the epochs' orders follow the model's count of steps.
-      self._extrapolation.restore(saved[1], p.duals.shape, p.table.shape)
-
-  def on_epoch_begin(self, epoch, logs=None):
-    self._extrapolation.start_epoch()
-
-  def on_train_end(self, logs=None):
-    state = self._extrapolation.state()
-    self._linear._momentum_state = (  # pylint: disable=protected-access
-        None if state is None else (self._linear._packed.keys, state))  # pylint: disable=protected-access
-
-  def on_epoch_end(self, epoch, logs=None):
-    model = self._linear
-    primal, gap = engine.objective_and_gap(
-        model._packed.parts.numpy(), model.loss_type, model.l1, model.l2)  # pylint: disable=protected-access
-    self._extrapolation.end_epoch(primal - gap,
-                                  gap / max(abs(primal), 1e-300))
-
-
-def _flat_held(held):
-  """(name, array) pairs of `SdcaModel.get_state()['held']`, for a Keras
-  store of flat names."""
-  for name in ("keys", "example_weights", "example_labels"):
-    yield name, held[name]
-  for g, group in enumerate(held["sparse"]):
-    for part, value in zip(("rows", "ids", "values"), group):
-      yield f"sparse_{g}_{part}", value
-  for g, value in enumerate(held["dense"]):
-    yield f"dense_{g}", value
-
-
-def _nested_held(flat):
-  """`_flat_held`'s pairs (as a dict) back in `get_state`'s structure."""
-  def groups(prefix):
-    return sorted({int(k.split("_")[1]) for k in flat
-                   if k.startswith(prefix)})
-  return dict(
-      keys=flat["keys"], example_weights=flat["example_weights"],
-      example_labels=flat["example_labels"],
-      sparse=[tuple(flat[f"sparse_{g}_{part}"]
-                    for part in ("rows", "ids", "values"))
-              for g in groups("sparse_")],
-      dense=[flat[f"dense_{g}"] for g in groups("dense_")])
-
-
-class _DualityGapLogger(keras.callbacks.Callback):
-  """Runs first at each epoch's end: replaces `loss` by the exact
-  regularised objective, adds `duality_gap`, stops below `tol`."""
-
-  def __init__(self, model, measure, total_weight, tol):
-    super().__init__()
-    self._linear = model
-    self._measure = measure
-    self._tol = tol
-    # Streamed batches (no total weight of packed rows) come in the
-    # dataset's order.
-    self._watch = losses.ProgressWatch(
-        fixed_batches=total_weight is None and not model.carry_over,
-        loss=model.loss_type)
-    if total_weight is not None:
-      model._train_weight = total_weight
-
-  def on_epoch_end(self, epoch, logs=None):
-    model = self._linear
-    objective, gap = self._measure()
-    if model._average is not None:  # average_from
-      if epoch + 1 >= model.average_from:
-        model._average_add()
-      if logs is not None:
-        logs["last_loss"] = objective
-        logs["last_duality_gap"] = gap
-      if model._average.mean.count:
-        objective, gap = model._average_gap(self._measure)
-    if logs is not None:
-      logs["loss"] = objective
-      logs["duality_gap"] = gap
-    slow = self._watch.update(gap)
-    if slow:
-      warnings.warn(slow, UserWarning, stacklevel=2)
-    if self._tol is not None and gap < self._tol:
-      model.stop_training = True
-
-  def on_train_end(self, logs=None):
-    self._linear._average_install()
-
-
-class _Average:
-  """The running mean of an averaging `fit`'s iterates: the float64 weight
-  table (the SdcaModel's slots end to end) and the duals of the examples
-  `keys` (packed rows: float64 per row; streamed: the float32 state's dual
-  columns). `installed`: the model holds the mean, and `last` the last
-  iterate (as `LinearModel._iterate` gives it) to resume from."""
-
-  def __init__(self, packed, count=0, keys=None, parts=None):
-    self.packed = bool(packed)
-    self.mean = averaging.RunningMean(count, parts)
-    self.keys = keys
-    self.installed = False
-    self.last = None
-
-
-def _on_keys(keys, values, new_keys):
-  """`values` (rows keyed by sorted or packed `keys`) on `new_keys`, a
-  superset: the rows of keys not in `keys` are 0."""
-  if np.array_equal(keys, new_keys):
-    return values
-  out = np.zeros((new_keys.shape[0],) + values.shape[1:], values.dtype)
-  order = np.argsort(keys, kind="stable")
-  out[np.searchsorted(new_keys, keys[order])] = values[order]
-  return out
-
-
-class _PackedRows:
-  """What an in-memory `fit` trains: the rows packed once, their example-id
-  keys, example weights and float64 duals, the float64 weight table (the
-  SdcaModel's slots end to end), the last epoch's objective parts, and the
-  inputs of the train metrics (None without compiled metrics)."""
-
-  def __init__(self, rows, keys, duals, table, example_weights,
-               metric_inputs, iterate=None, labels=None):
-    self.rows = rows
-    self.labels = labels  # the rows' labels (momentum's dual domains)
-    self.keys = keys
-    self.example_weights = example_weights
-    self.total_weight = float(example_weights.sum(dtype=np.float64))
-    self.duals = tf.Variable(duals, trainable=False, dtype=tf.float64)
-    self.table = tf.Variable(table, trainable=False, dtype=tf.float64)
-    self.parts = tf.Variable(np.full(4, np.nan), trainable=False,
-                             dtype=tf.float64)
-    self.metric_inputs = metric_inputs
-    # ASDCA's accelerated iterate (visit_order='asdca'), else None.
-    self.iterate = (None if iterate is None else
-                    tf.Variable(iterate, trainable=False, dtype=tf.float64))
-
-
-# ------------------------------------------------------------------ helpers
-def _is_scipy(value):
-  try:
-    import scipy.sparse  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    return False
-  return scipy.sparse.issparse(value)
-
-
-def _canonical_csr(value):
-  """A scipy matrix as CSR with sorted column indices and duplicate
-  entries (the same row and column twice) summed, as scipy itself reads
-  them: a `tf.SparseTensor` refuses repeated indices ("indices[1] = [0,0]
-  is repeated"), and training must see the same rows as prediction. The
-  caller's matrix is not modified."""
-  csr = value.tocsr()
-  if not csr.has_canonical_format:
-    csr = csr.copy() if csr is value else csr
-    csr.sum_duplicates()  # also sorts the indices
-  return csr
-
-
-def _host(value):
-  """In-memory feature -> scipy sparse matrix (kept: packing reads its CSR
-  arrays) or what `_to_host` makes."""
-  return value if _is_scipy(value) else _to_host(value)
-
-
-def _num_rows(x):
-  """The common first dimension of in-memory features."""
-  n = None
-  for name, value in x.items():
-    rows = value.shape[0] if len(value.shape) else None
-    if rows is None:
-      raise InvalidInputError(f"feature {name!r} must have a first "
-                              f"(example) dimension, got shape "
-                              f"{value.shape}")
-    if n is None:
-      n = int(rows)
-    elif rows != n:
-      raise InvalidInputError(f"feature {name!r} has {rows} rows but "
-                              f"{next(iter(x))!r} has {n}")
-  return n
-
-
-def _csr_of(value, n):
-  """(indptr, int64 columns, float32 values) of a model-side feature: a
-  SparseTensor, a RaggedTensor of ids or dense ids `[n, k]`."""
-  if isinstance(value, tf.RaggedTensor):
-    return (value.row_splits.numpy().astype(np.int64),
-            value.flat_values.numpy().astype(np.int64), None)
-  if isinstance(value, tf.SparseTensor):
-    index = value.indices.numpy()
-    rows, cols = index[:, 0], index[:, 1]
-    values = value.values.numpy()
-    if rows.size and np.any(rows[1:] < rows[:-1]):
-      order = np.argsort(rows, kind="stable")
-      rows, cols, values = rows[order], cols[order], values[order]
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    return indptr, cols.astype(np.int64), values.astype(np.float32)
-  ids = value.numpy().reshape(n, -1)
-  k = ids.shape[1]
-  return (np.arange(0, n * k + 1, k, dtype=np.int64),
-          ids.ravel().astype(np.int64), None)
-
-
-def _strategy_workers(strategy):
-  """`strategy` (the model's: the scope it was built in, else the current
-  one, as Keras trains) when it spans several worker processes (a
-  `MultiWorkerMirroredStrategy` on a cluster), None for the default
-  strategy or a one-replica one.
-
-  Raises:
-    ValueError: a strategy with several replicas in this process (e.g.
-      `MirroredStrategy` over several devices): Keras would run the whole
-      SDCA epoch once per replica on the same rows and mix their writes,
-      which is not SDCA; threads (`num_threads`) are how one process
-      trains in parallel. Or a cluster with parameter servers: Keras 3's
-      fit has no parameter-server loop.
-  """
-  resolver = getattr(strategy, "cluster_resolver", None)
-  spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-  workers = len(spec.get("chief", [])) + len(spec.get("worker", []))
-  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
-      workers > 1 and not spec.get("ps"):
-    local = strategy.num_replicas_in_sync // workers
-    if local > 1:
-      raise ValueError(
-          f"LinearModel.fit under MultiWorkerMirroredStrategy with {local} "
-          "replicas per worker: give each worker process one device (CoCoA+ "
-          "has one shard per process)")
-    return strategy
-  if spec.get("ps"):
-    raise ValueError(
-        f"LinearModel.fit under {type(strategy).__name__} with parameter "
-        f"servers {spec['ps']}: Keras 3's fit has no parameter-server "
-        "loop, and tf_sdca trains across processes with CoCoA+ on a "
-        "multi-worker MultiWorkerMirroredStrategy (g3doc/distributed.md)")
-  if strategy.num_replicas_in_sync > 1:
-    raise ValueError(
-        f"LinearModel.fit under {type(strategy).__name__} with "
-        f"{strategy.num_replicas_in_sync} replicas: Keras would run each "
-        "SDCA epoch once per replica on the same rows and mix their "
-        "writes, which is not SDCA. Train without the strategy (threads: "
-        "num_threads), or across processes under a multi-worker "
-        "MultiWorkerMirroredStrategy (CoCoA+, g3doc/distributed.md)")
-  return None
-
-
-def _merged_rows(n, parts):
-  """One CSR (indptr, indices, values or None) of several features' CSR
-  parts with their columns already offset: row i holds each part's entries
-  of row i, part after part."""
-  if len(parts) == 1:
-    return parts[0]
-  lengths = [np.diff(indptr) for indptr, _, _ in parts]
-  indptr = np.zeros(n + 1, np.int64)
-  np.cumsum(sum(lengths), out=indptr[1:])
-  indices = np.empty(indptr[-1], np.int64)
-  with_values = any(values is not None for _, _, values in parts)
-  values = np.empty(indptr[-1], np.float32) if with_values else None
-  start = indptr[:-1].copy()
-  for (part_ptr, part_ids, part_values), length in zip(parts, lengths):
-    # Entry e of row r goes to start[r] + (e - part_ptr[r]).
-    dest = (np.repeat(start - part_ptr[:-1], length) +
-            np.arange(part_ptr[-1], dtype=np.int64))
-    indices[dest] = part_ids
-    if with_values:
-      values[dest] = 1.0 if part_values is None else part_values
-    start += length
-  return indptr, indices, values
-
-
-def _to_host(value):
-  """In-memory feature -> tf.Tensor or tf.SparseTensor."""
-  if isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
-    return value
-  if _is_scipy(value):
-    csr = _canonical_csr(value)
-    # CSR with sorted indices is already in the SparseTensor's row-major
-    # order.
-    rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64),
-                     np.diff(csr.indptr))
-    return tf.SparseTensor(
-        np.stack([rows, csr.indices.astype(np.int64)], 1),
-        csr.data.astype(np.float32), csr.shape)
-  array = np.asarray(value)
-  if array.dtype.kind in "OUS":
-    return tf.constant(array.astype(str))
-  return tf.constant(array)
-
-
-def _dual_blocks(state, labels):
-  """float64 `[n, K]` dual blocks from float32 state rows `[n, K + 3]`:
-  the label's dual is the negated sum of the others (as the op reads it)."""
-  k = state.shape[1] - 3
-  alpha = state[:, :k].astype(np.float64)
-  rows = np.arange(alpha.shape[0])
-  labels = np.asarray(labels, np.int64)
-  alpha[rows, labels] = 0.0
-  alpha[rows, labels] = -alpha.sum(axis=1)
-  return alpha
-
-
-def _float32_blocks(alpha):
-  """`[n, K]` dual blocks in float32 as the op stores them: every dual
-  rounded toward zero (so that the blocks stay e_y - p with p on the
-  simplex once the label's is rebuilt from the others)."""
-  rounded = alpha.astype(np.float32)
-  away = np.abs(rounded) > np.abs(alpha)
-  rounded[away] = np.nextafter(rounded[away], np.float32(0))
-  return rounded
-
-
-def _labels(y, n, loss_type, num_classes=1):
-  y = np.asarray(y.numpy() if isinstance(y, tf.Tensor) else y)
-  if y.dtype.kind not in "biuf":
-    raise InvalidInputError(
-        f"labels must be numeric, got dtype {y.dtype}"
-        + (" (encode classes as 0/1)" if loss_type in losses.BINARY else ""))
-  y = y.reshape(len(y), -1) if y.ndim > 1 else y
-  if y.ndim > 1 and y.shape[1] != 1:
-    raise InvalidInputError(f"labels must have shape [n] or [n, 1], got "
-                            f"{y.shape}")
-  y = y.reshape(-1).astype(np.float64)
-  if y.shape[0] != n:
-    raise InvalidInputError(f"labels have {y.shape[0]} rows but the "
-                            f"features have {n}")
-  bad = np.flatnonzero(~np.isfinite(y))
-  if bad.size:
-    raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} is not finite")
-  if loss_type in losses.BINARY:
-    bad = np.flatnonzero((y != 0) & (y != 1))
-    if bad.size:
-      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be 0 or "
-                              f"1 for {loss_type}")
-  elif losses.is_multiclass(loss_type):
-    bad = np.flatnonzero((y < 0) | (y >= num_classes) | (y != np.round(y)))
-    if bad.size:
-      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be a "
-                              f"class id in [0, {num_classes}) for "
-                              f"{loss_type}")
-  elif loss_type == "poisson_loss":
-    bad = np.flatnonzero(y < 0)
-    if bad.size:
-      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be >= 0 "
-                              f"for poisson_loss")
-  return y.astype(np.float32)
-
-
-def _class_weight_table(class_weight):
-  classes = [int(c) for c in class_weight]
-  if min(classes) < 0:
-    raise InvalidInputError(f"class_weight has a negative class {min(classes)}")
-  table = np.ones(max(classes) + 1, np.float32)
-  for c, w in class_weight.items():
-    if not (math.isfinite(w) and w >= 0):
-      raise InvalidInputError(f"class_weight[{c}] = {w} must be finite and "
-                              ">= 0")
-    table[int(c)] = w
-  return tf.constant(table)
-
-
-def _weights(sample_weight, n, y, class_weight):
-  s = (np.ones(n, np.float32) if sample_weight is None else
-       np.asarray(sample_weight, np.float32).reshape(-1))
-  if s.shape[0] != n:
-    raise InvalidInputError(f"sample_weight has {s.shape[0]} rows but the "
-                            f"features have {n}")
-  bad = np.flatnonzero(~np.isfinite(s) | (s < 0))
-  if bad.size:
-    raise InvalidInputError(f"sample_weight[{bad[0]}] = {s[bad[0]]} must be "
-                            "finite and >= 0")
-  if class_weight:
-    if y is None:
-      raise InvalidInputError("class_weight needs labels")
-    table = _class_weight_table(class_weight).numpy()
-    classes = y.astype(np.int64)
-    if classes.min() < 0 or classes.max() >= table.size or np.any(
-        classes != y):
-      raise InvalidInputError("class_weight needs integer labels in "
-                              f"[0, {table.size})")
-    s = s * table[classes]
-  return s
-
-
-def _split(x, y, sample_weight, fraction):
-  """Keras' validation_split: the last `fraction` of the rows."""
-  x = {k: _host(v) for k, v in (x.items() if isinstance(x, dict) else
-                                 [(DEFAULT_FEATURE, x)])}
-  n = int(next(iter(x.values())).shape[0])
-  cut = int(n * (1.0 - fraction))
-
-  def rows(value, lo, hi):
-    if _is_scipy(value):
-      return value.tocsr()[lo:hi]
-    if isinstance(value, tf.SparseTensor):
-      return tf.sparse.slice(value, [lo, 0], [hi - lo, value.dense_shape[1]])
-    return value[lo:hi]
-
-  y = np.asarray(y)
-  sw = None if sample_weight is None else np.asarray(sample_weight)
-  train = {k: rows(v, 0, cut) for k, v in x.items()}
-  held = {k: rows(v, cut, n) for k, v in x.items()}
-  validation = (held, y[cut:]) if sw is None else (held, y[cut:], sw[cut:])
-  return train, y[:cut], None if sw is None else sw[:cut], validation
+# The strategy check under its former name (tests call it).
+_strategy_workers = multi_worker.strategy_workers

@@ -1,0 +1,260 @@
+"""Callbacks and engine hooks of `tf_sdca.keras.LinearModel.fit`.
+
+`fit` adds them itself: `DualityGapLogger` (the exact objective and duality
+gap after every epoch, the `tol` stop), `Momentum` (extrapolated starts of
+in-memory epochs, `momentum`) and, with `average_from`, the `Averaging`
+hook that keeps the running mean of the iterates (`Average`). Each works
+through what it is given (the packed rows, measuring and state functions),
+not through the model's internals.
+"""
+import warnings
+
+import keras
+import numpy as np
+
+from tf_sdca import averaging
+from tf_sdca import engine
+from tf_sdca import losses
+
+
+class DualityGapLogger(keras.callbacks.Callback):
+  """Runs first at each epoch's end: replaces `loss` by the exact
+  regularised objective, adds `duality_gap`, stops below `tol`.
+
+  Args:
+    model: the model to stop (`stop_training`).
+    measure: returns (objective per unit weight, relative gap) of the
+      training state now.
+    tol: stop after the first epoch whose gap is below it (None: never).
+    loss_type: the op's loss name (for the progress watch's messages).
+    fixed_batches: the batches come in the same order every epoch
+      (streamed, without held rows): what the progress watch expects.
+    averaging: the `Averaging` hook of an averaging fit, else None: the
+      logged `loss` and `duality_gap` are then the mean's, `last_loss` and
+      `last_duality_gap` the last iterate's.
+  """
+
+  def __init__(self, model, measure, tol, loss_type, fixed_batches,
+               averaging=None):
+    super().__init__()
+    self._linear = model
+    self._measure = measure
+    self._tol = tol
+    self._averaging = averaging
+    self._watch = losses.ProgressWatch(fixed_batches=fixed_batches,
+                                       loss=loss_type)
+
+  def on_epoch_end(self, epoch, logs=None):
+    objective, gap = self._measure()
+    if self._averaging is not None:
+      objective, gap = self._averaging.epoch_end(epoch, objective, gap, logs,
+                                                 self._measure)
+    if logs is not None:
+      logs["loss"] = objective
+      logs["duality_gap"] = gap
+    slow = self._watch.update(gap)
+    if slow:
+      warnings.warn(slow, UserWarning, stacklevel=2)
+    if self._tol is not None and gap < self._tol:
+      self._linear.stop_training = True
+
+  def on_train_end(self, logs=None):
+    if self._averaging is not None:
+      self._averaging.install()
+
+
+class Momentum(keras.callbacks.Callback):
+  """`momentum`: extrapolates an in-memory fit's packed duals and weight
+  table before each epoch (`tf_sdca.engine.Extrapolation`); the Keras
+  weights stay the last epoch's own point until the next epoch's step
+  writes its own.
+
+  Args:
+    rows: the fit's `tf_sdca.keras.state.PackedRows`.
+    momentum: beta in (0, 1) or 'auto'.
+    loss_type, l1, l2: the model's loss (op name) and regularisation.
+    saved: `(example keys, Extrapolation.state())` of the model's last fit
+      with momentum, or None; a fit on the same rows goes on from it.
+    on_state: called at the end of training with the state to keep
+      (`(keys, state)`, or None when there is none).
+  """
+
+  def __init__(self, rows, momentum, loss_type, l1, l2, saved, on_state):
+    super().__init__()
+    self._rows = rows
+    self._loss = (loss_type, l1, l2)
+    self._on_state = on_state
+    p = rows
+
+    def set_point(duals, table):
+      p.duals.assign(duals)
+      p.table.assign(table)
+
+    self._extrapolation = engine.Extrapolation(
+        momentum, loss_type, p.labels,
+        lambda: (p.duals.numpy(), p.table.numpy()), set_point)
+    if saved is not None and np.array_equal(saved[0], p.keys):
+      # A fit that continues the model on the same rows (resumed, from any
+      # initial_epoch, or after save and load) goes on as an uninterrupted
+      # one: the epochs' orders follow the model's count of steps.
+      self._extrapolation.restore(saved[1], p.duals.shape, p.table.shape)
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self._extrapolation.start_epoch()
+
+  def on_train_end(self, logs=None):
+    state = self._extrapolation.state()
+    self._on_state(None if state is None else (self._rows.keys, state))
+
+  def on_epoch_end(self, epoch, logs=None):
+    primal, gap = engine.objective_and_gap(self._rows.parts.numpy(),
+                                           *self._loss)
+    self._extrapolation.end_epoch(primal - gap,
+                                  gap / max(abs(primal), 1e-300))
+
+
+class Average:
+  """The running mean of an averaging `fit`'s iterates: the float64 weight
+  table (the SdcaModel's slots end to end) and the duals of the examples
+  `keys` (packed rows: float64 per row; streamed: the float32 state's dual
+  columns). `installed`: the model holds the mean, and `last` the last
+  iterate (as `tf_sdca.keras.state.iterate` gives it) to resume from."""
+
+  def __init__(self, packed, count=0, keys=None, parts=None):
+    self.packed = bool(packed)
+    self.mean = averaging.RunningMean(count, parts)
+    self.keys = keys
+    self.installed = False
+    self.last = None
+
+
+class Averaging:
+  """`average_from`'s engine hook: adds the iterates after epochs
+  `average_from`, ... to the model's `Average`, measures the mean, and
+  makes it the model at the end of training.
+
+  Args:
+    average_from: the first epoch T0 whose iterate enters the mean.
+    iterate: returns the training state now as (keys, table, duals).
+    set_iterate: makes (keys, table, duals) the training state.
+    dual_columns: duals per example (1, or K of a multiclass loss).
+    mean_gap: `(table, duals) -> (objective, relative gap)` of packed rows
+      at a mean; None for streamed batches (the mean is then installed for
+      the while and measured as the iterates are).
+  """
+
+  def __init__(self, average_from, iterate, set_iterate, dual_columns,
+               mean_gap):
+    self.average_from = average_from
+    self._iterate = iterate
+    self._set_iterate = set_iterate
+    self._dual_columns = dual_columns
+    self._mean_gap = mean_gap
+    self.average = None
+
+  def start(self, average, packed, keys, initial_epoch):
+    """At the start of `fit`: continues the mean `average` when resuming
+    (`initial_epoch > 0` after an averaged fit: the last iterate becomes
+    the training state again), else starts a new one (holding the start
+    when it is an iterate to average, `initial_epoch >= average_from`).
+    `keys`: the packed rows' example keys (None when streamed). Returns the
+    `Average` for the model to keep.
+
+    Raises:
+      ValueError: when resuming a packed mean on other rows.
+    """
+    if (initial_epoch > 0 and average is not None and average.mean.count and
+        average.packed == packed):
+      if packed and not np.array_equal(average.keys, keys):
+        raise ValueError(
+            f"fit(initial_epoch={initial_epoch}) with average_from="
+            f"{self.average_from} continues the mean of the last fit, over "
+            "other rows (example ids) than these: resume on the same rows, "
+            "or start a new mean with initial_epoch=0")
+      if average.installed:
+        self._set_iterate(*average.last)
+        average.installed, average.last = False, None
+      self.average = average
+      return average
+    self.average = Average(packed)
+    if initial_epoch >= self.average_from:
+      self.add()
+    return self.average
+
+  def epoch_end(self, epoch, objective, gap, logs, measure):
+    """After an epoch whose iterate measured (objective, gap): adds it to
+    the mean when due, logs it as `last_loss` and `last_duality_gap`, and
+    returns the mean's (objective, gap) once the mean has an iterate."""
+    if epoch + 1 >= self.average_from:
+      self.add()
+    if logs is not None:
+      logs["last_loss"] = objective
+      logs["last_duality_gap"] = gap
+    if self.average.mean.count:
+      objective, gap = self.gap(measure)
+    return objective, gap
+
+  def add(self):
+    """Adds the training state to the mean (examples the mean has not seen
+    yet, e.g. streamed ones, enter it with dual 0, what they had)."""
+    average = self.average
+    keys, table, duals = self._iterate()
+    if not average.packed:
+      duals = duals[:, :self._dual_columns]
+    if average.keys is not None and not np.array_equal(average.keys, keys):
+      union = np.union1d(average.keys, keys)
+      average.mean.parts[1] = on_keys(average.keys, average.mean.parts[1],
+                                      union)
+      duals = on_keys(keys, duals, union)
+      keys = union
+    average.keys = keys
+    average.mean.add([table, duals])
+
+  def mean_iterate(self, current):
+    """The mean as an iterate (keys, table, duals) for `set_iterate`;
+    `current`: the training state (`iterate()`), whose example rows
+    outside the duals (streaming) the mean keeps."""
+    average = self.average
+    table, duals = average.mean.parts
+    if average.packed:
+      return average.keys, table, duals
+    keys, _, values = current
+    values = on_keys(keys, values, average.keys).astype(np.float32)
+    values[:, :self._dual_columns] = duals
+    return average.keys, table, values
+
+  def gap(self, measure):
+    """(objective per unit weight, relative gap) of the mean: for packed
+    rows one `PackedSolve` call without passes on the mean table and duals;
+    streamed, `measure` run with the mean installed for the while."""
+    average = self.average
+    if average.packed:
+      table, duals = average.mean.parts
+      return self._mean_gap(table, duals)
+    current = self._iterate()
+    self._set_iterate(*self.mean_iterate(current))
+    try:
+      return measure()
+    finally:
+      self._set_iterate(*current)
+
+  def install(self):
+    """At the end of `fit`: the mean becomes the model (weights, SDCA
+    state); the last iterate is kept to resume from."""
+    average = self.average
+    if average is None or not average.mean.count or average.installed:
+      return
+    current = self._iterate()
+    self._set_iterate(*self.mean_iterate(current))
+    average.last, average.installed = current, True
+
+
+def on_keys(keys, values, new_keys):
+  """`values` (rows keyed by sorted or packed `keys`) on `new_keys`, a
+  superset: the rows of keys not in `keys` are 0."""
+  if np.array_equal(keys, new_keys):
+    return values
+  out = np.zeros((new_keys.shape[0],) + values.shape[1:], values.dtype)
+  order = np.argsort(keys, kind="stable")
+  out[np.searchsorted(new_keys, keys[order])] = values[order]
+  return out

@@ -1,0 +1,593 @@
+"""Data adaptation of `tf_sdca.keras.LinearModel`.
+
+Turns what users pass to `fit`, `evaluate` and `predict` (numpy arrays,
+scipy sparse matrices, tensors, dicts of them, `tf.data` datasets) into the
+model's features: the feature spec the weights are built from, checked
+labels and example weights (class weights included), validation splits, the
+model-side features and `SdcaModel` batches, and the CSR rows that in-memory
+training packs. Bad data raises `InvalidInputError` here, before any
+training step.
+"""
+import math
+import numbers
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_sdca import losses
+from tf_sdca.sdca_model import SparseFeatureColumn
+
+# The name a non-dict input gets.
+DEFAULT_FEATURE = "features"
+# Rows per batch when in-memory data is scored (evaluate, predict, the
+# validation data of fit).
+DEFAULT_BATCH_SIZE = 8192
+
+
+class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
+  """Bad training or scoring data, found before any training step.
+
+  Both a `tf.errors.InvalidArgumentError` (like the op's own errors) and a
+  `ValueError` (like Keras' input errors), so either `except` catches it.
+  """
+
+  def __init__(self, message):
+    super().__init__(None, None, message)
+
+
+def vocabulary_size(name, spec):
+  """Rows of a categorical feature's weights: an int, or the size a Keras
+  preprocessing layer (Hashing, IntegerLookup, StringLookup) maps into."""
+  if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
+    size = int(spec)
+  elif hasattr(spec, "num_bins") and spec.num_bins:
+    size = int(spec.num_bins)
+  elif callable(getattr(spec, "vocabulary_size", None)):
+    size = int(spec.vocabulary_size())
+  else:
+    raise ValueError(
+        f"categorical_features[{name!r}] must be a vocabulary size or a Keras "
+        f"layer with num_bins or vocabulary_size() (Hashing, IntegerLookup, "
+        f"StringLookup), got {spec!r}")
+  if getattr(spec, "output_mode", "int") != "int":
+    raise ValueError(f"categorical_features[{name!r}] must output integer "
+                     f"ids (output_mode='int'), got output_mode="
+                     f"{spec.output_mode!r}")
+  if size < 1:
+    raise ValueError(f"categorical_features[{name!r}] has {size} ids")
+  return size
+
+
+_MISSING_IDS = (
+    "SDCA keeps one dual variable per example, so a streamed dataset needs "
+    "an example id: make its features a dict with a {name!r} feature "
+    "(unique per example, string or int), e.g. add row numbers before "
+    "batching with {how}, or pass in-memory arrays (row positions are used)")
+
+
+def missing_ids(name, features_spec):
+  """The error for a training dataset without example ids, with a snippet
+  that fits the dataset's features: a dict, or one tensor (which the model
+  names DEFAULT_FEATURE)."""
+  if isinstance(features_spec, dict):
+    how = f"dataset.enumerate().map(lambda i, xy: (dict(xy[0], {name}=i), " \
+          "xy[1]))"
+  else:
+    how = f"dataset.enumerate().map(lambda i, xy: ({{{DEFAULT_FEATURE!r}: " \
+          f"xy[0], {name!r}: i}}, xy[1]))"
+  return InvalidInputError(_MISSING_IDS.format(name=name, how=how))
+
+
+def is_scipy(value):
+  """Whether `value` is a scipy sparse matrix (False without scipy)."""
+  try:
+    import scipy.sparse  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return False
+  return scipy.sparse.issparse(value)
+
+
+def canonical_csr(value):
+  """A scipy matrix as CSR with sorted column indices and duplicate
+  entries (the same row and column twice) summed, as scipy itself reads
+  them: a `tf.SparseTensor` refuses repeated indices ("indices[1] = [0,0]
+  is repeated"), and training must see the same rows as prediction. The
+  caller's matrix is not modified."""
+  csr = value.tocsr()
+  if not csr.has_canonical_format:
+    csr = csr.copy() if csr is value else csr
+    csr.sum_duplicates()  # also sorts the indices
+  return csr
+
+
+def host(value):
+  """In-memory feature -> scipy sparse matrix (kept: packing reads its CSR
+  arrays) or what `to_host` makes."""
+  return value if is_scipy(value) else to_host(value)
+
+
+def num_rows(x):
+  """The common first dimension of in-memory features."""
+  n = None
+  for name, value in x.items():
+    rows = value.shape[0] if len(value.shape) else None
+    if rows is None:
+      raise InvalidInputError(f"feature {name!r} must have a first "
+                              f"(example) dimension, got shape "
+                              f"{value.shape}")
+    if n is None:
+      n = int(rows)
+    elif rows != n:
+      raise InvalidInputError(f"feature {name!r} has {rows} rows but "
+                              f"{next(iter(x))!r} has {n}")
+  return n
+
+
+def csr_of(value, n):
+  """(indptr, int64 columns, float32 values) of a model-side feature: a
+  SparseTensor, a RaggedTensor of ids or dense ids `[n, k]`."""
+  if isinstance(value, tf.RaggedTensor):
+    return (value.row_splits.numpy().astype(np.int64),
+            value.flat_values.numpy().astype(np.int64), None)
+  if isinstance(value, tf.SparseTensor):
+    index = value.indices.numpy()
+    rows, cols = index[:, 0], index[:, 1]
+    values = value.values.numpy()
+    if rows.size and np.any(rows[1:] < rows[:-1]):
+      order = np.argsort(rows, kind="stable")
+      rows, cols, values = rows[order], cols[order], values[order]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return indptr, cols.astype(np.int64), values.astype(np.float32)
+  ids = value.numpy().reshape(n, -1)
+  k = ids.shape[1]
+  return (np.arange(0, n * k + 1, k, dtype=np.int64),
+          ids.ravel().astype(np.int64), None)
+
+
+def merged_rows(n, parts):
+  """One CSR (indptr, indices, values or None) of several features' CSR
+  parts with their columns already offset: row i holds each part's entries
+  of row i, part after part."""
+  if len(parts) == 1:
+    return parts[0]
+  lengths = [np.diff(indptr) for indptr, _, _ in parts]
+  indptr = np.zeros(n + 1, np.int64)
+  np.cumsum(sum(lengths), out=indptr[1:])
+  indices = np.empty(indptr[-1], np.int64)
+  with_values = any(values is not None for _, _, values in parts)
+  values = np.empty(indptr[-1], np.float32) if with_values else None
+  start = indptr[:-1].copy()
+  for (part_ptr, part_ids, part_values), length in zip(parts, lengths):
+    # Entry e of row r goes to start[r] + (e - part_ptr[r]).
+    dest = (np.repeat(start - part_ptr[:-1], length) +
+            np.arange(part_ptr[-1], dtype=np.int64))
+    indices[dest] = part_ids
+    if with_values:
+      values[dest] = 1.0 if part_values is None else part_values
+    start += length
+  return indptr, indices, values
+
+
+def to_host(value):
+  """In-memory feature -> tf.Tensor or tf.SparseTensor."""
+  if isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
+    return value
+  if is_scipy(value):
+    csr = canonical_csr(value)
+    # CSR with sorted indices is already in the SparseTensor's row-major
+    # order.
+    rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64),
+                     np.diff(csr.indptr))
+    return tf.SparseTensor(
+        np.stack([rows, csr.indices.astype(np.int64)], 1),
+        csr.data.astype(np.float32), csr.shape)
+  array = np.asarray(value)
+  if array.dtype.kind in "OUS":
+    return tf.constant(array.astype(str))
+  return tf.constant(array)
+
+
+def checked_labels(y, n, loss_type, num_classes=1):
+  """float32 labels `[n]` of `y`, checked for the loss `loss_type`.
+
+  Raises:
+    InvalidInputError: for non-numeric, misshaped, non-finite or
+      out-of-domain labels.
+  """
+  y = np.asarray(y.numpy() if isinstance(y, tf.Tensor) else y)
+  if y.dtype.kind not in "biuf":
+    raise InvalidInputError(
+        f"labels must be numeric, got dtype {y.dtype}"
+        + (" (encode classes as 0/1)" if loss_type in losses.BINARY else ""))
+  y = y.reshape(len(y), -1) if y.ndim > 1 else y
+  if y.ndim > 1 and y.shape[1] != 1:
+    raise InvalidInputError(f"labels must have shape [n] or [n, 1], got "
+                            f"{y.shape}")
+  y = y.reshape(-1).astype(np.float64)
+  if y.shape[0] != n:
+    raise InvalidInputError(f"labels have {y.shape[0]} rows but the "
+                            f"features have {n}")
+  bad = np.flatnonzero(~np.isfinite(y))
+  if bad.size:
+    raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} is not finite")
+  if loss_type in losses.BINARY:
+    bad = np.flatnonzero((y != 0) & (y != 1))
+    if bad.size:
+      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be 0 or "
+                              f"1 for {loss_type}")
+  elif losses.is_multiclass(loss_type):
+    bad = np.flatnonzero((y < 0) | (y >= num_classes) | (y != np.round(y)))
+    if bad.size:
+      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be a "
+                              f"class id in [0, {num_classes}) for "
+                              f"{loss_type}")
+  elif loss_type == "poisson_loss":
+    bad = np.flatnonzero(y < 0)
+    if bad.size:
+      raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be >= 0 "
+                              f"for poisson_loss")
+  return y.astype(np.float32)
+
+
+def class_weight_table(class_weight):
+  """float32 weight per class id `[max id + 1]` (1 for the classes not in
+  `class_weight`).
+
+  Raises:
+    InvalidInputError: for a negative class or a weight that is not finite
+      and >= 0.
+  """
+  classes = [int(c) for c in class_weight]
+  if min(classes) < 0:
+    raise InvalidInputError(f"class_weight has a negative class {min(classes)}")
+  table = np.ones(max(classes) + 1, np.float32)
+  for c, w in class_weight.items():
+    if not (math.isfinite(w) and w >= 0):
+      raise InvalidInputError(f"class_weight[{c}] = {w} must be finite and "
+                              ">= 0")
+    table[int(c)] = w
+  return tf.constant(table)
+
+
+def checked_weights(sample_weight, n, y, class_weight):
+  """float32 example weights `[n]`: `sample_weight` (1 when None) times the
+  weights of the labels `y` in `class_weight`.
+
+  Raises:
+    InvalidInputError: for a wrong length, a weight that is not finite and
+      >= 0, or class weights without integer labels in the table.
+  """
+  s = (np.ones(n, np.float32) if sample_weight is None else
+       np.asarray(sample_weight, np.float32).reshape(-1))
+  if s.shape[0] != n:
+    raise InvalidInputError(f"sample_weight has {s.shape[0]} rows but the "
+                            f"features have {n}")
+  bad = np.flatnonzero(~np.isfinite(s) | (s < 0))
+  if bad.size:
+    raise InvalidInputError(f"sample_weight[{bad[0]}] = {s[bad[0]]} must be "
+                            "finite and >= 0")
+  if class_weight:
+    if y is None:
+      raise InvalidInputError("class_weight needs labels")
+    table = class_weight_table(class_weight).numpy()
+    classes = y.astype(np.int64)
+    if classes.min() < 0 or classes.max() >= table.size or np.any(
+        classes != y):
+      raise InvalidInputError("class_weight needs integer labels in "
+                              f"[0, {table.size})")
+    s = s * table[classes]
+  return s
+
+
+def split(x, y, sample_weight, fraction):
+  """Keras' validation_split: the last `fraction` of the rows."""
+  x = {k: host(v) for k, v in (x.items() if isinstance(x, dict) else
+                                 [(DEFAULT_FEATURE, x)])}
+  n = int(next(iter(x.values())).shape[0])
+  cut = int(n * (1.0 - fraction))
+
+  def rows(value, lo, hi):
+    if is_scipy(value):
+      return value.tocsr()[lo:hi]
+    if isinstance(value, tf.SparseTensor):
+      return tf.sparse.slice(value, [lo, 0], [hi - lo, value.dense_shape[1]])
+    return value[lo:hi]
+
+  y = np.asarray(y)
+  sw = None if sample_weight is None else np.asarray(sample_weight)
+  train = {k: rows(v, 0, cut) for k, v in x.items()}
+  held = {k: rows(v, cut, n) for k, v in x.items()}
+  validation = (held, y[cut:]) if sw is None else (held, y[cut:], sw[cut:])
+  return train, y[:cut], None if sw is None else sw[:cut], validation
+
+
+def as_dict(x):
+  """`x` as a dict of named features (a non-dict is `DEFAULT_FEATURE`)."""
+  if isinstance(x, dict):
+    return x
+  return {DEFAULT_FEATURE: x}
+
+
+def feature_spec(x, categorical_features):
+  """(name, kind, size, raw dtype, raw inner shape) per feature of `x` (a
+  dict of values or of tensor specs), sorted by name; `kind` is
+  'categorical' (listed in `categorical_features`), 'sparse' or 'dense'.
+
+  Raises:
+    InvalidInputError: for a ragged or string feature that is not
+      categorical, or a feature of unknown width.
+  """
+  spec = []
+  for name in sorted(x):
+    value = x[name]
+    dtype = value.dtype
+    inner = list(value.shape[1:])
+    if name in categorical_features:
+      kind = "categorical"
+      size = vocabulary_size(name, categorical_features[name])
+    elif isinstance(value, (tf.SparseTensor, tf.SparseTensorSpec)) or \
+        is_scipy(value):
+      kind = "sparse"
+      size = inner[0] if inner else None
+    elif isinstance(value, (tf.RaggedTensor, tf.RaggedTensorSpec)):
+      raise InvalidInputError(
+          f"feature {name!r} is ragged: list it in categorical_features "
+          f"(ids) or pass a tf.SparseTensor (numeric)")
+    else:
+      if dtype == tf.string:
+        raise InvalidInputError(
+            f"feature {name!r} holds strings: list it in "
+            f"categorical_features with a lookup or hashing layer")
+      kind = "dense"
+      size = int(np.prod(inner)) if inner else 1
+    if size is None:
+      raise InvalidInputError(f"feature {name!r} needs a known width, got "
+                              f"shape {value.shape}")
+    spec.append([name, kind, int(size), tf.as_dtype(dtype).name,
+                 [None if d is None else int(d) for d in inner]])
+  return spec
+
+
+def check_values(x, spec, categorical_features):
+  """Checks the in-memory features `x` against the model's `spec`.
+
+  Raises:
+    InvalidInputError: for a categorical id or sparse column outside the
+      feature's size, a non-numeric feature or a value that is not finite.
+  """
+  for name, kind, size, _, _ in spec:
+    value = x[name]
+    if kind == "categorical":
+      if isinstance(categorical_features[name], numbers.Integral):
+        ids = value.values if isinstance(value, tf.SparseTensor) else value
+        ids = tf.reshape(ids, [-1]).numpy()
+        bad = np.flatnonzero((ids < 0) | (ids >= size))
+        if bad.size:
+          raise InvalidInputError(
+              f"feature {name!r} has id {ids[bad[0]]} outside [0, {size})")
+      continue
+    if is_scipy(value):
+      bad = np.flatnonzero(~np.isfinite(value.data.astype(np.float64)))
+      if bad.size:
+        coo = value.tocoo()
+        finite = np.isfinite(coo.data.astype(np.float64))
+        at = np.flatnonzero(~finite)[0]
+        raise InvalidInputError(
+            f"feature {name!r}[{coo.row[at]}, {coo.col[at]}] = "
+            f"{coo.data[at]} is not finite")
+      continue
+    values = value.values if isinstance(value, tf.SparseTensor) else value
+    if not values.dtype.is_floating and not values.dtype.is_integer and \
+        values.dtype != tf.bool:
+      raise InvalidInputError(f"feature {name!r} must be numeric, got "
+                              f"{values.dtype.name}")
+    values = tf.reshape(values, [-1]).numpy()
+    bad = np.flatnonzero(~np.isfinite(values.astype(np.float64)))
+    if bad.size:
+      where = (value.indices[bad[0]].numpy().tolist()
+               if isinstance(value, tf.SparseTensor) else
+               [int(i) for i in np.unravel_index(bad[0], value.shape)])
+      raise InvalidInputError(f"feature {name!r}{where} = {values[bad[0]]}"
+                              " is not finite")
+    if kind == "sparse":
+      cols = value.indices[:, 1].numpy()
+      if cols.size and (cols.min() < 0 or cols.max() >= size):
+        raise InvalidInputError(f"feature {name!r} has a column outside "
+                                f"[0, {size})")
+
+
+def transform(x, spec, categorical_features):
+  """Model-side features of the raw input `x`: {name: dense float [B, d] |
+  SparseTensor float | categorical ids (dense int [B, k], SparseTensor or
+  RaggedTensor)}.
+
+  Raises:
+    InvalidInputError: when `x` lacks one of the features of `spec`.
+  """
+  x = as_dict(x)
+  out = {}
+  for name, kind, _, _, _ in spec:
+    if name not in x:
+      raise InvalidInputError(f"the input has no feature {name!r}; the "
+                              f"model takes {[s[0] for s in spec]}")
+    out[name] = transform_one(name, kind, x[name], categorical_features)
+  return out
+
+
+def transform_one(name, kind, value, categorical_features):
+  """One feature's model-side value (see `transform`): categorical values
+  mapped by their layer to int64 ids, numeric ones as float32."""
+  if kind == "categorical":
+    layer = categorical_features[name]
+    if not isinstance(layer, numbers.Integral):
+      value = layer(value)
+    if isinstance(value, tf.SparseTensor):
+      return tf.SparseTensor(value.indices, tf.cast(value.values, tf.int64),
+                             value.dense_shape)
+    if isinstance(value, tf.RaggedTensor):
+      return tf.cast(value, tf.int64)
+    value = tf.cast(value, tf.int64)
+    return tf.reshape(value, [tf.shape(value)[0], -1])
+  if isinstance(value, tf.SparseTensor):
+    return tf.SparseTensor(value.indices, tf.cast(value.values, tf.float32),
+                           value.dense_shape)
+  value = tf.cast(value, tf.float32)
+  return tf.reshape(value, [tf.shape(value)[0], -1])
+
+
+def sdca_examples(features, labels, weights, ids, spec, with_bias):
+  """An `SdcaModel` batch from model-side `features` (see `transform`):
+  the sparse and categorical features as `SparseFeatureColumn`s and the
+  dense ones in `spec` order, a constant-1 column for the bias when
+  `with_bias`, and the example ids as strings ("" when `ids` is None)."""
+  sparse, dense = [], []
+  batch = tf.shape(labels)[0]
+  for name, kind, _, _, _ in spec:
+    value = features[name]
+    if kind == "dense":
+      dense.append(value)
+      continue
+    if isinstance(value, tf.SparseTensor):
+      rows, cols, vals = value.indices[:, 0], value.indices[:, 1], \
+          value.values
+    elif isinstance(value, tf.RaggedTensor):
+      rows, cols, vals = value.value_rowids(), value.flat_values, None
+    else:  # dense ids [B, k]
+      width = tf.shape(value)[1]
+      rows = tf.repeat(tf.range(tf.cast(batch, tf.int64)), width)
+      cols, vals = tf.reshape(value, [-1]), None
+    if kind == "categorical":
+      sparse.append(SparseFeatureColumn(rows, tf.cast(cols, tf.int64),
+                                        None))
+    else:
+      sparse.append(SparseFeatureColumn(rows, cols, vals))
+  if with_bias:
+    dense.append(tf.ones([batch, 1], tf.float32))
+  if ids is None:
+    ids = tf.fill([batch], "")
+  elif ids.dtype != tf.string:
+    ids = tf.strings.as_string(ids)
+  return {"sparse_features": sparse, "dense_features": dense,
+          "example_weights": weights, "example_labels": labels,
+          "example_ids": tf.reshape(ids, [-1])}
+
+
+def unpack(data):
+  """(features dict, float32 labels [B], float32 weights [B], 1 when
+  absent) of a batch `(x, y[, sample_weight])`."""
+  x, y, sw = keras.utils.unpack_x_y_sample_weight(data)
+  x = as_dict(x)
+  y = tf.reshape(tf.cast(y, tf.float32), [-1])
+  sw = (tf.ones_like(y) if sw is None else
+        tf.reshape(tf.cast(sw, tf.float32), [-1]))
+  return x, y, sw
+
+
+def class_weighted(dataset, class_weight):
+  """`dataset` of `(x, y[, sample_weight])` batches with each example's
+  weight multiplied by its class's weight in `class_weight`."""
+  table = class_weight_table(class_weight)
+
+  def weigh(*parts):
+    x, y, sw = keras.utils.unpack_x_y_sample_weight(parts)
+    cw = tf.gather(table, tf.cast(tf.reshape(y, [-1]), tf.int32))
+    sw = cw if sw is None else tf.reshape(tf.cast(sw, tf.float32),
+                                          [-1]) * cw
+    return x, y, sw
+  return dataset.map(weigh)
+
+
+def scoring_inputs(x, y, sample_weight, loss_type, num_classes):
+  """In-memory data to score, checked: (features as tensors, rows, float32
+  labels or None, float32 weights or None).
+
+  Raises:
+    InvalidInputError: for mismatched lengths, non-numeric or out-of-domain
+      labels or bad weights.
+  """
+  x = {name: to_host(value) for name, value in as_dict(x).items()}
+  n = num_rows(x)
+  if y is not None:
+    y = checked_labels(y, n, loss_type, num_classes)
+  if sample_weight is not None:
+    sample_weight = checked_weights(sample_weight, n, y, None)
+  return x, n, y, sample_weight
+
+
+def scoring_rows(x, n, y, sample_weight, batch_size):
+  """(dataset of the rows `(x[, y[, sample_weight]])`, batch size, total
+  example weight or None) of checked in-memory data to score."""
+  parts = (x,) if y is None else (
+      (x, y) if sample_weight is None else (x, y, sample_weight))
+  rows = tf.data.Dataset.from_tensor_slices(parts)
+  total = None if sample_weight is None else float(
+      tf.reduce_sum(tf.cast(sample_weight, tf.float64)))
+  return rows, batch_size or min(max(n, 1), DEFAULT_BATCH_SIZE), total
+
+
+def training_inputs(x, y, sample_weight, class_weight, loss_type,
+                    num_classes, example_id):
+  """In-memory training data, checked: (features without the example ids,
+  rows, float32 labels, float32 example weights, the ids or None).
+
+  Raises:
+    InvalidInputError: for no rows, mismatched lengths, out-of-domain
+      labels, bad weights or weights that are all 0.
+  """
+  x = {name: host(value) for name, value in as_dict(x).items()}
+  n = num_rows(x)
+  if n == 0:
+    raise InvalidInputError("fit got no examples (x has 0 rows)")
+  labels = checked_labels(y, n, loss_type, num_classes)
+  weights = checked_weights(sample_weight, n, labels, class_weight)
+  if not weights.any():
+    raise InvalidInputError(
+        "every example's weight (sample_weight, class_weight) is 0: "
+        "nothing to train")
+  ids = x.pop(example_id, None)
+  return x, n, labels, weights, ids
+
+
+def example_ids(ids, n, example_id):
+  """The example ids of `n` in-memory rows as a tensor `[n]`: the row
+  positions when `ids` is None.
+
+  Raises:
+    InvalidInputError: when an id repeats.
+  """
+  if ids is None:
+    return tf.range(n, dtype=tf.int64)
+  ids = tf.reshape(to_host(ids), [-1])
+  if int(tf.size(tf.unique(ids)[0])) != n:
+    raise InvalidInputError(f"feature {example_id!r} repeats an "
+                            "example id: each example needs its own")
+  return ids
+
+
+def weight_table_columns(x, n, spec, categorical_features, with_bias):
+  """The columns of `n` in-memory rows in the weight table's order (the
+  SdcaModel's slots: the sparse and categorical features in spec order,
+  then the dense ones and the bias): (CSR parts `(indptr, columns offset
+  into the sparse slots, float32 values or None)` to merge with
+  `merged_rows`, float32 dense blocks `[n, d]`, sparse slots' width)."""
+  sparse, dense, num_sparse = [], [], 0
+  for name, kind, size, _, _ in spec:
+    value = x[name]
+    if kind == "dense":
+      dense.append(np.reshape(
+          tf.cast(value, tf.float32).numpy(), (n, -1)))
+      continue
+    if is_scipy(value):
+      csr = canonical_csr(value)
+      part = (csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
+              csr.data.astype(np.float32, copy=False))
+    else:
+      part = csr_of(transform_one(name, kind, value, categorical_features), n)
+    sparse.append((part[0], part[1] + num_sparse,
+                   None if kind == "categorical" else part[2]))
+    num_sparse += size
+  if with_bias:
+    dense.append(np.ones((n, 1), np.float32))
+  return sparse, dense, num_sparse
