@@ -84,12 +84,12 @@ def test_streamed_batches_reach_the_in_memory_optimum(loss, loader, l2,
   # The float32 state's duals give the weights (W = W(alpha)) up to the
   # float32 rounding of the op's weight changes (the wire format): the
   # label's dual is the negated sum of the others, as the op reads it.
-  keys = model._keys(dict(example_ids=[str(i) for i in range(n)]))  # pylint: disable=protected-access
-  state = model._lookup_state(keys).numpy().astype(np.float64)  # pylint: disable=protected-access
+  keys = model.example_keys([str(i) for i in range(n)])
+  state = model.state_lookup(keys).numpy().astype(np.float64)
   alpha = state[:, :k].copy()
   alpha[np.arange(n), y] = 0.0
   alpha[np.arange(n), y] = -alpha.sum(1)
-  slots = np.concatenate([s.numpy() for g in model._sparse + model._dense  # pylint: disable=protected-access
+  slots = np.concatenate([s.numpy() for g in model.weight_groups()
                           for s in g.slots])
   w_alpha = x1.T @ alpha / l2
   np.testing.assert_allclose(slots, w_alpha, rtol=0, atol=1e-6)
