@@ -4,7 +4,7 @@ Turns what users pass to `fit`, `evaluate` and `predict` (numpy arrays,
 scipy sparse matrices, tensors, dicts of them, `tf.data` datasets) into the
 model's features: the feature spec the weights are built from, checked
 labels and example weights (class weights included), validation splits, the
-model-side features and `SdcaModel` batches, and the CSR rows that in-memory
+model-side features, their logits and `SdcaModel` batches, and the CSR rows that in-memory
 training packs. Bad data raises `InvalidInputError` here, before any
 training step.
 """
@@ -472,6 +472,35 @@ def sdca_examples(features, labels, weights, ids, spec, with_bias):
   return {"sparse_features": sparse, "dense_features": dense,
           "example_weights": weights, "example_labels": labels,
           "example_ids": tf.reshape(ids, [-1])}
+
+
+def logits(features, spec, kernels, bias, num_classes):
+  """float32 `w.x + b` per example `[B]` from model-side `features` (see
+  `transform`) and the Keras weights (`kernels`: `{name: [size, K]}`, `bias`
+  `[K]` or None); `[B, K]` `W^T x + b` for a multiclass loss (`num_classes`
+  K > 1)."""
+  multiclass = num_classes > 1
+  z = None
+  for name, kind, _, _, _ in spec:
+    value, kernel = features[name], kernels[name]
+    if kind == "categorical":
+      if isinstance(value, tf.SparseTensor):
+        value = tf.RaggedTensor.from_sparse(value)
+      # Dense [B, k] or ragged ids: the sum of their weights per row (the K
+      # weights of each id, [B, K], multiclass).
+      part = tf.reduce_sum(
+          tf.gather(kernel if multiclass else kernel[:, 0], value), axis=1)
+    elif isinstance(value, tf.SparseTensor):
+      part = tf.sparse.sparse_dense_matmul(value, kernel)
+      part = part if multiclass else part[:, 0]
+    elif multiclass:
+      part = tf.matmul(value, kernel)
+    else:
+      part = tf.linalg.matvec(value, kernel[:, 0])
+    z = part if z is None else z + part
+  if bias is not None:
+    z = z + (bias if multiclass else bias[0])
+  return z
 
 
 def unpack(data):

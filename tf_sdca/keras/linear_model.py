@@ -33,6 +33,7 @@ from tf_sdca import losses
 from tf_sdca import options
 from tf_sdca.keras import callbacks as callbacks_lib
 from tf_sdca.keras import data as data_lib
+from tf_sdca.keras import export as export_lib
 from tf_sdca.keras import multi_worker
 from tf_sdca.keras import saving
 from tf_sdca.keras import state as state_lib
@@ -302,53 +303,11 @@ class LinearModel(keras.Model):
   def _transform(self, x):
     return data_lib.transform(x, self._spec, self.categorical_features)
 
-  def _logits(self, features):
-    """float32 `w.x + b` per example from the Keras weights (`[B, K]`
-    `W^T x + b` for a multiclass loss)."""
-    if self.num_classes > 1:
-      return self._class_logits(features)
-    z = None
-    for name, kind, _, _, _ in self._spec:
-      value, kernel = features[name], self._kernels[name]
-      if kind == "categorical":
-        if isinstance(value, tf.SparseTensor):
-          value = tf.RaggedTensor.from_sparse(value)
-        # Dense [B, k] or ragged ids: the sum of their weights per row.
-        part = tf.reduce_sum(tf.gather(kernel[:, 0], value), axis=1)
-      elif isinstance(value, tf.SparseTensor):
-        part = tf.sparse.sparse_dense_matmul(value, kernel)[:, 0]
-      else:
-        part = tf.linalg.matvec(value, kernel[:, 0])
-      z = part if z is None else z + part
-    if self.bias is not None:
-      z = z + self.bias[0]
-    return z
-
-  def _class_logits(self, features):
-    z = None
-    for name, kind, _, _, _ in self._spec:
-      value, kernel = features[name], self._kernels[name]
-      if kind == "categorical":
-        if isinstance(value, tf.SparseTensor):
-          value = tf.RaggedTensor.from_sparse(value)
-        # The K weights of each id, summed per row: [B, K].
-        part = tf.reduce_sum(tf.gather(kernel, value), axis=1)
-      elif isinstance(value, tf.SparseTensor):
-        part = tf.sparse.sparse_dense_matmul(value, kernel)
-      else:
-        part = tf.matmul(value, kernel)
-      z = part if z is None else z + part
-    if self.bias is not None:
-      z = z + self.bias
-    return z
-
   def _outputs(self, features):
     """The model's outputs `[B, 1]` (`[B, K]` multiclass)."""
-    y = self._activation(self._logits(features))
+    y = losses.activation(self.loss_type, data_lib.logits(
+        features, self._spec, self._kernels, self.bias, self.num_classes))
     return y if self.num_classes > 1 else y[:, None]
-
-  def _activation(self, z):
-    return losses.activation(self.loss_type, z)
 
   def call(self, inputs, training=False):
     """Probabilities (logistic), rates (Poisson) or scores, `[B, 1]`;
@@ -939,43 +898,14 @@ class LinearModel(keras.Model):
 
   def serving_signature(self):
     """The input signature of raw features (a dict of specs)."""
-    if self._spec is None:
-      raise ValueError("the model is not built: fit or load it first")
-    signature = {}
-    for name, kind, _, dtype, inner in self._spec:
-      shape = [None] + list(inner)
-      if kind == "sparse":
-        signature[name] = tf.SparseTensorSpec(shape, tf.float32)
-      else:
-        signature[name] = tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
-    return signature
+    return export_lib.serving_signature(self._spec)
 
   def export(self, filepath, format="tf_saved_model", verbose=True,
              input_signature=None, **kwargs):
-    """Writes a SavedModel for serving that scores raw features.
-
-    The endpoint `serve` (also the `serving_default` signature when every
-    feature is dense) takes a dict of the raw features (categorical ones
-    before their preprocessing layers; no example id) and returns the
-    model's `[n, 1]` outputs. Loading needs TensorFlow only, not tf_sdca.
-
-    Args:
-      filepath: directory to write.
-      format: "tf_saved_model" (the only one supported).
-      verbose: print a summary of the endpoint.
-      input_signature: override of `serving_signature()`.
-      **kwargs: unused (Keras compatibility).
-    """
+    """Writes a SavedModel for serving that scores raw features
+    (`tf_sdca.keras.export.export`; `**kwargs`: unused, for Keras)."""
     del kwargs
-    if format != "tf_saved_model":
-      raise ValueError(f"LinearModel exports tf_saved_model only, got "
-                       f"{format!r}")
-    signature = input_signature or self.serving_signature()
-    archive = keras.export.ExportArchive()
-    archive.track(self)
-    archive.add_endpoint("serve", lambda inputs: self(inputs),
-                         input_signature=[signature])
-    archive.write_out(filepath, verbose=verbose)
+    export_lib.export(self, filepath, format, verbose, input_signature)
 
 
 # The strategy check under its former name (tests call it).
