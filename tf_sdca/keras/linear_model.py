@@ -12,6 +12,115 @@ example id). There is no learning rate; the duality gap, logged after every
 epoch, certifies how far the weights are from the optimum and can stop
 training (`fit(tol=...)`).
 
+The objective is `SdcaModel`'s: `sum_i s_i loss(w.x_i + b, y_i) +
+l2/2 (|w|^2 + b^2) + l1 (|w|_1 + |b|)` with example weights `s_i`
+(`sample_weight` times `class_weight`). The bias `b` is the weight of a
+constant-1 feature and is regularised like the other weights, as in
+TensorFlow's `LinearSDCA` (scikit-learn's `liblinear` with
+`intercept_scaling=1` does the same).
+
+Inputs: a numpy array `[n, d]`, a scipy sparse matrix or `tf.SparseTensor`
+`[n, d]` (one feature named `"features"`), or a dict of named features:
+dense numeric `[n]` / `[n, k]`, sparse numeric `tf.SparseTensor`, or
+categorical features listed in `categorical_features` (raw values mapped by
+a Keras preprocessing layer, or integer ids). A `tf.data.Dataset` of
+`(features, labels[, sample_weight])` batches works too; SDCA keeps one
+dual variable per example, so streamed features must be a dict with an
+`example_id` feature (unique per example, string or integer); in-memory
+data uses the row position when it has none.
+
+Labels: `{0, 1}` for the classification losses, any real number for
+`squared` / `absolute`, counts `>= 0` for `poisson`, class ids in
+`[0, K)` for `softmax` / `multiclass_hinge`. Outputs `[n, 1]`:
+probabilities for `logistic`, expected counts for `poisson`, `w.x + b`
+otherwise; `[n, K]` for the multiclass losses (class probabilities for
+`softmax`, scores `W^T x + b` for `multiclass_hinge`), whose kernels are
+`[size, K]` and bias `[K]`.
+
+Constructor arguments (`LinearModel(...)`):
+  loss: 'logistic', 'hinge', 'smooth_hinge', 'squared', 'absolute',
+    'poisson', or the multiclass 'softmax' and 'multiclass_hinge' (or the
+    op's names, 'logistic_loss', ...).
+  l1: L1 regularisation strength, >= 0.
+  l2: L2 regularisation strength, > 0.
+  use_bias: add a bias (a constant-1 feature, regularised).
+  categorical_features: dict `{name: layer or vocabulary size}`: features
+    holding categories. A layer (e.g. `keras.layers.Hashing(num_bins=...)`,
+    `StringLookup(vocabulary=...)`) maps the raw values to ids in the
+    model, so saved and exported models take raw values; an int says the
+    feature already holds ids in `[0, size)`.
+  example_id: name of the feature with example ids.
+  num_loss_partitions: CoCoA+ partitions. `fit` trains one replica, so it
+    must be 1 there; larger values are for several replicas each training
+    1/num_loss_partitions of the data whose updates are summed (see
+    `tf_sdca.SdcaModel`).
+  visit_order: order of the coordinate steps ('permutation', 'uniform',
+    'cyclic', 'adaptive', 'shrinking'; see `tf_sdca.sdca_optimizer`), or
+    'asdca': accelerated mini-batch SDCA (`InMemorySdca`'s, for the smooth
+    losses logistic, squared and smooth_hinge, one thread) on in-memory
+    data; a streamed `tf.data` fit refuses it.
+  asdca_batch_size, asdca_theta: ASDCA's rows per step and theta (None:
+    the paper's), as for `tf_sdca.trainer.InMemorySdca`. Each in-memory
+    `fit` starts the accelerated iterate at the shrunk weights.
+  hinge_step: the multiclass hinge's block step ('projection', or the
+    reference's 'steepest_ascent' / 'near_max_gain'), as for
+    `tf_sdca.trainer.InMemorySdca`; in-memory, streamed and
+    multi-worker fits.
+  seed: seed of the visiting orders.
+  gamma: smoothing of the smooth hinge loss.
+  num_threads: lock-free threads of each epoch over packed rows (0 or 1:
+    one; at most one per 4096 rows and per core, see
+    `tf_sdca.trainer.InMemorySdca`); for streamed batches, the op's
+    threads reading a batch.
+  num_table_shards: shards of the dual-state hash table (streaming).
+  num_classes: K (>= 2) for 'softmax' and 'multiclass_hinge' (one
+    process); None for the other losses.
+  average_from: None, or an epoch T0 >= 0: output averaging, as
+    `tf_sdca.trainer.InMemorySdca(average_from=T0)` does it (the
+    reference's SDCA with averaging, over Keras epochs), for in-memory
+    and streamed fits. After `fit` the kernels and bias (and the SDCA
+    state: unshrunk weights, duals) are the mean of the iterates after
+    epochs T0, T0 + 1, ..., the last, so that `predict`, `evaluate`,
+    `save` and `export` use the average; `last_iterate` gives the last
+    epoch's kernels and bias. The logged `loss` and `duality_gap` are the
+    average's (a valid certificate: the mean duals are feasible and the
+    mean weights are theirs), `last_loss` and `last_duality_gap` the last
+    iterate's; validation during `fit` scores the last iterate. T0 =
+    epochs leaves the last iterate. A `fit` with `initial_epoch > 0` after
+    an averaged one (or after `load_model` of one) goes on from the last
+    iterate and continues the same mean (`fit(epochs=4)` then
+    `fit(epochs=8, initial_epoch=4)` ends where `fit(epochs=8)` does); a
+    `fit` from epoch 0 starts a new mean from the current weights. Kept by
+    `get_config` and `save`. Not with a multi-worker strategy.
+  momentum: None (the default: 'auto' for in-memory fits where it
+    applies, off for a streamed dataset, `visit_order` 'cyclic',
+    'adaptive' or 'asdca', `average_from` and multi-worker fits), beta in
+    [0, 1) (0: off) or 'auto' (beta 0.5 or 0, chosen from the first 4
+    epochs' gaps as `InMemorySdca(momentum='auto')` does): in-memory fits
+    start each epoch after a `fit`'s first from the last two epochs'
+    points extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)`
+    does (capped to the duals' domains, restarted when the dual objective
+    falls; the logged gap and the weights are always an epoch's own
+    point): 0.5 about halved the epochs to a given gap on weakly
+    regularised data and cost a few on strongly regularised data
+    (g3doc/trainer.md). A given beta or 'auto' is refused with
+    `visit_order='asdca'`, `average_from`, a streamed `tf.data.Dataset`
+    or a multi-worker strategy (whose rounds extrapolate already). Kept
+    by `get_config`; a `fit` on the same rows (example ids) continues the
+    last `fit`'s extrapolation, from any `initial_epoch` and after `save`
+    and `load_model`, as one uninterrupted `fit`.
+  carry_over: 'auto' or a share f in [0, 1) (0: off, the default) for
+    fits on a streamed `tf.data.Dataset`: each step holds back a random f
+    of its rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto':
+    f = B / (B + 6), at most 0.8, for B batches an epoch). A dataset of
+    the same consecutive batches every epoch otherwise needs 2-2.5x the
+    epochs of one batch, or far more with many batches; held rows bring
+    it to about those of one batch, at ~1.4-1.5x the time per step
+    (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
+    every row in a fresh order each epoch and refuse it. Kept by
+    `get_config`; `save` keeps the held rows.
+  **kwargs: `keras.Model` arguments (`name`, ...).
+
 Example:
   >>> import numpy as np
   >>> from tf_sdca.keras import LinearModel
@@ -44,115 +153,12 @@ from tf_sdca.sdca_model import SdcaModel
 class LinearModel(keras.Model):
   """Linear model for classification, regression or counts, trained by SDCA.
 
-  The objective is `SdcaModel`'s: `sum_i s_i loss(w.x_i + b, y_i) +
-  l2/2 (|w|^2 + b^2) + l1 (|w|_1 + |b|)` with example weights `s_i`
-  (`sample_weight` times `class_weight`). The bias `b` is the weight of a
-  constant-1 feature and is regularised like the other weights, as in
-  TensorFlow's `LinearSDCA` (scikit-learn's `liblinear` with
-  `intercept_scaling=1` does the same).
-
-  Inputs: a numpy array `[n, d]`, a scipy sparse matrix or `tf.SparseTensor`
-  `[n, d]` (one feature named `"features"`), or a dict of named features:
-  dense numeric `[n]` / `[n, k]`, sparse numeric `tf.SparseTensor`, or
-  categorical features listed in `categorical_features` (raw values mapped by
-  a Keras preprocessing layer, or integer ids). A `tf.data.Dataset` of
-  `(features, labels[, sample_weight])` batches works too; SDCA keeps one
-  dual variable per example, so streamed features must be a dict with an
-  `example_id` feature (unique per example, string or integer); in-memory
-  data uses the row position when it has none.
-
-  Labels: `{0, 1}` for the classification losses, any real number for
-  `squared` / `absolute`, counts `>= 0` for `poisson`, class ids in
-  `[0, K)` for `softmax` / `multiclass_hinge`. Outputs `[n, 1]`:
-  probabilities for `logistic`, expected counts for `poisson`, `w.x + b`
-  otherwise; `[n, K]` for the multiclass losses (class probabilities for
-  `softmax`, scores `W^T x + b` for `multiclass_hinge`), whose kernels are
-  `[size, K]` and bias `[K]`.
-
-  Args:
-    loss: 'logistic', 'hinge', 'smooth_hinge', 'squared', 'absolute',
-      'poisson', or the multiclass 'softmax' and 'multiclass_hinge' (or the
-      op's names, 'logistic_loss', ...).
-    l1: L1 regularisation strength, >= 0.
-    l2: L2 regularisation strength, > 0.
-    use_bias: add a bias (a constant-1 feature, regularised).
-    categorical_features: dict `{name: layer or vocabulary size}`: features
-      holding categories. A layer (e.g. `keras.layers.Hashing(num_bins=...)`,
-      `StringLookup(vocabulary=...)`) maps the raw values to ids in the
-      model, so saved and exported models take raw values; an int says the
-      feature already holds ids in `[0, size)`.
-    example_id: name of the feature with example ids.
-    num_loss_partitions: CoCoA+ partitions. `fit` trains one replica, so it
-      must be 1 there; larger values are for several replicas each training
-      1/num_loss_partitions of the data whose updates are summed (see
-      `tf_sdca.SdcaModel`).
-    visit_order: order of the coordinate steps ('permutation', 'uniform',
-      'cyclic', 'adaptive', 'shrinking'; see `tf_sdca.sdca_optimizer`), or
-      'asdca': accelerated mini-batch SDCA (`InMemorySdca`'s, for the smooth
-      losses logistic, squared and smooth_hinge, one thread) on in-memory
-      data; a streamed `tf.data` fit refuses it.
-    asdca_batch_size, asdca_theta: ASDCA's rows per step and theta (None:
-      the paper's), as for `tf_sdca.trainer.InMemorySdca`. Each in-memory
-      `fit` starts the accelerated iterate at the shrunk weights.
-    hinge_step: the multiclass hinge's block step ('projection', or the
-      reference's 'steepest_ascent' / 'near_max_gain'), as for
-      `tf_sdca.trainer.InMemorySdca`; in-memory, streamed and
-      multi-worker fits.
-    seed: seed of the visiting orders.
-    gamma: smoothing of the smooth hinge loss.
-    num_threads: lock-free threads of each epoch over packed rows (0 or 1:
-      one; at most one per 4096 rows and per core, see
-      `tf_sdca.trainer.InMemorySdca`); for streamed batches, the op's
-      threads reading a batch.
-    num_table_shards: shards of the dual-state hash table (streaming).
-    num_classes: K (>= 2) for 'softmax' and 'multiclass_hinge' (one
-      process); None for the other losses.
-    average_from: None, or an epoch T0 >= 0: output averaging, as
-      `tf_sdca.trainer.InMemorySdca(average_from=T0)` does it (the
-      reference's SDCA with averaging, over Keras epochs), for in-memory
-      and streamed fits. After `fit` the kernels and bias (and the SDCA
-      state: unshrunk weights, duals) are the mean of the iterates after
-      epochs T0, T0 + 1, ..., the last, so that `predict`, `evaluate`,
-      `save` and `export` use the average; `last_iterate` gives the last
-      epoch's kernels and bias. The logged `loss` and `duality_gap` are the
-      average's (a valid certificate: the mean duals are feasible and the
-      mean weights are theirs), `last_loss` and `last_duality_gap` the last
-      iterate's; validation during `fit` scores the last iterate. T0 =
-      epochs leaves the last iterate. A `fit` with `initial_epoch > 0` after
-      an averaged one (or after `load_model` of one) goes on from the last
-      iterate and continues the same mean (`fit(epochs=4)` then
-      `fit(epochs=8, initial_epoch=4)` ends where `fit(epochs=8)` does); a
-      `fit` from epoch 0 starts a new mean from the current weights. Kept by
-      `get_config` and `save`. Not with a multi-worker strategy.
-    momentum: None (the default: 'auto' for in-memory fits where it
-      applies, off for a streamed dataset, `visit_order` 'cyclic',
-      'adaptive' or 'asdca', `average_from` and multi-worker fits), beta in
-      [0, 1) (0: off) or 'auto' (beta 0.5 or 0, chosen from the first 4
-      epochs' gaps as `InMemorySdca(momentum='auto')` does): in-memory fits
-      start
-      each epoch after a `fit`'s first from the last two epochs' points
-      extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)` does
-      (capped to the duals' domains, restarted when the dual objective
-      falls; the logged gap and the weights are always an epoch's own
-      point): 0.5 about halved the epochs to a given gap on weakly
-      regularised data and cost a few on strongly regularised data
-      (g3doc/trainer.md). A given beta or 'auto' is refused with
-      `visit_order='asdca'`, `average_from`, a streamed `tf.data.Dataset`
-      or a multi-worker strategy (whose rounds extrapolate already). Kept by `get_config`;
-      a `fit` on the same rows (example ids) continues the last `fit`'s
-      extrapolation, from any `initial_epoch` and after `save` and
-      `load_model`, as one uninterrupted `fit`.
-    carry_over: 'auto' or a share f in [0, 1) (0: off, the default) for
-      fits on a streamed `tf.data.Dataset`: each step holds back a random f
-      of its rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto':
-      f = B / (B + 6), at most 0.8, for B batches an epoch). A dataset of
-      the same consecutive batches every epoch otherwise needs 2-2.5x the
-      epochs of one batch, or far more with many batches; held rows bring
-      it to about those of one batch, at ~1.4-1.5x the time per step
-      (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
-      every row in a fresh order each epoch and refuse it. Kept by
-      `get_config`; `save` keeps the held rows.
-    **kwargs: `keras.Model` arguments (`name`, ...).
+  Minimises `SdcaModel`'s objective `sum_i s_i loss(w.x_i + b, y_i) +
+  l2/2 (|w|^2 + b^2) + l1 (|w|_1 + |b|)` on in-memory data (packed once,
+  `tf_sdca.trainer.InMemorySdca`'s engine) or a `tf.data.Dataset` with
+  example ids (streamed through `SdcaModel`). The inputs, labels, outputs
+  and every constructor argument are described in this module's docstring
+  (`tf_sdca.keras.linear_model`) and g3doc/keras.md.
   """
 
   def __init__(self, loss="logistic", l1=0.0, l2=1.0, use_bias=True,
