@@ -134,15 +134,14 @@ Example:
 import numbers
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from tf_sdca import engine
 from tf_sdca import losses
 from tf_sdca import options
 from tf_sdca.keras import callbacks as callbacks_lib
 from tf_sdca.keras import data as data_lib
 from tf_sdca.keras import export as export_lib
+from tf_sdca.keras import fitting
 from tf_sdca.keras import multi_worker
 from tf_sdca.keras import saving
 from tf_sdca.keras import state as state_lib
@@ -210,23 +209,9 @@ class LinearModel(keras.Model):
     self._kernels = {}
     self.bias = None
     self._sdca = None
-    self._pending_state = None
-    self._packed = None     # state.PackedRows of the last in-memory fit
-    self._row_duals = None  # (keys, float64 duals) saved by the last one
-    self._step_mode = None  # what the traced train_step does
-    self._train_weight = 0.0
-    self._gap_data = None
-    self._average = None    # callbacks.Average of an averaging fit
-    # (example keys, Extrapolation.state()) of the last in-memory fit with
-    # momentum: the next fit on the same rows goes on from it.
-    self._momentum_state = None
-
-  def _engine_config(self):
-    """The in-memory engine's view of this model's options."""
-    return engine.Config(self.loss_type, self.l1, self.l2, self.gamma,
-                         self.seed, self.visit_order, self.hinge_step,
-                         self.num_classes, self.asdca_batch_size,
-                         self.asdca_theta)
+    self._pending_state = None  # a loaded SDCA state, until _sdca exists
+    # Packed rows, momentum's and the mean's state, from fit to fit.
+    self._training = fitting.TrainingState(self)
 
   def _check_mode(self, mode, data):
     """ValueError for an option set that does not run in `mode` (the data
@@ -367,7 +352,7 @@ class LinearModel(keras.Model):
     return self.get_metrics_result()
 
   def train_step(self, data):
-    if self._step_mode == "packed":
+    if self._training.mode == fitting.PACKED:
       return self._packed_step()
     x, y, sw = data_lib.unpack(data)
     if self.example_id not in x:
@@ -390,9 +375,9 @@ class LinearModel(keras.Model):
     y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, None)
     loss = self._sdca.unregularized_loss(examples)
-    if self._train_weight > 0:
+    if self._training.train_weight > 0:
       r1, r2 = self._sdca.regularization()
-      loss += (r1 + 0.5 * r2) / self._train_weight
+      loss += (r1 + 0.5 * r2) / self._training.train_weight
     return self._update_metrics(y, y_pred, sw, tf.cast(loss, tf.float32))
 
   def predict_step(self, data):
@@ -401,19 +386,14 @@ class LinearModel(keras.Model):
 
   # ---------------------------------------------------------- packed rows
   def _pack(self, x, y, sample_weight, class_weight, arrays_only=False):
-    """Validates in-memory training data and packs its rows once
-    (`TfSdca>PackRows`, as `InMemorySdca` does), with the state to train
-    from: the float64 weights of the model and one float64 dual per row
-    (those of the last in-memory fit or saved file on the same example ids,
-    else what the streaming state holds for them, else 0).
+    """Validates in-memory training data (building the model for it) and
+    packs its rows once with the state to train from (see
+    `tf_sdca.keras.fitting.TrainingState.pack`, which `arrays_only` goes
+    to as well).
 
     Raises:
       InvalidInputError: for mismatched lengths, out-of-domain labels,
         non-finite features, bad weights or repeated ids.
-
-    With `arrays_only`, returns the validated rows before packing instead:
-    `(csr or None, dense, labels, weights, num_sparse)`, the columns in the
-    weight table's order.
     """
     x, n, labels, weights, ids = data_lib.training_inputs(
         x, y, sample_weight, class_weight, self.loss_type, self.num_classes,
@@ -422,157 +402,29 @@ class LinearModel(keras.Model):
     data_lib.check_values(x, self._spec, self.categorical_features)
     ids = data_lib.example_ids(ids, n, self.example_id)
     self._ensure_sdca()
-    keys = self._sdca.example_keys(
-        ids if ids.dtype == tf.string else tf.strings.as_string(ids))
-    keys = keys.numpy()
-    duals = self._duals_for(keys, labels)
-    sparse, dense, num_sparse = data_lib.weight_table_columns(
-        x, n, self._spec, self.categorical_features, self.bias is not None)
-    if arrays_only:
-      return (data_lib.merged_rows(n, sparse) if sparse else None,
-              np.concatenate(dense, axis=1) if dense else None, labels,
-              weights, num_sparse)
-    table = state_lib.weight_table(self._sdca)
-    resident = engine.ArrayRows(
-        n, data_lib.merged_rows(n, sparse) if sparse else None,
-        np.concatenate(dense, axis=1) if dense else None, labels, weights,
-        num_sparse)
-    resident.pack(num_sparse, self.loss_type, self.gamma,
-                  1 if self._asdca else
-                  engine.choose_threads(self.num_threads, n,
-                                        self.num_classes),
-                  self.num_classes)
-    metric_inputs = None
-    if self._compile_metrics is not None:
-      # Train metrics are computed on all rows after each epoch.
-      features = self._transform({name: data_lib.to_host(value)
-                                  for name, value in x.items()})
-      metric_inputs = (features, tf.constant(labels), tf.constant(weights))
-    return state_lib.PackedRows(resident.rows, keys, duals.reshape(-1), table,
-                       weights, metric_inputs,
-                       losses.shrink_l1(table, self.l1, self.l2)
-                       if self._asdca else None, labels)
-
-  def _fit_across_processes(self, strategy, x, y, sample_weight,
-                            class_weight, epochs, tol, verbose):
-    """`fit` in one worker of a multi-worker strategy: CoCoA+ rounds across
-    the workers (`tf_sdca.keras.multi_worker.train`), each worker's `x, y`
-    its fixed shard; a round is one pass over every shard (`epochs` bounds
-    them). Every worker ends with the same weights; the History has the
-    rounds' `loss` and `duality_gap`. Each call trains from zero duals
-    (w = 0): the rounds' duals live in the workers' shards, not the
-    model."""
-    if y is None:
-      raise ValueError("fit needs labels y")
-    self._check_mode(options.PROCESSES,
-                     "the workers of a MultiWorkerMirroredStrategy")
-    result = multi_worker.train(
-        strategy, self._pack(x, y, sample_weight, class_weight,
-                             arrays_only=True),
-        epochs, tol, verbose, loss=self.loss_type, l1=self.l1, l2=self.l2,
-        gamma=self.gamma, seed=self.seed, num_classes=self.num_classes,
-        hinge_step=self.hinge_step)
-    self._packed, self._row_duals = None, None
-    self._write_weights(multi_worker.weight_table(result))
-    return multi_worker.history(self, result)
-
-  def _duals_for(self, keys, labels):
-    """float64 duals of the rows with these example-id keys (`[n, K]`
-    blocks for a multiclass loss, whose rows have these `labels`): those
-    of the last in-memory fit or saved file on the same keys, else what
-    the streaming state holds for them, else 0."""
-    duals = state_lib.known_duals(keys, self._packed, self._row_duals)
-    if duals is not None:
-      return duals
-    self._flush_packed()
-    return state_lib.stored_duals(self._sdca, keys, labels, self.num_classes)
+    # Train metrics are computed on all rows after each epoch.
+    transform = (self._transform if self._compile_metrics is not None else
+                 None)
+    return self._training.pack(self._sdca, self._spec, x, n, labels, weights,
+                               ids, transform, arrays_only)
 
   def _packed_step(self):
     """One epoch over the packed rows (the traced `train_step` of an
-    in-memory `fit`): one `TfSdca>PackedSolve` call, seeded like
-    `InMemorySdca`'s epochs by the count of epochs and `minimize` calls so
-    far, then the new weights written to the model."""
-    p = self._packed
-    calls = self._sdca.calls
-    w, parts = p.epoch(engine.epoch_seed(self.seed, calls),
-                       self._engine_config(), self._asdca)
-    calls.assign_add(1)
-    self._write_weights(w)
-    primal = parts[0] + 0.5 * self.l2 * parts[2] + self.l1 * parts[3]
-    self._loss_tracker.update_state(
-        tf.cast(primal / max(p.total_weight, 1e-300), tf.float32))
-    if p.metric_inputs is not None:
-      features, y, sw = p.metric_inputs
+    in-memory `fit`, `TrainingState.epoch`), then the train metrics."""
+    self._loss_tracker.update_state(self._training.epoch(self._sdca))
+    metric_inputs = self._training.packed.metric_inputs
+    if metric_inputs is not None:
+      features, y, sw = metric_inputs
       y_pred = self._outputs(features)
       self._compile_metrics.update_state(y[:, None], y_pred, sw)
     return self.get_metrics_result()
-
-  def _write_weights(self, table):
-    state_lib.write_weights(self._sdca, table, self.l1, self.l2)
-
-  def _packed_gap(self):
-    """(objective per unit weight, relative gap) after the last epoch."""
-    return self._packed.gap(self.loss_type, self.l1, self.l2)
-
-  def _flush_packed(self):
-    """Writes the packed rows' duals into the SdcaModel's example state, so
-    that streaming, `duality_gap(data)` and saving see them (as float32,
-    the streaming state's type; saved files keep the float64 ones too)."""
-    p = self._packed
-    if p is None:
-      return
-    self._sdca.state_insert(tf.constant(p.keys),
-                            tf.constant(p.state_rows(self.num_classes)))
-
-  def _leave_packed(self):
-    """Before streaming: the example state takes over the packed duals."""
-    self._flush_packed()
-    self._packed = None
-    self._row_duals = None
-
-  def _keep_momentum(self, state):
-    """Keeps the momentum's state at the end of a fit (see `Momentum`)."""
-    self._momentum_state = state
-
-  # ------------------------------------------------------------ averaging
-  def _iterate(self):
-    """The training state now (see `tf_sdca.keras.state.iterate`)."""
-    return state_lib.iterate(
-        self._packed if self._step_mode == "packed" else None, self._sdca)
-
-  def _set_iterate(self, keys, table, duals):
-    """Makes an `_iterate` the training state and the model's weights."""
-    state_lib.set_iterate(
-        self._packed if self._step_mode == "packed" else None, self._sdca,
-        keys, table, duals, self.l1, self.l2)
-
-  def _start_average(self, packed, initial_epoch):
-    """At the start of `fit`: the `Averaging` hook of an averaging fit
-    (continuing or starting the model's mean), else None."""
-    if self.average_from is None:
-      self._average = None
-      return None
-    mean_gap = None
-    if packed:
-      p, config = self._packed, self._engine_config()
-
-      def mean_gap(table, duals):
-        return p.gap_at(table, duals, config, self.loss_type, self.l1,
-                        self.l2)
-    hook = callbacks_lib.Averaging(
-        self.average_from, self._iterate, self._set_iterate,
-        1 if self.num_classes == 1 else self.num_classes, mean_gap)
-    self._average = hook.start(self._average, packed,
-                               self._packed.keys if packed else None,
-                               initial_epoch)
-    return hook
 
   @property
   def last_iterate(self):
     """After a `fit` with `average_from`: the last epoch's weights as
     `{"kernels": {feature: array}, "bias": array or None}` (shrunk, as the
     model's own); None otherwise."""
-    average = self._average
+    average = self._training.average
     if average is None or not average.installed:
       return None
     self._ensure_sdca()  # after load_model, the slots' shapes
@@ -707,39 +559,41 @@ class LinearModel(keras.Model):
             "CoCoA+ rounds across the workers on each worker's in-memory "
             "rows: pass this worker's x and y (not a dataset), without "
             "validation data, callbacks, initial_epoch or steps_per_epoch")
-      return self._fit_across_processes(
-          workers, x, y, sample_weight, class_weight, epochs, tol, verbose)
+      if y is None:
+        raise ValueError("fit needs labels y")
+      self._check_mode(options.PROCESSES,
+                       "the workers of a MultiWorkerMirroredStrategy")
+      arrays = self._pack(x, y, sample_weight, class_weight,
+                          arrays_only=True)
+      return self._training.fit_across_processes(
+          self._sdca, workers, arrays, epochs, tol, verbose)
     if self.num_loss_partitions != 1:
       raise ValueError(
           f"num_loss_partitions={self.num_loss_partitions}: fit trains one "
           "replica on all the data, which needs num_loss_partitions=1 (use "
           "tf_sdca.SdcaModel to sum the updates of several replicas)")
+    streamed = isinstance(x, tf.data.Dataset)
     self._check_mode(
-        options.STREAMED if isinstance(x, tf.data.Dataset) else
-        options.IN_MEMORY,
-        "a tf.data.Dataset" if isinstance(x, tf.data.Dataset) else
+        options.STREAMED if streamed else options.IN_MEMORY,
+        "a tf.data.Dataset" if streamed else
         "numpy, scipy or dicts of arrays")
     if not self.compiled:
       self.compile()
     del shuffle
-    packed = not isinstance(x, tf.data.Dataset)
-    if packed:
+    if not streamed:
       if y is None:
         raise ValueError("fit needs labels y")
       if validation_split and validation_data is None:
         x, y, sample_weight, validation_data = data_lib.split(
             x, y, sample_weight, validation_split)
-      self._packed = self._pack(x, y, sample_weight, class_weight)
-      self._gap_data = None
-      measure, total = self._packed_gap, self._packed.total_weight
-      # One step per epoch: the step is a whole epoch over the packed rows.
-      train, steps_per_epoch = tf.data.Dataset.from_tensors(0).repeat(), 1
+      train = self._training.use_packed(
+          self._pack(x, y, sample_weight, class_weight))
+      steps_per_epoch = 1  # a step is a whole epoch over the packed rows
     else:
       if y is not None or sample_weight is not None:
         raise ValueError("with a dataset, labels and weights come from it")
-      self._leave_packed()
+      self._training.leave_packed(self._sdca)
       train = self._dataset(x, class_weight, for_training=True)
-      gap_data, total = train, None
     if validation_data is not None and not isinstance(
         validation_data, tf.data.Dataset):
       vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(
@@ -748,31 +602,13 @@ class LinearModel(keras.Model):
           vx, vy, vsw, validation_batch_size or batch_size)
       validation_data = rows.batch(batch)
     self._ensure_sdca()
-    if not packed:
-      def measure():
-        self._gap_data = gap_data
-        return self.duality_gap(gap_data)
     # The traced step differs between packed rows and streamed batches, and
     # captures one fit's packed rows.
-    if packed or self._step_mode != "batches":
+    if not streamed or self._training.mode != fitting.BATCHES:
       self.train_function = None
-    self._step_mode = "packed" if packed else "batches"
-    averaging = self._start_average(packed, initial_epoch)
-    if total is not None:
-      self._train_weight = total
-    callbacks = list(callbacks or [])
-    # Streamed batches (no total weight of packed rows) come in the
-    # dataset's order.
-    callbacks.insert(0, callbacks_lib.DualityGapLogger(
-        self, measure, tol, self.loss_type,
-        total is None and not self.carry_over, averaging))
-    momentum = options.momentum_for(
-        self.momentum, self.visit_order, packed, self._asdca,
-        self.average_from is not None)
-    if momentum:
-      callbacks.insert(0, callbacks_lib.Momentum(
-          self._packed, momentum, self.loss_type, self.l1, self.l2,
-          self._momentum_state, self._keep_momentum))
+    callbacks = self._training.callbacks(
+        self._sdca, train if streamed else None, tol, initial_epoch,
+        callbacks)
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -824,23 +660,7 @@ class LinearModel(keras.Model):
       `(objective, relative_gap)`: the regularised objective per unit of
       example weight and `(P(w) - D(alpha)) / P(w)`.
     """
-    if data is None and self._packed is not None:
-      p = self._packed
-      parts = engine.objective_parts(p.rows, p.table, p.duals,
-                                     self._engine_config())
-      p.parts.assign(parts)
-      self._train_weight = p.total_weight
-      return self._packed_gap()
-    data = self._gap_data if data is None else data
-    if data is None or self._sdca is None:
-      raise ValueError("duality_gap needs training data: call fit first")
-    self._flush_packed()
-    # The sums of tf_sdca.SdcaModel.duality_gap, batch by batch.
-    parts = np.zeros(3)
-    for batch in data:
-      parts += self._gap_batch(batch).numpy()
-    self._train_weight = float(parts[2])
-    return self._sdca.gap_from_parts(parts)
+    return self._training.duality_gap(self._sdca, data, self._gap_batch)
 
   @tf.function(reduce_retracing=True)
   def _gap_batch(self, data):
@@ -861,7 +681,7 @@ class LinearModel(keras.Model):
       if self._pending_state is not None:  # loaded, not yet trained
         return self._pending_state
       raise ValueError("the model has no SDCA state: fit or load it first")
-    self._flush_packed()
+    self._training.flush(self._sdca)
     return self._sdca.get_state()
 
   # -------------------------------------------------------- save / export
@@ -869,15 +689,11 @@ class LinearModel(keras.Model):
     """Keras weights, then the SDCA state (duals and float64 weights), so
     that training resumes where it stopped after `load_model`."""
     super().save_own_variables(store)
-    self._flush_packed()
+    self._training.flush(self._sdca)
     state = (self._sdca.get_state() if self._sdca is not None else
              self._pending_state)
-    if state is None:
-      return
-    rows = (self._row_duals if self._packed is None else
-            (self._packed.keys, self._packed.duals.numpy()))
-    saving.save_state(store, state, rows, self._train_weight,
-                      self._momentum_state, self._average)
+    if state is not None:
+      self._training.save(store, state)
 
   def load_own_variables(self, store):
     saving.check_finite(store, self.name)
@@ -891,12 +707,7 @@ class LinearModel(keras.Model):
     loaded = saving.load_state(store)
     if loaded is None:
       return
-    if loaded["row_duals"] is not None:
-      self._row_duals = loaded["row_duals"]
-    self._packed = None
-    self._momentum_state = loaded["momentum"]
-    self._average = loaded["average"]
-    self._train_weight = loaded["train_weight"]
+    self._training.restore(loaded)
     if self._sdca is not None:
       self._sdca.set_state(loaded["state"])
     else:
