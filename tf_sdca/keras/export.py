@@ -29,6 +29,7 @@ def serving_signature(spec):
   return signature
 
 
+# `format` is Keras' name for the argument.
 def export(model, filepath, format="tf_saved_model", verbose=True,  # pylint: disable=redefined-builtin
            input_signature=None):
   """Writes a SavedModel for serving that scores raw features.
@@ -55,6 +56,6 @@ def export(model, filepath, format="tf_saved_model", verbose=True,  # pylint: di
   signature = input_signature or model.serving_signature()
   archive = keras.export.ExportArchive()
   archive.track(model)
-  archive.add_endpoint("serve", lambda inputs: model(inputs),  # pylint: disable=unnecessary-lambda
+  archive.add_endpoint("serve", lambda inputs: model(inputs),
                        input_signature=[signature])
   archive.write_out(filepath, verbose=verbose)

@@ -25,11 +25,18 @@ from tf_sdca.keras import data as data_lib
 from tf_sdca.keras import multi_worker
 from tf_sdca.keras import saving
 from tf_sdca.keras import state as state_lib
+from tf_sdca.sdca_model import SdcaModel
 
 # What the model's traced `train_step` does: one epoch over packed rows, or
 # one streamed batch.
 PACKED = "packed"
 BATCHES = "batches"
+
+# A fit's data in the words of `check_mode`'s messages.
+_MODE_WORDS = {
+    options.IN_MEMORY: "numpy, scipy or dicts of arrays",
+    options.STREAMED: "a tf.data.Dataset",
+    options.PROCESSES: "the workers of a MultiWorkerMirroredStrategy"}
 
 
 class TrainingState:
@@ -40,6 +47,8 @@ class TrainingState:
       gap's callback stops).
 
   Attributes:
+    pending_state: the SDCA state of a loaded file, until `new_sdca`
+      creates the model's `SdcaModel` (its shapes come from the weights).
     mode: PACKED or BATCHES, what the last fit's steps were; None before.
     packed: the last in-memory fit's `tf_sdca.keras.state.PackedRows`
       (None after a streamed or multi-worker fit, or `load_model`).
@@ -58,6 +67,7 @@ class TrainingState:
 
   def __init__(self, model):
     self._model = model
+    self.pending_state = None
     self.mode = None
     self.packed = None
     self.row_duals = None
@@ -70,6 +80,57 @@ class TrainingState:
   def asdca(self):
     """Whether in-memory fits run accelerated mini-batch SDCA."""
     return self._model.visit_order == "asdca"
+
+  def check_mode(self, mode):
+    """ValueError for an option set that does not run in `mode`
+    (`tf_sdca.options.IN_MEMORY`, `STREAMED` or `PROCESSES`, this fit's),
+    naming the doors that run it; and for a fit of one replica
+    (in-memory or streamed) with `num_loss_partitions` > 1."""
+    m = self._model
+    if mode != options.PROCESSES and m.num_loss_partitions != 1:
+      raise ValueError(
+          f"num_loss_partitions={m.num_loss_partitions}: fit trains one "
+          "replica on all the data, which needs num_loss_partitions=1 (use "
+          "tf_sdca.SdcaModel to sum the updates of several replicas)")
+    options.applies(
+        dict(visit_order=m.visit_order, momentum=m.momentum,
+             average_from=m.average_from, carry_over=m.carry_over),
+        mode, options.KERAS, _MODE_WORDS[mode])
+
+  def new_sdca(self, spec, kernels, bias):
+    """A `SdcaModel` (created eagerly) over the model's Keras weights:
+    `kernels` `{name: variable}` of the features in `spec` (the sparse and
+    categorical ones first, then the dense ones, as the weight table holds
+    them) and the `bias` variable or None; it takes a loaded state that
+    waited for it."""
+    sparse, dense = [], []
+    for name, kind, _, _, _ in spec:
+      (dense if kind == "dense" else sparse).append(kernels[name].value)
+    if bias is not None:
+      dense.append(bias.value)
+    sdca = SdcaModel(None, {"sparse_features_weights": sparse,
+                            "dense_features_weights": dense},
+                     self._sdca_options())
+    if self.pending_state is not None:
+      sdca.set_state(self.pending_state)
+      self.pending_state = None
+    return sdca
+
+  def _sdca_options(self):
+    """The `SdcaModel`'s options: the model's, with 'permutation' for
+    `visit_order='asdca'` (ASDCA runs on packed rows only)."""
+    m = self._model
+    return {"loss_type": m.loss_type,
+            "symmetric_l1_regularization": m.l1,
+            "symmetric_l2_regularization": m.l2,
+            "num_loss_partitions": m.num_loss_partitions,
+            "num_table_shards": m.num_table_shards,
+            "visit_order": ("permutation" if self.asdca else
+                            m.visit_order), "seed": m.seed,
+            "gamma": m.gamma, "num_threads": m.num_threads,
+            "hinge_step": m.hinge_step, "carry_over": m.carry_over,
+            **({"num_classes": m.num_classes} if m.num_classes > 1
+               else {})}
 
   def config(self):
     """The in-memory engine's view of the model's options."""
@@ -278,6 +339,16 @@ class TrainingState:
                               initial_epoch)
     return hook
 
+  def last_iterate(self, sdca, spec):
+    """`LinearModel.last_iterate` of the model's `sdca` and feature `spec`:
+    the last epoch's shrunk weights after an averaging fit, else None."""
+    m, average = self._model, self.average
+    if average is None or not average.installed:
+      return None
+    return state_lib.kernels_and_bias(
+        sdca, average.last[1], [s[:2] for s in spec], m.use_bias, m.l1,
+        m.l2, m.num_classes)
+
   # ---------------------------------------------------------- duality gap
   def duality_gap(self, sdca, data, gap_batch):
     """`LinearModel.duality_gap(data)`: of the packed rows when `data` is
@@ -302,21 +373,41 @@ class TrainingState:
     return sdca.gap_from_parts(parts)
 
   # --------------------------------------------------------------- saving
-  def save(self, store, state):
-    """Saves the SDCA `state` into `store` with this training state (the
-    packed rows' float64 duals, momentum's and the mean's state; see
-    `tf_sdca.keras.saving.save_state`)."""
+  def sdca_state(self, sdca):
+    """`LinearModel.sdca_state()` of the model's `sdca` (None before it is
+    created), the packed rows' duals included."""
+    if sdca is None:
+      if self.pending_state is not None:  # loaded, not yet trained
+        return self.pending_state
+      raise ValueError("the model has no SDCA state: fit or load it first")
+    self.flush(sdca)
+    return sdca.get_state()
+
+  def save(self, store, sdca):
+    """Saves the SDCA state of `sdca` (or the loaded one it has not taken
+    yet) into `store` with this training state (the packed rows' float64
+    duals, momentum's and the mean's state; see
+    `tf_sdca.keras.saving.save_state`); nothing before any."""
+    self.flush(sdca)
+    state = sdca.get_state() if sdca is not None else self.pending_state
+    if state is None:
+      return
     rows = (self.row_duals if self.packed is None else
             (self.packed.keys, self.packed.duals.numpy()))
     saving.save_state(store, state, rows, self.train_weight,
                       self.momentum_state, self.average)
 
-  def restore(self, loaded):
+  def restore(self, loaded, sdca):
     """Takes the training state of a loaded file
-    (`tf_sdca.keras.saving.load_state`'s dict)."""
+    (`tf_sdca.keras.saving.load_state`'s dict), its SDCA state into `sdca`
+    (or, None, into the SdcaModel `new_sdca` creates)."""
     if loaded["row_duals"] is not None:
       self.row_duals = loaded["row_duals"]
     self.packed = None
     self.momentum_state = loaded["momentum"]
     self.average = loaded["average"]
     self.train_weight = loaded["train_weight"]
+    if sdca is not None:
+      sdca.set_state(loaded["state"])
+    else:
+      self.pending_state = loaded["state"]

@@ -131,8 +131,6 @@ Example:
   >>> history = model.fit(x, y, epochs=20, tol=1e-6, verbose=0)
   >>> probabilities = model.predict(x, verbose=0)
 """
-import numbers
-
 import keras
 import tensorflow as tf
 
@@ -144,9 +142,7 @@ from tf_sdca.keras import export as export_lib
 from tf_sdca.keras import fitting
 from tf_sdca.keras import multi_worker
 from tf_sdca.keras import saving
-from tf_sdca.keras import state as state_lib
 from tf_sdca.keras.data import InvalidInputError
-from tf_sdca.sdca_model import SdcaModel
 
 @keras.saving.register_keras_serializable(package="tf_sdca")
 class LinearModel(keras.Model):
@@ -183,7 +179,6 @@ class LinearModel(keras.Model):
     self.average_from = given["average_from"]
     self.loss_name = loss
     multiclass = losses.is_multiclass(self.loss_type)
-    self._asdca = visit_order == "asdca"
     self.asdca_batch_size = given["asdca_batch_size"]
     self.asdca_theta = given["asdca_theta"]
     self.hinge_step = hinge_step
@@ -209,17 +204,8 @@ class LinearModel(keras.Model):
     self._kernels = {}
     self.bias = None
     self._sdca = None
-    self._pending_state = None  # a loaded SDCA state, until _sdca exists
     # Packed rows, momentum's and the mean's state, from fit to fit.
     self._training = fitting.TrainingState(self)
-
-  def _check_mode(self, mode, data):
-    """ValueError for an option set that does not run in `mode` (the data
-    mode of this fit, `data` in words), naming the doors that run it."""
-    options.applies(
-        dict(visit_order=self.visit_order, momentum=self.momentum,
-             average_from=self.average_from, carry_over=self.carry_over),
-        mode, options.KERAS, data)
 
   # ------------------------------------------------------------ structure
   def _build_spec(self, spec):
@@ -257,10 +243,8 @@ class LinearModel(keras.Model):
     config = super().get_config()
     config.update(
         loss=self.loss_name, l1=self.l1, l2=self.l2, use_bias=self.use_bias,
-        categorical_features={
-            name: (spec if isinstance(spec, numbers.Integral) else
-                   keras.saving.serialize_keras_object(spec))
-            for name, spec in self.categorical_features.items()},
+        categorical_features=data_lib.serialized_categorical(
+            self.categorical_features),
         example_id=self.example_id,
         num_loss_partitions=self.num_loss_partitions,
         visit_order=self.visit_order, seed=self.seed, gamma=self.gamma,
@@ -269,7 +253,7 @@ class LinearModel(keras.Model):
       config["num_classes"] = self.num_classes
     if self.average_from is not None:
       config["average_from"] = self.average_from
-    if self._asdca:
+    if self.visit_order == "asdca":
       config.update(asdca_batch_size=self.asdca_batch_size,
                     asdca_theta=self.asdca_theta)
     if self.hinge_step != "projection":
@@ -283,11 +267,8 @@ class LinearModel(keras.Model):
   @classmethod
   def from_config(cls, config, custom_objects=None):
     config = dict(config)
-    config["categorical_features"] = {
-        name: (spec if isinstance(spec, numbers.Integral) else
-               keras.saving.deserialize_keras_object(
-                   spec, custom_objects=custom_objects))
-        for name, spec in config.get("categorical_features", {}).items()}
+    config["categorical_features"] = data_lib.deserialized_categorical(
+        config.get("categorical_features", {}), custom_objects)
     return cls(**config)
 
   # ------------------------------------------------------------- features
@@ -314,31 +295,9 @@ class LinearModel(keras.Model):
   # ----------------------------------------------------------------- SDCA
   def _ensure_sdca(self):
     """Creates the `SdcaModel` (eagerly) over the Keras weights."""
-    if self._sdca is not None:
-      return
-    sparse, dense = [], []
-    for name, kind, _, _, _ in self._spec:
-      (dense if kind == "dense" else sparse).append(
-          self._kernels[name].value)
-    if self.bias is not None:
-      dense.append(self.bias.value)
-    self._sdca = SdcaModel(
-        None, {"sparse_features_weights": sparse,
-               "dense_features_weights": dense},
-        {"loss_type": self.loss_type,
-         "symmetric_l1_regularization": self.l1,
-         "symmetric_l2_regularization": self.l2,
-         "num_loss_partitions": self.num_loss_partitions,
-         "num_table_shards": self.num_table_shards,
-         "visit_order": ("permutation" if self._asdca else
-                         self.visit_order), "seed": self.seed,
-         "gamma": self.gamma, "num_threads": self.num_threads,
-         "hinge_step": self.hinge_step, "carry_over": self.carry_over,
-         **({"num_classes": self.num_classes} if self.num_classes > 1
-            else {})})
-    if self._pending_state is not None:
-      self._sdca.set_state(self._pending_state)
-      self._pending_state = None
+    if self._sdca is None:
+      self._sdca = self._training.new_sdca(self._spec, self._kernels,
+                                           self.bias)
 
   def _examples(self, features, labels, weights, ids):
     """An `SdcaModel` batch from transformed features."""
@@ -425,12 +384,9 @@ class LinearModel(keras.Model):
     `{"kernels": {feature: array}, "bias": array or None}` (shrunk, as the
     model's own); None otherwise."""
     average = self._training.average
-    if average is None or not average.installed:
-      return None
-    self._ensure_sdca()  # after load_model, the slots' shapes
-    return state_lib.kernels_and_bias(
-        self._sdca, average.last[1], [s[:2] for s in self._spec],
-        self.bias is not None, self.l1, self.l2, self.num_classes)
+    if average is not None and average.installed:
+      self._ensure_sdca()  # after load_model, the slots' shapes
+    return self._training.last_iterate(self._sdca, self._spec)
 
   # -------------------------------------------------------------- compile
   def compile(self, metrics=None, weighted_metrics=None, run_eagerly=False,
@@ -463,44 +419,40 @@ class LinearModel(keras.Model):
 
   def compile_from_config(self, config):
     config = dict(keras.saving.deserialize_keras_object(config))
-    config.pop("optimizer", None)
-    config.pop("loss", None)
-    config.pop("loss_weights", None)
-    config.pop("auto_scale_loss", None)
+    for key in ("optimizer", "loss", "loss_weights", "auto_scale_loss"):
+      config.pop(key, None)
     self.compile(**config)
 
   # ----------------------------------------------------------------- data
-  def _in_memory(self, x, y=None, sample_weight=None, batch_size=None):
-    """Checks in-memory data to score (evaluate, predict, validation);
-    returns (dataset of rows, batch size, total example weight or None).
+  def _batches(self, x, y=None, sample_weight=None, batch_size=None):
+    """Data to score (evaluate, predict, validation) as batches: in-memory
+    data checked (building the model for it) and batched, or a user
+    `tf.data.Dataset` (see `_dataset`).
 
     Raises:
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
         domain labels, non-finite features or bad weights.
     """
+    if isinstance(x, tf.data.Dataset):
+      return self._dataset(x)
     x, n, y, sample_weight = data_lib.scoring_inputs(
         x, y, sample_weight, self.loss_type, self.num_classes)
     self._build_spec(data_lib.feature_spec(
         {k: v for k, v in x.items() if k != self.example_id},
         self.categorical_features))
     data_lib.check_values(x, self._spec, self.categorical_features)
-    return data_lib.scoring_rows(x, n, y, sample_weight, batch_size)
+    rows, batch, _ = data_lib.scoring_rows(x, n, y, sample_weight,
+                                           batch_size)
+    return rows.batch(batch)
 
   def _dataset(self, data, class_weight=None, for_training=False):
     """A user `tf.data.Dataset`: builds the model from its element spec,
     applies class weights, checks for example ids when training."""
-    spec = data.element_spec
-    x_spec = spec[0] if isinstance(spec, tuple) else spec
-    if for_training and (not isinstance(x_spec, dict) or
-                         self.example_id not in x_spec):
-      raise data_lib.missing_ids(self.example_id, x_spec)
-    x_spec = data_lib.as_dict(x_spec)
     self._build_spec(data_lib.feature_spec(
-        {k: v for k, v in x_spec.items() if k != self.example_id},
+        data_lib.dataset_features(data, self.example_id, for_training),
         self.categorical_features))
-    if class_weight:
-      data = data_lib.class_weighted(data, class_weight)
-    return data
+    return data_lib.class_weighted(data, class_weight) if class_weight else \
+        data
 
   # ------------------------------------------------------------------ fit
   def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto",
@@ -552,31 +504,16 @@ class LinearModel(keras.Model):
     """
     workers = multi_worker.strategy_workers(self.distribute_strategy)
     if workers is not None:
-      if isinstance(x, tf.data.Dataset) or validation_data is not None or \
-          validation_split or callbacks or initial_epoch or steps_per_epoch:
-        raise ValueError(
-            "fit under a multi-worker MultiWorkerMirroredStrategy trains "
-            "CoCoA+ rounds across the workers on each worker's in-memory "
-            "rows: pass this worker's x and y (not a dataset), without "
-            "validation data, callbacks, initial_epoch or steps_per_epoch")
-      if y is None:
-        raise ValueError("fit needs labels y")
-      self._check_mode(options.PROCESSES,
-                       "the workers of a MultiWorkerMirroredStrategy")
+      multi_worker.check_fit(x, y, validation_data, validation_split,
+                             callbacks, initial_epoch, steps_per_epoch)
+      self._training.check_mode(options.PROCESSES)
       arrays = self._pack(x, y, sample_weight, class_weight,
                           arrays_only=True)
       return self._training.fit_across_processes(
           self._sdca, workers, arrays, epochs, tol, verbose)
-    if self.num_loss_partitions != 1:
-      raise ValueError(
-          f"num_loss_partitions={self.num_loss_partitions}: fit trains one "
-          "replica on all the data, which needs num_loss_partitions=1 (use "
-          "tf_sdca.SdcaModel to sum the updates of several replicas)")
     streamed = isinstance(x, tf.data.Dataset)
-    self._check_mode(
-        options.STREAMED if streamed else options.IN_MEMORY,
-        "a tf.data.Dataset" if streamed else
-        "numpy, scipy or dicts of arrays")
+    self._training.check_mode(options.STREAMED if streamed else
+                              options.IN_MEMORY)
     if not self.compiled:
       self.compile()
     del shuffle
@@ -598,9 +535,8 @@ class LinearModel(keras.Model):
         validation_data, tf.data.Dataset):
       vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(
           tuple(validation_data))
-      rows, batch, _ = self._in_memory(
-          vx, vy, vsw, validation_batch_size or batch_size)
-      validation_data = rows.batch(batch)
+      validation_data = self._batches(vx, vy, vsw,
+                                      validation_batch_size or batch_size)
     self._ensure_sdca()
     # The traced step differs between packed rows and streamed batches, and
     # captures one fit's packed rows.
@@ -625,11 +561,7 @@ class LinearModel(keras.Model):
     metrics."""
     if not self.compiled:
       self.compile()
-    if not isinstance(x, tf.data.Dataset):
-      rows, batch, _ = self._in_memory(x, y, sample_weight, batch_size)
-      x = rows.batch(batch)
-    else:
-      x = self._dataset(x)
+    x = self._batches(x, y, sample_weight, batch_size)
     self._ensure_sdca()
     return super().evaluate(x, verbose=verbose, steps=steps,
                             callbacks=callbacks, return_dict=return_dict,
@@ -639,12 +571,8 @@ class LinearModel(keras.Model):
               callbacks=None):
     """Keras' `predict`: `[n, 1]` probabilities (logistic), rates (Poisson)
     or scores."""
-    if not isinstance(x, tf.data.Dataset):
-      rows, batch, _ = self._in_memory(x, batch_size=batch_size)
-      x = rows.batch(batch)
-    else:
-      x = self._dataset(x)
-    return super().predict(x, verbose=verbose, steps=steps,
+    return super().predict(self._batches(x, batch_size=batch_size),
+                           verbose=verbose, steps=steps,
                            callbacks=callbacks)
 
   # ---------------------------------------------------------- duality gap
@@ -677,41 +605,22 @@ class LinearModel(keras.Model):
     Raises:
       ValueError: before the model has trained or loaded a state.
     """
-    if self._sdca is None:
-      if self._pending_state is not None:  # loaded, not yet trained
-        return self._pending_state
-      raise ValueError("the model has no SDCA state: fit or load it first")
-    self._training.flush(self._sdca)
-    return self._sdca.get_state()
+    return self._training.sdca_state(self._sdca)
 
   # -------------------------------------------------------- save / export
   def save_own_variables(self, store):
     """Keras weights, then the SDCA state (duals and float64 weights), so
     that training resumes where it stopped after `load_model`."""
     super().save_own_variables(store)
-    self._training.flush(self._sdca)
-    state = (self._sdca.get_state() if self._sdca is not None else
-             self._pending_state)
-    if state is not None:
-      self._training.save(store, state)
+    self._training.save(store, self._sdca)
 
   def load_own_variables(self, store):
-    saving.check_finite(store, self.name)
-    weights = [k for k in store.keys() if not k.startswith("sdca_")]
-    variables = self._trainable_variables + self._non_trainable_variables
-    if len(weights) != len(variables):
-      raise ValueError(f"{self.name}: the file has {len(weights)} weights, "
-                       f"the model {len(variables)}")
-    for i, v in enumerate(variables):
-      v.assign(store[f"{i}"])
+    saving.load_weights(
+        store, self._trainable_variables + self._non_trainable_variables,
+        self.name)
     loaded = saving.load_state(store)
-    if loaded is None:
-      return
-    self._training.restore(loaded)
-    if self._sdca is not None:
-      self._sdca.set_state(loaded["state"])
-    else:
-      self._pending_state = loaded["state"]
+    if loaded is not None:
+      self._training.restore(loaded, self._sdca)
 
   def serving_signature(self):
     """The input signature of raw features (a dict of specs)."""
