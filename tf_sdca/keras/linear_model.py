@@ -477,7 +477,7 @@ class LinearModel(keras.Model):
     within `tol` (relative) of the optimum.
 
     Args:
-      x: features (see the class docstring) or a `tf.data.Dataset` of
+      x: features (see the module docstring) or a `tf.data.Dataset` of
         `(features, labels[, sample_weight])` batches.
       y: labels (not with a dataset).
       batch_size: rows per batch of in-memory `validation_data` (training
