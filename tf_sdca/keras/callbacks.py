@@ -1,9 +1,10 @@
 """Callbacks and engine hooks of `tf_sdca.keras.LinearModel.fit`.
 
-`fit` adds them itself: `DualityGapLogger` (the exact objective and duality
-gap after every epoch, the `tol` stop), `Momentum` (extrapolated starts of
-in-memory epochs, `momentum`) and, with `average_from`, the `Averaging`
-hook that keeps the running mean of the iterates (`Average`). Each works
+`fit` adds them itself (`tf_sdca.keras.fitting.TrainingState.callbacks`):
+`DualityGapLogger` (the exact objective and duality gap after every epoch,
+the `tol` stop), `Momentum` (extrapolated starts of in-memory epochs,
+`momentum`) and, with `average_from`, the `Averaging` hook that keeps the
+running mean of the iterates (`Average`). Each works
 through what it is given (the packed rows, measuring and state functions),
 not through the model's internals.
 """

@@ -4,8 +4,8 @@ Turns what users pass to `fit`, `evaluate` and `predict` (numpy arrays,
 scipy sparse matrices, tensors, dicts of them, `tf.data` datasets) into the
 model's features: the feature spec the weights are built from, checked
 labels and example weights (class weights included), validation splits, the
-model-side features and `SdcaModel` batches, and the CSR rows that in-memory
-training packs. Bad data raises `InvalidInputError` here, before any
+model-side features, their logits and `SdcaModel` batches, and the CSR rows
+that in-memory training packs. Bad data raises `InvalidInputError` here, before any
 training step.
 """
 import math
@@ -64,6 +64,22 @@ _MISSING_IDS = (
     "an example id: make its features a dict with a {name!r} feature "
     "(unique per example, string or int), e.g. add row numbers before "
     "batching with {how}, or pass in-memory arrays (row positions are used)")
+
+
+def serialized_categorical(categorical_features):
+  """`categorical_features` as `get_config` keeps them: vocabulary sizes as
+  they are, layers serialised."""
+  return {name: (spec if isinstance(spec, numbers.Integral) else
+                 keras.saving.serialize_keras_object(spec))
+          for name, spec in categorical_features.items()}
+
+
+def deserialized_categorical(config, custom_objects=None):
+  """The categorical features of a `serialized_categorical` config."""
+  return {name: (spec if isinstance(spec, numbers.Integral) else
+                 keras.saving.deserialize_keras_object(
+                     spec, custom_objects=custom_objects))
+          for name, spec in config.items()}
 
 
 def missing_ids(name, features_spec):
@@ -474,6 +490,35 @@ def sdca_examples(features, labels, weights, ids, spec, with_bias):
           "example_ids": tf.reshape(ids, [-1])}
 
 
+def logits(features, spec, kernels, bias, num_classes):
+  """float32 `w.x + b` per example `[B]` from model-side `features` (see
+  `transform`) and the Keras weights (`kernels`: `{name: [size, K]}`, `bias`
+  `[K]` or None); `[B, K]` `W^T x + b` for a multiclass loss (`num_classes`
+  K > 1)."""
+  multiclass = num_classes > 1
+  z = None
+  for name, kind, _, _, _ in spec:
+    value, kernel = features[name], kernels[name]
+    if kind == "categorical":
+      if isinstance(value, tf.SparseTensor):
+        value = tf.RaggedTensor.from_sparse(value)
+      # Dense [B, k] or ragged ids: the sum of their weights per row (the K
+      # weights of each id, [B, K], multiclass).
+      part = tf.reduce_sum(
+          tf.gather(kernel if multiclass else kernel[:, 0], value), axis=1)
+    elif isinstance(value, tf.SparseTensor):
+      part = tf.sparse.sparse_dense_matmul(value, kernel)
+      part = part if multiclass else part[:, 0]
+    elif multiclass:
+      part = tf.matmul(value, kernel)
+    else:
+      part = tf.linalg.matvec(value, kernel[:, 0])
+    z = part if z is None else z + part
+  if bias is not None:
+    z = z + (bias if multiclass else bias[0])
+  return z
+
+
 def unpack(data):
   """(features dict, float32 labels [B], float32 weights [B], 1 when
   absent) of a batch `(x, y[, sample_weight])`."""
@@ -483,6 +528,23 @@ def unpack(data):
   sw = (tf.ones_like(y) if sw is None else
         tf.reshape(tf.cast(sw, tf.float32), [-1]))
   return x, y, sw
+
+
+def dataset_features(dataset, example_id, for_training):
+  """The features' specs `{name: spec}` of a user `tf.data.Dataset` of
+  `(features, labels[, sample_weight])` (or of features), without the
+  example ids.
+
+  Raises:
+    ValueError: when training (`for_training`) on features that are not a
+      dict holding the `example_id` feature.
+  """
+  spec = dataset.element_spec
+  x_spec = spec[0] if isinstance(spec, tuple) else spec
+  if for_training and (not isinstance(x_spec, dict) or
+                       example_id not in x_spec):
+    raise missing_ids(example_id, x_spec)
+  return {k: v for k, v in as_dict(x_spec).items() if k != example_id}
 
 
 def class_weighted(dataset, class_weight):

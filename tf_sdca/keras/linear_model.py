@@ -12,6 +12,115 @@ example id). There is no learning rate; the duality gap, logged after every
 epoch, certifies how far the weights are from the optimum and can stop
 training (`fit(tol=...)`).
 
+The objective is `SdcaModel`'s: `sum_i s_i loss(w.x_i + b, y_i) +
+l2/2 (|w|^2 + b^2) + l1 (|w|_1 + |b|)` with example weights `s_i`
+(`sample_weight` times `class_weight`). The bias `b` is the weight of a
+constant-1 feature and is regularised like the other weights, as in
+TensorFlow's `LinearSDCA` (scikit-learn's `liblinear` with
+`intercept_scaling=1` does the same).
+
+Inputs: a numpy array `[n, d]`, a scipy sparse matrix or `tf.SparseTensor`
+`[n, d]` (one feature named `"features"`), or a dict of named features:
+dense numeric `[n]` / `[n, k]`, sparse numeric `tf.SparseTensor`, or
+categorical features listed in `categorical_features` (raw values mapped by
+a Keras preprocessing layer, or integer ids). A `tf.data.Dataset` of
+`(features, labels[, sample_weight])` batches works too; SDCA keeps one
+dual variable per example, so streamed features must be a dict with an
+`example_id` feature (unique per example, string or integer); in-memory
+data uses the row position when it has none.
+
+Labels: `{0, 1}` for the classification losses, any real number for
+`squared` / `absolute`, counts `>= 0` for `poisson`, class ids in
+`[0, K)` for `softmax` / `multiclass_hinge`. Outputs `[n, 1]`:
+probabilities for `logistic`, expected counts for `poisson`, `w.x + b`
+otherwise; `[n, K]` for the multiclass losses (class probabilities for
+`softmax`, scores `W^T x + b` for `multiclass_hinge`), whose kernels are
+`[size, K]` and bias `[K]`.
+
+Constructor arguments (`LinearModel(...)`):
+  loss: 'logistic', 'hinge', 'smooth_hinge', 'squared', 'absolute',
+    'poisson', or the multiclass 'softmax' and 'multiclass_hinge' (or the
+    op's names, 'logistic_loss', ...).
+  l1: L1 regularisation strength, >= 0.
+  l2: L2 regularisation strength, > 0.
+  use_bias: add a bias (a constant-1 feature, regularised).
+  categorical_features: dict `{name: layer or vocabulary size}`: features
+    holding categories. A layer (e.g. `keras.layers.Hashing(num_bins=...)`,
+    `StringLookup(vocabulary=...)`) maps the raw values to ids in the
+    model, so saved and exported models take raw values; an int says the
+    feature already holds ids in `[0, size)`.
+  example_id: name of the feature with example ids.
+  num_loss_partitions: CoCoA+ partitions. `fit` trains one replica, so it
+    must be 1 there; larger values are for several replicas each training
+    1/num_loss_partitions of the data whose updates are summed (see
+    `tf_sdca.SdcaModel`).
+  visit_order: order of the coordinate steps ('permutation', 'uniform',
+    'cyclic', 'adaptive', 'shrinking'; see `tf_sdca.sdca_optimizer`), or
+    'asdca': accelerated mini-batch SDCA (`InMemorySdca`'s, for the smooth
+    losses logistic, squared and smooth_hinge, one thread) on in-memory
+    data; a streamed `tf.data` fit refuses it.
+  asdca_batch_size, asdca_theta: ASDCA's rows per step and theta (None:
+    the paper's), as for `tf_sdca.trainer.InMemorySdca`. Each in-memory
+    `fit` starts the accelerated iterate at the shrunk weights.
+  hinge_step: the multiclass hinge's block step ('projection', or the
+    reference's 'steepest_ascent' / 'near_max_gain'), as for
+    `tf_sdca.trainer.InMemorySdca`; in-memory, streamed and
+    multi-worker fits.
+  seed: seed of the visiting orders.
+  gamma: smoothing of the smooth hinge loss.
+  num_threads: lock-free threads of each epoch over packed rows (0 or 1:
+    one; at most one per 4096 rows and per core, see
+    `tf_sdca.trainer.InMemorySdca`); for streamed batches, the op's
+    threads reading a batch.
+  num_table_shards: shards of the dual-state hash table (streaming).
+  num_classes: K (>= 2) for 'softmax' and 'multiclass_hinge' (one
+    process); None for the other losses.
+  average_from: None, or an epoch T0 >= 0: output averaging, as
+    `tf_sdca.trainer.InMemorySdca(average_from=T0)` does it (the
+    reference's SDCA with averaging, over Keras epochs), for in-memory
+    and streamed fits. After `fit` the kernels and bias (and the SDCA
+    state: unshrunk weights, duals) are the mean of the iterates after
+    epochs T0, T0 + 1, ..., the last, so that `predict`, `evaluate`,
+    `save` and `export` use the average; `last_iterate` gives the last
+    epoch's kernels and bias. The logged `loss` and `duality_gap` are the
+    average's (a valid certificate: the mean duals are feasible and the
+    mean weights are theirs), `last_loss` and `last_duality_gap` the last
+    iterate's; validation during `fit` scores the last iterate. T0 =
+    epochs leaves the last iterate. A `fit` with `initial_epoch > 0` after
+    an averaged one (or after `load_model` of one) goes on from the last
+    iterate and continues the same mean (`fit(epochs=4)` then
+    `fit(epochs=8, initial_epoch=4)` ends where `fit(epochs=8)` does); a
+    `fit` from epoch 0 starts a new mean from the current weights. Kept by
+    `get_config` and `save`. Not with a multi-worker strategy.
+  momentum: None (the default: 'auto' for in-memory fits where it
+    applies, off for a streamed dataset, `visit_order` 'cyclic',
+    'adaptive' or 'asdca', `average_from` and multi-worker fits), beta in
+    [0, 1) (0: off) or 'auto' (beta 0.5 or 0, chosen from the first 4
+    epochs' gaps as `InMemorySdca(momentum='auto')` does): in-memory fits
+    start each epoch after a `fit`'s first from the last two epochs'
+    points extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)`
+    does (capped to the duals' domains, restarted when the dual objective
+    falls; the logged gap and the weights are always an epoch's own
+    point): 0.5 about halved the epochs to a given gap on weakly
+    regularised data and cost a few on strongly regularised data
+    (g3doc/trainer.md). A given beta or 'auto' is refused with
+    `visit_order='asdca'`, `average_from`, a streamed `tf.data.Dataset`
+    or a multi-worker strategy (whose rounds extrapolate already). Kept
+    by `get_config`; a `fit` on the same rows (example ids) continues the
+    last `fit`'s extrapolation, from any `initial_epoch` and after `save`
+    and `load_model`, as one uninterrupted `fit`.
+  carry_over: 'auto' or a share f in [0, 1) (0: off, the default) for
+    fits on a streamed `tf.data.Dataset`: each step holds back a random f
+    of its rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto':
+    f = B / (B + 6), at most 0.8, for B batches an epoch). A dataset of
+    the same consecutive batches every epoch otherwise needs 2-2.5x the
+    epochs of one batch, or far more with many batches; held rows bring
+    it to about those of one batch, at ~1.4-1.5x the time per step
+    (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
+    every row in a fresh order each epoch and refuse it. Kept by
+    `get_config`; `save` keeps the held rows.
+  **kwargs: `keras.Model` arguments (`name`, ...).
+
 Example:
   >>> import numpy as np
   >>> from tf_sdca.keras import LinearModel
@@ -22,136 +131,29 @@ Example:
   >>> history = model.fit(x, y, epochs=20, tol=1e-6, verbose=0)
   >>> probabilities = model.predict(x, verbose=0)
 """
-import numbers
-
 import keras
-import numpy as np
 import tensorflow as tf
 
-from tf_sdca import engine
 from tf_sdca import losses
 from tf_sdca import options
 from tf_sdca.keras import callbacks as callbacks_lib
 from tf_sdca.keras import data as data_lib
+from tf_sdca.keras import export as export_lib
+from tf_sdca.keras import fitting
 from tf_sdca.keras import multi_worker
 from tf_sdca.keras import saving
-from tf_sdca.keras import state as state_lib
 from tf_sdca.keras.data import InvalidInputError
-from tf_sdca.sdca_model import SdcaModel
 
 @keras.saving.register_keras_serializable(package="tf_sdca")
 class LinearModel(keras.Model):
   """Linear model for classification, regression or counts, trained by SDCA.
 
-  The objective is `SdcaModel`'s: `sum_i s_i loss(w.x_i + b, y_i) +
-  l2/2 (|w|^2 + b^2) + l1 (|w|_1 + |b|)` with example weights `s_i`
-  (`sample_weight` times `class_weight`). The bias `b` is the weight of a
-  constant-1 feature and is regularised like the other weights, as in
-  TensorFlow's `LinearSDCA` (scikit-learn's `liblinear` with
-  `intercept_scaling=1` does the same).
-
-  Inputs: a numpy array `[n, d]`, a scipy sparse matrix or `tf.SparseTensor`
-  `[n, d]` (one feature named `"features"`), or a dict of named features:
-  dense numeric `[n]` / `[n, k]`, sparse numeric `tf.SparseTensor`, or
-  categorical features listed in `categorical_features` (raw values mapped by
-  a Keras preprocessing layer, or integer ids). A `tf.data.Dataset` of
-  `(features, labels[, sample_weight])` batches works too; SDCA keeps one
-  dual variable per example, so streamed features must be a dict with an
-  `example_id` feature (unique per example, string or integer); in-memory
-  data uses the row position when it has none.
-
-  Labels: `{0, 1}` for the classification losses, any real number for
-  `squared` / `absolute`, counts `>= 0` for `poisson`, class ids in
-  `[0, K)` for `softmax` / `multiclass_hinge`. Outputs `[n, 1]`:
-  probabilities for `logistic`, expected counts for `poisson`, `w.x + b`
-  otherwise; `[n, K]` for the multiclass losses (class probabilities for
-  `softmax`, scores `W^T x + b` for `multiclass_hinge`), whose kernels are
-  `[size, K]` and bias `[K]`.
-
-  Args:
-    loss: 'logistic', 'hinge', 'smooth_hinge', 'squared', 'absolute',
-      'poisson', or the multiclass 'softmax' and 'multiclass_hinge' (or the
-      op's names, 'logistic_loss', ...).
-    l1: L1 regularisation strength, >= 0.
-    l2: L2 regularisation strength, > 0.
-    use_bias: add a bias (a constant-1 feature, regularised).
-    categorical_features: dict `{name: layer or vocabulary size}`: features
-      holding categories. A layer (e.g. `keras.layers.Hashing(num_bins=...)`,
-      `StringLookup(vocabulary=...)`) maps the raw values to ids in the
-      model, so saved and exported models take raw values; an int says the
-      feature already holds ids in `[0, size)`.
-    example_id: name of the feature with example ids.
-    num_loss_partitions: CoCoA+ partitions. `fit` trains one replica, so it
-      must be 1 there; larger values are for several replicas each training
-      1/num_loss_partitions of the data whose updates are summed (see
-      `tf_sdca.SdcaModel`).
-    visit_order: order of the coordinate steps ('permutation', 'uniform',
-      'cyclic', 'adaptive', 'shrinking'; see `tf_sdca.sdca_optimizer`), or
-      'asdca': accelerated mini-batch SDCA (`InMemorySdca`'s, for the smooth
-      losses logistic, squared and smooth_hinge, one thread) on in-memory
-      data; a streamed `tf.data` fit refuses it.
-    asdca_batch_size, asdca_theta: ASDCA's rows per step and theta (None:
-      the paper's), as for `tf_sdca.trainer.InMemorySdca`. Each in-memory
-      `fit` starts the accelerated iterate at the shrunk weights.
-    hinge_step: the multiclass hinge's block step ('projection', or the
-      reference's 'steepest_ascent' / 'near_max_gain'), as for
-      `tf_sdca.trainer.InMemorySdca`; in-memory, streamed and
-      multi-worker fits.
-    seed: seed of the visiting orders.
-    gamma: smoothing of the smooth hinge loss.
-    num_threads: lock-free threads of each epoch over packed rows (0 or 1:
-      one; at most one per 4096 rows and per core, see
-      `tf_sdca.trainer.InMemorySdca`); for streamed batches, the op's
-      threads reading a batch.
-    num_table_shards: shards of the dual-state hash table (streaming).
-    num_classes: K (>= 2) for 'softmax' and 'multiclass_hinge' (one
-      process); None for the other losses.
-    average_from: None, or an epoch T0 >= 0: output averaging, as
-      `tf_sdca.trainer.InMemorySdca(average_from=T0)` does it (the
-      reference's SDCA with averaging, over Keras epochs), for in-memory
-      and streamed fits. After `fit` the kernels and bias (and the SDCA
-      state: unshrunk weights, duals) are the mean of the iterates after
-      epochs T0, T0 + 1, ..., the last, so that `predict`, `evaluate`,
-      `save` and `export` use the average; `last_iterate` gives the last
-      epoch's kernels and bias. The logged `loss` and `duality_gap` are the
-      average's (a valid certificate: the mean duals are feasible and the
-      mean weights are theirs), `last_loss` and `last_duality_gap` the last
-      iterate's; validation during `fit` scores the last iterate. T0 =
-      epochs leaves the last iterate. A `fit` with `initial_epoch > 0` after
-      an averaged one (or after `load_model` of one) goes on from the last
-      iterate and continues the same mean (`fit(epochs=4)` then
-      `fit(epochs=8, initial_epoch=4)` ends where `fit(epochs=8)` does); a
-      `fit` from epoch 0 starts a new mean from the current weights. Kept by
-      `get_config` and `save`. Not with a multi-worker strategy.
-    momentum: None (the default: 'auto' for in-memory fits where it
-      applies, off for a streamed dataset, `visit_order` 'cyclic',
-      'adaptive' or 'asdca', `average_from` and multi-worker fits), beta in
-      [0, 1) (0: off) or 'auto' (beta 0.5 or 0, chosen from the first 4
-      epochs' gaps as `InMemorySdca(momentum='auto')` does): in-memory fits
-      start
-      each epoch after a `fit`'s first from the last two epochs' points
-      extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)` does
-      (capped to the duals' domains, restarted when the dual objective
-      falls; the logged gap and the weights are always an epoch's own
-      point): 0.5 about halved the epochs to a given gap on weakly
-      regularised data and cost a few on strongly regularised data
-      (g3doc/trainer.md). A given beta or 'auto' is refused with
-      `visit_order='asdca'`, `average_from`, a streamed `tf.data.Dataset`
-      or a multi-worker strategy (whose rounds extrapolate already). Kept by `get_config`;
-      a `fit` on the same rows (example ids) continues the last `fit`'s
-      extrapolation, from any `initial_epoch` and after `save` and
-      `load_model`, as one uninterrupted `fit`.
-    carry_over: 'auto' or a share f in [0, 1) (0: off, the default) for
-      fits on a streamed `tf.data.Dataset`: each step holds back a random f
-      of its rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto':
-      f = B / (B + 6), at most 0.8, for B batches an epoch). A dataset of
-      the same consecutive batches every epoch otherwise needs 2-2.5x the
-      epochs of one batch, or far more with many batches; held rows bring
-      it to about those of one batch, at ~1.4-1.5x the time per step
-      (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
-      every row in a fresh order each epoch and refuse it. Kept by
-      `get_config`; `save` keeps the held rows.
-    **kwargs: `keras.Model` arguments (`name`, ...).
+  Minimises `SdcaModel`'s objective `sum_i s_i loss(w.x_i + b, y_i) +
+  l2/2 (|w|^2 + b^2) + l1 (|w|_1 + |b|)` on in-memory data (packed once,
+  `tf_sdca.trainer.InMemorySdca`'s engine) or a `tf.data.Dataset` with
+  example ids (streamed through `SdcaModel`). The inputs, labels, outputs
+  and every constructor argument are described in this module's docstring
+  (`tf_sdca.keras.linear_model`) and g3doc/keras.md.
   """
 
   def __init__(self, loss="logistic", l1=0.0, l2=1.0, use_bias=True,
@@ -177,7 +179,6 @@ class LinearModel(keras.Model):
     self.average_from = given["average_from"]
     self.loss_name = loss
     multiclass = losses.is_multiclass(self.loss_type)
-    self._asdca = visit_order == "asdca"
     self.asdca_batch_size = given["asdca_batch_size"]
     self.asdca_theta = given["asdca_theta"]
     self.hinge_step = hinge_step
@@ -203,31 +204,8 @@ class LinearModel(keras.Model):
     self._kernels = {}
     self.bias = None
     self._sdca = None
-    self._pending_state = None
-    self._packed = None     # state.PackedRows of the last in-memory fit
-    self._row_duals = None  # (keys, float64 duals) saved by the last one
-    self._step_mode = None  # what the traced train_step does
-    self._train_weight = 0.0
-    self._gap_data = None
-    self._average = None    # callbacks.Average of an averaging fit
-    # (example keys, Extrapolation.state()) of the last in-memory fit with
-    # momentum: the next fit on the same rows goes on from it.
-    self._momentum_state = None
-
-  def _engine_config(self):
-    """The in-memory engine's view of this model's options."""
-    return engine.Config(self.loss_type, self.l1, self.l2, self.gamma,
-                         self.seed, self.visit_order, self.hinge_step,
-                         self.num_classes, self.asdca_batch_size,
-                         self.asdca_theta)
-
-  def _check_mode(self, mode, data):
-    """ValueError for an option set that does not run in `mode` (the data
-    mode of this fit, `data` in words), naming the doors that run it."""
-    options.applies(
-        dict(visit_order=self.visit_order, momentum=self.momentum,
-             average_from=self.average_from, carry_over=self.carry_over),
-        mode, options.KERAS, data)
+    # Packed rows, momentum's and the mean's state, from fit to fit.
+    self._training = fitting.TrainingState(self)
 
   # ------------------------------------------------------------ structure
   def _build_spec(self, spec):
@@ -265,10 +243,8 @@ class LinearModel(keras.Model):
     config = super().get_config()
     config.update(
         loss=self.loss_name, l1=self.l1, l2=self.l2, use_bias=self.use_bias,
-        categorical_features={
-            name: (spec if isinstance(spec, numbers.Integral) else
-                   keras.saving.serialize_keras_object(spec))
-            for name, spec in self.categorical_features.items()},
+        categorical_features=data_lib.serialized_categorical(
+            self.categorical_features),
         example_id=self.example_id,
         num_loss_partitions=self.num_loss_partitions,
         visit_order=self.visit_order, seed=self.seed, gamma=self.gamma,
@@ -277,7 +253,7 @@ class LinearModel(keras.Model):
       config["num_classes"] = self.num_classes
     if self.average_from is not None:
       config["average_from"] = self.average_from
-    if self._asdca:
+    if self.visit_order == "asdca":
       config.update(asdca_batch_size=self.asdca_batch_size,
                     asdca_theta=self.asdca_theta)
     if self.hinge_step != "projection":
@@ -291,64 +267,19 @@ class LinearModel(keras.Model):
   @classmethod
   def from_config(cls, config, custom_objects=None):
     config = dict(config)
-    config["categorical_features"] = {
-        name: (spec if isinstance(spec, numbers.Integral) else
-               keras.saving.deserialize_keras_object(
-                   spec, custom_objects=custom_objects))
-        for name, spec in config.get("categorical_features", {}).items()}
+    config["categorical_features"] = data_lib.deserialized_categorical(
+        config.get("categorical_features", {}), custom_objects)
     return cls(**config)
 
   # ------------------------------------------------------------- features
   def _transform(self, x):
     return data_lib.transform(x, self._spec, self.categorical_features)
 
-  def _logits(self, features):
-    """float32 `w.x + b` per example from the Keras weights (`[B, K]`
-    `W^T x + b` for a multiclass loss)."""
-    if self.num_classes > 1:
-      return self._class_logits(features)
-    z = None
-    for name, kind, _, _, _ in self._spec:
-      value, kernel = features[name], self._kernels[name]
-      if kind == "categorical":
-        if isinstance(value, tf.SparseTensor):
-          value = tf.RaggedTensor.from_sparse(value)
-        # Dense [B, k] or ragged ids: the sum of their weights per row.
-        part = tf.reduce_sum(tf.gather(kernel[:, 0], value), axis=1)
-      elif isinstance(value, tf.SparseTensor):
-        part = tf.sparse.sparse_dense_matmul(value, kernel)[:, 0]
-      else:
-        part = tf.linalg.matvec(value, kernel[:, 0])
-      z = part if z is None else z + part
-    if self.bias is not None:
-      z = z + self.bias[0]
-    return z
-
-  def _class_logits(self, features):
-    z = None
-    for name, kind, _, _, _ in self._spec:
-      value, kernel = features[name], self._kernels[name]
-      if kind == "categorical":
-        if isinstance(value, tf.SparseTensor):
-          value = tf.RaggedTensor.from_sparse(value)
-        # The K weights of each id, summed per row: [B, K].
-        part = tf.reduce_sum(tf.gather(kernel, value), axis=1)
-      elif isinstance(value, tf.SparseTensor):
-        part = tf.sparse.sparse_dense_matmul(value, kernel)
-      else:
-        part = tf.matmul(value, kernel)
-      z = part if z is None else z + part
-    if self.bias is not None:
-      z = z + self.bias
-    return z
-
   def _outputs(self, features):
     """The model's outputs `[B, 1]` (`[B, K]` multiclass)."""
-    y = self._activation(self._logits(features))
+    y = losses.activation(self.loss_type, data_lib.logits(
+        features, self._spec, self._kernels, self.bias, self.num_classes))
     return y if self.num_classes > 1 else y[:, None]
-
-  def _activation(self, z):
-    return losses.activation(self.loss_type, z)
 
   def call(self, inputs, training=False):
     """Probabilities (logistic), rates (Poisson) or scores, `[B, 1]`;
@@ -364,31 +295,9 @@ class LinearModel(keras.Model):
   # ----------------------------------------------------------------- SDCA
   def _ensure_sdca(self):
     """Creates the `SdcaModel` (eagerly) over the Keras weights."""
-    if self._sdca is not None:
-      return
-    sparse, dense = [], []
-    for name, kind, _, _, _ in self._spec:
-      (dense if kind == "dense" else sparse).append(
-          self._kernels[name].value)
-    if self.bias is not None:
-      dense.append(self.bias.value)
-    self._sdca = SdcaModel(
-        None, {"sparse_features_weights": sparse,
-               "dense_features_weights": dense},
-        {"loss_type": self.loss_type,
-         "symmetric_l1_regularization": self.l1,
-         "symmetric_l2_regularization": self.l2,
-         "num_loss_partitions": self.num_loss_partitions,
-         "num_table_shards": self.num_table_shards,
-         "visit_order": ("permutation" if self._asdca else
-                         self.visit_order), "seed": self.seed,
-         "gamma": self.gamma, "num_threads": self.num_threads,
-         "hinge_step": self.hinge_step, "carry_over": self.carry_over,
-         **({"num_classes": self.num_classes} if self.num_classes > 1
-            else {})})
-    if self._pending_state is not None:
-      self._sdca.set_state(self._pending_state)
-      self._pending_state = None
+    if self._sdca is None:
+      self._sdca = self._training.new_sdca(self._spec, self._kernels,
+                                           self.bias)
 
   def _examples(self, features, labels, weights, ids):
     """An `SdcaModel` batch from transformed features."""
@@ -402,7 +311,7 @@ class LinearModel(keras.Model):
     return self.get_metrics_result()
 
   def train_step(self, data):
-    if self._step_mode == "packed":
+    if self._training.mode == fitting.PACKED:
       return self._packed_step()
     x, y, sw = data_lib.unpack(data)
     if self.example_id not in x:
@@ -425,9 +334,9 @@ class LinearModel(keras.Model):
     y_pred = self._outputs(features)
     examples = self._examples(features, y, sw, None)
     loss = self._sdca.unregularized_loss(examples)
-    if self._train_weight > 0:
+    if self._training.train_weight > 0:
       r1, r2 = self._sdca.regularization()
-      loss += (r1 + 0.5 * r2) / self._train_weight
+      loss += (r1 + 0.5 * r2) / self._training.train_weight
     return self._update_metrics(y, y_pred, sw, tf.cast(loss, tf.float32))
 
   def predict_step(self, data):
@@ -436,19 +345,14 @@ class LinearModel(keras.Model):
 
   # ---------------------------------------------------------- packed rows
   def _pack(self, x, y, sample_weight, class_weight, arrays_only=False):
-    """Validates in-memory training data and packs its rows once
-    (`TfSdca>PackRows`, as `InMemorySdca` does), with the state to train
-    from: the float64 weights of the model and one float64 dual per row
-    (those of the last in-memory fit or saved file on the same example ids,
-    else what the streaming state holds for them, else 0).
+    """Validates in-memory training data (building the model for it) and
+    packs its rows once with the state to train from (see
+    `tf_sdca.keras.fitting.TrainingState.pack`, which `arrays_only` goes
+    to as well).
 
     Raises:
       InvalidInputError: for mismatched lengths, out-of-domain labels,
         non-finite features, bad weights or repeated ids.
-
-    With `arrays_only`, returns the validated rows before packing instead:
-    `(csr or None, dense, labels, weights, num_sparse)`, the columns in the
-    weight table's order.
     """
     x, n, labels, weights, ids = data_lib.training_inputs(
         x, y, sample_weight, class_weight, self.loss_type, self.num_classes,
@@ -457,163 +361,32 @@ class LinearModel(keras.Model):
     data_lib.check_values(x, self._spec, self.categorical_features)
     ids = data_lib.example_ids(ids, n, self.example_id)
     self._ensure_sdca()
-    keys = self._sdca.example_keys(
-        ids if ids.dtype == tf.string else tf.strings.as_string(ids))
-    keys = keys.numpy()
-    duals = self._duals_for(keys, labels)
-    sparse, dense, num_sparse = data_lib.weight_table_columns(
-        x, n, self._spec, self.categorical_features, self.bias is not None)
-    if arrays_only:
-      return (data_lib.merged_rows(n, sparse) if sparse else None,
-              np.concatenate(dense, axis=1) if dense else None, labels,
-              weights, num_sparse)
-    table = state_lib.weight_table(self._sdca)
-    resident = engine.ArrayRows(
-        n, data_lib.merged_rows(n, sparse) if sparse else None,
-        np.concatenate(dense, axis=1) if dense else None, labels, weights,
-        num_sparse)
-    resident.pack(num_sparse, self.loss_type, self.gamma,
-                  1 if self._asdca else
-                  engine.choose_threads(self.num_threads, n,
-                                        self.num_classes),
-                  self.num_classes)
-    metric_inputs = None
-    if self._compile_metrics is not None:
-      # Train metrics are computed on all rows after each epoch.
-      features = self._transform({name: data_lib.to_host(value)
-                                  for name, value in x.items()})
-      metric_inputs = (features, tf.constant(labels), tf.constant(weights))
-    return state_lib.PackedRows(resident.rows, keys, duals.reshape(-1), table,
-                       weights, metric_inputs,
-                       losses.shrink_l1(table, self.l1, self.l2)
-                       if self._asdca else None, labels)
-
-  def _fit_across_processes(self, strategy, x, y, sample_weight,
-                            class_weight, epochs, tol, verbose):
-    """`fit` in one worker of a multi-worker strategy: CoCoA+ rounds across
-    the workers (`tf_sdca.keras.multi_worker.train`), each worker's `x, y`
-    its fixed shard; a round is one pass over every shard (`epochs` bounds
-    them). Every worker ends with the same weights; the History has the
-    rounds' `loss` and `duality_gap`. Each call trains from zero duals
-    (w = 0): the rounds' duals live in the workers' shards, not the
-    model."""
-    if y is None:
-      raise ValueError("fit needs labels y")
-    self._check_mode(options.PROCESSES,
-                     "the workers of a MultiWorkerMirroredStrategy")
-    result = multi_worker.train(
-        strategy, self._pack(x, y, sample_weight, class_weight,
-                             arrays_only=True),
-        epochs, tol, verbose, loss=self.loss_type, l1=self.l1, l2=self.l2,
-        gamma=self.gamma, seed=self.seed, num_classes=self.num_classes,
-        hinge_step=self.hinge_step)
-    self._packed, self._row_duals = None, None
-    self._write_weights(multi_worker.weight_table(result))
-    return multi_worker.history(self, result)
-
-  def _duals_for(self, keys, labels):
-    """float64 duals of the rows with these example-id keys (`[n, K]`
-    blocks for a multiclass loss, whose rows have these `labels`): those
-    of the last in-memory fit or saved file on the same keys, else what
-    the streaming state holds for them, else 0."""
-    duals = state_lib.known_duals(keys, self._packed, self._row_duals)
-    if duals is not None:
-      return duals
-    self._flush_packed()
-    return state_lib.stored_duals(self._sdca, keys, labels, self.num_classes)
+    # Train metrics are computed on all rows after each epoch.
+    transform = (self._transform if self._compile_metrics is not None else
+                 None)
+    return self._training.pack(self._sdca, self._spec, x, n, labels, weights,
+                               ids, transform, arrays_only)
 
   def _packed_step(self):
     """One epoch over the packed rows (the traced `train_step` of an
-    in-memory `fit`): one `TfSdca>PackedSolve` call, seeded like
-    `InMemorySdca`'s epochs by the count of epochs and `minimize` calls so
-    far, then the new weights written to the model."""
-    p = self._packed
-    calls = self._sdca.calls
-    w, parts = p.epoch(engine.epoch_seed(self.seed, calls),
-                       self._engine_config(), self._asdca)
-    calls.assign_add(1)
-    self._write_weights(w)
-    primal = parts[0] + 0.5 * self.l2 * parts[2] + self.l1 * parts[3]
-    self._loss_tracker.update_state(
-        tf.cast(primal / max(p.total_weight, 1e-300), tf.float32))
-    if p.metric_inputs is not None:
-      features, y, sw = p.metric_inputs
+    in-memory `fit`, `TrainingState.epoch`), then the train metrics."""
+    self._loss_tracker.update_state(self._training.epoch(self._sdca))
+    metric_inputs = self._training.packed.metric_inputs
+    if metric_inputs is not None:
+      features, y, sw = metric_inputs
       y_pred = self._outputs(features)
       self._compile_metrics.update_state(y[:, None], y_pred, sw)
     return self.get_metrics_result()
-
-  def _write_weights(self, table):
-    state_lib.write_weights(self._sdca, table, self.l1, self.l2)
-
-  def _packed_gap(self):
-    """(objective per unit weight, relative gap) after the last epoch."""
-    return self._packed.gap(self.loss_type, self.l1, self.l2)
-
-  def _flush_packed(self):
-    """Writes the packed rows' duals into the SdcaModel's example state, so
-    that streaming, `duality_gap(data)` and saving see them (as float32,
-    the streaming state's type; saved files keep the float64 ones too)."""
-    p = self._packed
-    if p is None:
-      return
-    self._sdca.state_insert(tf.constant(p.keys),
-                            tf.constant(p.state_rows(self.num_classes)))
-
-  def _leave_packed(self):
-    """Before streaming: the example state takes over the packed duals."""
-    self._flush_packed()
-    self._packed = None
-    self._row_duals = None
-
-  def _keep_momentum(self, state):
-    """Keeps the momentum's state at the end of a fit (see `Momentum`)."""
-    self._momentum_state = state
-
-  # ------------------------------------------------------------ averaging
-  def _iterate(self):
-    """The training state now (see `tf_sdca.keras.state.iterate`)."""
-    return state_lib.iterate(
-        self._packed if self._step_mode == "packed" else None, self._sdca)
-
-  def _set_iterate(self, keys, table, duals):
-    """Makes an `_iterate` the training state and the model's weights."""
-    state_lib.set_iterate(
-        self._packed if self._step_mode == "packed" else None, self._sdca,
-        keys, table, duals, self.l1, self.l2)
-
-  def _start_average(self, packed, initial_epoch):
-    """At the start of `fit`: the `Averaging` hook of an averaging fit
-    (continuing or starting the model's mean), else None."""
-    if self.average_from is None:
-      self._average = None
-      return None
-    mean_gap = None
-    if packed:
-      p, config = self._packed, self._engine_config()
-
-      def mean_gap(table, duals):
-        return p.gap_at(table, duals, config, self.loss_type, self.l1,
-                        self.l2)
-    hook = callbacks_lib.Averaging(
-        self.average_from, self._iterate, self._set_iterate,
-        1 if self.num_classes == 1 else self.num_classes, mean_gap)
-    self._average = hook.start(self._average, packed,
-                               self._packed.keys if packed else None,
-                               initial_epoch)
-    return hook
 
   @property
   def last_iterate(self):
     """After a `fit` with `average_from`: the last epoch's weights as
     `{"kernels": {feature: array}, "bias": array or None}` (shrunk, as the
     model's own); None otherwise."""
-    average = self._average
-    if average is None or not average.installed:
-      return None
-    self._ensure_sdca()  # after load_model, the slots' shapes
-    return state_lib.kernels_and_bias(
-        self._sdca, average.last[1], [s[:2] for s in self._spec],
-        self.bias is not None, self.l1, self.l2, self.num_classes)
+    average = self._training.average
+    if average is not None and average.installed:
+      self._ensure_sdca()  # after load_model, the slots' shapes
+    return self._training.last_iterate(self._sdca, self._spec)
 
   # -------------------------------------------------------------- compile
   def compile(self, metrics=None, weighted_metrics=None, run_eagerly=False,
@@ -646,44 +419,40 @@ class LinearModel(keras.Model):
 
   def compile_from_config(self, config):
     config = dict(keras.saving.deserialize_keras_object(config))
-    config.pop("optimizer", None)
-    config.pop("loss", None)
-    config.pop("loss_weights", None)
-    config.pop("auto_scale_loss", None)
+    for key in ("optimizer", "loss", "loss_weights", "auto_scale_loss"):
+      config.pop(key, None)
     self.compile(**config)
 
   # ----------------------------------------------------------------- data
-  def _in_memory(self, x, y=None, sample_weight=None, batch_size=None):
-    """Checks in-memory data to score (evaluate, predict, validation);
-    returns (dataset of rows, batch size, total example weight or None).
+  def _batches(self, x, y=None, sample_weight=None, batch_size=None):
+    """Data to score (evaluate, predict, validation) as batches: in-memory
+    data checked (building the model for it) and batched, or a user
+    `tf.data.Dataset` (see `_dataset`).
 
     Raises:
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
         domain labels, non-finite features or bad weights.
     """
+    if isinstance(x, tf.data.Dataset):
+      return self._dataset(x)
     x, n, y, sample_weight = data_lib.scoring_inputs(
         x, y, sample_weight, self.loss_type, self.num_classes)
     self._build_spec(data_lib.feature_spec(
         {k: v for k, v in x.items() if k != self.example_id},
         self.categorical_features))
     data_lib.check_values(x, self._spec, self.categorical_features)
-    return data_lib.scoring_rows(x, n, y, sample_weight, batch_size)
+    rows, batch, _ = data_lib.scoring_rows(x, n, y, sample_weight,
+                                           batch_size)
+    return rows.batch(batch)
 
   def _dataset(self, data, class_weight=None, for_training=False):
     """A user `tf.data.Dataset`: builds the model from its element spec,
     applies class weights, checks for example ids when training."""
-    spec = data.element_spec
-    x_spec = spec[0] if isinstance(spec, tuple) else spec
-    if for_training and (not isinstance(x_spec, dict) or
-                         self.example_id not in x_spec):
-      raise data_lib.missing_ids(self.example_id, x_spec)
-    x_spec = data_lib.as_dict(x_spec)
     self._build_spec(data_lib.feature_spec(
-        {k: v for k, v in x_spec.items() if k != self.example_id},
+        data_lib.dataset_features(data, self.example_id, for_training),
         self.categorical_features))
-    if class_weight:
-      data = data_lib.class_weighted(data, class_weight)
-    return data
+    return data_lib.class_weighted(data, class_weight) if class_weight else \
+        data
 
   # ------------------------------------------------------------------ fit
   def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto",
@@ -708,7 +477,7 @@ class LinearModel(keras.Model):
     within `tol` (relative) of the optimum.
 
     Args:
-      x: features (see the class docstring) or a `tf.data.Dataset` of
+      x: features (see the module docstring) or a `tf.data.Dataset` of
         `(features, labels[, sample_weight])` batches.
       y: labels (not with a dataset).
       batch_size: rows per batch of in-memory `validation_data` (training
@@ -735,79 +504,47 @@ class LinearModel(keras.Model):
     """
     workers = multi_worker.strategy_workers(self.distribute_strategy)
     if workers is not None:
-      if isinstance(x, tf.data.Dataset) or validation_data is not None or \
-          validation_split or callbacks or initial_epoch or steps_per_epoch:
-        raise ValueError(
-            "fit under a multi-worker MultiWorkerMirroredStrategy trains "
-            "CoCoA+ rounds across the workers on each worker's in-memory "
-            "rows: pass this worker's x and y (not a dataset), without "
-            "validation data, callbacks, initial_epoch or steps_per_epoch")
-      return self._fit_across_processes(
-          workers, x, y, sample_weight, class_weight, epochs, tol, verbose)
-    if self.num_loss_partitions != 1:
-      raise ValueError(
-          f"num_loss_partitions={self.num_loss_partitions}: fit trains one "
-          "replica on all the data, which needs num_loss_partitions=1 (use "
-          "tf_sdca.SdcaModel to sum the updates of several replicas)")
-    self._check_mode(
-        options.STREAMED if isinstance(x, tf.data.Dataset) else
-        options.IN_MEMORY,
-        "a tf.data.Dataset" if isinstance(x, tf.data.Dataset) else
-        "numpy, scipy or dicts of arrays")
+      multi_worker.check_fit(x, y, validation_data, validation_split,
+                             callbacks, initial_epoch, steps_per_epoch)
+      self._training.check_mode(options.PROCESSES)
+      arrays = self._pack(x, y, sample_weight, class_weight,
+                          arrays_only=True)
+      return self._training.fit_across_processes(
+          self._sdca, workers, arrays, epochs, tol, verbose)
+    streamed = isinstance(x, tf.data.Dataset)
+    self._training.check_mode(options.STREAMED if streamed else
+                              options.IN_MEMORY)
     if not self.compiled:
       self.compile()
     del shuffle
-    packed = not isinstance(x, tf.data.Dataset)
-    if packed:
+    if not streamed:
       if y is None:
         raise ValueError("fit needs labels y")
       if validation_split and validation_data is None:
         x, y, sample_weight, validation_data = data_lib.split(
             x, y, sample_weight, validation_split)
-      self._packed = self._pack(x, y, sample_weight, class_weight)
-      self._gap_data = None
-      measure, total = self._packed_gap, self._packed.total_weight
-      # One step per epoch: the step is a whole epoch over the packed rows.
-      train, steps_per_epoch = tf.data.Dataset.from_tensors(0).repeat(), 1
+      train = self._training.use_packed(
+          self._pack(x, y, sample_weight, class_weight))
+      steps_per_epoch = 1  # a step is a whole epoch over the packed rows
     else:
       if y is not None or sample_weight is not None:
         raise ValueError("with a dataset, labels and weights come from it")
-      self._leave_packed()
+      self._training.leave_packed(self._sdca)
       train = self._dataset(x, class_weight, for_training=True)
-      gap_data, total = train, None
     if validation_data is not None and not isinstance(
         validation_data, tf.data.Dataset):
       vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(
           tuple(validation_data))
-      rows, batch, _ = self._in_memory(
-          vx, vy, vsw, validation_batch_size or batch_size)
-      validation_data = rows.batch(batch)
+      validation_data = self._batches(vx, vy, vsw,
+                                      validation_batch_size or batch_size)
     self._ensure_sdca()
-    if not packed:
-      def measure():
-        self._gap_data = gap_data
-        return self.duality_gap(gap_data)
     # The traced step differs between packed rows and streamed batches, and
     # captures one fit's packed rows.
-    if packed or self._step_mode != "batches":
+    if not streamed or self._training.mode != fitting.BATCHES:
       self.train_function = None
-    self._step_mode = "packed" if packed else "batches"
-    averaging = self._start_average(packed, initial_epoch)
-    if total is not None:
-      self._train_weight = total
-    callbacks = list(callbacks or [])
-    # Streamed batches (no total weight of packed rows) come in the
-    # dataset's order.
-    callbacks.insert(0, callbacks_lib.DualityGapLogger(
-        self, measure, tol, self.loss_type,
-        total is None and not self.carry_over, averaging))
-    momentum = options.momentum_for(
-        self.momentum, self.visit_order, packed, self._asdca,
-        self.average_from is not None)
-    if momentum:
-      callbacks.insert(0, callbacks_lib.Momentum(
-          self._packed, momentum, self.loss_type, self.l1, self.l2,
-          self._momentum_state, self._keep_momentum))
+    callbacks = self._training.callbacks(
+        self._sdca, train if streamed else None, tol, initial_epoch,
+        callbacks)
     return super().fit(
         train, epochs=epochs, verbose=verbose, callbacks=callbacks,
         validation_data=validation_data, initial_epoch=initial_epoch,
@@ -824,11 +561,7 @@ class LinearModel(keras.Model):
     metrics."""
     if not self.compiled:
       self.compile()
-    if not isinstance(x, tf.data.Dataset):
-      rows, batch, _ = self._in_memory(x, y, sample_weight, batch_size)
-      x = rows.batch(batch)
-    else:
-      x = self._dataset(x)
+    x = self._batches(x, y, sample_weight, batch_size)
     self._ensure_sdca()
     return super().evaluate(x, verbose=verbose, steps=steps,
                             callbacks=callbacks, return_dict=return_dict,
@@ -838,12 +571,8 @@ class LinearModel(keras.Model):
               callbacks=None):
     """Keras' `predict`: `[n, 1]` probabilities (logistic), rates (Poisson)
     or scores."""
-    if not isinstance(x, tf.data.Dataset):
-      rows, batch, _ = self._in_memory(x, batch_size=batch_size)
-      x = rows.batch(batch)
-    else:
-      x = self._dataset(x)
-    return super().predict(x, verbose=verbose, steps=steps,
+    return super().predict(self._batches(x, batch_size=batch_size),
+                           verbose=verbose, steps=steps,
                            callbacks=callbacks)
 
   # ---------------------------------------------------------- duality gap
@@ -859,23 +588,7 @@ class LinearModel(keras.Model):
       `(objective, relative_gap)`: the regularised objective per unit of
       example weight and `(P(w) - D(alpha)) / P(w)`.
     """
-    if data is None and self._packed is not None:
-      p = self._packed
-      parts = engine.objective_parts(p.rows, p.table, p.duals,
-                                     self._engine_config())
-      p.parts.assign(parts)
-      self._train_weight = p.total_weight
-      return self._packed_gap()
-    data = self._gap_data if data is None else data
-    if data is None or self._sdca is None:
-      raise ValueError("duality_gap needs training data: call fit first")
-    self._flush_packed()
-    # The sums of tf_sdca.SdcaModel.duality_gap, batch by batch.
-    parts = np.zeros(3)
-    for batch in data:
-      parts += self._gap_batch(batch).numpy()
-    self._train_weight = float(parts[2])
-    return self._sdca.gap_from_parts(parts)
+    return self._training.duality_gap(self._sdca, data, self._gap_batch)
 
   @tf.function(reduce_retracing=True)
   def _gap_batch(self, data):
@@ -892,90 +605,33 @@ class LinearModel(keras.Model):
     Raises:
       ValueError: before the model has trained or loaded a state.
     """
-    if self._sdca is None:
-      if self._pending_state is not None:  # loaded, not yet trained
-        return self._pending_state
-      raise ValueError("the model has no SDCA state: fit or load it first")
-    self._flush_packed()
-    return self._sdca.get_state()
+    return self._training.sdca_state(self._sdca)
 
   # -------------------------------------------------------- save / export
   def save_own_variables(self, store):
     """Keras weights, then the SDCA state (duals and float64 weights), so
     that training resumes where it stopped after `load_model`."""
     super().save_own_variables(store)
-    self._flush_packed()
-    state = (self._sdca.get_state() if self._sdca is not None else
-             self._pending_state)
-    if state is None:
-      return
-    rows = (self._row_duals if self._packed is None else
-            (self._packed.keys, self._packed.duals.numpy()))
-    saving.save_state(store, state, rows, self._train_weight,
-                      self._momentum_state, self._average)
+    self._training.save(store, self._sdca)
 
   def load_own_variables(self, store):
-    saving.check_finite(store, self.name)
-    weights = [k for k in store.keys() if not k.startswith("sdca_")]
-    variables = self._trainable_variables + self._non_trainable_variables
-    if len(weights) != len(variables):
-      raise ValueError(f"{self.name}: the file has {len(weights)} weights, "
-                       f"the model {len(variables)}")
-    for i, v in enumerate(variables):
-      v.assign(store[f"{i}"])
+    saving.load_weights(
+        store, self._trainable_variables + self._non_trainable_variables,
+        self.name)
     loaded = saving.load_state(store)
-    if loaded is None:
-      return
-    if loaded["row_duals"] is not None:
-      self._row_duals = loaded["row_duals"]
-    self._packed = None
-    self._momentum_state = loaded["momentum"]
-    self._average = loaded["average"]
-    self._train_weight = loaded["train_weight"]
-    if self._sdca is not None:
-      self._sdca.set_state(loaded["state"])
-    else:
-      self._pending_state = loaded["state"]
+    if loaded is not None:
+      self._training.restore(loaded, self._sdca)
 
   def serving_signature(self):
     """The input signature of raw features (a dict of specs)."""
-    if self._spec is None:
-      raise ValueError("the model is not built: fit or load it first")
-    signature = {}
-    for name, kind, _, dtype, inner in self._spec:
-      shape = [None] + list(inner)
-      if kind == "sparse":
-        signature[name] = tf.SparseTensorSpec(shape, tf.float32)
-      else:
-        signature[name] = tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
-    return signature
+    return export_lib.serving_signature(self._spec)
 
   def export(self, filepath, format="tf_saved_model", verbose=True,
              input_signature=None, **kwargs):
-    """Writes a SavedModel for serving that scores raw features.
-
-    The endpoint `serve` (also the `serving_default` signature when every
-    feature is dense) takes a dict of the raw features (categorical ones
-    before their preprocessing layers; no example id) and returns the
-    model's `[n, 1]` outputs. Loading needs TensorFlow only, not tf_sdca.
-
-    Args:
-      filepath: directory to write.
-      format: "tf_saved_model" (the only one supported).
-      verbose: print a summary of the endpoint.
-      input_signature: override of `serving_signature()`.
-      **kwargs: unused (Keras compatibility).
-    """
+    """Writes a SavedModel for serving that scores raw features
+    (`tf_sdca.keras.export.export`; `**kwargs`: unused, for Keras)."""
     del kwargs
-    if format != "tf_saved_model":
-      raise ValueError(f"LinearModel exports tf_saved_model only, got "
-                       f"{format!r}")
-    signature = input_signature or self.serving_signature()
-    archive = keras.export.ExportArchive()
-    archive.track(self)
-    archive.add_endpoint("serve", lambda inputs: self(inputs),
-                         input_signature=[signature])
-    archive.write_out(filepath, verbose=verbose)
+    export_lib.export(self, filepath, format, verbose, input_signature)
 
 
 # The strategy check under its former name (tests call it).

@@ -96,3 +96,19 @@ def history(model, result):
   out.history = {"loss": [h["loss"] for h in result.history],
                  "duality_gap": [h["duality_gap"] for h in result.history]}
   return out
+
+
+def check_fit(x, y, validation_data, validation_split, callbacks,
+              initial_epoch, steps_per_epoch):
+  """ValueError for `fit` arguments a multi-worker fit does not take: it
+  trains this worker's in-memory `x` and `y` (not a dataset) as CoCoA+
+  rounds, without validation, callbacks or a partial epoch."""
+  if isinstance(x, tf.data.Dataset) or validation_data is not None or \
+      validation_split or callbacks or initial_epoch or steps_per_epoch:
+    raise ValueError(
+        "fit under a multi-worker MultiWorkerMirroredStrategy trains "
+        "CoCoA+ rounds across the workers on each worker's in-memory "
+        "rows: pass this worker's x and y (not a dataset), without "
+        "validation data, callbacks, initial_epoch or steps_per_epoch")
+  if y is None:
+    raise ValueError("fit needs labels y")

@@ -79,6 +79,24 @@ def check_finite(store, name):
                          f"[{bad[0]}] = {value.flat[bad[0]]}, not finite")
 
 
+def load_weights(store, variables, name):
+  """Assigns the Keras weights of `store` (entries "0", "1", ...; the SDCA
+  state's are "sdca_*") to the model's `variables`, after refusing a store
+  with a non-finite entry (`check_finite`).
+
+  Raises:
+    ValueError: naming the model `name`, for a non-finite entry or another
+      count of weights than the model's.
+  """
+  check_finite(store, name)
+  weights = [k for k in store.keys() if not k.startswith("sdca_")]
+  if len(weights) != len(variables):
+    raise ValueError(f"{name}: the file has {len(weights)} weights, "
+                     f"the model {len(variables)}")
+  for i, v in enumerate(variables):
+    v.assign(store[f"{i}"])
+
+
 def load_state(store):
   """The SDCA state `save_state` wrote, or None for a store without one.
 

@@ -1,0 +1,413 @@
+"""The training state of `tf_sdca.keras.LinearModel`, from fit to fit.
+
+The model keeps its configuration, its Keras weights and the
+`tf_sdca.SdcaModel` over them; `TrainingState` is the plain-Python rest of
+its training. For each `fit` it packs in-memory rows once (one
+`TfSdca>PackedSolve` call an epoch) or leaves them for streamed batches
+(`SdcaModel`, one batch a step), and gives the callbacks that fit runs with
+(`tf_sdca.keras.callbacks`: the gap's logging and stop, momentum,
+averaging). Between fits it holds what the next fit, `duality_gap`, `save`
+and `load_model` go on from: the last in-memory fit's packed rows (or the
+duals a saved file kept of them), the extrapolation's state, the running
+mean of an averaging fit and the training data's total weight.
+
+It reads the model's public options (`loss_type`, `l1`, `l2`, `seed`, ...)
+and is handed the model's `SdcaModel` and feature spec where it needs them.
+"""
+import numpy as np
+import tensorflow as tf
+
+from tf_sdca import engine
+from tf_sdca import losses
+from tf_sdca import options
+from tf_sdca.keras import callbacks as callbacks_lib
+from tf_sdca.keras import data as data_lib
+from tf_sdca.keras import multi_worker
+from tf_sdca.keras import saving
+from tf_sdca.keras import state as state_lib
+from tf_sdca.sdca_model import SdcaModel
+
+# What the model's traced `train_step` does: one epoch over packed rows, or
+# one streamed batch.
+PACKED = "packed"
+BATCHES = "batches"
+
+# A fit's data in the words of `check_mode`'s messages.
+_MODE_WORDS = {
+    options.IN_MEMORY: "numpy, scipy or dicts of arrays",
+    options.STREAMED: "a tf.data.Dataset",
+    options.PROCESSES: "the workers of a MultiWorkerMirroredStrategy"}
+
+
+class TrainingState:
+  """The training state of one `LinearModel`.
+
+  Args:
+    model: the `LinearModel` whose options it reads (and whose training the
+      gap's callback stops).
+
+  Attributes:
+    pending_state: the SDCA state of a loaded file, until `new_sdca`
+      creates the model's `SdcaModel` (its shapes come from the weights).
+    mode: PACKED or BATCHES, what the last fit's steps were; None before.
+    packed: the last in-memory fit's `tf_sdca.keras.state.PackedRows`
+      (None after a streamed or multi-worker fit, or `load_model`).
+    row_duals: `(example keys, float64 duals)` of the in-memory fit a saved
+      file kept, for the next fit on the same rows.
+    gap_data: the last streamed fit's dataset, which `duality_gap()`
+      measures (None after an in-memory fit).
+    train_weight: the training data's total example weight (0 before any
+      fit): `evaluate` divides the regularisation by it.
+    average: the `tf_sdca.keras.callbacks.Average` of the last averaging
+      fit, else None.
+    momentum_state: `(example keys, Extrapolation.state())` of the last
+      in-memory fit with momentum: the next fit on the same rows goes on
+      from it.
+  """
+
+  def __init__(self, model):
+    self._model = model
+    self.pending_state = None
+    self.mode = None
+    self.packed = None
+    self.row_duals = None
+    self.gap_data = None
+    self.train_weight = 0.0
+    self.average = None
+    self.momentum_state = None
+
+  @property
+  def asdca(self):
+    """Whether in-memory fits run accelerated mini-batch SDCA."""
+    return self._model.visit_order == "asdca"
+
+  def check_mode(self, mode):
+    """ValueError for an option set that does not run in `mode`
+    (`tf_sdca.options.IN_MEMORY`, `STREAMED` or `PROCESSES`, this fit's),
+    naming the doors that run it; and for a fit of one replica
+    (in-memory or streamed) with `num_loss_partitions` > 1."""
+    m = self._model
+    if mode != options.PROCESSES and m.num_loss_partitions != 1:
+      raise ValueError(
+          f"num_loss_partitions={m.num_loss_partitions}: fit trains one "
+          "replica on all the data, which needs num_loss_partitions=1 (use "
+          "tf_sdca.SdcaModel to sum the updates of several replicas)")
+    options.applies(
+        dict(visit_order=m.visit_order, momentum=m.momentum,
+             average_from=m.average_from, carry_over=m.carry_over),
+        mode, options.KERAS, _MODE_WORDS[mode])
+
+  def new_sdca(self, spec, kernels, bias):
+    """A `SdcaModel` (created eagerly) over the model's Keras weights:
+    `kernels` `{name: variable}` of the features in `spec` (the sparse and
+    categorical ones first, then the dense ones, as the weight table holds
+    them) and the `bias` variable or None; it takes a loaded state that
+    waited for it."""
+    sparse, dense = [], []
+    for name, kind, _, _, _ in spec:
+      (dense if kind == "dense" else sparse).append(kernels[name].value)
+    if bias is not None:
+      dense.append(bias.value)
+    sdca = SdcaModel(None, {"sparse_features_weights": sparse,
+                            "dense_features_weights": dense},
+                     self._sdca_options())
+    if self.pending_state is not None:
+      sdca.set_state(self.pending_state)
+      self.pending_state = None
+    return sdca
+
+  def _sdca_options(self):
+    """The `SdcaModel`'s options: the model's, with 'permutation' for
+    `visit_order='asdca'` (ASDCA runs on packed rows only)."""
+    m = self._model
+    return {"loss_type": m.loss_type,
+            "symmetric_l1_regularization": m.l1,
+            "symmetric_l2_regularization": m.l2,
+            "num_loss_partitions": m.num_loss_partitions,
+            "num_table_shards": m.num_table_shards,
+            "visit_order": ("permutation" if self.asdca else
+                            m.visit_order), "seed": m.seed,
+            "gamma": m.gamma, "num_threads": m.num_threads,
+            "hinge_step": m.hinge_step, "carry_over": m.carry_over,
+            **({"num_classes": m.num_classes} if m.num_classes > 1
+               else {})}
+
+  def config(self):
+    """The in-memory engine's view of the model's options."""
+    m = self._model
+    return engine.Config(m.loss_type, m.l1, m.l2, m.gamma, m.seed,
+                         m.visit_order, m.hinge_step, m.num_classes,
+                         m.asdca_batch_size, m.asdca_theta)
+
+  # ---------------------------------------------------------- packed rows
+  def pack(self, sdca, spec, x, n, labels, weights, ids, transform=None,
+           arrays_only=False):
+    """Packs validated in-memory training rows once (`TfSdca>PackRows`, as
+    `InMemorySdca` does), with the state to train from: the float64
+    weights of `sdca` and one float64 dual per row (those of the last
+    in-memory fit or saved file on the same example ids, else what the
+    streaming state holds for them, else 0).
+
+    Args:
+      sdca: the model's `SdcaModel`.
+      spec: the model's feature spec.
+      x, n, labels, weights: the `n` rows' features, labels and example
+        weights, checked (`tf_sdca.keras.data.training_inputs`).
+      ids: their example ids.
+      transform: the model's feature transform, to compute the train
+        metrics on all rows after each epoch; None without metrics.
+      arrays_only: return the rows before packing instead: `(csr or None,
+        dense, labels, weights, num_sparse)`, the columns in the weight
+        table's order.
+
+    Returns:
+      The `PackedRows`, for `use_packed`.
+    """
+    m = self._model
+    keys = sdca.example_keys(
+        ids if ids.dtype == tf.string else tf.strings.as_string(ids))
+    keys = keys.numpy()
+    duals = self._duals_for(sdca, keys, labels)
+    sparse, dense, num_sparse = data_lib.weight_table_columns(
+        x, n, spec, m.categorical_features, m.use_bias)
+    if arrays_only:
+      return (data_lib.merged_rows(n, sparse) if sparse else None,
+              np.concatenate(dense, axis=1) if dense else None, labels,
+              weights, num_sparse)
+    table = state_lib.weight_table(sdca)
+    resident = engine.ArrayRows(
+        n, data_lib.merged_rows(n, sparse) if sparse else None,
+        np.concatenate(dense, axis=1) if dense else None, labels, weights,
+        num_sparse)
+    resident.pack(num_sparse, m.loss_type, m.gamma,
+                  1 if self.asdca else
+                  engine.choose_threads(m.num_threads, n, m.num_classes),
+                  m.num_classes)
+    metric_inputs = None
+    if transform is not None:
+      features = transform({name: data_lib.to_host(value)
+                            for name, value in x.items()})
+      metric_inputs = (features, tf.constant(labels), tf.constant(weights))
+    return state_lib.PackedRows(resident.rows, keys, duals.reshape(-1), table,
+                                weights, metric_inputs,
+                                losses.shrink_l1(table, m.l1, m.l2)
+                                if self.asdca else None, labels)
+
+  def _duals_for(self, sdca, keys, labels):
+    """float64 duals of the rows with these example-id keys (`[n, K]`
+    blocks for a multiclass loss, whose rows have these `labels`): those
+    of the last in-memory fit or saved file on the same keys, else what
+    the streaming state holds for them, else 0."""
+    duals = state_lib.known_duals(keys, self.packed, self.row_duals)
+    if duals is not None:
+      return duals
+    self.flush(sdca)
+    return state_lib.stored_duals(sdca, keys, labels,
+                                  self._model.num_classes)
+
+  def use_packed(self, packed):
+    """Makes `packed` (from `pack`) the rows of this fit; returns its
+    training data: one element per step, a step being a whole epoch."""
+    self.packed = packed
+    self.gap_data = None
+    return tf.data.Dataset.from_tensors(0).repeat()
+
+  def epoch(self, sdca):
+    """One epoch over the packed rows (the traced `train_step` of an
+    in-memory fit): one `TfSdca>PackedSolve` call, seeded like
+    `InMemorySdca`'s epochs by the count of epochs and `minimize` calls so
+    far, then the new weights written to the variables of `sdca`. Returns
+    the objective the call measured, per unit of example weight (float32,
+    the logged loss until the gap's callback replaces it)."""
+    m, p = self._model, self.packed
+    calls = sdca.calls
+    w, parts = p.epoch(engine.epoch_seed(m.seed, calls), self.config(),
+                       self.asdca)
+    calls.assign_add(1)
+    state_lib.write_weights(sdca, w, m.l1, m.l2)
+    primal = parts[0] + 0.5 * m.l2 * parts[2] + m.l1 * parts[3]
+    return tf.cast(primal / max(p.total_weight, 1e-300), tf.float32)
+
+  def packed_gap(self):
+    """(objective per unit weight, relative gap) after the last epoch."""
+    m = self._model
+    return self.packed.gap(m.loss_type, m.l1, m.l2)
+
+  def flush(self, sdca):
+    """Writes the packed rows' duals into the example state of `sdca`, so
+    that streaming, `duality_gap(data)` and saving see them (as float32,
+    the streaming state's type; saved files keep the float64 ones too)."""
+    p = self.packed
+    if p is None:
+      return
+    sdca.state_insert(tf.constant(p.keys),
+                      tf.constant(p.state_rows(self._model.num_classes)))
+
+  def leave_packed(self, sdca):
+    """Before streaming: the example state takes over the packed duals."""
+    self.flush(sdca)
+    self.packed = None
+    self.row_duals = None
+
+  # ------------------------------------------------------------------ fit
+  def callbacks(self, sdca, streamed, tol, initial_epoch, callbacks):
+    """Starts a fit, packed (`use_packed` done) or on the `streamed`
+    dataset (None: packed), and returns its callbacks: the user's
+    `callbacks` after the gap's logger and stop at `tol` (and momentum's,
+    where it runs); averaging continues or starts the model's mean."""
+    m = self._model
+    packed = streamed is None
+    if packed:
+      measure, total = self.packed_gap, self.packed.total_weight
+    else:
+      total = None
+
+      def measure():
+        self.gap_data = streamed
+        return m.duality_gap(streamed)
+    self.mode = PACKED if packed else BATCHES
+    averaging = self._start_average(sdca, packed, initial_epoch)
+    if total is not None:
+      self.train_weight = total
+    callbacks = list(callbacks or [])
+    # Streamed batches (no total weight of packed rows) come in the
+    # dataset's order.
+    callbacks.insert(0, callbacks_lib.DualityGapLogger(
+        m, measure, tol, m.loss_type, total is None and not m.carry_over,
+        averaging))
+    momentum = options.momentum_for(m.momentum, m.visit_order, packed,
+                                    self.asdca, m.average_from is not None)
+    if momentum:
+      callbacks.insert(0, callbacks_lib.Momentum(
+          self.packed, momentum, m.loss_type, m.l1, m.l2,
+          self.momentum_state, self._keep_momentum))
+    return callbacks
+
+  def _keep_momentum(self, state):
+    """Keeps the momentum's state at the end of a fit (see `Momentum`)."""
+    self.momentum_state = state
+
+  def fit_across_processes(self, sdca, strategy, arrays, epochs, tol,
+                           verbose):
+    """`fit` in one worker of a multi-worker strategy: CoCoA+ rounds across
+    the workers (`tf_sdca.keras.multi_worker.train`) on `arrays`, this
+    worker's fixed shard (`pack(arrays_only=True)`); a round is one pass
+    over every shard (`epochs` bounds them). Every worker ends with the
+    same weights; the History has the rounds' `loss` and `duality_gap`.
+    Each call trains from zero duals (w = 0): the rounds' duals live in the
+    workers' shards, not the model."""
+    m = self._model
+    result = multi_worker.train(
+        strategy, arrays, epochs, tol, verbose, loss=m.loss_type, l1=m.l1,
+        l2=m.l2, gamma=m.gamma, seed=m.seed, num_classes=m.num_classes,
+        hinge_step=m.hinge_step)
+    self.packed, self.row_duals = None, None
+    state_lib.write_weights(sdca, multi_worker.weight_table(result), m.l1,
+                            m.l2)
+    return multi_worker.history(m, result)
+
+  # ------------------------------------------------------------ averaging
+  def _start_average(self, sdca, packed, initial_epoch):
+    """At the start of `fit`: the `Averaging` hook of an averaging fit
+    (continuing or starting the model's mean), else None."""
+    m = self._model
+    if m.average_from is None:
+      self.average = None
+      return None
+
+    def rows():
+      return self.packed if self.mode == PACKED else None
+
+    def iterate():
+      # The training state now (see `tf_sdca.keras.state.iterate`).
+      return state_lib.iterate(rows(), sdca)
+
+    def set_iterate(keys, table, duals):
+      state_lib.set_iterate(rows(), sdca, keys, table, duals, m.l1, m.l2)
+
+    mean_gap = None
+    if packed:
+      p, config = self.packed, self.config()
+
+      def mean_gap(table, duals):
+        return p.gap_at(table, duals, config, m.loss_type, m.l1, m.l2)
+    hook = callbacks_lib.Averaging(
+        m.average_from, iterate, set_iterate,
+        1 if m.num_classes == 1 else m.num_classes, mean_gap)
+    self.average = hook.start(self.average, packed,
+                              self.packed.keys if packed else None,
+                              initial_epoch)
+    return hook
+
+  def last_iterate(self, sdca, spec):
+    """`LinearModel.last_iterate` of the model's `sdca` and feature `spec`:
+    the last epoch's shrunk weights after an averaging fit, else None."""
+    m, average = self._model, self.average
+    if average is None or not average.installed:
+      return None
+    return state_lib.kernels_and_bias(
+        sdca, average.last[1], [s[:2] for s in spec], m.use_bias, m.l1,
+        m.l2, m.num_classes)
+
+  # ---------------------------------------------------------- duality gap
+  def duality_gap(self, sdca, data, gap_batch):
+    """`LinearModel.duality_gap(data)`: of the packed rows when `data` is
+    None after an in-memory fit, else over `data` (None: the last streamed
+    fit's), summing `gap_batch(batch)`, each batch's
+    `SdcaModel.gap_parts`."""
+    if data is None and self.packed is not None:
+      p = self.packed
+      parts = engine.objective_parts(p.rows, p.table, p.duals, self.config())
+      p.parts.assign(parts)
+      self.train_weight = p.total_weight
+      return self.packed_gap()
+    data = self.gap_data if data is None else data
+    if data is None or sdca is None:
+      raise ValueError("duality_gap needs training data: call fit first")
+    self.flush(sdca)
+    # The sums of tf_sdca.SdcaModel.duality_gap, batch by batch.
+    parts = np.zeros(3)
+    for batch in data:
+      parts += gap_batch(batch).numpy()
+    self.train_weight = float(parts[2])
+    return sdca.gap_from_parts(parts)
+
+  # --------------------------------------------------------------- saving
+  def sdca_state(self, sdca):
+    """`LinearModel.sdca_state()` of the model's `sdca` (None before it is
+    created), the packed rows' duals included."""
+    if sdca is None:
+      if self.pending_state is not None:  # loaded, not yet trained
+        return self.pending_state
+      raise ValueError("the model has no SDCA state: fit or load it first")
+    self.flush(sdca)
+    return sdca.get_state()
+
+  def save(self, store, sdca):
+    """Saves the SDCA state of `sdca` (or the loaded one it has not taken
+    yet) into `store` with this training state (the packed rows' float64
+    duals, momentum's and the mean's state; see
+    `tf_sdca.keras.saving.save_state`); nothing before any."""
+    self.flush(sdca)
+    state = sdca.get_state() if sdca is not None else self.pending_state
+    if state is None:
+      return
+    rows = (self.row_duals if self.packed is None else
+            (self.packed.keys, self.packed.duals.numpy()))
+    saving.save_state(store, state, rows, self.train_weight,
+                      self.momentum_state, self.average)
+
+  def restore(self, loaded, sdca):
+    """Takes the training state of a loaded file
+    (`tf_sdca.keras.saving.load_state`'s dict), its SDCA state into `sdca`
+    (or, None, into the SdcaModel `new_sdca` creates)."""
+    if loaded["row_duals"] is not None:
+      self.row_duals = loaded["row_duals"]
+    self.packed = None
+    self.momentum_state = loaded["momentum"]
+    self.average = loaded["average"]
+    self.train_weight = loaded["train_weight"]
+    if sdca is not None:
+      sdca.set_state(loaded["state"])
+    else:
+      self.pending_state = loaded["state"]
