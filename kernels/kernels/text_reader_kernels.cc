@@ -25,7 +25,6 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
-using ::tensorflow::tstring;
 
 namespace {
 
@@ -36,13 +35,15 @@ constexpr int64_t kMinRangeBytes = 1 << 18;
 // Parses `text` in ranges on the device's threads; `parse(begin, end,
 // block, rows)` fills one range's rows.
 template <typename Rows, typename Parse>
-std::vector<Rows> ParseRanges(OpKernelContext* context, const tstring& text,
+std::vector<Rows> ParseRanges(OpKernelContext* context, const Tensor& bytes,
                               Parse parse) {
   auto* workers = context->device()->tensorflow_cpu_worker_threads();
-  const int64_t size = static_cast<int64_t>(text.size());
+  const char* text = reinterpret_cast<const char*>(
+      bytes.flat<uint8_t>().data());
+  const int64_t size = bytes.NumElements();
   const int parts = static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>(workers->num_threads, size / kMinRangeBytes)));
-  const std::vector<int64_t> bounds = SplitAtLines(text.data(), size, parts);
+  const std::vector<int64_t> bounds = SplitAtLines(text, size, parts);
   const int ranges = static_cast<int>(bounds.size()) - 1;
   std::vector<Rows> rows(std::max(ranges, 0));
   auto run = [&](int64_t first, int64_t last) {
@@ -50,8 +51,7 @@ std::vector<Rows> ParseRanges(OpKernelContext* context, const tstring& text,
     // 1e-40 must round to the float32 numpy gives.
     ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
     for (int64_t k = first; k < last; ++k) {
-      parse(text.data() + bounds[k], text.data() + bounds[k + 1],
-            text.data(), &rows[k]);
+      parse(text + bounds[k], text + bounds[k + 1], text, &rows[k]);
     }
   };
   if (ranges > 1) {
@@ -64,9 +64,9 @@ std::vector<Rows> ParseRanges(OpKernelContext* context, const tstring& text,
 }
 
 ::tensorflow::Status CheckText(const Tensor& text) {
-  if (!::tensorflow::TensorShapeUtils::IsScalar(text.shape())) {
+  if (!::tensorflow::TensorShapeUtils::IsVector(text.shape())) {
     return ::tensorflow::errors::InvalidArgument(
-        "text must be a scalar string, got shape ",
+        "text must be a vector of bytes, got shape ",
         text.shape().DebugString());
   }
   return ::tensorflow::OkStatus();
@@ -131,7 +131,7 @@ class ParseCriteoOp : public OpKernel {
     OP_REQUIRES_OK(context, CheckText(text));
     const CriteoHasher& hasher = *hasher_;
     std::vector<CriteoRows> rows = ParseRanges<CriteoRows>(
-        context, text.scalar<tstring>()(),
+        context, text,
         [&hasher](const char* begin, const char* end, const char* block,
                   CriteoRows* out) {
           ParseCriteo(begin, end, block, hasher, out);
@@ -163,7 +163,7 @@ class ParseLibsvmOp : public OpKernel {
     const Tensor& text = context->input(0);
     OP_REQUIRES_OK(context, CheckText(text));
     std::vector<LibsvmRows> rows = ParseRanges<LibsvmRows>(
-        context, text.scalar<tstring>()(),
+        context, text,
         [](const char* begin, const char* end, const char* block,
            LibsvmRows* out) { ParseLibsvm(begin, end, block, out); });
     int64_t n = 0, nnz = 0;
