@@ -3,6 +3,8 @@ ParseLibsvm), kept as the references the native reader must equal: Criteo
 lines through TensorFlow's TextLineDataset and `parse_criteo_lines` (the
 serving graph's parser), LIBSVM lines through `libsvm._parse_line` in a
 Python loop over the file's text lines."""
+import gzip
+
 import numpy as np
 import tensorflow as tf
 
@@ -42,7 +44,9 @@ def read_libsvm(paths, chunk_rows=65536):
     return out
 
   for path in paths:
-    with text_files.open_text(path) as f:
+    with (gzip.open(path, "rt", encoding="utf-8", errors="replace")
+          if text_files.is_gzip(path) else
+          open(path, encoding="utf-8", errors="replace")) as f:
       for number, text in enumerate(f, 1):
         row = libsvm._parse_line(text, path, number)  # pylint: disable=protected-access
         if row is not None:

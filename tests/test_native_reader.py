@@ -241,3 +241,25 @@ def test_float_values_round_as_numpy_does():
   np.testing.assert_array_equal(
       chunk["values"], np.array([3.4028235677973e38, 1e-46, 0.1],
                                 np.float64).astype(np.float32))
+
+
+def test_gzip_members_and_zero_padding_read_as_the_gzip_module(tmp_path):
+  text = "".join(f"{i % 2} {i + 1}:{i}\n" for i in range(30000))
+  half = len(text) // 2
+  path = tmp_path / "members.gz"
+  path.write_bytes(gzip.compress(text[:half].encode()) + b"\0" * 5 +
+                   gzip.compress(text[half:].encode()) + b"\0" * 3)
+  plain = tmp_path / "plain.svm"
+  plain.write_text(text)
+  assert gzip.decompress(path.read_bytes()) == text.encode()
+  _assert_same_chunks(libsvm.read_libsvm([str(path)], 1000),
+                      reference_readers.read_libsvm([str(plain)], 1000))
+
+
+def test_damaged_gzip_is_a_one_line_error_naming_the_file(tmp_path):
+  data = bytearray(gzip.compress(b"1 1:1\n" * 1000))
+  data[len(data) // 2] ^= 0xFF
+  path = tmp_path / "damaged.gz"
+  path.write_bytes(bytes(data))
+  with pytest.raises(ValueError, match=rf"^{path}: not readable gzip \("):
+    list(libsvm.read_libsvm([str(path)]))
