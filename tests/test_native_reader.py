@@ -263,3 +263,22 @@ def test_damaged_gzip_is_a_one_line_error_naming_the_file(tmp_path):
   path.write_bytes(bytes(data))
   with pytest.raises(ValueError, match=rf"^{path}: not readable gzip \("):
     list(libsvm.read_libsvm([str(path)]))
+
+
+def test_the_ops_check_their_inputs_and_take_empty_text():
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops._loader import load_ops  # pylint: disable=import-outside-toplevel
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"text must be a vector of bytes, got shape "
+                     r"\[1,3\]"):
+    load_ops().tf_sdca_parse_libsvm(tf.zeros([1, 3], tf.uint8))
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                     match=r"bucket_bits must be in \[1, 62\], got 63"):
+    load_ops().tf_sdca_parse_criteo(tf.zeros([3], tf.uint8), bucket_bits=63)
+  with pytest.raises(ValueError, match=r"bucket_bits must be in \[1, 62\]"):
+    sdca_ops.parse_criteo(b"", 0)
+  out = sdca_ops.parse_criteo(b"", 20)
+  assert out["ids"].shape == (0, 26) and int(out["num_lines"]) == 0
+  out = sdca_ops.parse_libsvm(b"\n\n# only comments\n")
+  assert out["labels"].shape == (0,) and int(out["num_lines"]) == 3

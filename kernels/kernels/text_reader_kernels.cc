@@ -122,6 +122,9 @@ class ParseCriteoOp : public OpKernel {
   explicit ParseCriteoOp(OpKernelConstruction* context) : OpKernel(context) {
     int bucket_bits;
     OP_REQUIRES_OK(context, context->GetAttr("bucket_bits", &bucket_bits));
+    OP_REQUIRES(context, bucket_bits <= 62,
+                ::tensorflow::errors::InvalidArgument(
+                    "bucket_bits must be in [1, 62], got ", bucket_bits));
     hasher_ = std::make_unique<CriteoHasher>(&util::Fingerprint64,
                                              bucket_bits);
   }
