@@ -59,6 +59,7 @@ def criteo_text(tmp_path_factory):
   lines[12] = "  \t "
   lines[13] = lines[13].replace("\t", "\t-", 1)  # a negative count
   lines[14] = lines[14].upper()
+  lines[15] = "\x0b\x0c \r"  # blank to tf.strings.strip too
   with open(path, "w", newline="") as f:
     f.write("\n".join(lines) + "\n")
   packed = path + ".gz"
@@ -87,6 +88,12 @@ def test_criteo_ids_are_those_of_the_reader_before():
   np.testing.assert_array_equal(
       chunk["dense"][0, :4],
       np.log1p([5.0, 0.0, 0.0, 123456789012345678.0]).astype(np.float32))
+
+
+def test_a_line_of_python_only_whitespace_is_not_blank_criteo():
+  path = _write_temp("\x1c\n")
+  with pytest.raises(ValueError, match=path + r":1: expected 40"):
+    list(criteo.read_criteo([path]))
 
 
 def _write_temp(text, name="data", mode="w"):
@@ -195,7 +202,7 @@ def test_bad_lines_in_later_blocks_name_their_line(criteo_text, tmp_path,
   counter = criteo.BadLines()
   rows = sum(c["labels"].shape[0] for c in criteo.read_criteo(
       [str(path)], skip_bad_lines=True, bad_lines=counter))
-  assert counter.count == 4 and rows == 5000 - 1 - 4  # one blank line
+  assert counter.count == 4 and rows == 5000 - 2 - 4  # two blank lines
   assert [m.split(": ")[0] for m in counter.first] == [
       f"{path}:{k}" for k in (1201, 3002, 3003, 4001)]
 

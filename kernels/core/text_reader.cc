@@ -72,14 +72,20 @@ inline const char* FindTab(const char* p, const char* end) {
   return p;
 }
 
-// tf.strings.strip's whitespace (and Python's str.split's, in ASCII).
-inline bool IsSpace(unsigned char c) {
-  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+// tf.strings.strip's whitespace (C's isspace).
+inline bool IsAsciiSpace(unsigned char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
+// Python's str.split's whitespace, in ASCII.
+inline bool IsSpace(unsigned char c) {
+  return IsAsciiSpace(c) || (c >= 0x1c && c <= 0x1f);
+}
+
+// A Criteo line that tf.strings.strip empties.
 bool IsBlank(const char* begin, const char* end) {
   for (const char* p = begin; p < end; ++p) {
-    if (!IsSpace(static_cast<unsigned char>(*p))) return false;
+    if (!IsAsciiSpace(static_cast<unsigned char>(*p))) return false;
   }
   return true;
 }
@@ -315,9 +321,9 @@ void ParseCriteo(const char* begin, const char* end, const char* block,
       text_end = text + scratch.size();
     }
     p = newline ? newline + 1 : end;
-    if (text == text_end || IsSpace(static_cast<unsigned char>(*text))) {
-      if (IsBlank(text, text_end)) continue;
-    }
+    const bool maybe_blank =
+        text == text_end || IsAsciiSpace(static_cast<unsigned char>(*text));
+    if (maybe_blank && IsBlank(text, text_end)) continue;
     const size_t row = out->labels.size();
     out->labels.push_back(0.0f);
     out->dense.resize(out->dense.size() + kCriteoIntegers);
