@@ -15,7 +15,9 @@ alternating old and new in each repeat, medians printed:
      epoch -> saved model), called in-process with either reader, timed
      from the call to its return (TensorFlow already imported);
   4. the same as a fresh process (`python -m tf_sdca.cli`, imports
-     included), native reader only.
+     included), native reader only, with its peak RSS; and that process on
+     a 1,000-row prefix of the file: the start-up cost (Python, TensorFlow,
+     the op library) and the RSS before any data.
 """
 import argparse
 import gzip
@@ -103,12 +105,34 @@ def _train(path, work, reader):
   return status
 
 
+# The child's peak RSS from /proc (VmHWM): getrusage's ru_maxrss would
+# carry over the parent's RSS at the fork (Linux keeps it across exec), and
+# this parent holds the whole file in memory.
+_WRAPPER = """
+import runpy, sys
+sys.argv = ["tf-sdca"] + sys.argv[1:]
+try:
+  runpy.run_module("tf_sdca.cli", run_name="__main__")
+finally:
+  with open("/proc/self/status") as f:
+    print("PEAK_RSS_KB", [l.split()[1] for l in f if
+                          l.startswith("VmHWM:")][0], file=sys.stderr)
+"""
+_peak_rss_gib = {}
+
+
 def _train_process(path, work):
+  """`tf-sdca train --epochs 1` as a new process; its peak RSS is kept in
+  _peak_rss_gib[path]."""
   model_dir = os.path.join(work, "model_process")
   shutil.rmtree(model_dir, ignore_errors=True)
-  subprocess.run([sys.executable, "-m", "tf_sdca.cli", "train", path,
-                  "--model-dir", model_dir, "--epochs", "1", "--quiet"],
-                 check=True, capture_output=True)
+  done = subprocess.run(
+      [sys.executable, "-c", _WRAPPER, "train", path, "--model-dir",
+       model_dir, "--epochs", "1", "--quiet"], check=True,
+      capture_output=True, text=True)
+  _peak_rss_gib[path] = [int(line.split()[1]) for line in
+                         done.stderr.splitlines()
+                         if line.startswith("PEAK_RSS_KB")][-1] / 2**20
 
 
 def main():
@@ -133,6 +157,9 @@ def main():
         f"median of {args.repeats}")
   with open(path, "rb") as f:
     data = f.read()
+  small = os.path.join(work, "first_1000.tsv")
+  with open(small, "wb") as f:
+    f.write(b"".join(data.splitlines(keepends=True)[:1000]))
   cases = [
       ("parse+hash, 1 core (in memory)", None,
        lambda: _parse_one_core(data)),
@@ -145,10 +172,13 @@ def main():
        lambda: _train(path, work, criteo.read_criteo)),
       ("train --epochs 1 (new process)", None,
        lambda: _train_process(path, work)),
+      ("  the same on 1,000 rows (start-up)", None,
+       lambda: _train_process(small, work)),
   ]
   print(f"{'':34s} {'old rows/s':>12s} {'new rows/s':>12s} {'new/old':>8s}"
         "   (seconds: old, new)")
   for name, old, new in cases:
+    rows = 1000 if "1,000 rows" in name else args.rows
     times = {"old": [], "new": []}
     for _ in range(args.repeats):
       for side, function in (("old", old), ("new", new)):
@@ -156,11 +186,17 @@ def main():
           times[side].append(_timed(function)[1])
     med = {k: statistics.median(v) if v else float("nan")
            for k, v in times.items()}
-    rate = {k: args.rows / v for k, v in med.items()}
+    rate = {k: rows / v for k, v in med.items()}
     print(f"{name:34s} {rate['old']:12,.0f} {rate['new']:12,.0f} "
           f"{med['old'] / med['new']:8.2f}   "
           f"({', '.join(f'{t:.2f}' for t in times['old']) or '-'}; "
           f"{', '.join(f'{t:.2f}' for t in times['new'])})", flush=True)
+  for name, gib in ((path, _peak_rss_gib[path]),
+                    ("1,000 rows", _peak_rss_gib[small])):
+    print(f"peak RSS of train --epochs 1 on {name}: {gib:.2f} GiB")
+  print(f"  per row above start-up: "
+        f"{(_peak_rss_gib[path] - _peak_rss_gib[small]) * 2**30 / args.rows:.0f}"
+        " bytes")
   if not args.keep and not args.dir:
     shutil.rmtree(work)
 
