@@ -57,7 +57,7 @@ const ByteClasses& Classes() {
 
 // The first '\t' in [p, end), or end: eight bytes at a time (the lowest
 // byte of a word that equals '\t' sets the lowest flagged bit; borrows only
-// flag bytes above it).
+// flag bytes above it). Little-endian: the lowest byte is the first.
 inline const char* FindTab(const char* p, const char* end) {
   constexpr uint64_t kOnes = 0x0101010101010101ULL;
   while (end - p >= 8) {
