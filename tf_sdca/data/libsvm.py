@@ -80,6 +80,10 @@ def _message(path, number, raw):
           "ASCII 'label index:value ...'")
 
 
+def _parse_block(block):
+  return {k: v.numpy() for k, v in sdca_ops.parse_libsvm(block).items()}
+
+
 def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
                 bad_lines=None):
   """Streams CSR chunks of LIBSVM files.
@@ -128,8 +132,7 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
 
   for path in (str(p) for p in paths):
     first_line = 0
-    for block in text_files.line_blocks(path):
-      out = {k: v.numpy() for k, v in sdca_ops.parse_libsvm(block).items()}
+    for block, out in text_files.parsed_blocks(path, _parse_block):
       text_files.bad_line_messages(
           out, block, first_line,
           lambda number, raw, path=path: _message(path, number, raw),

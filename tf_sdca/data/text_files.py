@@ -96,25 +96,40 @@ def _raw_blocks(path, block_bytes):
     raise ValueError(f"{path}: not readable gzip ({error})") from None
 
 
+_END = object()
+
+
+def prefetched(items):
+  """Yields `items`, each next one computed on a background thread while the
+  caller works on the current one."""
+  items = iter(items)
+  with concurrent.futures.ThreadPoolExecutor(1) as worker:
+    pending = worker.submit(next, items, _END)
+    while True:
+      item = pending.result()
+      if item is _END:
+        return
+      pending = worker.submit(next, items, _END)
+      yield item
+
+
 def line_blocks(path, block_bytes=None):
   """Yields the bytes of `path` (gunzipped if it is gzip) in blocks of whole
-  lines: each block ends with '\\n' but the file's last.
-
-  The next block is read (and gunzipped) on a background thread while the
-  caller parses the current one.
+  lines: each block ends with '\\n' but the file's last. The next block is
+  read (and gunzipped) on a background thread.
 
   Raises:
     ValueError: `path: ...` for a truncated or damaged gzip file.
   """
-  with concurrent.futures.ThreadPoolExecutor(1) as reader:
-    blocks = _raw_blocks(path, block_bytes or BLOCK_BYTES)
-    pending = reader.submit(next, blocks, None)
-    while True:
-      block = pending.result()
-      if block is None:
-        return
-      pending = reader.submit(next, blocks, None)
-      yield block
+  yield from prefetched(_raw_blocks(path, block_bytes or BLOCK_BYTES))
+
+
+def parsed_blocks(path, parse, block_bytes=None):
+  """Yields (block, parse(block)) for `line_blocks(path)`, the next block
+  parsed on a background thread while the caller stores the current one
+  (the parse ops run on TensorFlow's threads, without the GIL)."""
+  yield from prefetched((block, parse(block))
+                        for block in line_blocks(path, block_bytes))
 
 
 def bad_line_messages(out, block, first_line, message, skip_bad_lines,
@@ -170,8 +185,7 @@ def chunks_by_line(path, parse, keys, lines_per_chunk, message,
     pending[:] = [{k: merged[k][start:] for k in names}]
     state["emitted"] = upto
 
-  for block in line_blocks(path, block_bytes):
-    out = parse(block)
+  for block, out in parsed_blocks(path, parse, block_bytes):
     bad_line_messages(out, block, state["first_line"], message,
                       skip_bad_lines, bad_lines)
     out["lines"] = out["lines"] + state["first_line"]
