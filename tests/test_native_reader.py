@@ -1,8 +1,10 @@
 """The native Criteo and LIBSVM readers (TfSdca>ParseCriteo / ParseLibsvm)
 against the readers they replaced (tests/reference_readers.py): the same
-rows, features and chunks bit for bit, plain and gzip, in one block or many;
+rows, features and chunks bit for bit, plain and gzip, in one block or many,
+and on 10M generated rows (slow: `pytest --run-slow`; 60k rows otherwise);
 and their errors: file and line, --skip-bad-lines counts, truncated gzip."""
 import gzip
+import itertools
 import os
 import sys
 
@@ -289,3 +291,22 @@ def test_the_ops_check_their_inputs_and_take_empty_text():
   assert out["ids"].shape == (0, 26) and int(out["num_lines"]) == 0
   out = sdca_ops.parse_libsvm(b"\n\n# only comments\n")
   assert out["labels"].shape == (0,) and int(out["num_lines"]) == 3
+
+
+@pytest.mark.parametrize("rows", [
+    60_000, pytest.param(10_000_000, marks=pytest.mark.slow)])
+def test_generated_rows_read_as_the_reference_at_scale(tmp_path, rows):
+  """`tf-sdca generate`'s file, chunk by chunk against the TensorFlow-ops
+  reader (streamed: memory stays flat at 10M rows)."""
+  assert cli.main(["generate", "--rows", str(rows), "--out", str(tmp_path),
+                   "--files", "1", "--seed", "2"]) == 0
+  path = str(tmp_path / "part-00000.tsv")
+  count = 0
+  for got, expected in itertools.zip_longest(
+      criteo.read_criteo([path], bucket_bits=20),
+      reference_readers.read_criteo([path], 65536, 20)):
+    assert got is not None and expected is not None
+    for key in got:
+      np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+    count += got["labels"].shape[0]
+  assert count == rows
