@@ -310,3 +310,31 @@ def test_generated_rows_read_as_the_reference_at_scale(tmp_path, rows):
       np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
     count += got["labels"].shape[0]
   assert count == rows
+
+
+def test_a_model_trained_on_the_old_reader_predicts_alike_on_the_new(
+    criteo_text, tmp_path, monkeypatch):
+  """`train` and `predict` through the reader before the native one, then
+  `predict` through the native one: the same scores, to the byte."""
+  path, packed = criteo_text
+  model_dir = str(tmp_path / "m")
+
+  calls = []
+
+  def old_reader(paths, batch_size=65536, bucket_bits=20, **unused):
+    del unused
+    calls.append(paths)
+    return reference_readers.read_criteo(paths, batch_size, bucket_bits)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(criteo, "read_criteo", old_reader)
+    assert cli.main(["train", path, "--model-dir", model_dir, "--epochs",
+                     "2", "--bucket-bits", "16", "--quiet"]) == 0
+    assert cli.main(["predict", path, "--model-dir", model_dir, "--out",
+                     str(tmp_path / "old.txt")]) == 0
+  assert len(calls) == 2  # train's cache, predict
+  for name, source in (("new.txt", path), ("new_gz.txt", packed)):
+    assert cli.main(["predict", source, "--model-dir", model_dir, "--out",
+                     str(tmp_path / name)]) == 0
+    assert (tmp_path / name).read_text() == (
+        tmp_path / "old.txt").read_text()
