@@ -338,3 +338,16 @@ def test_a_model_trained_on_the_old_reader_predicts_alike_on_the_new(
                      str(tmp_path / name)]) == 0
     assert (tmp_path / name).read_text() == (
         tmp_path / "old.txt").read_text()
+
+
+def test_a_highly_compressed_gzip_inflates_a_block_at_a_time(tmp_path,
+                                                            monkeypatch):
+  monkeypatch.setattr(text_files, "BLOCK_BYTES", 1 << 16)
+  line = "1 1:1" + " " * 5000 + "\n"  # ~200:1 under gzip
+  path = tmp_path / "spaces.gz"
+  path.write_bytes(gzip.compress((line * 3000).encode()))
+  sizes = [len(b) for b in text_files.line_blocks(str(path))]
+  assert sum(sizes) == len(line) * 3000
+  assert max(sizes) < 2 * (1 << 16) + len(line)
+  (chunk,) = list(libsvm.read_libsvm([str(path)]))
+  assert chunk["labels"].shape == (3000,)

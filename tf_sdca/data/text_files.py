@@ -55,17 +55,18 @@ def _gunzipped(f, path, block_bytes):
         if not raw:
           break
         decompressor = zlib.decompressobj(zlib.MAX_WBITS | 16)
-      piece = decompressor.decompress(raw)
-      if piece:
-        pieces.append(piece)
-        size += len(piece)
-      raw = b""
+      # At most a block per call: a highly compressed 4 MB read could
+      # otherwise inflate to gigabytes at once.
+      piece = decompressor.decompress(raw, block_bytes)
+      pieces.append(piece)
+      size += len(piece)
+      raw = decompressor.unconsumed_tail
       if decompressor.eof:
         raw = decompressor.unused_data
         decompressor = None
-    if size >= block_bytes:
-      yield b"".join(pieces)
-      pieces, size = [], 0
+      if size >= block_bytes:
+        yield b"".join(pieces)
+        pieces, size = [], 0
   if decompressor is not None:
     raise ValueError(f"{path}: the gzip data ends early (the file is "
                      "truncated)")
