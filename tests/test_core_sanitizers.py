@@ -4,7 +4,9 @@ the packed-rows driver, the multiclass block steps and passes
 (kernels/tests/multiclass_blocks_main.cc), and the losses' coordinate steps
 (kernels/tests/loss_steps_main.cc) replaying a seeded corpus of ordinary,
 extreme and malformed steps (labels outside the domain, NaN and inf, q from
-0 to 1e300, duals at and past their bounds). Any sanitizer report fails."""
+0 to 1e300, duals at and past their bounds), and the text parsers on
+mutated lines (kernels/tests/text_reader_main.cc). Any sanitizer report
+fails."""
 import os
 import shutil
 import subprocess
@@ -119,3 +121,16 @@ def test_the_op_fuzzers_data_replays_clean_through_the_core(tmp_path):
   # Most calls carry a mutation that makes them invalid; the valid rest
   # (hundreds) ran through Pack, the passes and the objective.
   assert int(counts[3]) >= 100, result.stdout
+
+
+def test_text_parsers_on_mutated_lines_are_clean(tmp_path):
+  """Criteo and LIBSVM parsing of damaged lines (bytes changed, cut,
+  binary) stays inside each block, and a block cut into ranges parses as
+  the whole (kernels/tests/text_reader_main.cc)."""
+  binary = _build(tmp_path, "text_reader",
+                  os.path.join(ROOT, "kernels", "tests",
+                               "text_reader_main.cc"))
+  result = subprocess.run([binary], capture_output=True, text=True,
+                          env={**os.environ, **ENV}, timeout=600)
+  _assert_clean(result)
+  assert result.stdout.strip() == "OK"

@@ -878,4 +878,99 @@ theta: in (0, 1]; 0 chooses the paper's 1/4 min{1, sqrt(k/m), k,
 compute_objective: evaluate the objective after the passes.
 )doc");
 
+namespace {
+
+// The outputs that say where each row and each malformed line came from,
+// shared by TfSdca>ParseCriteo and TfSdca>ParseLibsvm (from `first` on).
+Status LineOutputsShapeFn(InferenceContext* c, int first) {
+  ShapeHandle text;
+  TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "text", &text));
+  DimensionHandle bad = c->UnknownDim();
+  c->set_output(first, c->Vector(c->Dim(c->output(0), 0)));
+  c->set_output(first + 1, c->Vector(bad));
+  c->set_output(first + 2, c->Matrix(bad, 2));
+  c->set_output(first + 3, c->Scalar());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("TfSdca>ParseCriteo")
+    .Input("text: uint8")
+    .Output("labels: float")
+    .Output("dense: float")
+    .Output("ids: int64")
+    .Output("lines: int64")
+    .Output("bad_lines: int64")
+    .Output("bad_bytes: int64")
+    .Output("num_lines: int64")
+    .Attr("bucket_bits: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t bucket_bits;
+      TF_RETURN_IF_ERROR(c->GetAttr("bucket_bits", &bucket_bits));
+      if (bucket_bits > 62) {
+        return tensorflow::errors::InvalidArgument(
+            "bucket_bits must be in [1, 62], got ", bucket_bits);
+      }
+      DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, 13));
+      c->set_output(2, c->Matrix(n, 26));
+      return LineOutputsShapeFn(c, 3);
+    })
+    .Doc(R"doc(
+Parses Criteo TSV lines into the features of tf_sdca.data.criteo, those
+that parse_criteo_lines computes (the same ids for the same bucket_bits).
+
+text: [size] the bytes of whole lines ('\n'-terminated but for the last;
+  bytes, not a string: a 16 MB Python bytes object becomes a string tensor
+  at ~0.4 GB/s, a uint8 one at memory speed); every '\r' is dropped, as
+  TextLineDataset drops it. Blank lines give no row.
+labels: [n] 0 or 1, one per well-formed line.
+dense: [n, 13] log1p(max(I_j, 0)), 0 for a missing count.
+ids: [n, 26] (FarmHash64(C_j) mod 2^62 + FarmHash64("C<j>") mod 2^62) mod
+  2^bucket_bits.
+lines: [n] each row's 0-based line in text.
+bad_lines: [k] the 0-based lines that are malformed (not rows).
+bad_bytes: [k, 2] their byte range [begin, end) in text.
+num_lines: the lines in text.
+bucket_bits: 1..62.
+)doc");
+
+REGISTER_OP("TfSdca>ParseLibsvm")
+    .Input("text: uint8")
+    .Output("labels: float")
+    .Output("lengths: int64")
+    .Output("indices: int64")
+    .Output("values: float")
+    .Output("lines: int64")
+    .Output("bad_lines: int64")
+    .Output("bad_bytes: int64")
+    .Output("num_lines: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle n = c->UnknownDim();
+      DimensionHandle nnz = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Vector(n));
+      c->set_output(2, c->Vector(nnz));
+      c->set_output(3, c->Vector(nnz));
+      return LineOutputsShapeFn(c, 4);
+    })
+    .Doc(R"doc(
+Parses LIBSVM lines (`label [qid:N] index:value ... [# comment]`) into CSR
+rows, as tf_sdca.data.libsvm reads them.
+
+text: [size] the bytes of whole lines (ended by '\n', '\r\n' or '\r' but
+  for the last).
+  Lines of only whitespace and a comment give no row.
+labels: [n] the labels as written (float64 rounded to float32).
+lengths: [n] non-zeros per row.
+indices: [nnz] 0-based (index - 1), increasing within a row, < 2^31.
+values: [nnz] float32.
+lines: [n] each row's 0-based line in text.
+bad_lines: [k] the 0-based lines that are malformed (not rows).
+bad_bytes: [k, 2] their byte range [begin, end) in text.
+num_lines: the lines in text.
+)doc");
+
 }  // namespace tf_sdca

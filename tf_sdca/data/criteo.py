@@ -16,8 +16,10 @@ Per row the reader produces:
     a missing token gets its field's own bucket. All 26 fields share one
     table of `2^bucket_bits` weights.
 
-Lines are parsed in batches by TensorFlow string ops, in parallel
-(`num_parallel_calls`), so a file is never held whole in memory.
+Files are parsed natively (`TfSdca>ParseCriteo`) in blocks of whole lines,
+on several threads, so a file is never held whole in memory;
+`parse_criteo_lines` computes the same features with TensorFlow string ops
+(the serving graph's parser).
 
 Example:
   >>> from tf_sdca.data import criteo
@@ -26,10 +28,10 @@ Example:
 """
 import re
 
-import numpy as np
 import tensorflow as tf
 
 from tf_sdca.data import text_files
+from tf_sdca.ops import sdca_ops
 
 NUM_FIELDS = 40
 NUM_INTEGER = 13
@@ -101,52 +103,19 @@ def diagnose_criteo_line(text):
   return "malformed", 0
 
 
-def criteo_dataset(paths, batch_size=65536, bucket_bits=20):
-  """A `tf.data.Dataset` of parsed batches of Criteo files.
-
-  Each element is `parse_criteo_lines`' dict plus `line` (int64, 1-based
-  line number in its file), `file` (int32, index into `paths`) and `blank`
-  (bool: an empty or all-whitespace line, which `read_criteo` skips). Gzip
-  files are read as they are. Bad lines
-  are kept and flagged in `bad`; `read_criteo` turns them into errors or
-  skips them.
-
-  Args:
-    paths: list of text files, read in order.
-    batch_size: lines per element.
-    bucket_bits: `2^bucket_bits` hash buckets.
-
-  Returns:
-    The dataset (files read one after the other, batches parsed in
-    parallel, order kept).
-  """
+def criteo_dataset(paths, batch_size=65536, bucket_bits=20,
+                   skip_bad_lines=False):
+  """`read_criteo` as a `tf.data.Dataset` of chunk dicts (`labels`,
+  `dense`, `ids`), read in a background thread by `from_generator` and
+  prefetched."""
   if not 1 <= bucket_bits <= 62:
     raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
-
-  def one_file(index, path):
-    # Batches per file (a batch never spans two files), numbered so that
-    # each line knows its 1-based line number.
-    batches = tf.data.TextLineDataset(
-        path, compression_type=compression[index]).batch(batch_size)
-    return batches.enumerate().map(
-        lambda number, lines: (index, number, lines))
-
-  # Gzip files are read as they are (by their magic bytes).
-  compression = tf.constant(["GZIP" if text_files.is_gzip(p) else ""
-                             for p in paths])
-  files = tf.data.Dataset.from_tensor_slices(
-      (tf.range(len(paths), dtype=tf.int32), tf.constant(list(paths))))
-  ds = files.flat_map(one_file)
-
-  def parse(index, number, lines):
-    out = parse_criteo_lines(lines, bucket_bits)
-    size = tf.shape(lines, out_type=tf.int64)[0]
-    out.update(file=tf.fill([size], index),
-               line=number * batch_size + 1 + tf.range(size),
-               blank=tf.equal(tf.strings.length(tf.strings.strip(lines)), 0))
-    return out
-  return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=True).prefetch(2)
+  spec = dict(labels=tf.TensorSpec([None], tf.float32),
+              dense=tf.TensorSpec([None, NUM_INTEGER], tf.float32),
+              ids=tf.TensorSpec([None, NUM_CATEGORICAL], tf.int64))
+  return tf.data.Dataset.from_generator(
+      lambda: read_criteo(list(paths), batch_size, bucket_bits,
+                          skip_bad_lines), output_signature=spec).prefetch(2)
 
 
 class BadLines:
@@ -166,9 +135,14 @@ def read_criteo(paths, batch_size=65536, bucket_bits=20,
                 skip_bad_lines=False, bad_lines=None):
   """Streams numpy chunks of parsed Criteo rows.
 
+  The text is parsed natively (`TfSdca>ParseCriteo`, on the CPU device's
+  threads) in blocks of whole lines; the rows and their features are those
+  of `parse_criteo_lines`, in the files' order.
+
   Args:
     paths: text files, read in order.
-    batch_size: rows per chunk (before dropping bad lines).
+    batch_size: lines per chunk (a chunk never spans two files; its bad and
+      blank lines are dropped, so it may hold fewer rows).
     bucket_bits: `2^bucket_bits` hash buckets.
     skip_bad_lines: skip malformed lines (counted in `bad_lines`) instead of
       raising.
@@ -180,36 +154,29 @@ def read_criteo(paths, batch_size=65536, bucket_bits=20,
 
   Raises:
     ValueError: `path:line: reason (field k): 'text'` for the first
-      malformed line, unless `skip_bad_lines`.
+      malformed line, unless `skip_bad_lines`; `path: ...` for a truncated
+      or damaged gzip file.
   """
+  if not 1 <= bucket_bits <= 62:
+    raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
   paths = [str(p) for p in paths]
   for path in paths:
     if not tf.io.gfile.exists(path):
       raise FileNotFoundError(f"no such file: {path}")
   bad_lines = BadLines() if bad_lines is None else bad_lines
-  for batch in criteo_dataset(paths, batch_size, bucket_bits):
-    blank = batch["blank"].numpy()  # skipped, like a trailing empty line
-    bad = batch["bad"].numpy() & ~blank
-    keep = ~bad & ~blank
-    for k in np.flatnonzero(bad):
-      path = paths[int(batch["file"][k])]
-      line = int(batch["line"][k])
-      text = _line_text(path, line)
-      reason, field = diagnose_criteo_line(text)
-      where = f" (field {field})" if field else ""
-      message = f"{path}:{line}: {reason}{where}: {text_files.shown(text)}"
-      if not skip_bad_lines:
-        raise ValueError(message)
-      bad_lines.add(message)
-    yield dict(labels=batch["labels"].numpy()[keep],
-               dense=batch["dense"].numpy()[keep],
-               ids=batch["ids"].numpy()[keep])
 
+  def parse(block):
+    out = sdca_ops.parse_criteo(block, bucket_bits)
+    return {k: v.numpy() for k, v in out.items()}
 
-def _line_text(path, line):
-  """The text of a 1-based line, for error messages."""
-  with text_files.open_text(path) as f:
-    for number, text in enumerate(f, 1):
-      if number == line:
-        return text.rstrip("\n")
-  return ""
+  def message(path, line, raw):
+    text = raw.replace(b"\r", b"").decode("utf-8", errors="replace")
+    reason, field = diagnose_criteo_line(text)
+    where = f" (field {field})" if field else ""
+    return f"{path}:{line}: {reason}{where}: {text_files.shown(text)}"
+
+  for path in paths:
+    yield from text_files.chunks_by_line(
+        path, parse, ("labels", "dense", "ids"), batch_size,
+        lambda line, raw, path=path: message(path, line, raw),
+        skip_bad_lines, bad_lines)

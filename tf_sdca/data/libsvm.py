@@ -6,13 +6,24 @@ and increasing, an optional `# comment` at the end; a ranking file's
 loss). Gzip files are read as they are. Labels are read as written (the command line maps them to a
 loss's domain, e.g. `y > 0` -> 1 for the classification losses).
 
-The reader streams chunks of rows in CSR form, so a file is never held
-whole; `libsvm_dataset` wraps it as a `tf.data.Dataset`.
+The reader parses the files natively (`TfSdca>ParseLibsvm`) in blocks of
+whole lines and streams chunks of rows in CSR form, so a file is never held
+whole; `libsvm_dataset` wraps it as a `tf.data.Dataset`. `_parse_line`
+words the error of a line the native parser rejects.
 """
 import numpy as np
 import tensorflow as tf
 
 from tf_sdca.data import text_files
+from tf_sdca.data.criteo import BadLines
+from tf_sdca.ops import sdca_ops
+
+
+def _finite32(value):
+  """Whether a float stays finite as float32 (the type rows are stored
+  in)."""
+  with np.errstate(over="ignore"):
+    return bool(np.isfinite(np.float32(value)))
 
 
 def _parse_line(text, path, number):
@@ -29,7 +40,7 @@ def _parse_line(text, path, number):
                      "number") from None
   if len(body) > 1 and body[1].startswith("qid:"):
     body = body[:1] + body[2:]
-  if not np.isfinite(label):
+  if not _finite32(label):
     raise ValueError(f"{path}:{number}: the label {body[0]!r} is not finite")
   indices = np.empty(len(body) - 1, np.int64)
   values = np.empty(len(body) - 1, np.float32)
@@ -42,19 +53,43 @@ def _parse_line(text, path, number):
     except ValueError:
       raise ValueError(f"{path}:{number}: {token!r} (feature {k + 1}) is not "
                        "index:value") from None
-    if not sep or index < 1 or index <= previous or not np.isfinite(value):
+    if not sep or index < 1 or index <= previous or not _finite32(value):
       raise ValueError(
           f"{path}:{number}: {token!r} (feature {k + 1}): indices must be "
           f">= 1 and increasing, values finite")
+    if index > 2**31:  # stored as int32 (index - 1)
+      raise ValueError(f"{path}:{number}: {token!r} (feature {k + 1}): "
+                       "indices must be <= 2^31")
     previous = index
     indices[k] = index - 1
     values[k] = value
   return label, indices, values
 
 
+def _message(path, number, raw):
+  """The error of a malformed line (1-based `number`, its bytes `raw`), as
+  `_parse_line` words it."""
+  text = raw.decode("utf-8", errors="replace") + "\n"
+  try:
+    _parse_line(text, path, number)
+  except ValueError as error:
+    return str(error)
+  # Python's float() and int() read a few spellings the native parser does
+  # not: digits with '_', non-ASCII digits or spaces.
+  return (f"{path}:{number}: {text_files.shown(text.rstrip())} is not "
+          "ASCII 'label index:value ...'")
+
+
+def _parse_block(block):
+  return {k: v.numpy() for k, v in sdca_ops.parse_libsvm(block).items()}
+
+
 def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
                 bad_lines=None):
   """Streams CSR chunks of LIBSVM files.
+
+  The text is parsed natively (`TfSdca>ParseLibsvm`, on the CPU device's
+  threads) in blocks of whole lines; the rows come in the files' order.
 
   Args:
     paths: files, read in order.
@@ -69,40 +104,43 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
 
   Raises:
     ValueError: `path:line: what is wrong` for a malformed line, unless
-      `skip_bad_lines`.
+      `skip_bad_lines`; `path: ...` for a truncated or damaged gzip file.
   """
-  rows = []
+  bad_lines = BadLines() if bad_lines is None else bad_lines
+  pending = []
 
-  def flush():
-    labels = np.array([r[0] for r in rows], np.float32)
-    lengths = np.array([len(r[1]) for r in rows], np.int64)
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    indices = (np.concatenate([r[1] for r in rows]) if rows else
-               np.zeros(0, np.int64))
-    values = (np.concatenate([r[2] for r in rows]) if rows else
-              np.zeros(0, np.float32))
-    rows.clear()
-    return dict(labels=labels, indptr=indptr, indices=indices,
-                values=values)
+  def emit(final):
+    rows = sum(p["labels"].shape[0] for p in pending)
+    if rows < chunk_rows and not (final and rows):
+      return
+    merged = {k: np.concatenate([p[k] for p in pending])
+              for k in ("labels", "lengths", "indices", "values")}
+    indptr = np.concatenate([[0], np.cumsum(merged["lengths"])])
+    start = 0
+    while rows - start >= chunk_rows or (final and start < rows):
+      end = min(start + chunk_rows, rows)
+      lo, hi = indptr[start], indptr[end]
+      yield dict(labels=merged["labels"][start:end],
+                 indptr=indptr[start:end + 1] - lo,
+                 indices=merged["indices"][lo:hi],
+                 values=merged["values"][lo:hi])
+      start = end
+    pending[:] = [dict(labels=merged["labels"][start:],
+                       lengths=merged["lengths"][start:],
+                       indices=merged["indices"][indptr[start]:],
+                       values=merged["values"][indptr[start]:])]
 
-  for path in paths:
-    with text_files.open_text(path) as f:
-      for number, text in enumerate(f, 1):
-        try:
-          row = _parse_line(text, path, number)
-        except ValueError as error:
-          if not skip_bad_lines:
-            raise
-          if bad_lines is not None:
-            bad_lines.add(str(error))
-          continue
-        if row is None:
-          continue
-        rows.append(row)
-        if len(rows) == chunk_rows:
-          yield flush()
-  if rows:
-    yield flush()
+  for path in (str(p) for p in paths):
+    first_line = 0
+    for block, out in text_files.parsed_blocks(path, _parse_block):
+      text_files.bad_line_messages(
+          out, block, first_line,
+          lambda number, raw, path=path: _message(path, number, raw),
+          skip_bad_lines, bad_lines)
+      first_line += int(out["num_lines"])
+      pending.append(out)
+      yield from emit(final=False)
+  yield from emit(final=True)
 
 
 def libsvm_dataset(paths, chunk_rows=65536, skip_bad_lines=False):

@@ -806,3 +806,56 @@ def asdca_solve(rows, weights, duals, iterate, seed, loss_type, l1, l2,
         batch_size=int(batch_size),
         theta=0.0 if theta is None else float(theta),
         compute_objective=bool(compute_objective))
+
+
+def _bytes_tensor(text):
+  """`text` (bytes, or a uint8 vector) as a uint8 tensor: the parse ops take
+  bytes, since a large string tensor is made ~10x slower than a uint8 one."""
+  if isinstance(text, (bytes, bytearray, memoryview)):
+    return tf.convert_to_tensor(np.frombuffer(text, np.uint8), name="text")
+  return _tensor(text, tf.uint8, "text")
+
+
+def parse_criteo(text, bucket_bits, name=None):
+  """Parses a block of Criteo TSV lines natively (`TfSdca>ParseCriteo`).
+
+  Args:
+    text: bytes (or a uint8 vector) of whole lines.
+    bucket_bits: `2^bucket_bits` hash buckets, 1..62.
+    name: op name.
+
+  Returns:
+    dict of tensors: `labels` `[n]`, `dense` `[n, 13]`, `ids` `[n, 26]`
+    int64 (the features of `tf_sdca.data.criteo.parse_criteo_lines`),
+    `lines` `[n]` (each row's 0-based line in `text`), `bad_lines` `[k]`
+    and `bad_bytes` `[k, 2]` (malformed lines and their byte ranges), and
+    `num_lines`.
+
+  Raises:
+    ValueError: bucket_bits outside [1, 62].
+  """
+  if not 1 <= bucket_bits <= 62:
+    raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
+  with tf.name_scope(name or "parse_criteo"):
+    out = load_ops().tf_sdca_parse_criteo(_bytes_tensor(text),
+                                          bucket_bits=bucket_bits)
+  return dict(zip(("labels", "dense", "ids", "lines", "bad_lines",
+                   "bad_bytes", "num_lines"), out))
+
+
+def parse_libsvm(text, name=None):
+  """Parses a block of LIBSVM lines natively (`TfSdca>ParseLibsvm`).
+
+  Args:
+    text: bytes (or a uint8 vector) of whole lines.
+    name: op name.
+
+  Returns:
+    dict of tensors: `labels` `[n]`, `lengths` `[n]`, `indices` `[nnz]`
+    (0-based), `values` `[nnz]`, `lines`, `bad_lines`, `bad_bytes` and
+    `num_lines` as `parse_criteo`'s.
+  """
+  with tf.name_scope(name or "parse_libsvm"):
+    out = load_ops().tf_sdca_parse_libsvm(_bytes_tensor(text))
+  return dict(zip(("labels", "lengths", "indices", "values", "lines",
+                   "bad_lines", "bad_bytes", "num_lines"), out))

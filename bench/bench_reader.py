@@ -1,0 +1,205 @@
+"""Benchmark: the native Criteo reader against the TensorFlow-ops reader it
+replaced, and `tf-sdca train`'s first pass end to end.
+
+  python bench/bench_reader.py [--rows 1000000] [--repeats 3]
+                               [--dir /tmp/tf_sdca_bench_reader] [--keep]
+
+On one generated Criteo TSV file (and its gzip copy), in one process,
+alternating old and new in each repeat, medians printed:
+  1. parse + hash only, one core: TfSdca>ParseCriteo on the file's bytes
+     (already in memory) in 200 KB blocks, each parsed on one thread;
+  2. `read_criteo` (file to numpy chunks): the native reader against the
+     reader before it (TextLineDataset + `parse_criteo_lines` in a parallel
+     `tf.data` map, as tf_sdca/data/criteo.py had it), plain and gzip;
+  3. `tf-sdca train --epochs 1` (text -> cache -> packed rows -> one SDCA
+     epoch -> saved model), called in-process with either reader, timed
+     from the call to its return (TensorFlow already imported);
+  4. the same as a fresh process (`python -m tf_sdca.cli`, imports
+     included), native reader only, with its peak RSS; and that process on
+     a 1,000-row prefix of the file: the start-up cost (Python, TensorFlow,
+     the op library) and the RSS before any data.
+"""
+import argparse
+import gzip
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import tensorflow as tf
+
+from tf_sdca import cli
+from tf_sdca.data import criteo, generate_criteo_arrays, text_files
+from tf_sdca.data import write_criteo_tsv
+from tf_sdca.ops import sdca_ops
+
+
+def old_read_criteo(paths, batch_size=65536, bucket_bits=20,
+                    skip_bad_lines=False, bad_lines=None):
+  """The reader before the native one (bad lines raise; blank ones are
+  dropped), its tf.data pipeline as it was."""
+  del skip_bad_lines, bad_lines  # the benchmark's data has none
+
+  def one_file(index, path):
+    return tf.data.TextLineDataset(
+        path, compression_type=compression[index]).batch(batch_size)
+
+  compression = tf.constant(["GZIP" if text_files.is_gzip(p) else ""
+                             for p in paths])
+  files = tf.data.Dataset.from_tensor_slices(
+      (tf.range(len(paths), dtype=tf.int32), tf.constant(list(paths))))
+
+  def parse(lines):
+    out = criteo.parse_criteo_lines(lines, bucket_bits)
+    out["blank"] = tf.equal(tf.strings.length(tf.strings.strip(lines)), 0)
+    return out
+
+  ds = files.flat_map(one_file).map(
+      parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  for batch in ds.prefetch(2):
+    blank = batch["blank"].numpy()
+    if (batch["bad"].numpy() & ~blank).any():
+      raise ValueError("a malformed line")
+    yield dict(labels=batch["labels"].numpy()[~blank],
+               dense=batch["dense"].numpy()[~blank],
+               ids=batch["ids"].numpy()[~blank])
+
+
+def _rows(reader, path):
+  return sum(c["labels"].shape[0] for c in reader([path]))
+
+
+def _timed(function):
+  start = time.perf_counter()
+  value = function()
+  return value, time.perf_counter() - start
+
+
+def _parse_one_core(data, block=200_000):
+  """Rows of `data` through TfSdca>ParseCriteo in blocks below the op's
+  two-range size (one thread per call)."""
+  rows, start = 0, 0
+  while start < len(data):
+    end = data.rfind(b"\n", start, start + block) + 1 or len(data)
+    rows += int(sdca_ops.parse_criteo(data[start:end], 20)["labels"].shape[0])
+    start = end
+  return rows
+
+
+def _train(path, work, reader):
+  """`tf-sdca train --epochs 1` in this process with `reader` as
+  criteo.read_criteo."""
+  model_dir = os.path.join(work, "model")
+  shutil.rmtree(model_dir, ignore_errors=True)
+  saved = criteo.read_criteo
+  criteo.read_criteo = reader
+  try:
+    status = cli.main(["train", path, "--model-dir", model_dir, "--epochs",
+                       "1", "--quiet"])
+  finally:
+    criteo.read_criteo = saved
+  assert status == 0
+  return status
+
+
+# The child's peak RSS from /proc (VmHWM): getrusage's ru_maxrss would
+# carry over the parent's RSS at the fork (Linux keeps it across exec), and
+# this parent holds the whole file in memory.
+_WRAPPER = """
+import runpy, sys
+sys.argv = ["tf-sdca"] + sys.argv[1:]
+try:
+  runpy.run_module("tf_sdca.cli", run_name="__main__")
+finally:
+  with open("/proc/self/status") as f:
+    print("PEAK_RSS_KB", [l.split()[1] for l in f if
+                          l.startswith("VmHWM:")][0], file=sys.stderr)
+"""
+_peak_rss_gib = {}
+
+
+def _train_process(path, work):
+  """`tf-sdca train --epochs 1` as a new process; its peak RSS is kept in
+  _peak_rss_gib[path]."""
+  model_dir = os.path.join(work, "model_process")
+  shutil.rmtree(model_dir, ignore_errors=True)
+  done = subprocess.run(
+      [sys.executable, "-c", _WRAPPER, "train", path, "--model-dir",
+       model_dir, "--epochs", "1", "--quiet"], check=True,
+      capture_output=True, text=True)
+  _peak_rss_gib[path] = [int(line.split()[1]) for line in
+                         done.stderr.splitlines()
+                         if line.startswith("PEAK_RSS_KB")][-1] / 2**20
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--rows", type=int, default=1_000_000)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--dir", default=None)
+  parser.add_argument("--keep", action="store_true")
+  args = parser.parse_args()
+  work = args.dir or tempfile.mkdtemp(prefix="tf_sdca_bench_reader_")
+  os.makedirs(work, exist_ok=True)
+  path = os.path.join(work, f"criteo_{args.rows}.tsv")
+  packed = path + ".gz"
+  if not os.path.exists(packed):
+    write_criteo_tsv(path, generate_criteo_arrays(args.rows, seed=1))
+    with open(path, "rb") as src, gzip.open(packed, "wb", 1) as dst:
+      shutil.copyfileobj(src, dst, 1 << 24)
+  size = os.path.getsize(path)
+  print(f"{args.rows:,} rows, {size / 1e6:.0f} MB "
+        f"({size / args.rows:.0f} bytes/row), gzip "
+        f"{os.path.getsize(packed) / 1e6:.0f} MB; {os.cpu_count()} cores; "
+        f"median of {args.repeats}")
+  with open(path, "rb") as f:
+    data = f.read()
+  small = os.path.join(work, "first_1000.tsv")
+  with open(small, "wb") as f:
+    f.write(b"".join(data.splitlines(keepends=True)[:1000]))
+  cases = [
+      ("parse+hash, 1 core (in memory)", None,
+       lambda: _parse_one_core(data)),
+      ("read_criteo plain", lambda: _rows(old_read_criteo, path),
+       lambda: _rows(criteo.read_criteo, path)),
+      ("read_criteo gzip", lambda: _rows(old_read_criteo, packed),
+       lambda: _rows(criteo.read_criteo, packed)),
+      ("train --epochs 1 (in-process)",
+       lambda: _train(path, work, old_read_criteo),
+       lambda: _train(path, work, criteo.read_criteo)),
+      ("train --epochs 1 (new process)", None,
+       lambda: _train_process(path, work)),
+      ("  the same on 1,000 rows (start-up)", None,
+       lambda: _train_process(small, work)),
+  ]
+  print(f"{'':34s} {'old rows/s':>12s} {'new rows/s':>12s} {'new/old':>8s}"
+        "   (seconds: old, new)")
+  for name, old, new in cases:
+    rows = 1000 if "1,000 rows" in name else args.rows
+    times = {"old": [], "new": []}
+    for _ in range(args.repeats):
+      for side, function in (("old", old), ("new", new)):
+        if function is not None:
+          times[side].append(_timed(function)[1])
+    med = {k: statistics.median(v) if v else float("nan")
+           for k, v in times.items()}
+    rate = {k: rows / v for k, v in med.items()}
+    print(f"{name:34s} {rate['old']:12,.0f} {rate['new']:12,.0f} "
+          f"{med['old'] / med['new']:8.2f}   "
+          f"({', '.join(f'{t:.2f}' for t in times['old']) or '-'}; "
+          f"{', '.join(f'{t:.2f}' for t in times['new'])})", flush=True)
+  for name, gib in ((path, _peak_rss_gib[path]),
+                    ("1,000 rows", _peak_rss_gib[small])):
+    print(f"peak RSS of train --epochs 1 on {name}: {gib:.2f} GiB")
+  print(f"  per row above start-up: "
+        f"{(_peak_rss_gib[path] - _peak_rss_gib[small]) * 2**30 / args.rows:.0f}"
+        " bytes")
+  if not args.keep and not args.dir:
+    shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,353 @@
+"""The native Criteo and LIBSVM readers (TfSdca>ParseCriteo / ParseLibsvm)
+against the readers they replaced (tests/reference_readers.py): the same
+rows, features and chunks bit for bit, plain and gzip, in one block or many,
+and on 10M generated rows (slow: `pytest --run-slow`; 60k rows otherwise);
+and their errors: file and line, --skip-bad-lines counts, truncated gzip."""
+import gzip
+import itertools
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from tf_sdca import cli
+from tf_sdca.data import criteo, libsvm, text_files
+from tf_sdca.data import generate_criteo_arrays, write_criteo_tsv
+
+sys.path.insert(0, os.path.dirname(__file__))
+import reference_readers  # pylint: disable=wrong-import-position
+
+HEART_SCALE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache",
+    "debian", "usr", "share", "doc", "liblinear-tools", "examples",
+    "heart_scale")
+
+# A line with a count of 18 digits, a negative and a missing count, an
+# upper-case 16-digit token, an empty one and "0"; its features as today's
+# reader (parse_criteo_lines, bucket_bits 20) gave them: a model trained
+# before the native reader reads the same ids.
+_PINNED_LINE = ("1\t5\t\t-3\t123456789012345678" + "\t" * 9 + "".join(
+    "\t" + t for t in ["68fd1e64", "", "ABCDEF0123456789", "0"] +
+    ["a1b2c3d4"] * 22))
+_PINNED_IDS = [985224, 206024, 77772, 1043925, 298914, 309773, 675694,
+               370600, 1025489, 520650, 247360, 565830, 525987, 573553,
+               691783, 732957, 874714, 911896, 362414, 947422, 106284, 30130,
+               802487, 232541, 763091, 32689]
+
+
+def _assert_same_chunks(got, expected):
+  got, expected = list(got), list(expected)
+  assert len(got) == len(expected)
+  for a, b in zip(got, expected):
+    assert a.keys() == b.keys()
+    for key in a:
+      assert a[key].dtype == b[key].dtype, key
+      np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def criteo_text(tmp_path_factory):
+  """Generated Criteo rows (missing counts and tokens) plus the odd cases:
+  negative and 18-digit counts, upper-case and 16-digit tokens, CRLF and
+  blank lines; ~1.2 MB, so a 2-thread parse splits it."""
+  directory = tmp_path_factory.mktemp("native_criteo")
+  path = str(directory / "day.tsv")
+  write_criteo_tsv(path, generate_criteo_arrays(5000, seed=7))
+  with open(path) as f:
+    lines = f.read().splitlines()
+  lines[10] = _PINNED_LINE
+  lines[11] = lines[11] + "\r"
+  lines[12] = "  \t "
+  lines[13] = lines[13].replace("\t", "\t-", 1)  # a negative count
+  lines[14] = lines[14].upper()
+  lines[15] = "\x0b\x0c \r"  # blank to tf.strings.strip too
+  with open(path, "w", newline="") as f:
+    f.write("\n".join(lines) + "\n")
+  packed = path + ".gz"
+  with open(path, "rb") as src, gzip.open(packed, "wb") as dst:
+    dst.write(src.read())
+  return path, packed
+
+
+@pytest.mark.parametrize("batch_size", [1000, 4096, 65536])
+@pytest.mark.parametrize("block_bytes", [None, 100_000])
+def test_criteo_rows_equal_the_tensorflow_readers(criteo_text, batch_size,
+                                                  block_bytes, monkeypatch):
+  if block_bytes:
+    monkeypatch.setattr(text_files, "BLOCK_BYTES", block_bytes)
+  path, packed = criteo_text
+  for name in (path, packed):
+    _assert_same_chunks(
+        criteo.read_criteo([name, path], batch_size, bucket_bits=18),
+        reference_readers.read_criteo([name, path], batch_size, 18))
+
+
+def test_criteo_ids_are_those_of_the_reader_before():
+  (chunk,) = list(criteo.read_criteo([_write_temp(_PINNED_LINE + "\n")],
+                                     bucket_bits=20))
+  assert chunk["ids"][0].tolist() == _PINNED_IDS
+  np.testing.assert_array_equal(
+      chunk["dense"][0, :4],
+      np.log1p([5.0, 0.0, 0.0, 123456789012345678.0]).astype(np.float32))
+
+
+def test_a_line_of_python_only_whitespace_is_not_blank_criteo():
+  path = _write_temp("\x1c\n")
+  with pytest.raises(ValueError, match=path + r":1: expected 40"):
+    list(criteo.read_criteo([path]))
+
+
+def _write_temp(text, name="data", mode="w"):
+  import tempfile  # pylint: disable=import-outside-toplevel
+  directory = tempfile.mkdtemp()
+  path = os.path.join(directory, name)
+  with open(path, mode) as f:
+    f.write(text)
+  return path
+
+
+@pytest.fixture(scope="module")
+def libsvm_text(tmp_path_factory):
+  """LIBSVM lines that test the number parsing: float32 double rounding,
+  subnormals, exponents, '+' signs, qid, comments, CRLF and lone CR."""
+  rng = np.random.default_rng(3)
+  lines = []
+  for r in range(3000):
+    k = rng.integers(0, 12)
+    index = np.sort(rng.choice(5000, k, replace=False)) + 1
+    values = rng.normal(size=k) * 10.0 ** rng.integers(-40, 37, k)
+    items = " ".join(f"{i}:{float(v)!r}" for i, v in zip(index, values))
+    label = ["+1", "-1", "0", "2.5e0", "1E-3"][r % 5]
+    lines.append(f"{label} {items}".rstrip())
+  lines[5] = "1 qid:7 3:0.100000001490116119384765625 4:1e-310 9:-0"
+  lines[6] = "# a comment line"
+  lines[7] = "0 1:5.  2:.5   3:+4 # café"
+  lines[8] = ""
+  lines[9] = "1 1:3.4028235677973e38"  # rounds to float32's max
+  text = "\n".join(lines[:100]) + "\r\n" + "\r\n".join(lines[100:200])
+  text += "\r" + "\n".join(lines[200:]) + "\n"
+  path = str(tmp_path_factory.mktemp("native_libsvm") / "a.svm")
+  with open(path, "w", newline="") as f:
+    f.write(text)
+  packed = path + ".gz"
+  with open(path, "rb") as src, gzip.open(packed, "wb") as dst:
+    dst.write(src.read())
+  return path, packed
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 700, 65536])
+@pytest.mark.parametrize("block_bytes", [None, 20_000])
+def test_libsvm_rows_equal_the_python_reader(libsvm_text, chunk_rows,
+                                             block_bytes, monkeypatch):
+  if block_bytes:
+    monkeypatch.setattr(text_files, "BLOCK_BYTES", block_bytes)
+  path, packed = libsvm_text
+  for name in (path, packed):
+    _assert_same_chunks(
+        libsvm.read_libsvm([name, path], chunk_rows),
+        reference_readers.read_libsvm([name, path], chunk_rows))
+
+
+@pytest.mark.skipif(not os.path.exists(HEART_SCALE),
+                    reason="heart_scale not fetched (.ci/setup fetches it)")
+def test_heart_scale_reads_as_the_python_reader(tmp_path):
+  packed = str(tmp_path / "heart_scale.gz")
+  with open(HEART_SCALE, "rb") as src, gzip.open(packed, "wb") as dst:
+    dst.write(src.read())
+  for name in (HEART_SCALE, packed):
+    _assert_same_chunks(libsvm.read_libsvm([name], 100),
+                        reference_readers.read_libsvm([name], 100))
+
+
+def _truncated_gzip(tmp_path, text):
+  path = tmp_path / "cut.gz"
+  data = gzip.compress(text.encode())
+  path.write_bytes(data[:len(data) // 2])
+  return str(path)
+
+
+@pytest.mark.parametrize("fmt", ["criteo", "libsvm"])
+def test_a_truncated_gzip_is_a_one_line_error_naming_the_file(
+    tmp_path, fmt, capsys, criteo_text):
+  if fmt == "criteo":
+    with open(criteo_text[0]) as f:
+      text = f.read()
+  else:
+    text = "".join(f"1 {i + 1}:{i}\n" for i in range(50000))
+  path = _truncated_gzip(tmp_path, text)
+  reader = criteo.read_criteo if fmt == "criteo" else libsvm.read_libsvm
+  with pytest.raises(ValueError, match=rf"^{path}: the gzip data ends early "
+                     r"\(the file is truncated\)$"):
+    list(reader([path]))
+  status = cli.main(["train", path, "--format", fmt, "--model-dir",
+                     str(tmp_path / "m"), "--quiet"])
+  err = capsys.readouterr().err
+  assert status == 2 and "Traceback" not in err
+  assert err.strip().splitlines()[-1].endswith(
+      f"{path}: the gzip data ends early (the file is truncated)")
+
+
+def test_bad_lines_in_later_blocks_name_their_line(criteo_text, tmp_path,
+                                                   monkeypatch):
+  monkeypatch.setattr(text_files, "BLOCK_BYTES", 50_000)
+  with open(criteo_text[0]) as f:
+    lines = f.read().splitlines()
+  for k in (1200, 3001, 3002):
+    lines[k] = lines[k].replace("\t", "\t1-2", 1)
+  lines[4000] = lines[4000].replace("\t", "\t-\t", 1)[:-9]  # "-" alone
+  path = tmp_path / "bad.tsv"
+  path.write_text("\n".join(lines) + "\n")
+  with pytest.raises(ValueError, match=rf"^{path}:1201: I1 is not a decimal "
+                     r"integer \(field 2\): '"):
+    list(criteo.read_criteo([str(path)]))
+  counter = criteo.BadLines()
+  rows = sum(c["labels"].shape[0] for c in criteo.read_criteo(
+      [str(path)], skip_bad_lines=True, bad_lines=counter))
+  assert counter.count == 4 and rows == 5000 - 2 - 4  # two blank lines
+  assert [m.split(": ")[0] for m in counter.first] == [
+      f"{path}:{k}" for k in (1201, 3002, 3003, 4001)]
+
+
+def test_many_bad_lines_are_counted_and_the_first_ten_kept(tmp_path):
+  path = tmp_path / "bad.svm"
+  path.write_text("1 1:1\n" + "x\n" * 30000 + "0 2:1\n")
+  counter = criteo.BadLines()
+  (chunk,) = list(libsvm.read_libsvm([str(path)], skip_bad_lines=True,
+                                     bad_lines=counter))
+  assert chunk["labels"].tolist() == [1.0, 0.0]
+  assert counter.count == 30000 and len(counter.first) == 10
+  assert counter.first[9].startswith(f"{path}:11: the label 'x'")
+
+
+@pytest.mark.parametrize("fmt,line,message", [
+    ("libsvm", "1 1:nan", r":1: '1:nan' \(feature 1\): indices must be >= 1 "
+     "and increasing, values finite"),
+    ("libsvm", "1 2:1e39", r":1: '2:1e39' \(feature 1\): .*values finite"),
+    # Finite in float64, infinite in float32 (the stored type).
+    ("libsvm", "1 2:3.5e38", r":1: '2:3.5e38' \(feature 1\): .*finite"),
+    ("libsvm", "-3.5e38 2:1", r":1: the label '-3.5e38' is not finite"),
+    ("libsvm", "nan 1:1", r":1: the label 'nan' is not finite"),
+    ("libsvm", "1 2147483649:1", r":1: '2147483649:1' \(feature 1\): "
+     r"indices must be <= 2\^31"),
+    ("libsvm", "1 1_0:1", r":1: '1 1_0:1' is not ASCII 'label index:value"),
+    ("criteo", "1" + "\t1234567890123456789" * 13 + "\ta" * 26,
+     r":1: I1 is not a decimal integer \(field 2\)"),
+    ("criteo", "1" + "\t" * 13 + "\t0123456789abcdef0" * 26,
+     r":1: C1 is not a hex string \(field 15\)"),
+])
+def test_values_out_of_range_are_errors_with_file_and_line(fmt, line,
+                                                           message):
+  path = _write_temp(line + "\n")
+  reader = criteo.read_criteo if fmt == "criteo" else libsvm.read_libsvm
+  with pytest.raises(ValueError, match=path + message):
+    list(reader([path]))
+
+
+def test_float_values_round_as_numpy_does():
+  path = _write_temp("1 1:3.4028235677973e38 2:1e-46 3:0.1\n")
+  (chunk,) = list(libsvm.read_libsvm([path]))
+  np.testing.assert_array_equal(
+      chunk["values"], np.array([3.4028235677973e38, 1e-46, 0.1],
+                                np.float64).astype(np.float32))
+
+
+def test_gzip_members_and_zero_padding_read_as_the_gzip_module(tmp_path):
+  text = "".join(f"{i % 2} {i + 1}:{i}\n" for i in range(30000))
+  half = len(text) // 2
+  path = tmp_path / "members.gz"
+  path.write_bytes(gzip.compress(text[:half].encode()) + b"\0" * 5 +
+                   gzip.compress(text[half:].encode()) + b"\0" * 3)
+  plain = tmp_path / "plain.svm"
+  plain.write_text(text)
+  assert gzip.decompress(path.read_bytes()) == text.encode()
+  _assert_same_chunks(libsvm.read_libsvm([str(path)], 1000),
+                      reference_readers.read_libsvm([str(plain)], 1000))
+
+
+def test_damaged_gzip_is_a_one_line_error_naming_the_file(tmp_path):
+  data = bytearray(gzip.compress(b"1 1:1\n" * 1000))
+  data[len(data) // 2] ^= 0xFF
+  path = tmp_path / "damaged.gz"
+  path.write_bytes(bytes(data))
+  with pytest.raises(ValueError, match=rf"^{path}: not readable gzip \("):
+    list(libsvm.read_libsvm([str(path)]))
+
+
+def test_the_ops_check_their_inputs_and_take_empty_text():
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops._loader import load_ops  # pylint: disable=import-outside-toplevel
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"text must be a vector of bytes, got shape "
+                     r"\[1,3\]"):
+    load_ops().tf_sdca_parse_libsvm(tf.zeros([1, 3], tf.uint8))
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                     match=r"bucket_bits must be in \[1, 62\], got 63"):
+    load_ops().tf_sdca_parse_criteo(tf.zeros([3], tf.uint8), bucket_bits=63)
+  with pytest.raises(ValueError, match=r"bucket_bits must be in \[1, 62\]"):
+    sdca_ops.parse_criteo(b"", 0)
+  out = sdca_ops.parse_criteo(b"", 20)
+  assert out["ids"].shape == (0, 26) and int(out["num_lines"]) == 0
+  out = sdca_ops.parse_libsvm(b"\n\n# only comments\n")
+  assert out["labels"].shape == (0,) and int(out["num_lines"]) == 3
+
+
+@pytest.mark.parametrize("rows", [
+    60_000, pytest.param(10_000_000, marks=pytest.mark.slow)])
+def test_generated_rows_read_as_the_reference_at_scale(tmp_path, rows):
+  """`tf-sdca generate`'s file, chunk by chunk against the TensorFlow-ops
+  reader (streamed: memory stays flat at 10M rows)."""
+  assert cli.main(["generate", "--rows", str(rows), "--out", str(tmp_path),
+                   "--files", "1", "--seed", "2"]) == 0
+  path = str(tmp_path / "part-00000.tsv")
+  count = 0
+  for got, expected in itertools.zip_longest(
+      criteo.read_criteo([path], bucket_bits=20),
+      reference_readers.read_criteo([path], 65536, 20)):
+    assert got is not None and expected is not None
+    for key in got:
+      np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+    count += got["labels"].shape[0]
+  assert count == rows
+
+
+def test_a_model_trained_on_the_old_reader_predicts_alike_on_the_new(
+    criteo_text, tmp_path, monkeypatch):
+  """`train` and `predict` through the reader before the native one, then
+  `predict` through the native one: the same scores, to the byte."""
+  path, packed = criteo_text
+  model_dir = str(tmp_path / "m")
+
+  calls = []
+
+  def old_reader(paths, batch_size=65536, bucket_bits=20, **unused):
+    del unused
+    calls.append(paths)
+    return reference_readers.read_criteo(paths, batch_size, bucket_bits)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(criteo, "read_criteo", old_reader)
+    assert cli.main(["train", path, "--model-dir", model_dir, "--epochs",
+                     "2", "--bucket-bits", "16", "--quiet"]) == 0
+    assert cli.main(["predict", path, "--model-dir", model_dir, "--out",
+                     str(tmp_path / "old.txt")]) == 0
+  assert len(calls) == 2  # train's cache, predict
+  for name, source in (("new.txt", path), ("new_gz.txt", packed)):
+    assert cli.main(["predict", source, "--model-dir", model_dir, "--out",
+                     str(tmp_path / name)]) == 0
+    assert (tmp_path / name).read_text() == (
+        tmp_path / "old.txt").read_text()
+
+
+def test_a_highly_compressed_gzip_inflates_a_block_at_a_time(tmp_path,
+                                                            monkeypatch):
+  monkeypatch.setattr(text_files, "BLOCK_BYTES", 1 << 16)
+  line = "1 1:1" + " " * 5000 + "\n"  # ~200:1 under gzip
+  path = tmp_path / "spaces.gz"
+  path.write_bytes(gzip.compress((line * 3000).encode()))
+  sizes = [len(b) for b in text_files.line_blocks(str(path))]
+  assert sum(sizes) == len(line) * 3000
+  assert max(sizes) < 2 * (1 << 16) + len(line)
+  (chunk,) = list(libsvm.read_libsvm([str(path)]))
+  assert chunk["labels"].shape == (3000,)
