@@ -110,3 +110,52 @@ def test_a_missing_data_file_is_named(tmp_path, capsys):
   missing = str(tmp_path / "missing.tsv")
   _fails(["train", missing, "--model-dir", str(tmp_path / "m"), "--quiet"],
          capsys, missing)
+
+
+@pytest.fixture
+def small_memory(monkeypatch):
+  """A machine whose memory holds the weights of 2^16 features."""
+  from tf_sdca import model_files  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(model_files, "max_sparse_features",
+                      lambda num_classes=1: 1 << 16)
+
+
+def test_a_libsvm_index_past_the_memory_is_named_with_its_line(
+    small_memory, tmp_path, capsys):
+  data = tmp_path / "wide.libsvm"
+  data.write_text("1 1:0.5 3:1\n0 2:1 70000:1\n")
+  line = _fails(["train", str(data), "--format", "libsvm", "--model-dir",
+                 str(tmp_path / "m"), "--quiet"], capsys,
+                f"{data}:2", "70,000", "65,536")
+  assert "memory" in line
+
+
+def test_bucket_bits_past_the_memory_are_refused_before_anything(
+    small_memory, tmp_path, capsys):
+  _fails(["train", str(tmp_path / "missing.tsv"), "--model-dir",
+          str(tmp_path / "m"), "--bucket-bits", "17"], capsys,
+         "--bucket-bits 17", "at most --bucket-bits 16")
+  assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("text,named", [
+    ("1 1:0.5\n0 2:1e40\n", ":2: '2:1e40'"),
+    ("1 1:0.5\n0 99999999999:1\n", ":2: '99999999999:1'"),
+])
+def test_bad_libsvm_values_and_indices_name_the_line(text, named, tmp_path,
+                                                     capsys):
+  data = tmp_path / "bad.libsvm"
+  data.write_text(text)
+  _fails(["train", str(data), "--format", "libsvm", "--model-dir",
+          str(tmp_path / "m"), "--quiet"], capsys, str(data) + named)
+
+
+def test_a_truncated_gzip_is_one_line_naming_the_file(trained, tmp_path,
+                                                      capsys):
+  import gzip  # pylint: disable=import-outside-toplevel
+  tsv, _ = trained
+  whole = gzip.compress(open(tsv, "rb").read())
+  cut = tmp_path / "cut.tsv.gz"
+  cut.write_bytes(whole[:len(whole) // 2])
+  _fails(["train", str(cut), "--model-dir", str(tmp_path / "m"), "--quiet"],
+         capsys, str(cut), "truncated")

@@ -307,6 +307,15 @@ def train(args):
                     "--local-cluster or TF_CONFIG")
     return distributed_command.train(args)
   distributed_command.guard_single_process_resume(args)
+  # The weight table's width, bounded before any directory or memory is
+  # taken (LIBSVM's largest index is bounded while parsing).
+  limit = model_files.max_sparse_features(
+      getattr(args, "num_classes", None) or 1)
+  if args.format == "criteo" and (1 << args.bucket_bits) > limit:
+    raise ValueError(
+        f"--bucket-bits {args.bucket_bits}: 2^{args.bucket_bits} weights are "
+        f"past the {limit:,} whose table fits this machine's memory; give "
+        f"at most --bucket-bits {limit.bit_length() - 1}")
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   os.makedirs(args.model_dir, exist_ok=True)
@@ -332,7 +341,7 @@ def train(args):
   arrays, info = cache.load_or_build(
       args.data, args.format, args.cache_dir or os.path.join(
           args.model_dir, "cache"), args.bucket_bits, args.skip_bad_lines,
-      verbose)
+      verbose, max_features=limit if args.format == "libsvm" else None)
   if info["bad_lines"]:
     print(f"skipped {info['bad_lines']:,} malformed line(s); first: "
           f"{info['first_bad_lines'][0]}")

@@ -111,6 +111,20 @@ def criteo_row_chunks(arrays, meta):
                    num_features=meta["num_features"])
 
 
+def max_sparse_features(num_classes=1):
+  """The most sparse weights (rows of the weight table) a model may have on
+  this machine: a weight is 8 bytes (float64) per class, and training holds
+  a few copies of the table (the state, an op's output, the shrunk copy a
+  checkpoint writes), so one copy gets at most 1/8 of the memory. A wider
+  table is a wrong file or a wrong --bucket-bits, not a model to train:
+  refused before its memory is asked for (at most 2^31, the ops' ids)."""
+  try:
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError, AttributeError):  # not a POSIX system
+    return 2**31
+  return int(max(1, min(2**31, memory // (8 * 8 * max(1, num_classes)))))
+
+
 def features(fmt, arrays, meta):
   """InMemorySdca feature kwargs from cached (or streamed) arrays.
 
@@ -150,6 +164,14 @@ def features(fmt, arrays, meta):
   values = cache.concatenate(arrays["values"], np.float32)
   if meta.get("num_features") is None:
     meta["num_features"] = int(indices.max()) + 1 if indices.size else 1
+    limit = max_sparse_features(meta.get("num_classes") or 1)
+    if meta["num_features"] > limit:  # (a cache built before the limit)
+      k = int(np.argmax(indices))
+      row = int(np.searchsorted(indptr, k, side="right")) - 1
+      raise ValueError(
+          f"row {row + 1:,} has the feature index {int(indices[k]) + 1:,}, "
+          f"past the {limit:,} features whose weights fit this machine's "
+          "memory (a weight table is as wide as the largest index)")
   keep = indices < meta["num_features"]  # features unseen in training
   if not keep.all():
     rows = np.repeat(np.arange(n), lengths)

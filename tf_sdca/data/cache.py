@@ -41,14 +41,16 @@ def _sources(paths):
   return out
 
 
-def _chunks(paths, fmt, bucket_bits, skip_bad_lines, bad_lines):
+def _chunks(paths, fmt, bucket_bits, skip_bad_lines, bad_lines,
+            max_features=None):
   if fmt == "criteo":
     return criteo_reader.read_criteo(paths, bucket_bits=bucket_bits,
                                      skip_bad_lines=skip_bad_lines,
                                      bad_lines=bad_lines)
   if fmt == "libsvm":
     return libsvm_reader.read_libsvm(paths, skip_bad_lines=skip_bad_lines,
-                                     bad_lines=bad_lines)
+                                     bad_lines=bad_lines,
+                                     max_features=max_features)
   raise ValueError(f"format must be 'criteo' or 'libsvm', got {fmt!r}")
 
 
@@ -66,7 +68,7 @@ def _compact(fmt, chunk, bucket_bits):
 
 
 def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
-                  skip_bad_lines=False, verbose=1):
+                  skip_bad_lines=False, verbose=1, max_features=None):
   """Returns the data of `paths` from the cache, building it if needed.
 
   Args:
@@ -76,6 +78,8 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     bucket_bits: Criteo hash buckets `2^bucket_bits`.
     skip_bad_lines: skip and count malformed lines instead of raising.
     verbose: print progress while parsing.
+    max_features: LIBSVM: refuse a feature index above it while parsing
+      (`read_libsvm`).
 
   Returns:
     (arrays, info): arrays are read-only memory maps, one per stored array,
@@ -112,7 +116,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
   start = time.perf_counter()
   chunk_rows = []
   for i, chunk in enumerate(_chunks(paths, fmt, bucket_bits, skip_bad_lines,
-                                    bad_lines)):
+                                    bad_lines, max_features)):
     for name, array in _compact(fmt, chunk, bucket_bits).items():
       np.save(os.path.join(cache_dir, f"part-{i:05d}-{name}.npy"), array)
     chunk_rows.append(int(chunk["labels"].shape[0]))

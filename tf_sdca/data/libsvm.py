@@ -84,8 +84,21 @@ def _parse_block(block):
   return {k: v.numpy() for k, v in sdca_ops.parse_libsvm(block).items()}
 
 
+def _past_limit(out, path, first_line, max_features):
+  """ValueError for the first index of a parsed block at or past
+  `max_features`, naming the file and line."""
+  indices = out["indices"]
+  k = int(np.flatnonzero(indices >= max_features)[0])
+  row = int(np.searchsorted(np.cumsum(out["lengths"]), k, side="right"))
+  line = first_line + int(out["lines"][row]) + 1
+  return ValueError(
+      f"{path}:{line}: feature index {int(indices[k]) + 1:,} is past the "
+      f"{max_features:,} features whose weights fit this machine's memory "
+      "(a weight table is as wide as the largest index)")
+
+
 def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
-                bad_lines=None):
+                bad_lines=None, max_features=None):
   """Streams CSR chunks of LIBSVM files.
 
   The text is parsed natively (`TfSdca>ParseLibsvm`, on the CPU device's
@@ -97,6 +110,9 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
     skip_bad_lines: skip malformed lines (counted in `bad_lines`) instead of
       raising.
     bad_lines: a `tf_sdca.data.criteo.BadLines` to count into (optional).
+    max_features: refuse an index (1-based) above it, naming the file and
+      line (training sizes its weight table by the largest index); None:
+      up to 2^31.
 
   Yields:
     dicts: `labels` float32 `[b]`, `indptr` int64 `[b + 1]`, `indices`
@@ -137,6 +153,9 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
           out, block, first_line,
           lambda number, raw, path=path: _message(path, number, raw),
           skip_bad_lines, bad_lines)
+      if (max_features is not None and out["indices"].size and
+          int(out["indices"].max()) >= max_features):
+        raise _past_limit(out, path, first_line, max_features)
       first_line += int(out["num_lines"])
       pending.append(out)
       yield from emit(final=False)
