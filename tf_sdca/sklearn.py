@@ -140,6 +140,15 @@ class _SDCAMixin:
       sw *= extra
     return sw
 
+  def _visit_order(self, loss):
+    """visit_order 'auto': 'adaptive' for Poisson (RAND HIE's 20,190
+    doctor-visit counts, standardised, alpha = 16: 57 epochs to a relative
+    gap of 1e-10 against 901 in a random permutation; alpha = 1: 868
+    against > 3,000), else 'permutation'."""
+    if self.visit_order == "auto":
+      return "adaptive" if loss == "poisson" else "permutation"
+    return self.visit_order
+
   def _solve(self, loss, num_classes, labels, rows, sw, l2, duals, seed):
     """One SDCA problem: `loss` on the engine rows `rows`, from `duals`
     (None: zeros); returns (duals, the weight table [dense + 1 or sparse
@@ -149,7 +158,9 @@ class _SDCAMixin:
       raise ValueError(f"{self._door.name}: every sample weight is zero "
                        "(nothing to fit)")
     model = InMemorySdca(loss=loss, l2=l2, seed=seed, num_classes=num_classes,
-                         num_threads=_threads(self.n_jobs, n))
+                         num_threads=_threads(self.n_jobs, n),
+                         visit_order=self._visit_order(loss),
+                         gamma=getattr(self, "gamma", 1.0))
     if duals is not None:
       # Warm start: the weights of these duals under this fit's l2 and
       # sample weights (w = sum_i s_i alpha_i x_i / l2, exactly what the
@@ -239,6 +250,8 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
     n_jobs: lock-free threads per epoch (None: 1, -1: every core), at most
       one per 4096 rows.
     random_state: seed of the visiting order.
+    visit_order: the engine's order of the coordinate steps
+      (`InMemorySdca`'s); 'auto': 'permutation' ('adaptive' for Poisson).
 
   Attributes:
     classes_, coef_ ([1 or K, d]), intercept_ ([1 or K]), n_iter_ (epochs
@@ -257,7 +270,7 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
   def __init__(self, loss="logistic", *, C=1.0, fit_intercept=True,
                intercept_scaling=1.0, multi_class="auto", gamma=1.0,
                class_weight=None, tol=1e-10, max_iter=1000, warm_start=False,
-               n_jobs=None, random_state=None):
+               n_jobs=None, random_state=None, visit_order="auto"):
     self.loss = loss
     self.C = C
     self.fit_intercept = fit_intercept
@@ -270,6 +283,7 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
     self.warm_start = warm_start
     self.n_jobs = n_jobs
     self.random_state = random_state
+    self.visit_order = visit_order
 
   def _problems(self, k):
     """(engine loss, K of a multiclass loss or None, one-vs-rest)."""
@@ -342,9 +356,9 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
                        "in the data, but the data contains only one class: "
                        f"{self.classes_[0]!r}")
     loss, num_classes, ovr = self._problems(k)
-    values = dict(l2=l2, gamma=self.gamma)
-    options.validate(loss, values, options.IN_MEMORY, self._door,
-                     num_classes)
+    options.validate(loss, dict(l2=l2, gamma=self.gamma,
+                                visit_order=self._visit_order(loss)),
+                     options.IN_MEMORY, self._door, num_classes)
     n = X.shape[0]
     extra = None
     if isinstance(self.class_weight, dict):
@@ -428,6 +442,9 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
     alpha: regularisation strength (> 0); l2 = alpha.
     fit_intercept, intercept_scaling, tol, max_iter, warm_start, n_jobs,
       random_state: as `SDCAClassifier`'s.
+    visit_order: the engine's order of the coordinate steps; 'auto':
+      'adaptive' for Poisson (~15x fewer epochs on doctor-visit counts),
+      else 'permutation'.
 
   Attributes:
     coef_ ([d]), intercept_ (float), n_iter_, duality_gap_, duals_ ([n]),
@@ -438,7 +455,8 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
 
   def __init__(self, loss="squared", *, alpha=1.0, fit_intercept=True,
                intercept_scaling=1.0, tol=1e-10, max_iter=1000,
-               warm_start=False, n_jobs=None, random_state=None):
+               warm_start=False, n_jobs=None, random_state=None,
+               visit_order="auto"):
     self.loss = loss
     self.alpha = alpha
     self.fit_intercept = fit_intercept
@@ -448,6 +466,7 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
     self.warm_start = warm_start
     self.n_jobs = n_jobs
     self.random_state = random_state
+    self.visit_order = visit_order
 
   def __sklearn_tags__(self):
     tags = super().__sklearn_tags__()
@@ -487,7 +506,9 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
       raise ValueError(f"SDCARegressor: loss must be one of "
                        f"{REGRESSOR_LOSSES}, got {self.loss!r}")
     l2 = _positive("alpha", self.alpha, self._door)
-    options.validate(self.loss, dict(l2=l2), options.IN_MEMORY, self._door)
+    options.validate(self.loss, dict(l2=l2,
+                                     visit_order=self._visit_order(self.loss)),
+                     options.IN_MEMORY, self._door)
     if self.loss == "poisson" and np.any(y < 0):
       raise ValueError("SDCARegressor(loss='poisson') needs y >= 0")
     n = X.shape[0]
