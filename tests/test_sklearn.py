@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -25,11 +26,38 @@ def _name(check):
   return getattr(check, "func", check).__name__
 
 
+# Expected failures, each with its reason (scikit-learn's own
+# PER_ESTIMATOR_XFAIL_CHECKS spell theirs so).
+_POISSON_XFAIL = {
+    "check_regressors_train":
+        "the check sets alpha=0.01, on this estimator's sum-of-losses scale "
+        "1/20,000 of PoissonRegressor's default on its 200 rows; SDCA is "
+        "still at a relative gap of 2e-3 after 5,000 epochs there (R^2 "
+        "0.77; 0.79 converged)",
+}
+
+
+def _expected_failures(estimator):
+  if isinstance(estimator, SDCARegressor) and estimator.loss == "poisson":
+    return _POISSON_XFAIL
+  return {}
+
+
+# The default estimators, and the losses with other engine paths: the hinge
+# (binary, and Crammer-Singer's for the three classes of the checks) and
+# Poisson. ('smooth_hinge', multi_class='ovr' and 'absolute' passed every
+# check too, in 45 s more than this file's budget allows.)
 @parametrize_with_checks([SDCAClassifier(random_state=0),
-                          SDCARegressor(random_state=0)])
+                          SDCARegressor(random_state=0),
+                          SDCAClassifier(loss="hinge", random_state=0),
+                          SDCARegressor(loss="poisson", random_state=0)],
+                         expected_failed_checks=_expected_failures)
 def test_estimator_check(estimator, check):
   if _name(check) in _EXACT:
-    estimator.set_params(tol=0.0, max_iter=300)
+    # Poisson's 'adaptive' order needs more epochs to 1e-7 on these rows.
+    # (A clone: the instance is shared by every check of the list.)
+    estimator = clone(estimator).set_params(
+        tol=0.0, max_iter=300 if estimator.loss != "poisson" else 3000)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", ConvergenceWarning)
     check(estimator)
@@ -89,7 +117,6 @@ def _objective(kind, w, x1, y, c=1.0):
 
 # ----------------------------------------------- scikit-learn's machinery
 def test_clone_pipeline_grid_search_cross_val_score_and_pickle():
-  from sklearn.base import clone  # pylint: disable=import-outside-toplevel
   from sklearn.model_selection import GridSearchCV, cross_val_score  # pylint: disable=import-outside-toplevel
   from sklearn.pipeline import make_pipeline  # pylint: disable=import-outside-toplevel
   from sklearn.preprocessing import StandardScaler  # pylint: disable=import-outside-toplevel
