@@ -7,7 +7,10 @@ only, `fit(X, y, sample_weight=None)`, `coef_`, `intercept_`, numpy arrays,
 every scipy.sparse format and pandas DataFrames. Each fit is one
 `InMemorySdca` fit (`tf_sdca.trainer`): the options are validated by
 `tf_sdca.options` under this door's name, the epochs run by `tf_sdca.engine`,
-which stops on the exact duality gap.
+which stops on the exact duality gap. `sdca_path` fits a grid of
+regularisation strengths, each from the last one's duals;
+`SDCAClassifierCV` and `SDCARegressorCV` choose the strength by
+cross-validation over such paths.
 
 The problem solved (g3doc/sklearn.md) is
 
@@ -35,8 +38,11 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import (BaseEstimator, ClassifierMixin, RegressorMixin,
+                          clone)
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import check_scoring
+from sklearn.model_selection import check_cv
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_random_state, compute_sample_weight
 from sklearn.utils.extmath import safe_sparse_dot
@@ -529,3 +535,191 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
     """`w . x + b` per row; `exp(w . x + b)` for Poisson."""
     z = self._scores(X)[:, 0]
     return np.exp(z) if self.loss == "poisson" else z
+
+
+# -------------------------------------------------- the regularisation path
+def _strength(estimator):
+  return "C" if isinstance(estimator, SDCAClassifier) else "alpha"
+
+
+def sdca_path(estimator, X, y, grid, sample_weight=None):
+  """Fits `estimator` (an `SDCAClassifier` or `SDCARegressor`) at each
+  regularisation strength of `grid` in turn, each fit starting from the
+  previous one's duals (the weights rebuilt for the new strength), each
+  stopped by its own exact duality gap (`estimator.tol`).
+
+  A path is cheapest from strong to weak regularisation (C ascending, alpha
+  descending): each optimum is then a small step from the last (measured
+  in g3doc/sklearn.md against fitting each point from zero).
+
+  Args:
+    estimator: the settings of every fit (not modified).
+    X, y, sample_weight: as `fit` takes them.
+    grid: the values of C (classifier) or alpha (regressor), in order.
+
+  Returns:
+    A dict of lists, one entry per grid point: `coef`, `intercept`,
+    `n_iter` (epochs), `duality_gap` (relative), and `model`, the last fit
+    (at `grid[-1]`).
+  """
+  name = _strength(estimator)
+  model = clone(estimator).set_params(warm_start=True)
+  path = dict(coef=[], intercept=[], n_iter=[], duality_gap=[])
+  for value in grid:
+    model.set_params(**{name: value}).fit(X, y, sample_weight)
+    path["coef"].append(np.copy(model.coef_))
+    path["intercept"].append(np.copy(model.intercept_))
+    path["n_iter"].append(model.n_iter_)
+    path["duality_gap"].append(model.duality_gap_)
+  path["model"] = model
+  return path
+
+
+class _PathCV:
+  """What both CV estimators share: a path per fold, scored on the fold's
+  held-out rows, the strength with the best mean score, then the path on
+  all rows up to it (so that the final fit is warm-started too)."""
+
+  def _grid(self):
+    raise NotImplementedError
+
+  def fit(self, X, y, sample_weight=None):
+    """Chooses the strength by cross-validation, then fits on all rows."""
+    X, y = self._validate(X, y)
+    grid = np.asarray(self._grid(), np.float64)
+    if grid.ndim != 1 or grid.size == 0 or np.any(grid <= 0):
+      raise ValueError(f"{self._door.name}: the grid must hold values > 0, "
+                       f"got {grid!r}")
+    classifier = isinstance(self, ClassifierMixin)
+    folds = check_cv(self.cv, y, classifier=classifier)
+    scorer = check_scoring(self, scoring=self.scoring)
+    base = self._single()
+    sw = None if sample_weight is None else np.asarray(sample_weight)
+    scores = []
+    for train, test in folds.split(X, y):
+      path = sdca_path(base, _rows_of(X, train), y[train], grid,
+                       None if sw is None else sw[train])
+      model = path["model"]
+      fold = []
+      for coef, intercept in zip(path["coef"], path["intercept"]):
+        model.coef_, model.intercept_ = coef, intercept
+        fold.append(scorer(model, _rows_of(X, test), y[test]))
+      scores.append(fold)
+    self.scores_ = np.asarray(scores)
+    best = int(np.argmax(self.scores_.mean(axis=0)))
+    path = sdca_path(base, X, y, grid[:best + 1], sample_weight)
+    model = path["model"]
+    setattr(self, _strength(base) + "_", float(grid[best]))
+    setattr(self, _strength(base) + "s_", grid)
+    for attribute in ("coef_", "intercept_", "n_iter_", "duality_gap_",
+                      "duals_", "classes_", "_loss"):
+      if hasattr(model, attribute):
+        setattr(self, attribute, getattr(model, attribute))
+    self.path_n_iter_ = path["n_iter"]
+    return self
+
+  def _single(self):
+    """The single estimator with this one's settings."""
+    single = SDCAClassifier if isinstance(self, ClassifierMixin) else \
+        SDCARegressor
+    params = {k: v for k, v in self.get_params().items()
+              if k in single().get_params()}
+    return single(**params)
+
+
+def _rows_of(X, rows):
+  return X[rows] if not sp.issparse(X) else sp.csr_matrix(X)[rows]
+
+
+class SDCAClassifierCV(_PathCV, SDCAClassifier):
+  """`SDCAClassifier` with C chosen by cross-validation over a certified
+  regularisation path (LogisticRegressionCV's door onto this engine).
+
+  Each fold fits `Cs` in ascending order by `sdca_path` (each point
+  warm-started from the last one's duals and stopped by its own duality
+  gap), scores each point on the held-out rows with `scoring` (None: the
+  estimator's accuracy), and `C_` is the best mean score's; the final
+  model is the path on all rows up to `C_`.
+
+  Args:
+    Cs: a list of C values, or an int k: k values log-spaced in [1e-4,
+      1e4] (LogisticRegressionCV's default grid).
+    cv, scoring: as LogisticRegressionCV's (None: 5-fold stratified,
+      accuracy).
+    The others: as `SDCAClassifier`'s.
+
+  Attributes:
+    C_, Cs_, scores_ ([folds, Cs]), path_n_iter_ (epochs per point of the
+    final path), and `SDCAClassifier`'s.
+  """
+
+  def __init__(self, Cs=10, *, cv=None, scoring=None, loss="logistic",
+               fit_intercept=True, intercept_scaling=1.0, multi_class="auto",
+               gamma=1.0, class_weight=None, tol=1e-10, max_iter=1000,
+               n_jobs=None, random_state=None, visit_order="auto"):
+    # pylint: disable=super-init-not-called (C and warm_start are not
+    # this estimator's parameters: the path sets them)
+    self.Cs = Cs
+    self.cv = cv
+    self.scoring = scoring
+    self.loss = loss
+    self.fit_intercept = fit_intercept
+    self.intercept_scaling = intercept_scaling
+    self.multi_class = multi_class
+    self.gamma = gamma
+    self.class_weight = class_weight
+    self.tol = tol
+    self.max_iter = max_iter
+    self.n_jobs = n_jobs
+    self.random_state = random_state
+    self.visit_order = visit_order
+
+  def _grid(self):
+    if isinstance(self.Cs, numbers.Integral):
+      return np.logspace(-4, 4, self.Cs)
+    return np.sort(np.asarray(self.Cs, np.float64))
+
+  # A choice of C over all the data is no partial fit.
+  partial_fit = available_if(lambda self: False)(SDCAClassifier.partial_fit)
+
+
+class SDCARegressorCV(_PathCV, SDCARegressor):
+  """`SDCARegressor` with alpha chosen by cross-validation over a
+  certified regularisation path, from the largest alpha down (as
+  `SDCAClassifierCV` chooses C; None scoring: R^2).
+
+  Args:
+    alphas: a list of alpha values, or an int k: k values log-spaced in
+      [1e-3, 1e3].
+    cv, scoring: as RidgeCV's with a `cv` (None: 5-fold).
+    The others: as `SDCARegressor`'s.
+
+  Attributes:
+    alpha_, alphas_ (the grid, descending), scores_ ([folds, alphas]),
+    path_n_iter_, and `SDCARegressor`'s.
+  """
+
+  def __init__(self, alphas=10, *, cv=None, scoring=None, loss="squared",
+               fit_intercept=True, intercept_scaling=1.0, tol=1e-10,
+               max_iter=1000, n_jobs=None, random_state=None,
+               visit_order="auto"):
+    # pylint: disable=super-init-not-called (alpha and warm_start: the
+    # path sets them)
+    self.alphas = alphas
+    self.cv = cv
+    self.scoring = scoring
+    self.loss = loss
+    self.fit_intercept = fit_intercept
+    self.intercept_scaling = intercept_scaling
+    self.tol = tol
+    self.max_iter = max_iter
+    self.n_jobs = n_jobs
+    self.random_state = random_state
+    self.visit_order = visit_order
+
+  def _grid(self):
+    if isinstance(self.alphas, numbers.Integral):
+      return np.logspace(3, -3, self.alphas)
+    return np.sort(np.asarray(self.alphas, np.float64))[::-1]
+
+  partial_fit = available_if(lambda self: False)(SDCARegressor.partial_fit)
