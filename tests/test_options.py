@@ -12,6 +12,7 @@ import tensorflow as tf
 from tf_sdca import cli, estimator, options
 from tf_sdca.keras import LinearModel
 from tf_sdca.sdca_model import SdcaModel
+from tf_sdca.sklearn import CLASSIFIER_DOOR, SDCAClassifier
 from tf_sdca.trainer import InMemorySdca
 
 # (option, bad value, extra options that make it apply, loss)
@@ -64,6 +65,14 @@ def _estimator(loss, values):
                                                for k, v in values.items()})
 
 
+def _sklearn(loss, values):
+  # scikit-learn's estimators take hyper-parameters as given and check them
+  # in fit; the regularisation is C (l2 = 1/C), seed and threads are
+  # random_state and n_jobs, so the table's options they take are these.
+  x = np.arange(12, dtype=np.float64).reshape(6, 2)
+  return SDCAClassifier(loss=loss, **values).fit(x, [0, 1] * 3)
+
+
 # The doors and the options each takes (an option it lacks is not its to
 # check: InMemorySdca has no carry_over, SdcaModel no momentum or ASDCA).
 DOORS = {
@@ -76,6 +85,7 @@ DOORS = {
     "LinearSDCA": (_estimator, options.SDCA_MODEL,
                    {"l1", "l2", "visit_order", "seed", "num_threads",
                     "average_from", "carry_over"}),
+    "SDCAClassifier": (_sklearn, CLASSIFIER_DOOR, {"gamma", "visit_order"}),
 }
 
 CASES = [(door, bad) for door in DOORS for bad in BAD
