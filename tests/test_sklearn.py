@@ -389,3 +389,17 @@ def test_regressor_cv_chooses_ridges_alpha():
   np.testing.assert_allclose(ours.scores_.mean(axis=0)[::-1],
                              anchor.cv_results_["mean_test_score"],
                              rtol=1e-5)  # weights to the gap's sqrt, above
+
+
+def test_n_jobs_threads_reach_the_same_optimum():
+  from sdca_testutil import rand_health_insurance  # pylint: disable=import-outside-toplevel
+  from sklearn.preprocessing import StandardScaler  # pylint: disable=import-outside-toplevel
+  x, visits = rand_health_insurance()  # 20,190 rows: room for 2 threads
+  x = StandardScaler().fit_transform(x)
+  y = (visits > 0).astype(np.int64)
+  x1 = _with_ones(x)
+  one = SDCAClassifier(random_state=0).fit(x, y)
+  two = SDCAClassifier(n_jobs=2, random_state=0).fit(x, y)
+  assert two.duality_gap_ < 1e-10
+  p = _objective("logistic", _table(one), x1, y)
+  assert abs(_objective("logistic", _table(two), x1, y) - p) < 1e-9 * p
