@@ -6,9 +6,20 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from scipy.special import logsumexp
 from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import (LogisticRegression, LogisticRegressionCV,
+                                  PoissonRegressor, Ridge)
+from sklearn.model_selection import (GridSearchCV, KFold, StratifiedKFold,
+                                     cross_val_score)
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC
 from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sdca_testutil import heart_scale, rand_health_insurance
 
 from tf_sdca.sklearn import (SDCAClassifier, SDCAClassifierCV, SDCARegressor,
                              SDCARegressorCV, sdca_path)
@@ -69,21 +80,16 @@ def test_estimator_check(estimator, check):
 
 # ------------------------------------------------------------------- data
 def _cancer():
-  from sklearn.datasets import load_breast_cancer  # pylint: disable=import-outside-toplevel
-  from sklearn.preprocessing import StandardScaler  # pylint: disable=import-outside-toplevel
   x, y = load_breast_cancer(return_X_y=True)
   return StandardScaler().fit_transform(x), y
 
 
 def _wine():
-  from sklearn.datasets import load_wine  # pylint: disable=import-outside-toplevel
-  from sklearn.preprocessing import StandardScaler  # pylint: disable=import-outside-toplevel
   x, y = load_wine(return_X_y=True)
   return StandardScaler().fit_transform(x), y
 
 
 def _diabetes():
-  from sklearn.datasets import load_diabetes  # pylint: disable=import-outside-toplevel
   return load_diabetes(return_X_y=True)
 
 
@@ -102,7 +108,6 @@ def _table(model):
 def _objective(kind, w, x1, y, c=1.0):
   """C sum_i loss_i + |W|^2 / 2 in float64, for weights [K, d + 1] on x1
   (with the ones column); labels 0/1 or class ids."""
-  from scipy.special import logsumexp  # pylint: disable=import-outside-toplevel
   z = x1 @ w.T
   rows = np.arange(len(y))
   if kind == "logistic":
@@ -121,9 +126,6 @@ def _objective(kind, w, x1, y, c=1.0):
 
 # ----------------------------------------------- scikit-learn's machinery
 def test_clone_pipeline_grid_search_cross_val_score_and_pickle():
-  from sklearn.model_selection import GridSearchCV, cross_val_score  # pylint: disable=import-outside-toplevel
-  from sklearn.pipeline import make_pipeline  # pylint: disable=import-outside-toplevel
-  from sklearn.preprocessing import StandardScaler  # pylint: disable=import-outside-toplevel
   x, y = _cancer()
   model = SDCAClassifier(C=0.5, random_state=0, tol=1e-8)
   assert clone(model).get_params() == model.get_params()
@@ -245,7 +247,6 @@ def test_class_weight_is_sample_weight_per_class():
 
 # ------------------------------------------------------------ the anchors
 def _heart():
-  from sdca_testutil import heart_scale  # pylint: disable=import-outside-toplevel
   x, y = heart_scale()
   return x, (y > 0).astype(np.int64)
 
@@ -256,8 +257,6 @@ def _heart():
 # into max_iter=1e6 and, with random_state=0 on wine's one-vs-rest hinge,
 # stopped 2% above the optimum.
 def _anchors():
-  from sklearn.linear_model import LogisticRegression  # pylint: disable=import-outside-toplevel
-  from sklearn.svm import LinearSVC  # pylint: disable=import-outside-toplevel
   logistic = dict(fit_intercept=False, tol=1e-12, max_iter=100000)
   svc = dict(fit_intercept=False, tol=1e-10, max_iter=1000000,
              random_state=0)
@@ -301,7 +300,6 @@ def test_classifier_reaches_the_anchors_optimum(index):
 
 
 def test_regressor_alpha_is_ridge_alpha():
-  from sklearn.linear_model import Ridge  # pylint: disable=import-outside-toplevel
   x, y = _diabetes()
   x1 = _with_ones(x)
   for alpha in (0.125, 1.0):
@@ -316,9 +314,6 @@ def test_regressor_alpha_is_ridge_alpha():
 
 
 def test_regressor_poisson_alpha_is_poisson_regressors_times_total_weight():
-  from sklearn.linear_model import PoissonRegressor  # pylint: disable=import-outside-toplevel
-  from sklearn.preprocessing import StandardScaler  # pylint: disable=import-outside-toplevel
-  from sdca_testutil import rand_health_insurance  # pylint: disable=import-outside-toplevel
   x, y = rand_health_insurance()  # 20,190 counts of doctor visits
   x = StandardScaler().fit_transform(x)
   x1 = _with_ones(x)
@@ -355,8 +350,6 @@ def test_path_warm_starts_reach_each_cold_optimum_in_fewer_epochs():
 
 
 def test_classifier_cv_chooses_logistic_regression_cvs_c():
-  from sklearn.linear_model import LogisticRegressionCV  # pylint: disable=import-outside-toplevel
-  from sklearn.model_selection import StratifiedKFold  # pylint: disable=import-outside-toplevel
   x, y = _cancer()
   # The rows as the engine trains on them (float32), so that both sides
   # also score the same held-out rows.
@@ -383,8 +376,6 @@ def test_classifier_cv_chooses_logistic_regression_cvs_c():
 
 
 def test_regressor_cv_chooses_ridges_alpha():
-  from sklearn.linear_model import Ridge  # pylint: disable=import-outside-toplevel
-  from sklearn.model_selection import GridSearchCV, KFold  # pylint: disable=import-outside-toplevel
   x, y = _diabetes()
   alphas = [0.01, 0.1, 1.0, 10.0]
   folds = list(KFold(4).split(x))
@@ -398,8 +389,6 @@ def test_regressor_cv_chooses_ridges_alpha():
 
 
 def test_n_jobs_threads_reach_the_same_optimum():
-  from sdca_testutil import rand_health_insurance  # pylint: disable=import-outside-toplevel
-  from sklearn.preprocessing import StandardScaler  # pylint: disable=import-outside-toplevel
   x, visits = rand_health_insurance()  # 20,190 rows: room for 2 threads
   x = StandardScaler().fit_transform(x)
   y = (visits > 0).astype(np.int64)
@@ -409,3 +398,14 @@ def test_n_jobs_threads_reach_the_same_optimum():
   assert two.duality_gap_ < 1e-10
   p = _objective("logistic", _table(one), x1, y)
   assert abs(_objective("logistic", _table(two), x1, y) - p) < 1e-9 * p
+
+
+def test_warm_start_rebuilds_the_weights_for_new_sample_weights():
+  x, y = _wine()
+  sw = np.random.default_rng(0).uniform(0.1, 3.0, len(y))
+  model = SDCAClassifier(warm_start=True, random_state=0).fit(
+      x, y, sample_weight=sw)
+  # C s_i is the problem: half C with twice the weights is the same one,
+  # already solved by the kept duals once the weights are rebuilt from them.
+  model.set_params(C=0.5).fit(x, y, sample_weight=2 * sw)
+  assert model.n_iter_ == 1 and model.duality_gap_ < 1e-10

@@ -170,12 +170,15 @@ class _SDCAMixin:
     if duals is not None:
       # Warm start: the weights of these duals under this fit's l2 and
       # sample weights (w = sum_i s_i alpha_i x_i / l2, exactly what the
-      # engine keeps), so that the pair is a primal-dual one.
-      scaled = duals * (sw if duals.ndim == 1 else sw[:, None])
-      l2_op = float(np.float32(l2))  # the op's float32 attribute
+      # engine keeps, with its float32 s_i and l2), so that the pair is a
+      # primal-dual one and the gap stays exact.
+      s32 = sw.astype(np.float32).astype(np.float64)
+      scaled = duals * (s32 if duals.ndim == 1 else s32[:, None])
+      l2_op = float(np.float32(l2))
       model.duals = np.array(duals, np.float64)
       if rows.get("dense") is not None:
-        model.dense_weights = rows["dense"].T.astype(np.float64) @ scaled / l2_op
+        model.dense_weights = (rows["dense"].T.astype(np.float64) @ scaled /
+                               l2_op)
       if rows.get("indptr") is not None:
         csr = sp.csr_matrix((rows["values"], rows["indices"], rows["indptr"]),
                             shape=(n, rows["num_features"]))
