@@ -671,7 +671,11 @@ class _PathCV:
         if isinstance(fold, RegressorMixin):
           fold.coef_, fold.intercept_ = fold.coef_[0], float(
               fold.intercept_[0])
-        scores[f, g] = scorer(fold, _rows_of(X, test), y[test])
+        # The held-out rows weigh as they do in training (a row of weight
+        # 2 scores as two rows).
+        scores[f, g] = scorer(fold, _rows_of(X, test), y[test],
+                              **({} if sample_weight is None else
+                                 dict(sample_weight=sw[test])))
     return scores
 
   def _single(self):
