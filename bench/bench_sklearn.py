@@ -38,21 +38,21 @@ import warnings
 
 import numpy as np
 from scipy.special import logsumexp
+from sklearn import datasets
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import (LogisticRegression, LogisticRegressionCV,
+                                  PoissonRegressor, Ridge)
+from sklearn.model_selection import StratifiedKFold
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC
 
+from tf_sdca.sklearn import (SDCAClassifier, SDCAClassifierCV, SDCARegressor,
+                             sdca_path)
+
+# The tests' readers of the real data sets (heart_scale, RAND HIE).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 os.pardir, "tests"))
 from sdca_testutil import heart_scale, rand_health_insurance  # pylint: disable=wrong-import-position
-
-from sklearn import datasets  # pylint: disable=wrong-import-position,wrong-import-order
-from sklearn.exceptions import ConvergenceWarning  # pylint: disable=wrong-import-position,wrong-import-order
-from sklearn.linear_model import LogisticRegression, PoissonRegressor, Ridge  # pylint: disable=wrong-import-position,wrong-import-order
-from sklearn.preprocessing import StandardScaler  # pylint: disable=wrong-import-position,wrong-import-order
-from sklearn.svm import LinearSVC  # pylint: disable=wrong-import-position,wrong-import-order
-
-from sklearn.linear_model import LogisticRegressionCV  # pylint: disable=wrong-import-position,wrong-import-order
-from sklearn.model_selection import StratifiedKFold  # pylint: disable=wrong-import-position,wrong-import-order
-
-from tf_sdca.sklearn import SDCAClassifier, SDCAClassifierCV, SDCARegressor, sdca_path  # pylint: disable=wrong-import-position
 
 
 def _objective(kind, w, x1, y, scale=1.0):
