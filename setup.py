@@ -95,7 +95,8 @@ setup(
     python_requires=">=3.9",
     # The .so is tied to the C++ ABI of the TensorFlow it was built with.
     install_requires=[f"tensorflow=={TF_VERSION}", "numpy"],
-    extras_require={"test": ["pytest", "scipy", "scikit-learn"]},
+    extras_require={"sklearn": ["scipy", "scikit-learn>=1.6"],
+                    "test": ["pytest", "scipy", "scikit-learn"]},
     entry_points={"console_scripts": ["tf-sdca = tf_sdca.cli:main"]},
     zip_safe=False,
 )

@@ -15,6 +15,7 @@ from tf_sdca import cli, estimator, options
 from tf_sdca.keras import LinearModel
 from tf_sdca.optimizer import SDCAOptimizer
 from tf_sdca.sdca_model import SdcaModel
+from tf_sdca.sklearn import CLASSIFIER_DOOR, SDCAClassifier
 from tf_sdca.trainer import InMemorySdca
 
 # (option, bad value, extra options that make it apply, loss)
@@ -80,6 +81,14 @@ def _sdca_optimizer(loss, values):
                        **{_KEYWORDS.get(k, k): v for k, v in values.items()})
 
 
+def _sklearn(loss, values):
+  # scikit-learn's estimators take hyper-parameters as given and check them
+  # in fit; the regularisation is C (l2 = 1/C), seed and threads are
+  # random_state and n_jobs, so the table's options they take are these.
+  x = np.arange(12, dtype=np.float64).reshape(6, 2)
+  return SDCAClassifier(loss=loss, **values).fit(x, [0, 1] * 3)
+
+
 # The doors and the options each takes in its constructor (an option it
 # lacks is not its to check: InMemorySdca has no carry_over, SdcaModel no
 # momentum or ASDCA; `tol` is an argument of fit / train).
@@ -96,6 +105,7 @@ DOORS = {
                     "average_from", "carry_over"}),
     "SDCAOptimizer": (_sdca_optimizer, options.SDCA_MODEL,
                       {k for k, o in options.OPTIONS.items() if o.sdca_key}),
+    "SDCAClassifier": (_sklearn, CLASSIFIER_DOOR, {"gamma", "visit_order"}),
 }
 
 CASES = [(door, bad) for door in DOORS for bad in BAD

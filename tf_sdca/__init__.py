@@ -2,8 +2,9 @@
 
 The names below are loaded on first use (PEP 562), so `import tf_sdca` is
 cheap and does not start TensorFlow by itself; `tf_sdca.keras`,
-`tf_sdca.estimator`, `tf_sdca.trainer`, `tf_sdca.losses`, `tf_sdca.data` and
-`tf_sdca.ops` are reachable from the package as attributes:
+`tf_sdca.estimator`, `tf_sdca.trainer`, `tf_sdca.losses`, `tf_sdca.data`,
+`tf_sdca.sklearn` and `tf_sdca.ops` are reachable from the package as
+attributes:
 
   >>> import tf_sdca
   >>> model = tf_sdca.keras.LinearModel(loss="logistic", l2=1.0)
@@ -26,10 +27,16 @@ _LAZY = {
     "SparseFeatureColumn": ("tf_sdca.sdca_model", "SparseFeatureColumn"),
     "SDCAOptimizer": ("tf_sdca.optimizer", "SDCAOptimizer"),
     "InMemorySdca": ("tf_sdca.trainer", "InMemorySdca"),
+    "SDCAClassifier": ("tf_sdca.sklearn", "SDCAClassifier"),
+    "SDCARegressor": ("tf_sdca.sklearn", "SDCARegressor"),
+    "SDCAClassifierCV": ("tf_sdca.sklearn", "SDCAClassifierCV"),
+    "SDCARegressorCV": ("tf_sdca.sklearn", "SDCARegressorCV"),
+    "sdca_path": ("tf_sdca.sklearn", "sdca_path"),
     "data": ("tf_sdca.data", None),
     "estimator": ("tf_sdca.estimator", None),
     "keras": ("tf_sdca.keras", None),
     "losses": ("tf_sdca.losses", None),
+    "sklearn": ("tf_sdca.sklearn", None),
     "ops": ("tf_sdca.ops", None),
     "trainer": ("tf_sdca.trainer", None),
 }
