@@ -445,6 +445,12 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
   objective is the mean deviance: its `alpha` is this one divided by
   `sum_i s_i`.
 
+  scikit-learn's `check_estimator` passes but for one check with the
+  Poisson loss, an expected failure: `check_regressors_train` sets
+  `alpha=0.01`, on this sum-of-losses scale 1/20,000 of PoissonRegressor's
+  default on its 200 rows, where SDCA is still at a relative gap of 2e-3
+  after 5,000 epochs (R^2 0.77 against the check's 0.5 after its 1,000).
+
   Args:
     loss: 'squared' (the default), 'absolute' or 'poisson' (y >= 0; the
       model predicts `exp(w . x + b)`).
