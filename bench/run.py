@@ -77,10 +77,19 @@ def report(problem, reference, certified, traces):
     rows.append(dict(solver=trace.solver, points=trace.points,
                      t_1e4=times[1e-4][0], t_1e6=times[1e-6][0],
                      rows_per_sec=rate))
-  print("(t: training seconds to a relative suboptimality; '-': not reached "
-        "within the budget; 'vs ours': the solver's time / ours; for solvers "
-        "run with growing iteration limits, epochs is the limit of the first "
-        "run that reached 1e-4 and rows/s is unknown)")
+  print("(t: wall seconds of a fresh fit, from the call to the returned "
+        "weights, of the first size on the grid "
+        f"{', '.join(map(str, suite.GRID[:8]))}, ... epochs that reached the "
+        "suboptimality; '-': not within the budget; 'vs ours': the solver's "
+        "time / ours; Snap ML does not report its epochs: the grid size is "
+        "an upper bound, and rows/s unknown)")
+  for trace in traces:
+    b = trace.breakdown
+    if b:
+      print(f"  {trace.solver}, its last fit ({b['epochs']} epochs, "
+            f"{b['seconds']:.2f} s): packing {b['packing']:.2f} s, epochs "
+            f"{b['solve']:.2f} s, exact gap + Python "
+            f"{b['gap_and_python']:.2f} s")
   return rows
 
 

@@ -175,7 +175,8 @@ class Trace:
     self.solver = solver
     self.points = []
     self.note = ""
-    self.ladder = False  # points from separate runs with growing limits
+    self.ladder = False  # epochs are limits, not counts (Snap ML)
+    self.breakdown = None  # ours: where the last fit's time went
 
   def add(self, seconds, epochs, objective):
     self.points.append((float(seconds), float(epochs), float(objective)))
@@ -188,19 +189,58 @@ class Trace:
     return None, None
 
 
-def _epochs_in_budget(trace, problem, budget, fit):
-  """Fills `trace` from `fit(epochs)` (an `InMemorySdca.fit` history): a
-  2-epoch probe measures the speed, then one fit of the epochs that fit in
-  the budget (its per-epoch times exclude the gap evaluation)."""
-  probe = fit(2)
-  epochs = max(1, int(budget * max(probe["rows_per_sec"]) / problem.n))
-  history = fit(epochs)
-  elapsed = 0.0
-  for epoch, (rate, loss) in enumerate(zip(history["rows_per_sec"],
-                                           history["loss"])):
-    elapsed += problem.n / rate
-    trace.add(elapsed, epoch + 1, loss * problem.n)
+# Every solver is timed the same way: a fresh fit of k epochs (iterations)
+# for each k of one grid, wall clock from the call to the returned weights,
+# everything the fit does included (validating and packing the data, the
+# exact gap ours computes every epoch, Python); the objective of the
+# returned weights is computed afterwards, untimed. The grid grows by ~1.5x,
+# so a solver that needs 33 epochs is charged a fit of at most 41.
+GRID = (1, 2, 3, 5, 8, 12, 18, 27, 41, 62, 93, 140, 210, 315, 473, 710)
+
+
+def _grid(trace, budget, fit):
+  """Fills `trace` with one point per grid size k: `fit(k)` returns
+  (weights, epochs run, breakdown or None), its wall time is the point's
+  seconds. Stops once the fits so far took the budget, or a fit stopped
+  early (converged: a larger k adds nothing)."""
+  spent = 0.0
+  for k in GRID:
+    t0 = time.perf_counter()
+    w, epochs, breakdown = fit(k)
+    seconds = time.perf_counter() - t0
+    spent += seconds
+    trace.add(seconds, epochs, trace.problem.objective(
+        np.asarray(w, np.float64)))
+    if breakdown is not None:
+      trace.breakdown = dict(breakdown, seconds=seconds, epochs=epochs)
+    if spent > budget or epochs < k:
+      break
   return trace
+
+
+def _our_fit(problem, make_model, **data):
+  """`fit(k)` for `_grid` of an `InMemorySdca`: a new model trained k
+  epochs, the weights in the problem's order, and where its time went
+  (from the history's training times: the rest is packing, the exact gap
+  and Python)."""
+  def fit(epochs):
+    start = time.perf_counter()
+    model = make_model()
+    history = model.fit(problem.labels, **data, epochs=epochs, tol=1e-10,
+                        verbose=0)
+    total = time.perf_counter() - start
+    n = problem.n
+    solve = [n / r for r in history["rows_per_sec"]]
+    # The first epoch's rate counts validating and packing the data too.
+    first_epoch = solve[1] if len(solve) > 1 else 0.0
+    packing = max(solve[0] - first_epoch, 0.0)
+    training = sum(solve) - packing
+    # (On the CSR matrix every column is a sparse one.)
+    w = (model.sparse_weights if model.dense_weights is None else
+         _our_weights(problem, model.sparse_weights, model.dense_weights))
+    return w, len(history["loss"]), dict(
+        packing=packing, solve=training, gap_and_python=total - sum(solve))
+  return fit
 
 
 def _label(name, threads, momentum):
@@ -213,16 +253,11 @@ def run_ours_raw(problem, budget, threads=0, batch_size=None, momentum=0.0):
   dense array (rows packed once, duals by row)."""
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   trace = Trace(_label("tf_sdca op", threads, momentum))
-
-  def fit(epochs):
-    model = InMemorySdca(loss="logistic_loss", l2=problem.l2,
-                         num_threads=threads, momentum=momentum)
-    # Stops once the gap certifies 1e-10: later points add nothing.
-    return model.fit(problem.labels, **_our_features(problem), epochs=epochs,
-                     batch_size=batch_size or problem.n, tol=1e-10,
-                     verbose=0)
-
-  return _epochs_in_budget(trace, problem, budget, fit)
+  trace.problem = problem
+  return _grid(trace, budget, _our_fit(
+      problem, lambda: InMemorySdca(loss="logistic_loss", l2=problem.l2,
+                                    num_threads=threads, momentum=momentum),
+      batch_size=batch_size or problem.n, **_our_features(problem)))
 
 
 def run_ours_csr(problem, budget, threads=0, momentum=0.0):
@@ -231,18 +266,15 @@ def run_ours_csr(problem, budget, threads=0, momentum=0.0):
   and packing included in the first epoch's time."""
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   trace = Trace(_label("tf_sdca CSR", threads, momentum))
+  trace.problem = problem
   csr = problem.csr()
   indptr, indices = csr.indptr, csr.indices.astype(np.int32)
   values = csr.data.astype(np.float32)
-
-  def fit(epochs):
-    model = InMemorySdca(loss="logistic_loss", l2=problem.l2,
-                         num_threads=threads, momentum=momentum)
-    return model.fit(problem.labels, indptr=indptr, indices=indices,
-                     values=values, num_features=csr.shape[1], epochs=epochs,
-                     tol=1e-10, verbose=0)
-
-  return _epochs_in_budget(trace, problem, budget, fit)
+  return _grid(trace, budget, _our_fit(
+      problem, lambda: InMemorySdca(loss="logistic_loss", l2=problem.l2,
+                                    num_threads=threads, momentum=momentum),
+      indptr=indptr, indices=indices, values=values,
+      num_features=csr.shape[1]))
 
 
 def run_ours_sdca_model(problem, budget, batch_size=None):
@@ -390,23 +422,6 @@ def run_tf_sdca_v2(problem, budget, batch_size=None):
   return trace
 
 
-def _ladder(trace, budget, fit, max_steps=12):
-  """For solvers without progress reports: fits with 1, 2, 4, ...
-  iterations, each timed from scratch, until the budget is spent."""
-  trace.ladder = True
-  iters, spent = 1, 0.0
-  for _ in range(max_steps):
-    t0 = time.perf_counter()
-    w = fit(iters)
-    seconds = time.perf_counter() - t0
-    spent += seconds
-    trace.add(seconds, iters, trace.problem.objective(w))
-    if spent > budget:
-      break
-    iters *= 2
-  return trace
-
-
 def run_snapml(problem, budget, threads=1):
   """Snap ML's dual (SDCA-type) logistic regression, `n_jobs=threads`."""
   try:
@@ -425,8 +440,10 @@ def run_snapml(problem, budget, threads=1):
                              dual=True, n_jobs=threads, tol=1e-12,
                              fit_intercept=False)
     clf.fit(x, y)
-    return np.asarray(clf.coef_, np.float64).ravel()
-  return _ladder(trace, budget, fit)
+    # (It does not say how many epochs it ran: the limit is an upper bound.)
+    return np.asarray(clf.coef_, np.float64).ravel(), iters, None
+  trace.ladder = True
+  return _grid(trace, budget, fit)
 
 
 def run_liblinear(problem, budget):
@@ -442,8 +459,9 @@ def run_liblinear(problem, budget):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
       clf.fit(x, problem.labels)
-    return clf.coef_.ravel().astype(np.float64)
-  return _ladder(trace, budget, fit)
+    return (clf.coef_.ravel().astype(np.float64), int(np.max(clf.n_iter_)),
+            None)
+  return _grid(trace, budget, fit)
 
 
 def run_saga(problem, budget):
