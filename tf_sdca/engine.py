@@ -38,7 +38,7 @@ from tf_sdca.ops import sdca_ops
 # Fewest rows per lock-free thread over packed rows: with fewer, starting
 # the threads every epoch costs more than they gain (scikit-learn's
 # breast_cancer, 569 rows: two threads took 1.7x the time of one).
-_MIN_ROWS_PER_THREAD = 4096
+MIN_ROWS_PER_THREAD = 4096
 
 Config = collections.namedtuple(
     "Config", ["loss", "l1", "l2", "gamma", "seed", "visit_order",
@@ -582,8 +582,8 @@ class ArrayRows:
 
 def _packed_threads(num_threads, n):
   """Threads to pack n rows for: num_threads, at most one per
-  _MIN_ROWS_PER_THREAD rows, at least one."""
-  return max(1, min(num_threads, n // _MIN_ROWS_PER_THREAD))
+  MIN_ROWS_PER_THREAD rows, at least one."""
+  return max(1, min(num_threads, n // MIN_ROWS_PER_THREAD))
 
 
 def choose_threads(num_threads, n, num_classes=1):
@@ -605,7 +605,7 @@ def choose_threads(num_threads, n, num_classes=1):
     warnings.warn(
         f"num_threads={num_threads}: using {threads} lock-free thread(s) "
         f"for {n} rows on {cores} core(s) (at most one per "
-        f"{_MIN_ROWS_PER_THREAD} rows and one per core)", UserWarning,
+        f"{MIN_ROWS_PER_THREAD} rows and one per core)", UserWarning,
         stacklevel=3)
   if threads >= 3:
     warnings.warn(

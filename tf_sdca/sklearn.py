@@ -50,6 +50,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from tf_sdca import engine
 from tf_sdca import options
 from tf_sdca.trainer import InMemorySdca
 
@@ -61,9 +62,6 @@ REGRESSOR_LOSSES = ("squared", "absolute", "poisson")
 # multinomial one where there is one (as LogisticRegression and
 # LinearSVC(multi_class='crammer_singer') do), else one-vs-rest.
 _MULTICLASS_LOSS = {"logistic": "softmax", "hinge": "multiclass_hinge"}
-# The engine packs rows for a thread per this many rows at most
-# (engine.choose_threads warns beyond it; n_jobs=-1 should not).
-_ROWS_PER_THREAD = 4096
 
 
 def _positive(name, value, door, strict=True):
@@ -84,7 +82,9 @@ def _threads(n_jobs, n):
     jobs = max(1, cores + 1 + n_jobs)
   else:
     jobs = max(1, int(n_jobs))
-  return max(1, min(jobs, cores, n // _ROWS_PER_THREAD))
+  # (At most the threads engine.choose_threads takes without a warning:
+  # n_jobs=-1 should not warn.)
+  return max(1, min(jobs, cores, n // engine.MIN_ROWS_PER_THREAD))
 
 
 class _SDCAMixin:

@@ -249,12 +249,6 @@ class InMemorySdca:
                          self.visit_order, self.hinge_step, self.num_classes,
                          self.asdca_batch_size, self.asdca_theta)
 
-  def _packed_order(self, visit_order=None):
-    """The visit_order of the PackedSolve calls: ASDCA's objective
-    evaluations take 'permutation' (no passes: the order is unused)."""
-    order = self.visit_order if visit_order is None else visit_order
-    return "permutation" if order == "asdca" else order
-
   # --------------------------------------------------------------- data
   def _batches(self, n, csr, batch_size, num_features, order=None):
     """Yields per batch: (rows, op-ready sparse arrays), one batch at a time
