@@ -7,10 +7,11 @@ Every solver minimises the same L2-regularised logistic regression
 where x_i includes a constant-1 column (the intercept, regularised like the
 other weights; TensorFlow's `l2`, scikit-learn's `C = 1 / l2` with
 `fit_intercept=False`, Snap ML's `regularizer = l2`, checked to give the
-same optimum). Each solver records
-`(seconds, epochs, P(w))` after every epoch (or, for solvers that cannot
-report progress, after runs with growing iteration limits, each timed from
-scratch). Objective evaluations are not timed. A reference optimum, computed
+same optimum). Every solver is timed alike: a fresh fit of k epochs
+(iterations) for each k of one ~1.5x grid (`GRID`), wall clock from the
+call to the returned weights, all its set-up included (building batches or
+variables, packing, tracing), recorded as `(seconds, epochs, P(w))`.
+Objective evaluations are not timed. A reference optimum, computed
 once per problem and cached, gives the relative suboptimality
 `(P(w) - P*) / P*`; its certificate is our duality gap.
 
@@ -279,147 +280,134 @@ def run_ours_csr(problem, budget, threads=0, momentum=0.0):
 
 def run_ours_sdca_model(problem, budget, batch_size=None):
   """Our op through `tf_sdca.SdcaModel` (hash-table duals, tf.function),
-  by default one batch of all rows per epoch (fixed batches in a shuffled
-  order converge much more slowly; see g3doc/trainer.md)."""
+  by default one batch of all rows per epoch. Each point of the grid is a
+  fresh model: variables, batch tensors and tracing included."""
   batch_size = batch_size or problem.n
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   import tf_sdca  # pylint: disable=import-outside-toplevel
   trace = Trace("tf_sdca SdcaModel")
-  dense_w = tf.Variable(tf.zeros([problem.dense.shape[1]]))
-  sparse_vars = ([] if problem.ids is None else
-                 [tf.Variable(tf.zeros([problem.table_size]))])
-  model = tf_sdca.SdcaModel(
-      None, dict(sparse_features_weights=sparse_vars,
-                 dense_features_weights=[dense_w]),
-      dict(loss_type="logistic_loss", symmetric_l2_regularization=problem.l2))
-  batches = []
-  for start in range(0, problem.n, batch_size):
-    rows = slice(start, min(problem.n, start + batch_size))
-    b = problem.n if rows.stop is None else rows.stop - rows.start
-    sparse = []
-    if problem.ids is not None:
-      m = problem.ids.shape[1]
-      sparse = [tf_sdca.SparseFeatureColumn(
-          tf.constant(np.repeat(np.arange(b, dtype=np.int64), m)),
-          tf.constant(problem.ids[rows].ravel()))]
-    batches.append(dict(
-        sparse_features=sparse, dense_features=[tf.constant(
-            problem.dense[rows])],
-        example_weights=tf.ones([b]),
-        example_labels=tf.constant(problem.labels[rows]),
-        example_ids=tf.strings.as_string(tf.range(start, start + b))))
+  trace.problem = problem
 
-  @tf.function
-  def step(examples):
-    model.update_weights(model.minimize(examples=examples))
+  def fit(epochs):
+    dense_w = tf.Variable(tf.zeros([problem.dense.shape[1]]))
+    sparse_vars = ([] if problem.ids is None else
+                   [tf.Variable(tf.zeros([problem.table_size]))])
+    model = tf_sdca.SdcaModel(
+        None, dict(sparse_features_weights=sparse_vars,
+                   dense_features_weights=[dense_w]),
+        dict(loss_type="logistic_loss",
+             symmetric_l2_regularization=problem.l2))
+    batches = []
+    for start in range(0, problem.n, batch_size):
+      rows = slice(start, min(problem.n, start + batch_size))
+      b = rows.stop - rows.start
+      sparse = []
+      if problem.ids is not None:
+        m = problem.ids.shape[1]
+        sparse = [tf_sdca.SparseFeatureColumn(
+            tf.constant(np.repeat(np.arange(b, dtype=np.int64), m)),
+            tf.constant(problem.ids[rows].ravel()))]
+      batches.append(dict(
+          sparse_features=sparse, dense_features=[tf.constant(
+              problem.dense[rows])],
+          example_weights=tf.ones([b]),
+          example_labels=tf.constant(problem.labels[rows]),
+          example_ids=tf.strings.as_string(tf.range(start, start + b))))
 
-  elapsed, epochs = 0.0, 0
-  rng = np.random.default_rng(0)
-  while elapsed < budget:
-    t0 = time.perf_counter()
-    for i in rng.permutation(len(batches)):
-      step(batches[i])
-    elapsed += time.perf_counter() - t0
-    epochs += 1
+    @tf.function
+    def step(examples):
+      model.update_weights(model.minimize(examples=examples))
+
+    rng = np.random.default_rng(0)
+    for _ in range(epochs):
+      for i in rng.permutation(len(batches)):
+        step(batches[i])
     w = _our_weights(problem,
                      sparse_vars[0].numpy() if sparse_vars else None,
                      dense_w.numpy())
-    trace.add(elapsed, epochs, problem.objective(w.astype(np.float64)))
-  return trace
+    return w, epochs, None
+  return _grid(trace, budget, fit)
 
 
 def run_ours_keras(problem, budget, batch_size=100_000):
-  """Our op through `tf_sdca.keras.LinearModel.fit`."""
-  import keras  # pylint: disable=import-outside-toplevel
+  """Our op through `tf_sdca.keras.LinearModel.fit`, a fresh model per
+  point of the grid."""
   from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
   trace = Trace("tf_sdca Keras")
+  trace.problem = problem
   features = {"dense": problem.dense[:, :-1]}
   categorical = {}
   if problem.ids is not None:
     features["ids"] = problem.ids
     categorical["ids"] = problem.table_size
-  # Plain epochs, as the "ours" peers (the "-m" ones extrapolate).
-  model = LinearModel(loss="logistic", l2=problem.l2, momentum=0,
-                      categorical_features=categorical)
-  clock = {"elapsed": 0.0}
 
-  class Timer(keras.callbacks.Callback):
-
-    def on_epoch_begin(self, epoch, logs=None):
-      clock["start"] = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-      clock["last"] = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-      clock["elapsed"] += clock["last"] - clock["start"]
-      w = np.concatenate([v.numpy().ravel() for v in model.weights])
-      # Keras orders kernels by feature name ("dense" < "ids"), then bias.
-      if problem.ids is not None:
-        k = problem.dense.shape[1] - 1
-        w = np.concatenate([w[k:k + problem.table_size], w[:k], w[-1:]])
-      trace.add(clock["elapsed"], epoch + 1, problem.objective(w))
-      if clock["elapsed"] > budget:
-        self.model.stop_training = True
-
-  model.fit(features, problem.labels, batch_size=batch_size, epochs=10_000,
-            verbose=0, callbacks=[Timer()])
-  return trace
+  def fit(epochs):
+    # Plain epochs, as the "ours" peers (the "-m" ones extrapolate).
+    model = LinearModel(loss="logistic", l2=problem.l2, momentum=0,
+                        categorical_features=categorical)
+    model.fit(features, problem.labels, batch_size=batch_size,
+              epochs=epochs, verbose=0)
+    w = np.concatenate([v.numpy().ravel() for v in model.weights])
+    # Keras orders kernels by feature name ("dense" < "ids"), then bias.
+    if problem.ids is not None:
+      k = problem.dense.shape[1] - 1
+      w = np.concatenate([w[k:k + problem.table_size], w[:k], w[-1:]])
+    return w, epochs, None
+  return _grid(trace, budget, fit)
 
 
 def run_tf_sdca_v2(problem, budget, batch_size=None):
   """`tf.raw_ops.SdcaOptimizerV2` with the best glue we could write: batch
-  tensors built once, weights float64 on the host, distinct ids only, by
-  default one batch of all rows per epoch (its kernel shuffles them)."""
+  tensors built once per fit, weights float64 on the host, distinct ids
+  only, by default one batch of all rows per epoch (its kernel shuffles
+  them). Each point of the grid starts from scratch."""
   batch_size = batch_size or problem.n
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   trace = Trace("SdcaOptimizerV2")
-  k = problem.dense.shape[1]
-  w_sparse = np.zeros(problem.table_size)
-  w_dense = np.zeros(k)
-  state = np.zeros((problem.n, 4), np.float32)
-  batches = []
-  for start in range(0, problem.n, batch_size):
-    rows = slice(start, min(problem.n, start + batch_size))
-    b = rows.stop - rows.start
-    batch = dict(rows=rows, dense=tf.constant(problem.dense[rows]),
-                 labels=tf.constant(problem.labels[rows]),
-                 ones=tf.ones([b]))
-    if problem.ids is not None:
-      m = problem.ids.shape[1]
-      ids = problem.ids[rows].ravel()
-      batch.update(uniq=np.unique(ids), ids=tf.constant(ids),
-                   ex=tf.constant(np.repeat(np.arange(b, dtype=np.int64), m)))
-      batch["uniq_t"] = tf.constant(batch["uniq"])
-    batches.append(batch)
-  elapsed, epochs = 0.0, 0
-  rng = np.random.default_rng(0)
-  while elapsed < budget:
-    t0 = time.perf_counter()
-    for i in rng.permutation(len(batches)):
-      b = batches[i]
-      sparse = problem.ids is not None
-      out = tf.raw_ops.SdcaOptimizerV2(
-          sparse_example_indices=[b["ex"]] if sparse else [],
-          sparse_feature_indices=[b["ids"]] if sparse else [],
-          sparse_feature_values=[], dense_features=[b["dense"]],
-          example_weights=b["ones"], example_labels=b["labels"],
-          sparse_indices=[b["uniq_t"]] if sparse else [],
-          sparse_weights=([tf.constant(w_sparse[b["uniq"]], tf.float32)]
-                          if sparse else []),
-          dense_weights=[tf.constant(w_dense, tf.float32)],
-          example_state_data=tf.constant(state[b["rows"]]),
-          loss_type="logistic_loss", l1=0.0, l2=problem.l2,
-          num_loss_partitions=1, num_inner_iterations=1, adaptive=False)
-      state[b["rows"]] = out[0].numpy()
+  trace.problem = problem
+  sparse = problem.ids is not None
+
+  def fit(epochs):
+    w_sparse = np.zeros(problem.table_size)
+    w_dense = np.zeros(problem.dense.shape[1])
+    state = np.zeros((problem.n, 4), np.float32)
+    batches = []
+    for start in range(0, problem.n, batch_size):
+      rows = slice(start, min(problem.n, start + batch_size))
+      b = rows.stop - rows.start
+      batch = dict(rows=rows, dense=tf.constant(problem.dense[rows]),
+                   labels=tf.constant(problem.labels[rows]),
+                   ones=tf.ones([b]))
       if sparse:
-        w_sparse[b["uniq"]] += out[1][0].numpy()
-      w_dense += out[2][0].numpy()
-    elapsed += time.perf_counter() - t0
-    epochs += 1
-    trace.add(elapsed, epochs,
-              problem.objective(_our_weights(problem, w_sparse, w_dense)))
-  return trace
+        m = problem.ids.shape[1]
+        ids = problem.ids[rows].ravel()
+        batch.update(uniq=np.unique(ids), ids=tf.constant(ids),
+                     ex=tf.constant(np.repeat(np.arange(b, dtype=np.int64),
+                                              m)))
+        batch["uniq_t"] = tf.constant(batch["uniq"])
+      batches.append(batch)
+    rng = np.random.default_rng(0)
+    for _ in range(epochs):
+      for i in rng.permutation(len(batches)):
+        b = batches[i]
+        out = tf.raw_ops.SdcaOptimizerV2(
+            sparse_example_indices=[b["ex"]] if sparse else [],
+            sparse_feature_indices=[b["ids"]] if sparse else [],
+            sparse_feature_values=[], dense_features=[b["dense"]],
+            example_weights=b["ones"], example_labels=b["labels"],
+            sparse_indices=[b["uniq_t"]] if sparse else [],
+            sparse_weights=([tf.constant(w_sparse[b["uniq"]], tf.float32)]
+                            if sparse else []),
+            dense_weights=[tf.constant(w_dense, tf.float32)],
+            example_state_data=tf.constant(state[b["rows"]]),
+            loss_type="logistic_loss", l1=0.0, l2=problem.l2,
+            num_loss_partitions=1, num_inner_iterations=1, adaptive=False)
+        state[b["rows"]] = out[0].numpy()
+        if sparse:
+          w_sparse[b["uniq"]] += out[1][0].numpy()
+        w_dense += out[2][0].numpy()
+    return _our_weights(problem, w_sparse, w_dense), epochs, None
+  return _grid(trace, budget, fit)
 
 
 def run_snapml(problem, budget, threads=1):
@@ -465,41 +453,39 @@ def run_liblinear(problem, budget):
 
 
 def run_saga(problem, budget):
-  """scikit-learn's SAGA, one epoch per warm-started call."""
+  """scikit-learn's SAGA, a fresh fit of k epochs (`max_iter=k`)."""
   from sklearn.linear_model import LogisticRegression  # pylint: disable=import-outside-toplevel
   trace = Trace("sklearn saga")
+  trace.problem = problem
   x = problem.csr()
-  clf = LogisticRegression(solver="saga", C=1 / problem.l2,
-                           fit_intercept=False, max_iter=1, tol=0,
-                           warm_start=True)
-  elapsed, epochs = 0.0, 0
-  while elapsed < budget:
-    t0 = time.perf_counter()
+
+  def fit(iters):
+    clf = LogisticRegression(solver="saga", C=1 / problem.l2,
+                             fit_intercept=False, max_iter=iters, tol=0)
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
       clf.fit(x, problem.labels)
-    elapsed += time.perf_counter() - t0
-    epochs += 1
-    trace.add(elapsed, epochs, problem.objective(clf.coef_.ravel()))
-  return trace
+    return clf.coef_.ravel(), int(np.max(clf.n_iter_)), None
+  return _grid(trace, budget, fit)
 
 
 def run_sgd(problem, budget):
-  """scikit-learn's SGDClassifier (log loss, alpha = l2 / n), one epoch per
-  partial_fit."""
+  """scikit-learn's SGDClassifier (log loss, alpha = l2 / n), a fresh fit
+  of k epochs (`max_iter=k`, no early stop)."""
   from sklearn.linear_model import SGDClassifier  # pylint: disable=import-outside-toplevel
   trace = Trace("sklearn SGD")
+  trace.problem = problem
   x = problem.csr()
-  clf = SGDClassifier(loss="log_loss", alpha=problem.l2 / problem.n,
-                      fit_intercept=False, random_state=0)
-  elapsed, epochs = 0.0, 0
-  while elapsed < budget:
-    t0 = time.perf_counter()
-    clf.partial_fit(x, problem.labels, classes=np.array([0.0, 1.0]))
-    elapsed += time.perf_counter() - t0
-    epochs += 1
-    trace.add(elapsed, epochs, problem.objective(clf.coef_.ravel()))
-  return trace
+
+  def fit(iters):
+    clf = SGDClassifier(loss="log_loss", alpha=problem.l2 / problem.n,
+                        fit_intercept=False, random_state=0, max_iter=iters,
+                        tol=None)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      clf.fit(x, problem.labels)
+    return clf.coef_.ravel(), int(clf.n_iter_), None
+  return _grid(trace, budget, fit)
 
 
 SOLVERS = {
