@@ -685,17 +685,24 @@ def objective_and_gap(parts, loss, l1, l2):
         f"{norm_1!r}): the weights and duals are not a primal-dual pair")
   return primal, max(gap, 0.0)
 
-# momentum='auto': plain epochs 1 to AUTO_MOMENTUM_EPOCHS, then beta =
-# AUTO_MOMENTUM_BETA if the relative gap's ratio from one epoch to the next
-# over the last two of them (the geometric mean of gap_3 / gap_2 and gap_4
-# / gap_3, "the contraction") is at least AUTO_MOMENTUM_RATIO, else 0. Measured (g3doc/trainer.md): where
-# beta = 0.5 cut the epochs (standardised breast_cancer logistic and smooth
-# hinge, diabetes squared, digit counts Poisson, digits softmax, wine
-# softmax, Criteo-shaped rows at l2 = 1) that contraction was 0.25-0.93;
-# where it cost epochs (breast_cancer and Criteo-shaped rows at l2 = 10)
-# 0.10-0.15.
+# momentum='auto': plain epochs 1 to AUTO_MOMENTUM_EPOCHS; their relative
+# gaps give the plain contraction rho (the geometric mean of gap_3 / gap_2
+# and gap_4 / gap_3), and beta rises linearly from 0 at rho =
+# AUTO_MOMENTUM_FLOOR to AUTO_MOMENTUM_BETA at rho = AUTO_MOMENTUM_FULL.
+# Measured (g3doc/trainer.md): where beta = 0.5 cut the epochs the
+# contraction was 0.23-0.93; where it cost epochs (breast_cancer and
+# Criteo-shaped rows at l2 = 10) 0.10-0.21. A step at 0.2 (the rule before)
+# flipped with thread timing on 200k Criteo-shaped rows at l2 = 10 (rho
+# 0.17-0.21 from run to run), and beta = 0.5 there ended 12 epochs 70-330x
+# above plain; the ramp gives beta 0.02-0.11 there, which ended 0.4-1.2x
+# plain's gap. A check of the extrapolated epochs against plain's pace
+# (gap_4 rho^r) was tried and dropped: plain epochs slow down after the
+# 4th (breast_cancer, l2 = 1: 0.45 an epoch, then 0.6-0.75), so it fell
+# back on every slowly contracting problem, where beta = 0.5 halves the
+# epochs.
 AUTO_MOMENTUM_EPOCHS = 4
-AUTO_MOMENTUM_RATIO = 0.2
+AUTO_MOMENTUM_FLOOR = 0.15
+AUTO_MOMENTUM_FULL = 0.35
 AUTO_MOMENTUM_BETA = 0.5
 
 
@@ -806,14 +813,23 @@ class Extrapolation:
         self._beta = choose_auto_momentum(self._gaps)
 
 
-def choose_auto_momentum(gaps):
-  """momentum='auto''s beta from the relative gaps of the first
-  AUTO_MOMENTUM_EPOCHS plain epochs: AUTO_MOMENTUM_BETA when over the last
-  two of them the gap's ratio from one epoch to the next is at least
-  AUTO_MOMENTUM_RATIO (in geometric mean: slow epochs), else 0 (fast plain
-  epochs, which extrapolation slows)."""
+def auto_contraction(gaps):
+  """The plain epochs' contraction that momentum='auto' reads: the relative
+  gap's ratio from one epoch to the next over the last two of the first
+  AUTO_MOMENTUM_EPOCHS epochs (geometric mean), or 0 once converged."""
   first, last = gaps[AUTO_MOMENTUM_EPOCHS - 3], gaps[AUTO_MOMENTUM_EPOCHS - 1]
   if not first > 0.0:
     return 0.0
-  contraction = math.sqrt(max(last, 0.0) / first)
-  return AUTO_MOMENTUM_BETA if contraction >= AUTO_MOMENTUM_RATIO else 0.0
+  return math.sqrt(max(last, 0.0) / first)
+
+
+def choose_auto_momentum(gaps):
+  """momentum='auto''s beta from the relative gaps of the first
+  AUTO_MOMENTUM_EPOCHS plain epochs (`auto_contraction`: rho): 0 at rho <=
+  AUTO_MOMENTUM_FLOOR (fast plain epochs, which a fixed beta would slow:
+  it caps the rate near beta an epoch), AUTO_MOMENTUM_BETA at rho >=
+  AUTO_MOMENTUM_FULL (slow ones), linear between, so that a contraction
+  that noise moves a little moves beta a little."""
+  share = ((auto_contraction(gaps) - AUTO_MOMENTUM_FLOOR) /
+           (AUTO_MOMENTUM_FULL - AUTO_MOMENTUM_FLOOR))
+  return AUTO_MOMENTUM_BETA * min(max(share, 0.0), 1.0)
