@@ -249,7 +249,8 @@ class IterateAverage:
 def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
                verbose=1, callback=None, train_epoch=None,
                extrapolation=None, average=None, average_from=None,
-               start_time=None, describe_slow=None, explain_error=None):
+               start_time=None, describe_slow=None, explain_error=None,
+               gap_every=1):
   """The epochs of a fit: trains `state` on `problem` from `initial_epoch`
   up to `epochs`, stopping once the relative duality gap is below `tol`.
 
@@ -269,11 +270,18 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       epoch's rate counts preparing the data).
     explain_error: maps the FloatingPointError of an invalid gap to the
       error to raise (e.g. naming ASDCA's theta).
+    gap_every: evaluate the exact objective and gap after every
+      `gap_every`-th epoch (counting from 1) and after the last one; 0: after
+      the last one only. Every epoch is evaluated where something reads it:
+      with a callback, progress (`verbose`), an extrapolation that still
+      extrapolates (its restarts read every epoch's dual objective) or an
+      average. `tol` is checked on the evaluated epochs.
 
   Returns:
     The history: per-epoch lists `loss` (objective / total weight),
     `duality_gap` (relative), `rows_per_sec`; with `average`, also
-    `last_loss` and `last_duality_gap` (the last iterate's).
+    `last_loss` and `last_duality_gap` (the last iterate's). An epoch
+    `gap_every` skipped has NaN `loss` and `duality_gap`.
   """
   history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
   if average is not None:
@@ -300,6 +308,16 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       state.pass_over(problem, epoch, config, passes=1)
     # Training time only: the exact objective below is bookkeeping.
     elapsed = time.perf_counter() - start
+    if not (epoch + 1 == epochs or
+            (gap_every and (epoch + 1) % gap_every == 0) or
+            verbose or callback is not None or average is not None or
+            (extrapolation is not None and extrapolation.reads_gaps)):
+      # Nobody reads this epoch's gap: its pass over the rows (about as
+      # long as the epoch's) is skipped. The state is the same.
+      history["loss"].append(math.nan)
+      history["duality_gap"].append(math.nan)
+      history["rows_per_sec"].append(n / elapsed)
+      continue
     parts = state.pass_over(problem, epoch, config, passes=0)
     try:
       objective, gap = objective_and_gap(parts, config.loss, config.l1,
@@ -758,6 +776,13 @@ class Extrapolation:
     if beta > 0.0:
       self._set_point(duals + beta * change,
                       table + beta * (table - previous[1]))
+
+  @property
+  def reads_gaps(self):
+    """Whether the next epochs need `end_epoch`'s values: False only once
+    'auto' chose 0 (nothing extrapolates after that)."""
+    return not (self._auto and len(self._gaps) >= AUTO_MOMENTUM_EPOCHS and
+                self._beta == 0.0)
 
   @property
   def beta(self):
