@@ -712,7 +712,7 @@ def objective_and_gap(parts, loss, l1, l2):
 # Criteo-shaped rows at l2 = 10) 0.10-0.21. A step at 0.2 (the rule before)
 # flipped with thread timing on 200k Criteo-shaped rows at l2 = 10 (rho
 # 0.17-0.21 from run to run), and beta = 0.5 there ended 12 epochs 70-330x
-# above plain; the ramp gives beta 0.02-0.11 there, which ended 0.4-1.2x
+# above plain; the ramp gives beta 0.02-0.11 there, which ended 0.36-1.15x
 # plain's gap. A check of the extrapolated epochs against plain's pace
 # (gap_4 rho^r) was tried and dropped: plain epochs slow down after the
 # 4th (breast_cancer, l2 = 1: 0.45 an epoch, then 0.6-0.75), so it fell
@@ -740,8 +740,9 @@ class Extrapolation:
   certify it.
 
   With beta 'auto' the first AUTO_MOMENTUM_EPOCHS epochs are plain, and
-  their relative gaps choose beta (AUTO_MOMENTUM_BETA where they contract
-  slowly, else 0: the plain epochs go on unchanged).
+  their relative gaps choose beta (`choose_auto_momentum`: from 0 where
+  they contract fast, the plain epochs then going on unchanged, to
+  AUTO_MOMENTUM_BETA where they contract slowly).
 
   Args:
     beta: the extrapolation, in (0, 1), or 'auto'.
