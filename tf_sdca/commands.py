@@ -115,7 +115,7 @@ def add_parsers(sub):
                      "epochs (InMemorySdca's momentum, 0 <= BETA < 1; 0.5 "
                      "about halved the epochs on weakly regularised data "
                      "and cost a few at the default --l2 10, "
-                     "g3doc/trainer.md; 'auto': 0.5 or 0, chosen from how "
+                     "g3doc/trainer.md; 'auto': 0 to 0.5, chosen from how "
                      "fast the first 4 epochs' gap falls; 0: off). "
                      "One process, whole epochs (no --batch-size); default: "
                      "'auto' where it applies (whole epochs in a random "

@@ -249,7 +249,8 @@ class IterateAverage:
 def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
                verbose=1, callback=None, train_epoch=None,
                extrapolation=None, average=None, average_from=None,
-               start_time=None, describe_slow=None, explain_error=None):
+               start_time=None, describe_slow=None, explain_error=None,
+               gap_every=1):
   """The epochs of a fit: trains `state` on `problem` from `initial_epoch`
   up to `epochs`, stopping once the relative duality gap is below `tol`.
 
@@ -269,11 +270,18 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       epoch's rate counts preparing the data).
     explain_error: maps the FloatingPointError of an invalid gap to the
       error to raise (e.g. naming ASDCA's theta).
+    gap_every: evaluate the exact objective and gap after every
+      `gap_every`-th epoch (counting from 1) and after the last one; 0: after
+      the last one only. Every epoch is evaluated where something reads it:
+      with a callback, progress (`verbose`), an extrapolation that still
+      extrapolates (its restarts read every epoch's dual objective) or an
+      average. `tol` is checked on the evaluated epochs.
 
   Returns:
     The history: per-epoch lists `loss` (objective / total weight),
     `duality_gap` (relative), `rows_per_sec`; with `average`, also
-    `last_loss` and `last_duality_gap` (the last iterate's).
+    `last_loss` and `last_duality_gap` (the last iterate's). An epoch
+    `gap_every` skipped has NaN `loss` and `duality_gap`.
   """
   history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
   if average is not None:
@@ -300,6 +308,16 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       state.pass_over(problem, epoch, config, passes=1)
     # Training time only: the exact objective below is bookkeeping.
     elapsed = time.perf_counter() - start
+    if not (epoch + 1 == epochs or
+            (gap_every and (epoch + 1) % gap_every == 0) or
+            verbose or callback is not None or average is not None or
+            (extrapolation is not None and extrapolation.reads_gaps)):
+      # Nobody reads this epoch's gap: its pass over the rows (about as
+      # long as the epoch's) is skipped. The state is the same.
+      history["loss"].append(math.nan)
+      history["duality_gap"].append(math.nan)
+      history["rows_per_sec"].append(n / elapsed)
+      continue
     parts = state.pass_over(problem, epoch, config, passes=0)
     try:
       objective, gap = objective_and_gap(parts, config.loss, config.l1,
@@ -685,17 +703,24 @@ def objective_and_gap(parts, loss, l1, l2):
         f"{norm_1!r}): the weights and duals are not a primal-dual pair")
   return primal, max(gap, 0.0)
 
-# momentum='auto': plain epochs 1 to AUTO_MOMENTUM_EPOCHS, then beta =
-# AUTO_MOMENTUM_BETA if the relative gap's ratio from one epoch to the next
-# over the last two of them (the geometric mean of gap_3 / gap_2 and gap_4
-# / gap_3, "the contraction") is at least AUTO_MOMENTUM_RATIO, else 0. Measured (g3doc/trainer.md): where
-# beta = 0.5 cut the epochs (standardised breast_cancer logistic and smooth
-# hinge, diabetes squared, digit counts Poisson, digits softmax, wine
-# softmax, Criteo-shaped rows at l2 = 1) that contraction was 0.25-0.93;
-# where it cost epochs (breast_cancer and Criteo-shaped rows at l2 = 10)
-# 0.10-0.15.
+# momentum='auto': plain epochs 1 to AUTO_MOMENTUM_EPOCHS; their relative
+# gaps give the plain contraction rho (the geometric mean of gap_3 / gap_2
+# and gap_4 / gap_3), and beta rises linearly from 0 at rho =
+# AUTO_MOMENTUM_FLOOR to AUTO_MOMENTUM_BETA at rho = AUTO_MOMENTUM_FULL.
+# Measured (g3doc/trainer.md): where beta = 0.5 cut the epochs the
+# contraction was 0.23-0.93; where it cost epochs (breast_cancer and
+# Criteo-shaped rows at l2 = 10) 0.10-0.21. A step at 0.2 (the rule before)
+# flipped with thread timing on 200k Criteo-shaped rows at l2 = 10 (rho
+# 0.17-0.21 from run to run), and beta = 0.5 there ended 12 epochs 70-330x
+# above plain; the ramp gives beta 0.02-0.11 there, which ended 0.36-1.15x
+# plain's gap. A check of the extrapolated epochs against plain's pace
+# (gap_4 rho^r) was tried and dropped: plain epochs slow down after the
+# 4th (breast_cancer, l2 = 1: 0.45 an epoch, then 0.6-0.75), so it fell
+# back on every slowly contracting problem, where beta = 0.5 halves the
+# epochs.
 AUTO_MOMENTUM_EPOCHS = 4
-AUTO_MOMENTUM_RATIO = 0.2
+AUTO_MOMENTUM_FLOOR = 0.15
+AUTO_MOMENTUM_FULL = 0.35
 AUTO_MOMENTUM_BETA = 0.5
 
 
@@ -715,8 +740,9 @@ class Extrapolation:
   certify it.
 
   With beta 'auto' the first AUTO_MOMENTUM_EPOCHS epochs are plain, and
-  their relative gaps choose beta (AUTO_MOMENTUM_BETA where they contract
-  slowly, else 0: the plain epochs go on unchanged).
+  their relative gaps choose beta (`choose_auto_momentum`: from 0 where
+  they contract fast, the plain epochs then going on unchanged, to
+  AUTO_MOMENTUM_BETA where they contract slowly).
 
   Args:
     beta: the extrapolation, in (0, 1), or 'auto'.
@@ -751,6 +777,13 @@ class Extrapolation:
     if beta > 0.0:
       self._set_point(duals + beta * change,
                       table + beta * (table - previous[1]))
+
+  @property
+  def reads_gaps(self):
+    """Whether the next epochs need `end_epoch`'s values: False only once
+    'auto' chose 0 (nothing extrapolates after that)."""
+    return not (self._auto and len(self._gaps) >= AUTO_MOMENTUM_EPOCHS and
+                self._beta == 0.0)
 
   @property
   def beta(self):
@@ -806,14 +839,23 @@ class Extrapolation:
         self._beta = choose_auto_momentum(self._gaps)
 
 
-def choose_auto_momentum(gaps):
-  """momentum='auto''s beta from the relative gaps of the first
-  AUTO_MOMENTUM_EPOCHS plain epochs: AUTO_MOMENTUM_BETA when over the last
-  two of them the gap's ratio from one epoch to the next is at least
-  AUTO_MOMENTUM_RATIO (in geometric mean: slow epochs), else 0 (fast plain
-  epochs, which extrapolation slows)."""
+def auto_contraction(gaps):
+  """The plain epochs' contraction that momentum='auto' reads: the relative
+  gap's ratio from one epoch to the next over the last two of the first
+  AUTO_MOMENTUM_EPOCHS epochs (geometric mean), or 0 once converged."""
   first, last = gaps[AUTO_MOMENTUM_EPOCHS - 3], gaps[AUTO_MOMENTUM_EPOCHS - 1]
   if not first > 0.0:
     return 0.0
-  contraction = math.sqrt(max(last, 0.0) / first)
-  return AUTO_MOMENTUM_BETA if contraction >= AUTO_MOMENTUM_RATIO else 0.0
+  return math.sqrt(max(last, 0.0) / first)
+
+
+def choose_auto_momentum(gaps):
+  """momentum='auto''s beta from the relative gaps of the first
+  AUTO_MOMENTUM_EPOCHS plain epochs (`auto_contraction`: rho): 0 at rho <=
+  AUTO_MOMENTUM_FLOOR (fast plain epochs, which a fixed beta would slow:
+  it caps the rate near beta an epoch), AUTO_MOMENTUM_BETA at rho >=
+  AUTO_MOMENTUM_FULL (slow ones), linear between, so that a contraction
+  that noise moves a little moves beta a little."""
+  share = ((auto_contraction(gaps) - AUTO_MOMENTUM_FLOOR) /
+           (AUTO_MOMENTUM_FULL - AUTO_MOMENTUM_FLOOR))
+  return AUTO_MOMENTUM_BETA * min(max(share, 0.0), 1.0)

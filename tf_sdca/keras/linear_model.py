@@ -95,7 +95,7 @@ Constructor arguments (`LinearModel(...)`):
   momentum: None (the default: 'auto' for in-memory fits where it
     applies, off for a streamed dataset, `visit_order` 'cyclic',
     'adaptive' or 'asdca', `average_from` and multi-worker fits), beta in
-    [0, 1) (0: off) or 'auto' (beta 0.5 or 0, chosen from the first 4
+    [0, 1) (0: off) or 'auto' (beta 0 to 0.5, chosen from the first 4
     epochs' gaps as `InMemorySdca(momentum='auto')` does): in-memory fits
     start each epoch after a `fit`'s first from the last two epochs'
     points extrapolated, as `tf_sdca.trainer.InMemorySdca(momentum=beta)`
