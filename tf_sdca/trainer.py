@@ -32,6 +32,7 @@ from tf_sdca import engine
 from tf_sdca import files
 from tf_sdca import losses
 from tf_sdca import options
+from tf_sdca import second_order
 from tf_sdca.engine import RowChunks  # pylint: disable=unused-import (API)
 from tf_sdca.ops import sdca_ops
 
@@ -174,14 +175,15 @@ class InMemorySdca:
                visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
                pack=True, num_classes=None, average_from=None,
                asdca_batch_size=_ASDCA_BATCH_SIZE, asdca_theta=None,
-               hinge_step="projection", momentum=None):
+               hinge_step="projection", momentum=None, second_order="auto"):
     loss, num_classes, given = options.validate(
         loss, dict(l1=l1, l2=l2, visit_order=visit_order, seed=seed,
                    gamma=gamma, num_threads=num_threads,
                    average_from=average_from,
                    asdca_batch_size=asdca_batch_size,
                    asdca_theta=asdca_theta, hinge_step=hinge_step,
-                   momentum=momentum), options.IN_MEMORY,
+                   momentum=momentum, second_order=second_order),
+        options.IN_MEMORY,
         options.IN_MEMORY_SDCA, num_classes)
     self.hinge_step = hinge_step
     self._asdca = visit_order == "asdca"
@@ -207,6 +209,9 @@ class InMemorySdca:
     self.num_threads = given["num_threads"]
     self.average_from = given["average_from"]
     self.momentum = given["momentum"]
+    self.second_order = given["second_order"]
+    # Whether the last fit took the exact block step (None: no fit yet).
+    self.second_order_used = None
     # The extrapolation's state after the last fit (or as a checkpoint
     # restored it): a fit with initial_epoch > 0 continues it.
     self.momentum_state = None
@@ -347,6 +352,7 @@ class InMemorySdca:
     # The first epoch's time includes preparing (and packing) the data.
     prepare_start = time.perf_counter()
     tol = options.check("tol", tol)
+    from_arrays = rows is None
     if rows is None:
       if labels is None:
         raise ValueError("give labels and features, or rows=RowChunks(...)")
@@ -398,9 +404,25 @@ class InMemorySdca:
     if self.momentum and not one_call:
       raise ValueError(f"batch_size={batch_size} < {n} rows: momentum "
                        "extrapolates whole epochs (no mini-batches)")
+    block_step = None
+    if from_arrays and second_order.applies(
+        self.second_order, self.loss, self.l1, num_features if csr is not
+        None else None, dense.shape[1] if dense is not None else 0,
+        self.num_classes):
+      design = second_order.design_matrix(n, csr, dense, num_features)
+      if self.second_order == "on" or second_order.coordinate_passes(
+          self.loss, self.l2, design, labels, weights) > \
+          second_order.MIN_PASSES_PER_E_FOLD:
+        block_step = second_order.ExactBlockStep(
+            self.loss, self.l2, design, labels, weights, self.num_classes)
+    self.second_order_used = block_step is not None
     momentum = options.momentum_for(self.momentum, self.visit_order,
                                     one_call, self._asdca,
                                     self.average_from is not None)
+    if block_step is not None and self.momentum is None:
+      # The step ends each epoch at the optimum (or near it): extrapolating
+      # from the point before it would only move away.
+      momentum = 0.0
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     problem = engine.Problem(
@@ -470,7 +492,8 @@ class InMemorySdca:
           verbose, callback, train_epoch, extrapolate, average,
           self.average_from, prepare_start,
           describe_slow=asdca_slow if self._asdca else None,
-          explain_error=asdca_error if self._asdca else None)
+          explain_error=asdca_error if self._asdca else None,
+          second_order=block_step)
     finally:
       self._fitting = False
     self._average = None
