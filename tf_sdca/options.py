@@ -150,11 +150,13 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
            frozenset((IN_MEMORY,)), None, None, "--momentum",
            "extrapolation of whole epochs (None: 'auto' where it applies)"),
     # 'auto': where SDCA's bound needs > 1,000 passes per factor e (weak l2,
-    # features in natural units) and d K <= 1024, l1 = 0.
+    # features in natural units) and d K <= 1024, l1 = 0; streamed: per
+    # batch, dense features only, one dual a row (tf_sdca/second_order.py).
     Option("second_order", "auto", f"one of {SECOND_ORDERS}",
-           lambda v: v in SECOND_ORDERS, frozenset((IN_MEMORY,)),
-           SECOND_ORDER_LOSSES, None, None,
-           "the exact block step: Newton on the primal after each epoch"),
+           lambda v: v in SECOND_ORDERS, frozenset((IN_MEMORY, STREAMED)),
+           SECOND_ORDER_LOSSES, "second_order", None,
+           "the exact block step: Newton on the primal after each epoch "
+           "(in memory) or batch (streamed)"),
     Option("average_from", None, "None or an epoch count >= 0",
            lambda v: v is None or _integer(0)(v),
            frozenset((IN_MEMORY, STREAMED)), None, "average_from",

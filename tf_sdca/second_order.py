@@ -210,3 +210,116 @@ class ExactBlockStep:
       duals = np.minimum(duals, self.labels)  # y - e^z <= y, in rounding too
     table = (self.xt @ (dz * -1.0)) / self.l2
     return duals, table.reshape(-1)
+
+
+# The losses of the streamed block step: one dual a row (the op's state
+# keeps K duals a row for softmax; not there yet).
+STREAMED_LOSSES = ("logistic_loss", "squared_loss", "poisson_loss")
+
+
+def streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
+  """The exact block step on one streamed batch (`SdcaModel`), as
+  TensorFlow ops: the batch's duals set to the maximiser of the dual over
+  them, the rest held. By Fenchel duality that is the primal of the batch,
+
+    min_u sum_B s_i phi(u.x_i) + l2 / 2 |u - c|^2,  c = w - X_B^T (s a) / l2
+
+  (c: what the other rows' duals put in w), solved by Newton's method from
+  u = w; then a_i = -phi'(u.x_i) and w moves by X_B^T (s (a_new - a)) / l2.
+  With 'auto' only where the batch's bound max_i s_i |x_i|^2 L / l2 exceeds
+  MIN_PASSES_PER_E_FOLD (the identity elsewhere, through `tf.cond`).
+
+  Args:
+    loss: one of STREAMED_LOSSES; l2: as the op holds it (float32).
+    x: float64 `[b, D]`; s, y: float64 `[b]`; w: float64 `[D]` (after the
+      op's step); duals: float64 `[b]` (the op's new duals).
+
+  Returns:
+    (duals float32 `[b]`, weight change float64 `[D]`).
+  """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  l2 = float(np.float32(l2))
+  c = w - tf.linalg.matvec(x, s * duals, transpose_a=True) / l2
+  if loss == "poisson_loss":
+    bound = tf.maximum(tf.constant(1.0, tf.float64), tf.reduce_max(y))
+  else:
+    bound = tf.constant({"logistic_loss": 0.25}.get(loss, 1.0), tf.float64)
+  kappa = tf.reduce_max(s * tf.reduce_sum(x * x, axis=1)) * bound / l2
+  sign = 2.0 * y - 1.0
+
+  def terms(u):
+    z = tf.linalg.matvec(x, u)
+    if loss == "poisson_loss":
+      e = tf.exp(z)
+      value, dz, curv = e - y * z, e - y, e
+    elif loss == "logistic_loss":
+      m = sign * z
+      sig = tf.sigmoid(-m)
+      value, dz, curv = tf.nn.softplus(-m), -sign * sig, sig * (1.0 - sig)
+    else:
+      value, dz, curv = 0.5 * (z - y) ** 2, z - y, tf.ones_like(z)
+    r = u - c
+    return (tf.reduce_sum(s * value) + 0.5 * l2 * tf.reduce_sum(r * r),
+            s * dz, s * curv)
+
+  eye = tf.eye(tf.shape(x)[1], dtype=tf.float64)
+
+  def newton(u, value, dz, curv):
+    grad = tf.linalg.matvec(x, dz, transpose_a=True) + l2 * (u - c)
+    hess = tf.matmul(x * curv[:, None], x, transpose_a=True) + l2 * eye
+    step = tf.linalg.cholesky_solve(tf.linalg.cholesky(hess),
+                                    grad[:, None])[:, 0]
+    return step, tf.reduce_sum(grad * step)
+
+  def body(i, u, value, dz, curv, last, done):
+    step, decrement = newton(u, value, dz, curv)
+    scale = tf.maximum(tf.abs(value), 1e-300)
+    stop = tf.logical_or(
+        tf.logical_not(decrement > REL_TOL * scale),
+        tf.logical_and(decrement < 1e-16 * scale,
+                       tf.logical_not(decrement < 0.5 * last)))
+
+    def accept(t, new_value):
+      return tf.logical_or(
+          decrement <= 1e-10 * scale,
+          tf.logical_and(tf.math.is_finite(new_value),
+                         new_value <= value - 0.25 * t * decrement))
+
+    def search_cond(t, new_value):
+      return tf.logical_and(tf.logical_not(accept(t, new_value)), t >= 1e-12)
+
+    def search_body(t, new_value):
+      t = 0.5 * t
+      return t, terms(u - t * step)[0]
+
+    t, _ = tf.while_loop(search_cond, search_body,
+                         (tf.constant(1.0, tf.float64),
+                          terms(u - step)[0]))
+    moved = tf.logical_and(tf.logical_not(stop), t >= 1e-12)
+    new_u = tf.where(moved, u - t * step, u)
+    new_value, new_dz, new_curv = terms(new_u)
+    return (i + 1, new_u, new_value, new_dz, new_curv, decrement,
+            tf.logical_or(done, tf.logical_not(moved)))
+
+  def solve():
+    value, dz, curv = terms(w)
+    _, u, _, dz, _, _, _ = tf.while_loop(
+        lambda i, *rest: tf.logical_and(i < MAX_ITERATIONS,
+                                        tf.logical_not(rest[-1])),
+        body, (tf.constant(0), w, value, dz, curv,
+               tf.constant(np.inf, tf.float64), tf.constant(False)))
+    # a = -phi'(z) (dz holds s phi'(z); a row of weight 0 takes phi'(z)).
+    new = -tf.math.divide_no_nan(dz, s)
+    if loss == "poisson_loss":
+      new = tf.minimum(new, y)
+    # The state keeps float32 duals: the weights follow the rounded ones.
+    new32 = tf.cast(new, tf.float32)
+    change = tf.cast(new32, tf.float64) - duals
+    return new32, tf.linalg.matvec(x, s * change, transpose_a=True) / l2
+
+  def keep():
+    return tf.cast(duals, tf.float32), tf.zeros_like(w)
+
+  if choice == "on":
+    return solve()
+  return tf.cond(kappa > MIN_PASSES_PER_E_FOLD, solve, keep)
