@@ -63,14 +63,17 @@ def _curvature_bound(loss, labels):
 def coordinate_passes(loss, l2, design, labels, weights):
   """SDCA's bound on its passes per factor e of the dual's error,
   max_i s_i |x_i|^2 L / l2."""
-  norms = np.asarray(design.multiply(design).sum(axis=1)).ravel()
+  norms = np.asarray(_scaled_rows(design, design).sum(axis=1)).ravel()
   return float(np.max(weights * norms, initial=0.0) *
                _curvature_bound(loss, labels) / l2)
 
 
 def design_matrix(n, csr, dense, num_features):
-  """The rows as one float64 CSR matrix `[n, num_features + d]`: sparse
-  columns first, then dense ones, the weight table's order."""
+  """The rows as one float64 matrix `[n, num_features + d]`: sparse
+  columns first, then dense ones, the weight table's order (a numpy array
+  without a sparse part, else CSR)."""
+  if csr is None:
+    return np.asarray(dense, np.float64)
   blocks = []
   if csr is not None:
     indptr, indices, values = csr
@@ -81,6 +84,17 @@ def design_matrix(n, csr, dense, num_features):
   if dense is not None:
     blocks.append(scipy.sparse.csr_matrix(dense.astype(np.float64)))
   return scipy.sparse.hstack(blocks, format="csr")
+
+
+def _scaled_rows(x, c):
+  """diag(c) x, or x * x elementwise for c = x (numpy or CSR)."""
+  return x.multiply(c) if scipy.sparse.issparse(x) else x * c
+
+
+def _gram(xt, x, c):
+  """X^T diag(c) X as a dense array."""
+  out = xt @ _scaled_rows(x, c[:, None])
+  return out.toarray() if scipy.sparse.issparse(out) else out
 
 
 def applies(choice, loss, l1, num_features, dense_dim, num_classes):
@@ -106,7 +120,7 @@ class ExactBlockStep:
     self.loss = loss
     self.l2 = float(np.float32(l2))
     self.x = design
-    self.xt = design.T.tocsr()
+    self.xt = design.T.tocsr() if scipy.sparse.issparse(design) else design.T
     self.labels = np.asarray(labels, np.float64)
     self.weights = np.asarray(weights, np.float64)
     self.k = num_classes if loss == "softmax_loss" else 1
@@ -146,7 +160,7 @@ class ExactBlockStep:
     d = w.shape[0]
     grad = (self.xt @ dz + self.l2 * w).reshape(-1)
     if self.k == 1:
-      hess = (self.xt @ self.x.multiply(curv[:, None])).toarray()
+      hess = _gram(self.xt, self.x, curv)
     else:
       # Blocks (a, b) of classes: X^T diag(s (p_a [a = b] - p_a p_b)) X.
       p, s, k = curv, self.weights, self.k
@@ -154,7 +168,7 @@ class ExactBlockStep:
       for a in range(k):
         for b in range(a, k):
           c = s * p[:, a] * ((1.0 if a == b else 0.0) - p[:, b])
-          block = (self.xt @ self.x.multiply(c[:, None])).toarray()
+          block = _gram(self.xt, self.x, c)
           hess[:, a, :, b] = block
           hess[:, b, :, a] = block.T
       hess = hess.reshape(d * k, d * k)
