@@ -37,10 +37,12 @@ LOSSES = options.SECOND_ORDER_LOSSES
 # O(n (d K)^2) per iteration (digits' 65 x 10 softmax: ~1 s).
 MAX_DIM = 1024
 # 'auto' steps where SDCA's bound, max_i s_i |x_i|^2 L / l2 passes per
-# factor e, exceeds this. Measured: the test suite's standardised problems
-# and the digit counts at l2 = 1000 are at 26-400 (SDCA converges there in
-# tens to hundreds of passes); Poisson on doctor visits at l2 = 1 is at
-# 2.7e5, raw breast_cancer logistic at l2 = 1 at 2.2e6.
+# factor e, exceeds this. Measured: heart_scale, standardised wine,
+# diabetes and breast_cancer at l2 = 1, the digit counts and the doctor
+# visits (Poisson) at l2 = 1000 are at 3-270 (SDCA converges there in tens
+# to hundreds of passes); the doctor visits at l2 = 1 at 2.7e5, raw
+# breast_cancer (logistic) at 6.2e6, raw wine (softmax) at 1.4e6, raw
+# digits (softmax) at 3.0e3.
 MIN_PASSES_PER_E_FOLD = 1e3
 # Newton iterations per step at most, and the stop. The weights the step
 # returns are X^T (s alpha(w)) / l2 = w - grad P(w) / l2: the gradient,
