@@ -41,6 +41,8 @@ BAD = [
     *[("average_from", bad, {}, "logistic") for bad in (-1, 2.5, True, "3")],
     *[("carry_over", bad, {}, "logistic")
       for bad in (1.0, -0.25, True, "0.5", "Auto", float("nan"))],
+    *[("second_order", bad, {}, "logistic")
+      for bad in ("always", "Auto", True, None, 1)],
 ]
 
 
@@ -91,13 +93,14 @@ def _sklearn(loss, values):
 
 # The doors and the options each takes in its constructor (an option it
 # lacks is not its to check: InMemorySdca has no carry_over, SdcaModel no
-# momentum or ASDCA; `tol` is an argument of fit / train).
+# momentum or ASDCA; `tol` is an argument of fit / train; Keras' in-memory
+# fits have no exact block step, its dataset fits SdcaModel's default).
 DOORS = {
     "InMemorySdca": (_in_memory_sdca, options.IN_MEMORY_SDCA,
                      set(options.OPTIONS) - {"carry_over",
                                              "num_loss_partitions", "tol"}),
     "keras.LinearModel": (_keras, options.KERAS,
-                          set(options.OPTIONS) - {"tol"}),
+                          set(options.OPTIONS) - {"tol", "second_order"}),
     "SdcaModel": (_sdca_model, options.SDCA_MODEL,
                   {k for k, o in options.OPTIONS.items() if o.sdca_key}),
     "LinearSDCA": (_estimator, options.SDCA_MODEL,

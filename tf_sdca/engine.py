@@ -250,13 +250,13 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
                verbose=1, callback=None, train_epoch=None,
                extrapolation=None, average=None, average_from=None,
                start_time=None, describe_slow=None, explain_error=None,
-               gap_every=1):
+               gap_every=1, second_order=None):
   """The epochs of a fit: trains `state` on `problem` from `initial_epoch`
   up to `epochs`, stopping once the relative duality gap is below `tol`.
 
   Each epoch: the extrapolated start (`extrapolation`), the epoch's
   training (`train_epoch(epoch, rng, bar, start)`, default one packed
-  pass), the exact objective and gap of the state, the averaged iterate's
+  pass), the exact block step (`second_order`), the exact objective and gap of the state, the averaged iterate's
   (`average`, from epoch `average_from`), progress, the slow-progress
   warning (`describe_slow(text)` may add to it), `callback(epoch,
   history)`, the stop.
@@ -276,6 +276,8 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       with a callback, progress (`verbose`), an extrapolation that still
       extrapolates (its restarts read every epoch's dual objective) or an
       average. `tol` is checked on the evaluated epochs.
+    second_order: a `tf_sdca.second_order.ExactBlockStep` taken after each
+      epoch's passes (None: none).
 
   Returns:
     The history: per-epoch lists `loss` (objective / total weight),
@@ -306,6 +308,8 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       if extrapolation is not None:
         extrapolation.start_epoch()
       state.pass_over(problem, epoch, config, passes=1)
+    if second_order is not None:
+      state.set_point(*second_order.step(state.weight_table()))
     # Training time only: the exact objective below is bookkeeping.
     elapsed = time.perf_counter() - start
     if not (epoch + 1 == epochs or

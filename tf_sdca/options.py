@@ -50,6 +50,11 @@ ASDCA_LOSSES = ("logistic_loss", "squared_loss", "smooth_hinge_loss")
 # theta shrinks like 1/sqrt(m) once m > 1 / k; m = 64 took 1.7-3x the
 # epochs of m = 8, g3doc/benchmarks.md).
 ASDCA_BATCH_SIZE = 8
+# The losses the exact block step of an in-memory fit applies to (Newton's
+# method on the primal needs phi'': tf_sdca/second_order.py).
+SECOND_ORDER_LOSSES = ("logistic_loss", "squared_loss", "poisson_loss",
+                       "softmax_loss")
+SECOND_ORDERS = ("auto", "on", "off")
 
 # The doors that run what only one mode runs, for "does not apply" messages.
 IN_MEMORY_DOORS = ("InMemorySdca, keras.LinearModel's in-memory fit or "
@@ -144,6 +149,14 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
            lambda v: v is None or v == "auto" or _fraction(v),
            frozenset((IN_MEMORY,)), None, None, "--momentum",
            "extrapolation of whole epochs (None: 'auto' where it applies)"),
+    # 'auto': where SDCA's bound needs > 1,000 passes per factor e (weak l2,
+    # features in natural units) and d K <= 1024, l1 = 0; streamed: per
+    # batch, dense features only, one dual a row (tf_sdca/second_order.py).
+    Option("second_order", "auto", f"one of {SECOND_ORDERS}",
+           lambda v: v in SECOND_ORDERS, frozenset((IN_MEMORY, STREAMED)),
+           SECOND_ORDER_LOSSES, "second_order", None,
+           "the exact block step: Newton on the primal after each epoch "
+           "(in memory) or batch (streamed)"),
     Option("average_from", None, "None or an epoch count >= 0",
            lambda v: v is None or _integer(0)(v),
            frozenset((IN_MEMORY, STREAMED)), None, "average_from",

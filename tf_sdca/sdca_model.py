@@ -41,6 +41,7 @@ import tensorflow as tf
 
 from tf_sdca import losses
 from tf_sdca import options as options_lib
+from tf_sdca import second_order
 from tf_sdca.ops import sdca_ops
 
 _OPTION_DEFAULTS = dict(
@@ -57,6 +58,7 @@ _OPTION_DEFAULTS = dict(
     average_from=None,
     hinge_step="projection",
     carry_over=0.0,
+    second_order=options_lib.OPTIONS["second_order"].default,
 )
 _REQUIRED_OPTIONS = ("loss_type", "symmetric_l2_regularization")
 
@@ -574,6 +576,15 @@ class SdcaModel(tf.Module):
       batches: on a single batch it only delays rows. The held rows, f /
       (1 - f) batches of them, live in variables that checkpoints and
       `get_state` keep),
+      `second_order` ('auto'; 'on' or 'off': after the op's step, the
+      exact block step on the call's rows: the batch's duals set to the
+      maximiser of the dual over them by Newton's method on the batch's
+      primal, for dense features only, the logistic, squared and Poisson
+      losses, l1 = 0, one loss partition and at most 1,024 dense weights;
+      'auto' where the batch's max_i s_i |x_i|^2 L / l2 exceeds 1,000.
+      With carry_over='auto' it took Poisson on doctor visits at l2 = 1 to
+      3e-6 of the optimum in 10 passes; fixed batches without held rows
+      converge slowly (g3doc/losses.md)),
       `average_from` (None; T0 >= 0: output averaging counted in `minimize`
       calls. The model keeps float64 running means of the unshrunk weights
       over the iterates after calls T0, T0 + 1, ... (T0 = 0: the starting
@@ -885,6 +896,9 @@ class SdcaModel(tf.Module):
         seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
         num_classes=self._num_classes, hinge_step=o["hinge_step"],
         call_index=self._calls.read_value())
+    if self._block_step_applies(examples):
+      new_state, d_dense = self._block_step(examples, dense, new_state,
+                                            d_dense)
     updates = self._insert_state(keys, new_state, slots) + held
     with tf.control_dependencies([new_state]):
       updates.append(self._calls.assign_add(1))
@@ -901,6 +915,40 @@ class SdcaModel(tf.Module):
         updates.append(global_step.assign_add(1))
     with tf.control_dependencies(updates):
       return tf.identity(new_state, name="train_op")
+
+  def _block_step_applies(self, examples):
+    """Whether `second_order` takes the exact block step on this batch's
+    structure: dense features only, a loss of one dual a row with phi'',
+    l1 = 0, one partition, D <= second_order.MAX_DIM."""
+    o = self._options
+    return (o["second_order"] != "off" and
+            o["loss_type"] in second_order.STREAMED_LOSSES and
+            not examples["sparse_features"] and
+            o["symmetric_l1_regularization"] == 0 and
+            o["num_loss_partitions"] == 1 and self._num_classes == 1 and
+            0 < sum(w.size for w in self._dense) <= second_order.MAX_DIM)
+
+  def _block_step(self, examples, dense, new_state, d_dense):
+    """The op's result moved by `second_order.streamed_block_step`: the
+    batch's duals maximise the dual over the batch (new state, dense
+    deltas)."""
+    o = self._options
+    x = tf.concat([tf.cast(d, tf.float64) for d in dense], axis=1)
+    delta = tf.concat([tf.cast(d, tf.float64) for d in d_dense], axis=0)
+    w = tf.concat([w.all_rows() for w in self._dense], axis=0) + delta
+    s = tf.cast(examples["example_weights"], tf.float64)
+    y = tf.cast(examples["example_labels"], tf.float64)
+    duals, change = second_order.streamed_block_step(
+        o["loss_type"], o["symmetric_l2_regularization"], x, s, y, w,
+        tf.cast(new_state[:, 0], tf.float64), o["second_order"])
+    dual_loss = s * losses.dual(o["loss_type"], tf.cast(duals, tf.float64),
+                                y, o["gamma"])
+    new_state = tf.concat([duals[:, None], new_state[:, 1:2],
+                           tf.cast(dual_loss, tf.float32)[:, None],
+                           new_state[:, 3:]], axis=1)
+    # float64 deltas: the slots are float64 (assign_add_all's cast is then
+    # the identity).
+    return new_state, tf.split(delta + change, [w.size for w in self._dense])
 
   def _average_step(self):
     """After a `minimize` call's updates: adds the new iterate to the means
