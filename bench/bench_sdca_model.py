@@ -1,5 +1,14 @@
 """Benchmark: streaming batches through `tf_sdca.SdcaModel` against
-`tf.raw_ops.SdcaOptimizerV2` driven by a plain numpy loop.
+`tf.raw_ops.SdcaOptimizerV2`.
+
+First the loops users write (`run_shapes`): one call per batch, eagerly or
+inside a `tf.function`, the batch built from numpy arrays or tensors, with
+string or int64 example ids; ours is `SdcaModel` at its defaults
+(`carry_over='auto'`), theirs `SdcaOptimizerV2` with the glue the op needs
+(distinct ids, weight gather and scatter, state rows by position), the
+batch handed to both the same way; `--carry-over-cost` adds ours with
+`carry_over=0`, TensorFlow's semantics, to show what held rows cost per
+call. Then the peers below, on batches built once as tensors.
 
 The same generated Criteo-shaped rows (13 dense + 26 hashed categorical
 features, 2^20 buckets, logistic loss, l2 = 1) are cut into consecutive
@@ -30,7 +39,9 @@ dispatch).
 
   python bench/bench_sdca_model.py [--rows 1000000] [--batch-size 50000]
                                    [--epochs 3] [--profile-batches 5]
-                                   [--dense-hash-table]
+                                   [--dense-hash-table] [--carry-over-cost]
+                                   [--shapes eager/numpy/string,...]
+                                   [--no-shapes | --no-peers]
 """
 import argparse
 import collections
@@ -280,6 +291,197 @@ def print_profile(name, wall, ops, steps, top=12):
         f"{1e3 * (wall - total) / steps:7.2f} ms")
 
 
+# ------------------------------------------------------------ loop shapes
+# The loops users write: one call per batch built from what their pipeline
+# hands over (numpy arrays or tensors), with string or int64 example ids,
+# eagerly or inside a tf.function. Both sides get the batch the same way
+# and do what each API needs on top: ours builds the `examples` dict and
+# calls minimize + update_weights; TensorFlow's op needs the batch's
+# distinct feature ids (np.unique / tf.unique, in the timing: a user must
+# compute them), their weights gathered and the deltas scattered back
+# (numpy arrays eagerly, variables in a tf.function), and the state rows
+# of the batch's examples, which its loop reads by row position (no
+# hashing: the cheapest the op allows, and it ignores the ids).
+SHAPES = [(loop, inputs, ids) for loop in ("eager", "tf.function")
+          for inputs in ("numpy", "tensor") for ids in ("string", "int64")]
+
+
+def shape_batches(labels, dense, ids, batch_size, inputs, id_kind):
+  """The batches as a user's loop gets them: dicts of numpy arrays or of
+  tensors, example ids as bytes or int64 (built once, not timed)."""
+  out = []
+  rows = len(labels)
+  for start in range(0, rows, batch_size):
+    stop = min(rows, start + batch_size)
+    b = dict(
+        start=start, stop=stop,
+        example_indices=np.repeat(np.arange(stop - start, dtype=np.int64),
+                                  ids.shape[1]),
+        feature_ids=ids[start:stop].ravel().astype(np.int64),
+        dense=dense[start:stop], weights=np.ones(stop - start, np.float32),
+        labels=labels[start:stop],
+        example_ids=(np.arange(start, stop, dtype=np.int64)
+                     if id_kind == "int64" else
+                     np.array([b"%d" % i for i in range(start, stop)])))
+    if inputs == "tensor":
+      b = {k: (tf.constant(v) if isinstance(v, np.ndarray) else v)
+           for k, v in b.items()}
+    out.append(b)
+  return out
+
+
+class OursLoop:
+  """`SdcaModel.minimize` + `update_weights` on each batch dict."""
+
+  def __init__(self, table, loop, carry_over=None):
+    options = ({} if carry_over is None else {"carry_over": carry_over})
+    sparse, dense = tf.Variable(tf.zeros([table])), tf.Variable(
+        tf.zeros([13]))
+    self.model = tf_sdca.SdcaModel(
+        None, dict(sparse_features_weights=[sparse],
+                   dense_features_weights=[dense]),
+        dict(loss_type="logistic_loss", symmetric_l2_regularization=L2,
+             **options))
+    self.variables = sparse, dense
+    model = self.model
+
+    def step(example_indices, feature_ids, dense_x, weights, labels,
+             example_ids):
+      examples = dict(
+          sparse_features=[tf_sdca.SparseFeatureColumn(example_indices,
+                                                       feature_ids)],
+          dense_features=[dense_x], example_weights=weights,
+          example_labels=labels, example_ids=example_ids)
+      model.update_weights(model.minimize(examples=examples))
+
+    self._step = (tf.function(step, reduce_retracing=True)
+                  if loop == "tf.function" else step)
+
+  def step(self, b):
+    self._step(b["example_indices"], b["feature_ids"], b["dense"],
+               b["weights"], b["labels"], b["example_ids"])
+
+  def weights(self):
+    return tuple(v.numpy() for v in self.variables)
+
+
+class TheirsLoop:
+  """`tf.raw_ops.SdcaOptimizerV2` on each batch dict: numpy glue eagerly,
+  variables and TensorFlow ops inside a tf.function."""
+
+  def __init__(self, n, table, loop):
+    self.loop = loop
+    if loop == "eager":
+      self.w_sparse = np.zeros(table, np.float64)
+      self.w_dense = np.zeros(13, np.float64)
+      self.state = np.zeros((n, 4), np.float32)
+      return
+    self.w_sparse = tf.Variable(tf.zeros([table]))
+    self.w_dense = tf.Variable(tf.zeros([13]))
+    self.state = tf.Variable(tf.zeros([n, 4]))
+
+    @tf.function(reduce_retracing=True)
+    def step(start, stop, example_indices, feature_ids, dense_x, weights,
+             labels):
+      uniq = tf.unique(tf.cast(feature_ids, tf.int64))[0]
+      rows = tf.range(tf.cast(start, tf.int64), tf.cast(stop, tf.int64))
+      out = tf.raw_ops.SdcaOptimizerV2(
+          sparse_example_indices=[tf.cast(example_indices, tf.int64)],
+          sparse_feature_indices=[tf.cast(feature_ids, tf.int64)],
+          sparse_feature_values=[], dense_features=[dense_x],
+          example_weights=weights, example_labels=labels,
+          sparse_indices=[uniq],
+          sparse_weights=[tf.gather(self.w_sparse, uniq)],
+          dense_weights=[self.w_dense.read_value()],
+          example_state_data=tf.gather(self.state, rows),
+          loss_type="logistic_loss", l1=0.0, l2=L2, num_loss_partitions=1,
+          num_inner_iterations=1, adaptive=False)
+      self.state.scatter_update(tf.IndexedSlices(out[0], rows))
+      self.w_sparse.scatter_add(tf.IndexedSlices(out[1][0], uniq))
+      self.w_dense.assign_add(out[2][0])
+
+    self._step = step
+
+  def step(self, b):
+    if self.loop == "tf.function":
+      # (Tensors: a Python int argument would trace a function per value.)
+      self._step(tf.constant(b["start"], tf.int64),
+                 tf.constant(b["stop"], tf.int64), b["example_indices"],
+                 b["feature_ids"], b["dense"], b["weights"], b["labels"])
+      return
+    feature_ids = np.asarray(b["feature_ids"])
+    uniq = np.unique(feature_ids)
+    out = tf.raw_ops.SdcaOptimizerV2(
+        sparse_example_indices=[b["example_indices"]],
+        sparse_feature_indices=[b["feature_ids"]],
+        sparse_feature_values=[], dense_features=[b["dense"]],
+        example_weights=b["weights"], example_labels=b["labels"],
+        sparse_indices=[uniq],
+        sparse_weights=[self.w_sparse[uniq].astype(np.float32)],
+        dense_weights=[self.w_dense.astype(np.float32)],
+        example_state_data=self.state[b["start"]:b["stop"]],
+        loss_type="logistic_loss", l1=0.0, l2=L2, num_loss_partitions=1,
+        num_inner_iterations=1, adaptive=False)
+    self.state[b["start"]:b["stop"]] = out[0].numpy()
+    self.w_sparse[uniq] += out[1][0].numpy()
+    self.w_dense += out[2][0].numpy()
+
+  def weights(self):
+    if self.loop == "eager":
+      return self.w_sparse, self.w_dense
+    return self.w_sparse.numpy(), self.w_dense.numpy()
+
+
+def run_shapes(labels, dense, ids, table, args):
+  """Every loop shape: ours at its defaults and theirs, alternating batch
+  by batch in one process; with --carry-over-cost also ours with
+  carry_over=0 (TensorFlow's semantics), to show what held rows cost."""
+  n = len(labels)
+  print(f"\nLoop shapes ({args.epochs} epochs of {-(-n // args.batch_size)} "
+        f"batches; ms per call, all epochs; vs TF: its time / ours, same "
+        f"run):")
+  print(f"{'loop':12s}{'inputs':8s}{'ids':8s}{'ours':>9s}{'theirs':>9s}"
+        f"{'vs TF':>8s}{'ours, carry_over=0':>20s}{'held rows cost':>16s}"
+        f"{'P(w)/n ours':>13s}{'theirs':>10s}")
+  results = []
+  for loop, inputs, id_kind in SHAPES:
+    if args.shapes and f"{loop}/{inputs}/{id_kind}" not in args.shapes:
+      continue
+    batches = shape_batches(labels, dense, ids, args.batch_size, inputs,
+                            id_kind)
+
+    def make():
+      made = [OursLoop(table, loop), TheirsLoop(n, table, loop)]
+      if args.carry_over_cost:
+        made.append(OursLoop(table, loop, carry_over=0))
+      return made
+
+    for peer in make():  # warm-up: tracing and first calls, thrown away
+      peer.step(batches[0])
+      peer.step(batches[-1])
+    peers = make()
+    times = [0.0] * len(peers)
+    for _ in range(args.epochs):
+      for b in batches:
+        for i, peer in enumerate(peers):
+          t0 = time.perf_counter()
+          peer.step(b)
+          times[i] += time.perf_counter() - t0
+    steps = args.epochs * len(batches)
+    ms = [1e3 * t / steps for t in times]
+    plain = (f"{ms[2]:17.1f}{ms[0] / ms[2]:15.2f}x"
+             if args.carry_over_cost else f"{'-':>17s}{'-':>16s}")
+    print(f"{loop:12s}{inputs:8s}{id_kind:8s}{ms[0]:9.1f}{ms[1]:9.1f}"
+          f"{ms[1] / ms[0]:7.2f}x   {plain}"
+          f"{objective(peers[0], labels, dense, ids):13.6f}"
+          f"{objective(peers[1], labels, dense, ids):10.6f}", flush=True)
+    results.append((loop, inputs, id_kind, ms))
+  print("(ours: SdcaModel at its defaults, carry_over='auto' holding rows "
+        "once the table holds 2 batches; held rows cost: ours / ours with "
+        "carry_over=0)")
+  return results
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--rows", type=int, default=1_000_000)
@@ -297,7 +499,18 @@ def main():
                       help="one more peer: the tf.function step holding "
                       "back this share of each call's rows for the next "
                       "(SdcaModel's carry_over; its cost per step)")
+  parser.add_argument("--shapes", default=None,
+                      help="comma-separated loop shapes loop/inputs/ids "
+                      "(e.g. eager/numpy/string); default: all eight")
+  parser.add_argument("--carry-over-cost", action="store_true",
+                      help="loop shapes: also ours with carry_over=0, to "
+                      "measure what the default's held rows cost per call")
+  parser.add_argument("--no-shapes", action="store_true",
+                      help="skip the loop shapes (only the peers below)")
+  parser.add_argument("--no-peers", action="store_true",
+                      help="only the loop shapes")
   args = parser.parse_args()
+  args.shapes = set(args.shapes.split(",")) if args.shapes else None
 
   t0 = time.perf_counter()
   labels, dense, ids, table, batches = prepare(args.rows, args.batch_size,
@@ -311,6 +524,11 @@ def main():
         f"{np.mean([len(b['uniq']) for b in batches]):,.0f} distinct ids per "
         f"batch), {args.epochs} epoch(s); logistic, l2 = {L2}; data prepared "
         f"in {time.perf_counter() - t0:.1f} s (not timed)")
+
+  if not args.no_shapes:
+    run_shapes(labels, dense, ids, table, args)
+  if args.no_peers:
+    return
 
   # Warm-up (tracing, first-call costs) on throwaway peers, one batch each.
   def make_peers():

@@ -266,13 +266,14 @@ def test_sdca_model_streams_to_the_in_memory_optimum(loss, name, size, cut,
   for epoch in range(500):
     for batch in batches:
       model.update_weights(model.minimize(examples=batch))
-    gap = float(model.approximate_duality_gap())
-    if epoch > 2 and abs(gap) < 1e-8:
+    # The exact gap: TensorFlow's estimate lags the weights (with held
+    # rows, the default, it fell below 1e-8 on iris while P was 2.9e-5
+    # above P*).
+    gap = model.duality_gap(batches)[1]
+    if epoch > 2 and gap < 1e-7:
       break
+  assert 0.0 <= gap < 1e-7
   objective = float(model.regularized_loss(whole))
-  # The estimate's primal losses lag by the later batches: it may end
-  # slightly below 0.
-  assert abs(gap) < 1e-6 * objective
   w = np.vstack(([w_sparse.numpy()] if cut else []) + [w_dense.numpy()])
   assert w.shape == (x.shape[1], k)
   ref = InMemorySdca(loss=loss, num_classes=k, l2=l2)

@@ -12,6 +12,7 @@ from scipy.optimize import minimize
 
 from sdca_testutil import BINARY, LOSSES, dual_loss, primal_loss
 import tf_sdca
+from tf_sdca.ops import sdca_ops
 from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
 
 N, DENSE, VOCAB, PER_ROW = 80, 3, 16, 2
@@ -788,3 +789,46 @@ def test_duality_gap_is_the_exact_gap_of_the_stored_state(loss):
   with pytest.raises(ValueError, match=r"every trained example: the state "
                      r"holds 80, the examples given are 27"):
     model.duality_gap(batches[0])
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_integer_example_ids_are_keyed_as_their_decimal_text(in_function):
+  # An integer id and its tf.strings.as_string share one key, so a stream
+  # of int64 ids (no strings built per call) trains bit for bit as the
+  # same ids as strings, and their checkpoints are interchangeable.
+  x, ids, y, s = _data("logistic_loss")
+  ids_int = np.arange(-3, N - 3, dtype=np.int64)  # negative ones too
+  models = []
+  for kind in ("string", "int64", "int32 tensor"):
+    w = tf.Variable(tf.zeros([DENSE]))
+    model = SdcaModel(None, dict(sparse_features_weights=[],
+                                 dense_features_weights=[w]),
+                      dict(loss_type="logistic_loss",
+                           symmetric_l2_regularization=1.0))
+    example_ids = {"string": np.array([b"%d" % i for i in ids_int]),
+                   "int64": ids_int,
+                   "int32 tensor": tf.constant(ids_int, tf.int32)}[kind]
+    batches = [dict(sparse_features=[], dense_features=[x[r]],
+                    example_weights=s[r], example_labels=y[r],
+                    example_ids=example_ids[r[0]:r[-1] + 1])
+               for r in np.array_split(np.arange(N), 4)]
+    step = (tf.function(model.minimize) if in_function else
+            model.minimize)
+    for _ in range(5):
+      for batch in batches:
+        model.update_weights(step(examples=batch))
+    models.append((model, w, batches))
+  (first, w0, _), *others = models
+  state = first.get_state()
+  for model, w, batches in others:
+    np.testing.assert_array_equal(w.numpy(), w0.numpy())
+    other = model.get_state()
+    np.testing.assert_array_equal(np.sort(other["keys"]),
+                                  np.sort(state["keys"]))
+    np.testing.assert_array_equal(
+        model.example_state(batches[1]).numpy(),
+        first.example_state(models[0][2][1]).numpy())
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"example_ids\[2\] = 7 has the key of "
+                           r"example_ids\[0\] = 7"):
+    sdca_ops.example_keys(np.array([7, 8, 7], np.int64))

@@ -166,7 +166,11 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
                                    isinstance(v, numbers.Real) and v >= 0),
            _ALL, None, None, "--tol",
            "stop once the relative duality gap is below this"),
-    Option("carry_over", 0.0, "'auto' or a number in [0, 1)",
+    # 'auto' (held rows sized to the stream's batches): fixed consecutive
+    # batches otherwise need 2-2.5x the passes of one batch, far more with
+    # many batches (g3doc/sdca_model.md, 'Streaming orders'). 0 is
+    # TensorFlow's semantics: a minimize call trains exactly its batch.
+    Option("carry_over", "auto", "'auto' or a number in [0, 1)",
            lambda v: v == "auto" or _fraction(v), frozenset((STREAMED,)),
            None, "carry_over", None,
            "the share of a streamed batch held for the next call"),
@@ -292,8 +296,9 @@ def _applies(name, value, mode, door, data=None):
   """ValueError when option `name`, set to `value`, does not run in
   `mode` (`data`: the door's words for it), naming the doors that run it."""
   option = OPTIONS[name]
+  # momentum 0 and carry_over 0 are what the other modes do anyway.
   if mode in option.modes or value == option.default or (
-      name == "momentum" and not value):
+      name in ("momentum", "carry_over") and not value):
     return
   where = {IN_MEMORY: IN_MEMORY_DOORS, STREAMED: STREAMED_DOORS,
            PROCESSES: "tf-sdca train with --local-cluster or TF_CONFIG"}

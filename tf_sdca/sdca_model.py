@@ -44,23 +44,19 @@ from tf_sdca import options as options_lib
 from tf_sdca import second_order
 from tf_sdca.ops import sdca_ops
 
+_REQUIRED_OPTIONS = ("loss_type", "symmetric_l2_regularization")
+# The training options' defaults come from the one table; the rest are
+# SdcaModel's own (the dual table, the op's passes, K).
 _OPTION_DEFAULTS = dict(
-    symmetric_l1_regularization=0.0,
-    num_loss_partitions=1,
+    {option.sdca_key: option.default
+     for option in options_lib.OPTIONS.values()
+     if option.sdca_key is not None and
+     option.sdca_key not in _REQUIRED_OPTIONS},
     num_table_shards=1,
     adaptive=False,
-    visit_order="permutation",
-    seed=0,
-    gamma=1.0,
     num_inner_iterations=1,
     num_classes=1,
-    num_threads=0,
-    average_from=None,
-    hinge_step="projection",
-    carry_over=0.0,
-    second_order=options_lib.OPTIONS["second_order"].default,
 )
-_REQUIRED_OPTIONS = ("loss_type", "symmetric_l2_regularization")
 
 # The methods have no tensor-dependent Python control flow; letting
 # AutoGraph transpile them made tracing a tf.function training loop take
@@ -379,11 +375,18 @@ _AUTO_CARRY_MAX = 0.8
 def _auto_carry_over(examples_stored, batch_rows):
   """carry_over='auto''s share for a batch of `batch_rows` rows when the
   dual table holds `examples_stored` examples (B = their ratio: the
-  batches of an epoch, once the first epoch has filled the table)."""
+  batches of an epoch, once the first epoch has filled the table).
+
+  0 while B < 2: one batch given again and again (an estimator's input_fn
+  returning its tensors, a dataset of one batch) is visited whole, in a
+  fresh order, by every call, and held rows would only delay a share of
+  it (breast_cancer, f = 0.5: 86 passes against 40); a stream's second
+  call, with one batch in the table, holds nothing either."""
   batches = tf.cast(examples_stored, tf.float64) / tf.cast(
       tf.maximum(batch_rows, 1), tf.float64)
-  return tf.minimum(batches / (batches + _AUTO_CARRY_BATCHES),
-                    _AUTO_CARRY_MAX)
+  return tf.where(batches < 2.0, tf.constant(0.0, tf.float64),
+                  tf.minimum(batches / (batches + _AUTO_CARRY_BATCHES),
+                             _AUTO_CARRY_MAX))
 
 
 class _HeldRows(tf.Module):
@@ -512,7 +515,7 @@ def _batch_tensors(examples):
       dense_features=[_floats(x) for x in examples["dense_features"]],
       example_weights=_floats(examples["example_weights"]),
       example_labels=_floats(examples["example_labels"]),
-      example_ids=tf.convert_to_tensor(examples["example_ids"], tf.string))
+      example_ids=sdca_ops.example_id_tensor(examples["example_ids"]))
 
 
 def _cumsum(values):
@@ -542,7 +545,9 @@ class SdcaModel(tf.Module):
     examples: dict with `sparse_features` (list of `SparseFeatureColumn`),
       `dense_features` (list of float `[B, d]` or `[B]` tensors),
       `example_weights` (`[B]`), `example_labels` (`[B]`), `example_ids`
-      (string `[B]`, unique per example across batches).
+      (`[B]` strings or integers, unique per example across batches; an
+      integer id is keyed as its decimal text, so `5` and `"5"` name one
+      example, and the strings are never built).
     variables: dict with `sparse_features_weights` and
       `dense_features_weights`: lists (one per feature group) of `tf.Variable`
       or of lists of Variables partitioned along axis 0 (contiguous: the
@@ -560,22 +565,23 @@ class SdcaModel(tf.Module):
       `hinge_step` ('projection'; the multiclass hinge's block step, or
       the reference's 'steepest_ascent' / 'near_max_gain', see
       `tf_sdca.ops.packed_solve`),
-      `carry_over` (0.0; 'auto' or a share f in [0, 1): each `minimize`
-      call holds back a random f of its rows, its batch's plus those held
-      back by the previous call, and visits them with the next call's
-      batch instead. A stream of the same consecutive batches every epoch
-      otherwise converges like a block-cyclic order: 2-2.5x the passes of
-      one batch on six batches of scikit-learn's sets, and on twenty
-      batches of Criteo-shaped rows 270x one batch's suboptimality after
-      20 epochs. Held rows need about one batch's passes when f fits the
-      B batches of an epoch, f ~ B / (B + 6): 0.25 for two, 0.5 for six,
-      0.75 for twenty; 'auto' takes that f (at most 0.8) with B = the
-      examples in the dual table / the batch's rows. Each call costs ~1.5x
-      (f = 0.5) to ~2x (f ~ 0.75; every held row is rewritten per call;
-      g3doc/sdca_model.md, 'Streaming orders'). For a stream of several
-      batches: on a single batch it only delays rows. The held rows, f /
-      (1 - f) batches of them, live in variables that checkpoints and
-      `get_state` keep),
+      `carry_over` ('auto'; 'auto' or a share f in [0, 1): each
+      `minimize` call holds back a random f of its rows, its batch's plus
+      those held back by the previous call, and visits them with the next
+      call's batch instead. A stream of the same consecutive batches every
+      epoch otherwise converges like a block-cyclic order: 2-2.5x the
+      passes of one batch on six batches of scikit-learn's sets, and on
+      twenty batches of Criteo-shaped rows 270x one batch's suboptimality
+      after 20 epochs. Held rows need about one batch's passes when f fits
+      the B batches of an epoch, f ~ B / (B + 6): 0.25 for two, 0.5 for
+      six, 0.75 for twenty; 'auto' takes that f (at most 0.8) with B = the
+      examples in the dual table / the batch's rows, and 0 while B < 2 (one
+      batch given again: held rows would only delay a share of it). Each
+      call costs more, ~1.5x (f = 0.5) to ~2x (f ~ 0.75; every held row is
+      rewritten per call; g3doc/sdca_model.md, 'Streaming orders'). 0 is
+      TensorFlow's semantics, a call trains exactly the batch it is given.
+      The held rows, f / (1 - f) batches of them, live in variables that
+      checkpoints and `get_state` keep),
       `second_order` ('auto'; 'on' or 'off': after the op's step, the
       exact block step on the call's rows: the batch's duals set to the
       maximiser of the dual over them by Newton's method on the batch's
@@ -724,7 +730,9 @@ class SdcaModel(tf.Module):
 
   # ---------------------------------------------------------------- state
   def _keys(self, examples):
-    ids = tf.convert_to_tensor(examples["example_ids"], tf.string)
+    ids = sdca_ops.example_id_tensor(examples["example_ids"])
+    if ids.dtype != tf.string:  # keyed as their decimal text
+      ids = tf.strings.as_string(ids)
     return _table_keys(sdca_ops.sdca_fprint(ids)[:, 0])
 
   def _shards(self, keys):

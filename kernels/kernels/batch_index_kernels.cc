@@ -9,6 +9,7 @@
 // g3doc/benchmarks.md.
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -47,12 +48,24 @@ int64_t TableKey(const tensorflow::tstring& id) {
   return low <= kDeletedKey ? low + 2 : low;
 }
 
+// An integer id's key is that of its decimal text (what tf.strings.as_string
+// gives), so that integer and string ids of one example share its dual.
+int64_t TableKey(int64_t id) {
+  char text[24];
+  const auto end = std::to_chars(text, text + sizeof(text), id).ptr;
+  const int64_t low = static_cast<int64_t>(Fingerprint(text, end - text).low);
+  return low <= kDeletedKey ? low + 2 : low;
+}
+
 std::string Quoted(const tensorflow::tstring& s) {
   constexpr size_t kMax = 64;
   std::string out(s.data(), std::min(s.size(), kMax));
   return "'" + out + (s.size() > kMax ? "...'" : "'");
 }
 
+std::string Quoted(int64_t id) { return std::to_string(id); }
+
+template <typename T>
 class ExampleKeysOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -63,7 +76,7 @@ class ExampleKeysOp : public OpKernel {
     const int64_t n = in.dim_size(0);
     Tensor* out;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({n}), &out));
-    auto ids = in.flat<tensorflow::tstring>();
+    auto ids = in.flat<T>();
     int64_t* keys = out->flat<int64_t>().data();
     // Open addressing over positions (-1 empty), at most half full.
     uint64_t buckets = 16;
@@ -528,8 +541,14 @@ class HoldRowsOp : public OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("TfSdca>HoldRows").Device(DEVICE_CPU),
                         HoldRowsOp);
-REGISTER_KERNEL_BUILDER(Name("TfSdca>ExampleKeys").Device(DEVICE_CPU),
-                        ExampleKeysOp);
+REGISTER_KERNEL_BUILDER(Name("TfSdca>ExampleKeys")
+                            .Device(DEVICE_CPU)
+                            .TypeConstraint<tensorflow::tstring>("T"),
+                        ExampleKeysOp<tensorflow::tstring>);
+REGISTER_KERNEL_BUILDER(Name("TfSdca>ExampleKeys")
+                            .Device(DEVICE_CPU)
+                            .TypeConstraint<int64_t>("T"),
+                        ExampleKeysOp<int64_t>);
 REGISTER_KERNEL_BUILDER(Name("TfSdca>DistinctIds").Device(DEVICE_CPU),
                         DistinctIdsOp);
 

@@ -573,8 +573,9 @@ output: [n, 2] int64, the two halves of each fingerprint.
 )doc");
 
 REGISTER_OP("TfSdca>ExampleKeys")
-    .Input("example_ids: string")
+    .Input("example_ids: T")
     .Output("keys: int64")
+    .Attr("T: {string, int64} = DT_STRING")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle handle;
       TF_RETURN_IF_ERROR(RankNamed(c, 0, 1, "example_ids", &handle));
@@ -585,7 +586,8 @@ REGISTER_OP("TfSdca>ExampleKeys")
 Keys of a batch's examples in SdcaModel's dual-state table; fails unless the
 ids are unique within the batch.
 
-example_ids: [n] strings.
+example_ids: [n] strings, or int64 ids (keyed as their decimal text, the
+  keys of the same ids as strings).
 keys: [n] int64, the low half of each id's TfSdca>Fprint fingerprint, moved
   by +2 when it is one of the two lowest int64 values (reserved by the table).
 )doc");

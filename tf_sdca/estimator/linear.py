@@ -73,11 +73,13 @@ class LinearSDCA:
     adaptive: adaptive example sampling.
     **options: tf_sdca's extra `SdcaModel` options (`visit_order`, `seed`,
       `num_inner_iterations`, `num_threads`, `average_from`, `carry_over`).
-      `carry_over="auto"` (or a share in [0, 1)) holds back a random share
-      of each training step's rows for the next steps: an input_fn that
-      yields the same consecutive batches every epoch then needs about the
-      epochs of one batch, not 2x or far more (g3doc/sdca_model.md,
-      'Streaming orders'); the checkpoint keeps the held rows.
+      `carry_over` ('auto', the default, or a share in [0, 1)) holds back
+      a random share of each training step's rows for the next steps: an
+      input_fn that yields the same consecutive batches every epoch then
+      needs about the epochs of one batch, not 2x or far more
+      (g3doc/sdca_model.md, 'Streaming orders'); the checkpoint keeps the
+      held rows. `carry_over=0` trains each step on exactly its batch, as
+      TensorFlow's LinearSDCA did.
       `average_from=T0` (None: off) is output averaging counted in training
       steps (the estimator's unit: one `minimize` call per batch, the global
       step): the weights that `predict`, `evaluate`, `export_saved_model`
@@ -249,6 +251,8 @@ def _split_soft_labels(sparse, dense, labels, weights, ids, batch):
   s p (its own id) and label 0 with weight s (1 - p) (its id plus a
   suffix), each keeping its own dual. The op takes labels 0 and 1 only;
   examples with those labels pass unchanged."""
+  if ids.dtype != tf.string:  # the negative part's id is the text + suffix
+    ids = tf.strings.as_string(ids)
   soft = (labels > 0.0) & (labels < 1.0)
   extra = tf.where(soft)[:, 0]
   n = tf.size(extra, out_type=tf.int64)
@@ -506,8 +510,8 @@ class _LinearEstimator:
     if isinstance(ids, (tf.SparseTensor, tf.RaggedTensor)):
       raise ValueError("the example id column must be a dense tensor")
     ids = tf.reshape(ids, [-1])
-    if ids.dtype.is_integer:
-      ids = tf.strings.as_string(ids)
+    if ids.dtype.is_integer:  # keyed as their decimal text by SdcaModel
+      ids = tf.cast(ids, tf.int64)
     elif ids.dtype != tf.string:
       raise ValueError(f"example ids must be strings or integers, got "
                        f"{ids.dtype.name}")
@@ -659,7 +663,8 @@ class _LinearEstimator:
     every_steps = self._config.save_checkpoints_steps
     every_secs = self._config.save_checkpoints_secs
     watch = losses.ProgressWatch(  # once per pass, with tol
-        fixed_batches=not self._optimizer.extra_options.get("carry_over"),
+        fixed_batches=not self._optimizer.extra_options.get(
+            "carry_over", options_lib.OPTIONS["carry_over"].default),
         loss=self._head.loss_type)
     for features, labels in source.batches():
       if last is not None and step >= last:

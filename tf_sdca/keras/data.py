@@ -483,6 +483,8 @@ def sdca_examples(features, labels, weights, ids, spec, with_bias):
     dense.append(tf.ones([batch, 1], tf.float32))
   if ids is None:
     ids = tf.fill([batch], "")
+  elif ids.dtype.is_integer:  # keyed as their decimal text by SdcaModel
+    ids = tf.cast(ids, tf.int64)
   elif ids.dtype != tf.string:
     ids = tf.strings.as_string(ids)
   return {"sparse_features": sparse, "dense_features": dense,

@@ -109,15 +109,16 @@ Constructor arguments (`LinearModel(...)`):
     by `get_config`; a `fit` on the same rows (example ids) continues the
     last `fit`'s extrapolation, from any `initial_epoch` and after `save`
     and `load_model`, as one uninterrupted `fit`.
-  carry_over: 'auto' or a share f in [0, 1) (0: off, the default) for
-    fits on a streamed `tf.data.Dataset`: each step holds back a random f
-    of its rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto':
-    f = B / (B + 6), at most 0.8, for B batches an epoch). A dataset of
-    the same consecutive batches every epoch otherwise needs 2-2.5x the
-    epochs of one batch, or far more with many batches; held rows bring
-    it to about those of one batch, at ~1.4-1.5x the time per step
-    (g3doc/sdca_model.md, 'Streaming orders'). In-memory fits visit
-    every row in a fresh order each epoch and refuse it. Kept by
+  carry_over: 'auto' (the default) or a share f in [0, 1) for fits on a
+    streamed `tf.data.Dataset`: each step holds back a random f of its
+    rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto': f = B /
+    (B + 6), at most 0.8, for B >= 2 batches an epoch, 0 for one). A
+    dataset of the same consecutive batches every epoch otherwise needs
+    2-2.5x the epochs of one batch, or far more with many batches; held
+    rows bring it to about those of one batch, at ~1.4-2x the time per
+    step (g3doc/sdca_model.md, 'Streaming orders'). 0 trains each step on
+    exactly its batch, as TensorFlow's SDCA does. In-memory fits visit
+    every row in a fresh order each epoch and refuse a share > 0. Kept by
     `get_config`; `save` keeps the held rows.
   **kwargs: `keras.Model` arguments (`name`, ...).
 
@@ -161,7 +162,8 @@ class LinearModel(keras.Model):
                num_loss_partitions=1, visit_order="permutation", seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
                average_from=None, asdca_batch_size=8, asdca_theta=None,
-               hinge_step="projection", momentum=None, carry_over=0.0,
+               hinge_step="projection", momentum=None,
+               carry_over=options.OPTIONS["carry_over"].default,
                **kwargs):
     super().__init__(**kwargs)
     # The mode (in memory or streamed) is known at fit: the options' domains
@@ -260,7 +262,7 @@ class LinearModel(keras.Model):
       config["hinge_step"] = self.hinge_step
     if self.momentum is not None:
       config["momentum"] = self.momentum
-    if self.carry_over:
+    if self.carry_over != options.OPTIONS["carry_over"].default:
       config["carry_over"] = self.carry_over
     return config
 

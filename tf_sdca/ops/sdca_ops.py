@@ -312,7 +312,9 @@ def example_keys(example_ids, name=None):
   """Keys of a batch's examples in `SdcaModel`'s dual-state table.
 
   Args:
-    example_ids: string vector, unique within the batch.
+    example_ids: string vector, or integer ids (keyed as their decimal
+      text: an integer id and its `tf.strings.as_string` share one key,
+      without building the strings), unique within the batch.
     name: op name.
 
   Returns:
@@ -324,8 +326,18 @@ def example_keys(example_ids, name=None):
       repeats an earlier one (or shares its key).
   """
   with tf.name_scope(name or "example_keys"):
-    return load_ops().tf_sdca_example_keys(
-        _tensor(example_ids, tf.string, "example_ids"))
+    return load_ops().tf_sdca_example_keys(example_id_tensor(example_ids))
+
+
+def example_id_tensor(example_ids):
+  """Example ids as the ops key them: int64 for integer ids (a tensor or a
+  numpy array of any integer type), strings otherwise."""
+  dtype = getattr(example_ids, "dtype", None)
+  if dtype is not None and tf.as_dtype(dtype).is_integer:
+    if tf.is_tensor(example_ids):
+      return tf.cast(example_ids, tf.int64)
+    return _tensor(example_ids, tf.int64, "example_ids")
+  return _tensor(example_ids, tf.string, "example_ids")
 
 
 def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
