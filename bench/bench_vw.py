@@ -1,8 +1,8 @@
 """Benchmark: `tf-sdca train` against Vowpal Wabbit on Criteo-shaped TSV.
 
   python bench/bench_vw.py [--rows 1000000] [--passes 1,2,3,5,8]
-                           [--learning-rates 0.1,0.3,0.5,1]
-                           [--epochs 1,2,3,5,8] [--l2 3,10,30] [--threads 2]
+                           [--learning-rates 0.3,0.5,1]
+                           [--epochs 1,2,3,5,8] [--l2 10,30] [--threads 2]
                            [--dir /tmp/tf_sdca_bench_vw] [--keep] [--json F]
 
 Needs `pip install vowpalwabbit==9.11.9` (bench/requirements.txt; never a
@@ -28,6 +28,7 @@ last is held out. Then:
      process into a fresh model directory, timed the same way (start-up
      importing TensorFlow, parsing the text into the cache, packing, the
      epochs with their exact duality gap, checkpoints);
+  (the two tools' runs alternate, one of each in turn);
   4. scores the held-out file with each model (not timed) and prints every
      run's held-out log loss, wall seconds and peak RSS, then each tool's
      best held-out log loss, the time each tool needs to reach the other's
@@ -42,6 +43,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -51,22 +53,36 @@ import numpy as np
 
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
-# A child process's own peak RSS, printed on exit.
-_OURS = """
-import resource, runpy, sys
+# A child process's own peak RSS (VmHWM, printed on exit: getrusage's
+# ru_maxrss survives exec, and would count the parent's memory when the
+# parent holds more).
+_PEAK = """
+def _peak():
+  with open("/proc/self/status") as f:
+    kb = [l.split()[1] for l in f if l.startswith("VmHWM")]
+  print("PEAK_RSS_KB", kb[0] if kb else "nan", file=sys.stderr)
+"""
+# Ours' start-up ends where `train` first imports tf_sdca.data.cache (after
+# TensorFlow, the op and the checks of its arguments, before reading).
+_OURS = """import importlib.abc, runpy, sys, time""" + _PEAK + """
+_START = time.perf_counter()
+class _Clock(importlib.abc.MetaPathFinder):
+  def find_spec(self, name, path, target=None):
+    if name == "tf_sdca.data.cache":
+      print("STARTED", time.perf_counter() - _START, time.process_time(),
+            file=sys.stderr)
+      sys.meta_path.remove(self)
+sys.meta_path.insert(0, _Clock())
 sys.argv = ["tf-sdca"] + sys.argv[1:]
 try:
   runpy.run_module("tf_sdca.cli", run_name="__main__")
 finally:
-  print("PEAK_RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        file=sys.stderr)
+  _peak()
 """
-_VW = """
-import resource, sys
+_VW = """import sys""" + _PEAK + """
 import vowpalwabbit
 vowpalwabbit.Workspace(arg_list=sys.argv[1:]).finish()
-print("PEAK_RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-      file=sys.stderr)
+_peak()
 """
 _STARTUP = """
 import tensorflow
@@ -94,18 +110,30 @@ def _env():
   return env
 
 
-def _run(code, args):
+def _cpu_of_children():
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
+def _run(code, args, cpu=None):
   """Runs `python -c CODE ARGS` in a new process: (wall seconds, stdout,
-  its own peak RSS in MiB)."""
-  start = time.perf_counter()
+  its own peak RSS in MiB); `cpu` (a list) gets its CPU seconds (user +
+  system, all its threads: what the machine's load does not stretch)."""
+  start, cpu_start = time.perf_counter(), _cpu_of_children()
   done = subprocess.run([sys.executable, "-c", code] + [str(a) for a in args],
                         capture_output=True, text=True, check=False,
                         env=_env())
   seconds = time.perf_counter() - start
+  if cpu is not None:
+    cpu.append(_cpu_of_children() - cpu_start)
   if done.returncode:
     sys.exit(f"{args[:1]} failed:\n{done.stderr[-3000:]}")
-  peak = [int(line.split()[1]) for line in done.stderr.splitlines()
+  peak = [float(line.split()[1]) for line in done.stderr.splitlines()
           if line.startswith("PEAK_RSS_KB")]
+  started = [[float(x) for x in line.split()[1:]] for line in
+             done.stderr.splitlines() if line.startswith("STARTED")]
+  if cpu is not None and started:
+    cpu.append(started[0])
   return seconds, done.stdout, (peak[-1] / 1024 if peak else float("nan"))
 
 
@@ -152,7 +180,8 @@ def vw_fit(train_vw, model, passes, rate, work):
           "--quiet"]
   if passes > 1:
     args += ["-c", "-k", "--cache_file", os.path.join(work, "vw.cache")]
-  return _run(_VW, args)
+  cpu = []
+  return _run(_VW, args, cpu) + (cpu[0],)
 
 
 def vw_scores(test_vw, model, work):
@@ -166,12 +195,23 @@ def vw_scores(test_vw, model, work):
 
 def ours_fit(train, model_dir, epochs, l2, threads):
   shutil.rmtree(model_dir, ignore_errors=True)
+  cpu = []
   return _run(_OURS, ["train", *train, "--model-dir", model_dir,
                       "--bucket-bits", 20, "--threads", threads, "--epochs",
-                      epochs, "--tol", 0, "--l2", l2, "--quiet"])
+                      epochs, "--tol", 0, "--l2", l2, "--quiet"],
+              cpu) + tuple(cpu)
 
 
 def ours_scores(test, model_dir):
+  if "tensorflow" not in sys.modules:  # its start-up banners, to /dev/null
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+      import tensorflow  # pylint: disable=import-outside-toplevel,unused-import
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+      os.close(devnull)
   from tf_sdca import commands  # pylint: disable=import-outside-toplevel
   _, _, scores = commands.score_files(argparse.Namespace(
       data=[test], model_dir=model_dir, format=None, skip_bad_lines=False))
@@ -200,15 +240,16 @@ def main(argv=None):
   parser.add_argument("--rows", type=int, default=1_000_000)
   parser.add_argument("--passes", type=_ints, default=[1, 2, 3, 5, 8])
   parser.add_argument("--learning-rates", type=_floats,
-                      default=[0.1, 0.3, 0.5, 1.0])
+                      default=[0.3, 0.5, 1.0])
   parser.add_argument("--epochs", type=_ints, default=[1, 2, 3, 5, 8])
-  parser.add_argument("--l2", type=_floats, default=[3.0, 10.0, 30.0])
+  parser.add_argument("--l2", type=_floats, default=[10.0, 30.0])
   parser.add_argument("--threads", type=int, default=2)
   parser.add_argument("--startup-repeats", type=int, default=3)
   parser.add_argument("--dir", default="/tmp/tf_sdca_bench_vw")
   parser.add_argument("--json", default=None, help="write the runs here")
   parser.add_argument("--keep", action="store_true",
-                      help="keep the generated files")
+                      help="keep the generated and converted files (a "
+                      "later run with --keep reuses them)")
   args = parser.parse_args(argv)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   data_dir = os.path.join(args.dir, f"data-{args.rows}")
@@ -223,49 +264,75 @@ def main(argv=None):
   train, test = files[:-1], files[-1]
   train_vw, test_vw = (os.path.join(work, "train.vw"),
                        os.path.join(work, "test.vw"))
-  start = time.perf_counter()
-  train_rows = tsv_to_vw(train, train_vw)
-  convert_seconds = time.perf_counter() - start
-  test_rows = tsv_to_vw([test], test_vw)
-  print(f"TSV -> VW text: {train_rows:,} training rows in "
-        f"{convert_seconds:.1f} s (Python; not counted in VW's times); "
-        f"{test_rows:,} held out")
+  converted = os.path.join(work, "converted.json")
+  if os.path.exists(converted):  # kept by an earlier run's --keep
+    with open(converted, encoding="utf-8") as f:
+      train_rows, test_rows, convert_seconds = json.load(f)
+    print("TSV -> VW text: kept from an earlier run, which took "
+          f"{convert_seconds:.1f} s for {train_rows:,} training rows")
+  else:
+    start = time.perf_counter()
+    train_rows = tsv_to_vw(train, train_vw)
+    convert_seconds = time.perf_counter() - start
+    test_rows = tsv_to_vw([test], test_vw)
+    print(f"TSV -> VW text: {train_rows:,} training rows in "
+          f"{convert_seconds:.1f} s (Python; not counted in VW's times); "
+          f"{test_rows:,} held out")
+    if args.keep:
+      with open(converted, "w", encoding="utf-8") as f:
+        json.dump([train_rows, test_rows, convert_seconds], f)
   labels = np.array([line.startswith("1 ") for line in
                      open(test_vw, encoding="ascii")], np.float64)
   truth = np.load(os.path.join(data_dir, "truth.npy"))[-test_rows:]
   base = labels.mean()
 
-  startup = [_run(_STARTUP, [])[0] for _ in range(args.startup_repeats)]
-  vw_startup = [_run("import vowpalwabbit", [])[0]
-                for _ in range(args.startup_repeats)]
+  startup, startup_cpu, vw_startup = [], [], []
+  for _ in range(args.startup_repeats):
+    startup.append(_run(_STARTUP, [], startup_cpu)[0])
+    vw_startup.append(_run("import vowpalwabbit", [])[0])
 
+  startup_median = float(np.median(startup)) if startup else float("nan")
   runs = []
   print(f"\n{'tool':6s}{'setting':>12s}{'k':>4s}{'seconds':>9s}"
-        f"{'peak RSS MB':>13s}{'held-out log loss':>19s}")
+        f"{'CPU s':>8s}{'peak RSS MB':>13s}{'held-out log loss':>19s}")
 
   def record(run):
     runs.append(run)
     print(f"{run['tool']:6s}{run['setting']:>12s}{run['k']:4d}"
-          f"{run['seconds']:9.2f}{run['rss_mb']:13.0f}"
+          f"{run['seconds']:9.2f}{run['cpu_seconds']:8.2f}"
+          f"{run['rss_mb']:13.0f}"
           f"{run['log_loss']:19.5f}", flush=True)
 
   model = os.path.join(work, "model.vw")
-  for rate in args.learning_rates:
-    for passes in args.passes:
-      seconds, _, rss = vw_fit(train_vw, model, passes, rate, work)
-      record(dict(tool="vw", setting=f"l={rate:g}", k=passes,
-                  seconds=seconds, rss_mb=rss,
-                  log_loss=log_loss(labels, vw_scores(test_vw, model, work))))
   model_dir = os.path.join(work, "ours")
-  for l2 in args.l2:
-    for epochs in args.epochs:
-      seconds, _, rss = ours_fit(train, model_dir, epochs, l2, args.threads)
-      parse, epoch_seconds, history = ours_phases(model_dir)
-      record(dict(tool="ours", setting=f"l2={l2:g}", k=epochs,
-                  seconds=seconds, rss_mb=rss, parse_seconds=parse,
-                  epoch_seconds=epoch_seconds,
-                  duality_gap=history[-1]["duality_gap"],
-                  log_loss=log_loss(labels, ours_scores(test, model_dir))))
+
+  def vw_job(rate, passes):
+    seconds, _, rss, cpu = vw_fit(train_vw, model, passes, rate, work)
+    record(dict(tool="vw", setting=f"l={rate:g}", k=passes,
+                seconds=seconds, cpu_seconds=cpu, rss_mb=rss,
+                log_loss=log_loss(labels, vw_scores(test_vw, model, work))))
+
+  def ours_job(l2, epochs):
+    seconds, _, rss, cpu, started = ours_fit(train, model_dir, epochs, l2,
+                                             args.threads)
+    parse, epoch_seconds, history = ours_phases(model_dir)
+    record(dict(tool="ours", setting=f"l2={l2:g}", k=epochs,
+                seconds=seconds, cpu_seconds=cpu, rss_mb=rss,
+                startup_seconds=started[0], startup_cpu_seconds=started[1], parse_seconds=parse,
+                epoch_seconds=epoch_seconds,
+                duality_gap=history[-1]["duality_gap"],
+                log_loss=log_loss(labels, ours_scores(test, model_dir))))
+
+  # The two tools' runs alternate, so that a change in the machine's load
+  # falls on both.
+  jobs = [[(vw_job, (rate, passes)) for rate in args.learning_rates
+           for passes in args.passes],
+          [(ours_job, (l2, epochs)) for l2 in args.l2
+           for epochs in args.epochs]]
+  for i in range(max(len(j) for j in jobs)):
+    for queue in jobs:
+      if i < len(queue):
+        queue[i][0](*queue[i][1])
   shutil.rmtree(model_dir, ignore_errors=True)
 
   ours = [r for r in runs if r["tool"] == "ours"]
@@ -275,9 +342,11 @@ def main(argv=None):
   print(f"\n{train_rows:,} training rows, {test_rows:,} held out; base rate "
         f"{log_loss(labels, np.full_like(labels, base)):.5f}, ground truth "
         f"{log_loss(labels, truth):.5f} held-out log loss")
-  print(f"start-up alone (median of {args.startup_repeats}): importing "
-        f"TensorFlow + loading the op {np.median(startup):.2f} s, importing "
-        f"vowpalwabbit {np.median(vw_startup):.2f} s")
+  if startup:
+    print(f"start-up alone (median of {len(startup)}): importing TensorFlow "
+          f"+ loading the op {startup_median:.2f} s (CPU "
+          f"{np.median(startup_cpu):.2f} s), importing vowpalwabbit "
+          f"{np.median(vw_startup):.2f} s")
   for name, run in best.items():
     print(f"best {name}: {run['log_loss']:.5f} ({run['setting']}, k = "
           f"{run['k']}, {run['seconds']:.2f} s, peak RSS "
@@ -296,23 +365,31 @@ def main(argv=None):
           (f"{theirs['seconds']:.2f} s ({theirs['setting']}, {theirs['k']} "
            f"passes)" if theirs else "not reached") +
           (f"; ours / vw {ratio:.2f}x" if ratio else ""))
+    if mine and theirs:  # the same, by CPU seconds
+      mine_cpu = min(r["cpu_seconds"] for r in ours
+                     if r["log_loss"] <= target)
+      theirs_cpu = min(r["cpu_seconds"] for r in vw
+                       if r["log_loss"] <= target)
+      summary[target_name]["cpu_ratio"] = mine_cpu / theirs_cpu
+      print(f"  in CPU seconds: ours {mine_cpu:.2f}, vw {theirs_cpu:.2f}; "
+            f"ours / vw {mine_cpu / theirs_cpu:.2f}x")
   mine = summary["vw"]["ours"]
   if mine:
-    other = (mine["seconds"] - np.median(startup) - mine["parse_seconds"] -
-             mine["epoch_seconds"])
+    other = (mine["seconds"] - mine["startup_seconds"] -
+             mine["parse_seconds"] - mine["epoch_seconds"])
     print(f"ours' run to VW's best, {mine['seconds']:.2f} s: start-up "
-          f"~{np.median(startup):.2f} s, parsing + cache "
+          f"{mine['startup_seconds']:.2f} s (Python, TensorFlow, the op; "
+          f"CPU {mine['startup_cpu_seconds']:.2f} s), parsing + cache "
           f"{mine['parse_seconds']:.2f} s, {mine['k']} epochs "
-          f"{mine['epoch_seconds']:.2f} s, the rest (packing, exact gap, "
-          f"checkpoints, Python) ~{other:.2f} s")
+          f"{mine['epoch_seconds']:.2f} s (packing in the first), the rest "
+          f"(the exact gap after each epoch, checkpoints, Python) "
+          f"{other:.2f} s")
   if args.json:
     with open(args.json, "w", encoding="utf-8") as f:
       json.dump(dict(rows=args.rows, train_rows=train_rows,
                      convert_seconds=convert_seconds,
                      startup_seconds=startup, vw_startup_seconds=vw_startup,
                      runs=runs, summary=summary), f, indent=1)
-  os.remove(train_vw)
-  os.remove(test_vw)
   if not args.keep:
     shutil.rmtree(args.dir, ignore_errors=True)
   return summary
