@@ -36,8 +36,35 @@ from tf_sdca import commands
 from tf_sdca import model_files
 
 
+# The module TensorFlow's `__init__` imports eagerly at its end, which
+# imports Keras and, through Keras's scikit-learn wrappers, scikit-learn:
+# about a third of `import tensorflow` (1.0 of 3.0 s on the 2-core machine).
+_EAGER_KERAS = "keras.src.optimizers"
+
+
+def _import_tensorflow():
+  """Imports TensorFlow without its eager import of Keras: TensorFlow's
+  `__init__` wraps that import in `except ImportError: pass`, so a None
+  entry in `sys.modules` skips it; the entry is removed again, and
+  `tf.keras` still loads Keras on first use (the commands that show a
+  progress bar). Skipped too is what that import registers at start-up,
+  Keras's optimizers for loading SavedModels that hold them, which no
+  command loads."""
+  if "tensorflow" in sys.modules or _EAGER_KERAS in sys.modules:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf
+  sys.modules[_EAGER_KERAS] = None
+  try:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  finally:
+    if sys.modules.get(_EAGER_KERAS, 0) is None:
+      del sys.modules[_EAGER_KERAS]
+  return tf
+
+
 def _start_tensorflow_quietly():
-  """Imports TensorFlow and loads the op with the process's stderr (fd 2)
+  """Imports TensorFlow (without Keras: `_import_tensorflow`) and loads the
+  op with the process's stderr (fd 2)
   pointed at /dev/null: TensorFlow's C++ start-up writes banners there
   (oneDNN, CUDA probing, absl's "log messages before InitializeLog") that
   TF_CPP_MIN_LOG_LEVEL does not silence and that a command-line user has no
@@ -45,6 +72,7 @@ def _start_tensorflow_quietly():
   TF_SDCA_VERBOSE=1 keeps them."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   if os.environ.get("TF_SDCA_VERBOSE") == "1":
+    _import_tensorflow()
     return
   sys.stderr.flush()
   saved = os.dup(2)
@@ -52,7 +80,7 @@ def _start_tensorflow_quietly():
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    tf = _import_tensorflow()
     from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
     tf.config.list_physical_devices()  # the device probes log too
     load_ops()
