@@ -122,6 +122,9 @@ def add_parsers(sub):
                      "order, without asdca or --average-from), else off; "
                      "kept in model.json, "
                      "--resume --momentum BETA changes it")
+  train.add_argument("--memory-budget", type=options.memory_budget_flag,
+                     default=None, metavar="SIZE",
+                     help=options.MEMORY_BUDGET_HELP)
   train.add_argument("--cache-dir", default=None,
                      help="default: MODEL_DIR/cache")
   train.add_argument("--resume", action="store_true",
@@ -382,8 +385,13 @@ def train(args):
       meta["loss"] != losses.op_name(args.loss)):
     raise ValueError(f"--resume: the model was trained with --loss "
                      f"{meta['loss']} --num-classes {meta.get('num_classes')}")
-  if args.format == "criteo" and (args.batch_size is None or
-                                  args.batch_size >= info["rows"]):
+  plan = _memory_plan(args, arrays, info, meta, verbose)
+  if plan["parts"]:
+    labels = None
+    features = dict(rows=model_files.row_parts(args.format, arrays, meta,
+                                               plan["part_rows"]))
+  elif args.format == "criteo" and (args.batch_size is None or
+                                    args.batch_size >= info["rows"]):
     labels = None
     features = dict(rows=model_files.criteo_row_chunks(arrays, meta))
   else:
@@ -440,6 +448,55 @@ def train(args):
           f"relative duality gap {last['duality_gap']:.2e}; model in "
           f"{args.model_dir}")
   return 0
+
+
+def _resident_bytes():
+  """The process's resident memory now (0 where /proc does not say)."""
+  try:
+    with open("/proc/self/statm", encoding="ascii") as f:
+      return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+  except (OSError, ValueError, IndexError):
+    return 0
+
+
+def _memory_plan(args, arrays, info, meta, verbose):
+  """`model_files.memory_plan` for `--memory-budget` (default: the
+  machine's share, `options.default_memory_budget`), printed.
+
+  Raises:
+    ValueError: a budget too small for the rows' duals (naming the least),
+      or parts with what needs the rows in memory (mini-batches).
+  """
+  budget = getattr(args, "memory_budget", None)
+  given = budget is not None
+  if not given:
+    budget = options.default_memory_budget()
+  rows = info["rows"]
+  if args.format == "criteo":
+    num_ids, num_features = 26 * rows, meta["num_features"]
+  else:
+    num_ids = sum(int(a.shape[0]) for a in arrays["indices"])
+    num_features = meta.get("num_features") or max(
+        (int(a.max()) + 1 for a in arrays["indices"] if a.size), default=1)
+  plan = model_files.memory_plan(args.format, rows, num_ids, num_features,
+                                 getattr(args, "num_classes", None), budget)
+  flag = "--memory-budget " + (f"{budget:,}" if given else
+                               f"{budget:,} (the default)")
+  if plan["parts"] and args.batch_size is not None and \
+      args.batch_size < rows:
+    raise ValueError(
+        f"{flag}: the {rows:,} rows train in {plan['parts']} parts, and "
+        f"--batch-size {args.batch_size} needs them in memory (leave "
+        "--batch-size out, or give a larger --memory-budget)")
+  if verbose:
+    import resource  # pylint: disable=import-outside-toplevel
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    print(f"memory: {_resident_bytes() / 2**20:.1f} MiB held before the "
+          f"data (peak {peak:.1f} MiB); training the rows in memory takes ~"
+          f"{plan['in_memory'] / 2**20:,.1f} MiB of {flag} bytes" +
+          (f": {plan['parts']} parts of {plan['part_rows']:,} rows, packed "
+           "one at a time every epoch" if plan["parts"] else ""))
+  return plan
 
 
 # ------------------------------------------------------- evaluate / predict

@@ -111,6 +111,174 @@ def criteo_row_chunks(arrays, meta):
                    num_features=meta["num_features"])
 
 
+# The memory of training in `tf-sdca train`, beyond what the process held
+# before reading the data (`memory_plan`): copies of the weight table held
+# at once (the state, an op's output, the extrapolation's last two points,
+# the checkpoint's shrunk copy), float64 duals per row and class (the
+# state, the epoch's new ones, the extrapolation's two, a checkpoint's
+# copy), the bytes per row of the cache's mapped pages the in-memory path
+# holds while packing (the dense counts, read for their maxima, and the
+# labels), the runtime's growth once the ops run, and the transient of a
+# part beyond its packed records (the block being packed, at most a
+# sixteenth of the part's rows, and the part's row indices and duals,
+# `row_parts`, `engine.PartedProblem`).
+TABLE_COPIES = 8
+DUAL_COPIES = 5
+CACHE_PAGES_PER_ROW = dict(criteo=56, libsvm=12)
+RUNTIME_GROWTH = 32 << 20
+PART_OVERHEAD = 1.5
+
+
+def _packed_bytes(fmt, rows, num_ids):
+  """The packed records of `rows` rows with `num_ids` sparse entries in
+  all (LIBSVM: values and one dense column, the intercept; each record
+  padded to 8 bytes: at most 4 more)."""
+  from tf_sdca.engine import packed_row_bytes  # pylint: disable=import-outside-toplevel
+  if fmt == "criteo":
+    return rows * packed_row_bytes(26, 14)
+  return rows * (packed_row_bytes(0, 1) + 4) + 8 * num_ids
+
+
+def memory_plan(fmt, rows, num_ids, num_features, num_classes, budget):
+  """How `tf-sdca train` trains `rows` rows within `budget` bytes (beyond
+  what the process holds before reading them).
+
+  Returns:
+    dict(parts: None when the packed rows fit (one packing, epochs in
+    memory), else the number of parts; part_rows: rows per part (the last
+    may have fewer); in_memory: the estimated bytes of training in memory;
+    kept: those of the duals, labels and weight tables that any plan holds).
+
+  Raises:
+    ValueError: a budget below the duals, labels and weight tables, naming
+      the least budget that trains at all.
+  """
+  k = num_classes or 1
+  fixed = TABLE_COPIES * 8 * k * ((num_features or 0) + 14) + RUNTIME_GROWTH
+  kept = fixed + rows * (8 * k * DUAL_COPIES + 4)
+  packed = _packed_bytes(fmt, rows, num_ids)
+  in_memory = kept + packed + rows * CACHE_PAGES_PER_ROW[fmt]
+  plan = dict(parts=None, part_rows=rows, in_memory=in_memory, kept=kept)
+  if in_memory <= budget:
+    return plan
+  per_row = PART_OVERHEAD * packed / max(rows, 1)
+  part_rows = int((budget - kept) // per_row)
+  if part_rows < 1:
+    least = kept + int(per_row) + 1
+    raise ValueError(
+        f"--memory-budget {budget:,} bytes: training {rows:,} rows takes at "
+        f"least {least:,} (their duals, labels and the weight tables, and "
+        f"the rows in parts of one row); give --memory-budget {least:,} or "
+        "more")
+  parts = -(-rows // part_rows)
+  return dict(plan, parts=parts, part_rows=-(-rows // parts))
+
+
+def _opened(path, rows):
+  """A copy of `rows` (a slice) of the cached array at `path`, its memory
+  map dropped at once, so that its pages leave the resident set."""
+  return np.array(np.load(path, mmap_mode="r")[rows])
+
+
+def row_parts(fmt, arrays, meta, part_rows):
+  """The cached rows as an `engine.RowParts` of at most `part_rows` rows
+  per part, for `InMemorySdca.fit(rows=...)`: the rows of
+  `criteo_row_chunks` or `features`, in blocks of at most a sixteenth of a
+  part, read from the cache files part by part every epoch. Consumes
+  `arrays` (the memory maps are dropped; the blocks reopen the files).
+
+  Sets `meta`'s `scale` (Criteo) or `num_features` (LIBSVM) as `features`
+  would."""
+  from tf_sdca.engine import RowParts  # pylint: disable=import-outside-toplevel
+  names = list(arrays)
+  paths = {name: [a.filename for a in arrays[name]] for name in names}
+  chunk_rows = np.array([a.shape[0] for a in arrays["labels"]], np.int64)
+  for name in names:
+    arrays[name].clear()  # drop the memory maps (and their resident pages)
+  n = int(chunk_rows.sum())
+  first = np.concatenate([[0], np.cumsum(chunk_rows)])
+  whole = slice(None)
+  labels = np.empty(n, np.float32)
+  for i, path in enumerate(paths["labels"]):
+    labels[first[i]:first[i + 1]] = _opened(path, whole)
+  if fmt == "criteo":
+    scale = criteo_scale(
+        dict(dense=(_opened(path, whole) for path in paths["dense"])), meta)
+    ids_per_row = np.full(n, 26, np.int64)  # (only summed per part)
+  else:
+    ids_per_row = np.concatenate(
+        [_opened(path, whole) for path in paths["lengths"]] or
+        [np.zeros(0, np.int64)])
+    if meta.get("num_features") is None:
+      top = max((int(_opened(path, whole).max(initial=-1))
+                 for path in paths["indices"]), default=-1)
+      meta["num_features"] = max(top + 1, 1)
+      limit = max_sparse_features(meta.get("num_classes") or 1)
+      if meta["num_features"] > limit:  # (a cache built before the limit)
+        raise ValueError(
+            f"the feature index {top + 1:,} is past the {limit:,} features "
+            "whose weights fit this machine's memory (a weight table is as "
+            "wide as the largest index)")
+    if meta["loss"] in losses.BINARY:
+      labels = (labels > 0).astype(np.float32)
+    elif losses.is_multiclass(meta["loss"]):
+      labels = class_ids(labels, meta)
+  # Blocks of at most a sixteenth of a part (and 65,536 rows), within one
+  # cache chunk each: the parts are dealt from them afresh every epoch.
+  block_rows = int(min(65536, max(1, part_rows // 16)))
+  starts = []
+  for i in range(len(chunk_rows)):
+    starts.extend(range(int(first[i]), int(first[i + 1]), block_rows))
+  starts = np.array(starts + [n], np.int64)
+  chunk_of = np.searchsorted(first, starts[:-1], side="right") - 1
+  ends = np.minimum(starts[1:], first[chunk_of + 1])
+  sums = np.concatenate([[0], np.cumsum(ids_per_row)])
+  block_ids = sums[ends] - sums[starts[:-1]]
+  del ids_per_row, sums
+  num_features = meta["num_features"]
+  offsets_of = {}
+
+  def piece(i, rows):
+    """Rows `rows` (a slice within cache chunk i) as `fit`'s arguments."""
+    start = first[i]
+    if fmt == "criteo":
+      dense = np.empty((rows.stop - rows.start, 14), np.float32)
+      dense[:, :13] = _opened(paths["dense"][i], rows) / scale
+      dense[:, 13] = 1.0  # the intercept
+      return dict(labels=labels[start + rows.start:start + rows.stop],
+                  dense=dense,
+                  ids=np.sort(_opened(paths["ids"][i], rows), axis=1))
+    if offsets_of.get("chunk") != i:  # (one chunk's, kept for its blocks)
+      offsets_of.update(chunk=i, offsets=np.concatenate(
+          [[0], np.cumsum(_opened(paths["lengths"][i], whole))]))
+    offsets = offsets_of["offsets"]
+    entries = slice(int(offsets[rows.start]), int(offsets[rows.stop]))
+    indices = _opened(paths["indices"][i], entries)
+    values = _opened(paths["values"][i], entries)
+    indptr = offsets[rows.start:rows.stop + 1] - offsets[rows.start]
+    keep = indices < num_features  # features unseen in training
+    if not keep.all():
+      counts = np.repeat(np.arange(rows.stop - rows.start),
+                         np.diff(indptr))
+      indptr = np.concatenate([[0], np.cumsum(np.bincount(
+          counts[keep], minlength=rows.stop - rows.start))])
+      indices, values = indices[keep], values[keep]
+    return dict(labels=labels[start + rows.start:start + rows.stop],
+                dense=np.ones((rows.stop - rows.start, 1), np.float32),
+                indptr=indptr.astype(np.int64), indices=indices,
+                values=values)
+
+  def blocks(b):
+    i = int(chunk_of[b])
+    yield piece(i, slice(int(starts[b] - first[i]), int(ends[b] - first[i])))
+
+  return RowParts(blocks, ends - starts[:-1], block_ids,
+                  blocks_per_part=max(1, part_rows // block_rows),
+                  dense_dim=14 if fmt == "criteo" else 1,
+                  num_features=num_features, has_values=fmt != "criteo",
+                  labels=labels)
+
+
 def max_sparse_features(num_classes=1):
   """The most sparse weights (rows of the weight table) a model may have on
   this machine: a weight is 8 bytes (float64) per class, and training holds

@@ -26,6 +26,8 @@ import argparse
 import collections
 import math
 import numbers
+import os
+import re
 
 import numpy as np
 
@@ -358,6 +360,47 @@ def applies(values, mode, door=IN_MEMORY_SDCA, data=None):
 # command line trains hashed Criteo rows, 2^20 weights for ~10^6 rows, where
 # l2 = 10 generalised best (g3doc/criteo.md).
 COMMAND_LINE_DEFAULTS = {"l2": 10.0, "tol": 1e-3}
+
+# `tf-sdca train --memory-budget`: the memory its rows and training state
+# may take (beyond what the process holds before reading them: Python and
+# TensorFlow, ~0.5 GB); rows whose packed records would not fit train part
+# by part (`tf_sdca.engine.PartedProblem`). The default is this share of
+# the machine's physical memory.
+MEMORY_BUDGET_SHARE = 0.5
+MEMORY_BUDGET_HELP = (
+    "memory for the rows and the training state, beyond the process's own "
+    "~0.5 GB (Python, TensorFlow), e.g. 800M or 12G (K, M, G, T: powers of "
+    "1024); rows whose packed records would not fit train part by part "
+    "from the cache, in another order of the rows (g3doc/criteo.md); "
+    f"default: {MEMORY_BUDGET_SHARE:g} of the machine's memory")
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
+               "t": 1 << 40}
+
+
+def default_memory_budget():
+  """`--memory-budget`'s default: MEMORY_BUDGET_SHARE of the physical
+  memory (8 GiB where the system does not say)."""
+  try:
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError, AttributeError):  # not a POSIX system
+    memory = 16 << 30
+  return int(memory * MEMORY_BUDGET_SHARE)
+
+
+def memory_budget_flag(text):
+  """An argparse `type` for `--memory-budget`: a size in bytes, with an
+  optional unit K, M, G or T (powers of 1024; 'KB', 'KiB', ... too), > 0.
+  ValueError-like `argparse.ArgumentTypeError` otherwise, before any data
+  is read."""
+  match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*",
+                       str(text), re.IGNORECASE)
+  size = (float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+          if match else None)
+  if size is None or not math.isfinite(size) or size < 1:
+    raise argparse.ArgumentTypeError(
+        f"--memory-budget must be a size of at least 1 byte, such as "
+        f"800M or 12G, got {text!r}")
+  return int(size)
 
 
 def flag_type(name):

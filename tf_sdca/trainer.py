@@ -353,7 +353,9 @@ class InMemorySdca:
         set chunk by chunk, packed one chunk at a time, so that its whole
         arrays are never held beside the packed records (what `tf-sdca
         train` does with its cache). The same rows give the same training
-        as the arrays whole. Not with mini-batches.
+        as the arrays whole. Not with mini-batches. Or a `RowParts`: the
+        rows in parts packed one at a time every epoch (bounded memory; the
+        same optimum, another order of the steps: `engine.PartedProblem`).
       gap_every: evaluate the exact objective and duality gap after every
         `gap_every`-th epoch and after the last one (0: the last one only);
         the other epochs' `loss` and `duality_gap` in the history are NaN.
@@ -460,11 +462,21 @@ class InMemorySdca:
       momentum = 0.0
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
-    problem = engine.Problem(
-        rows, self.loss, self.gamma,
-        (1 if self._asdca else
-         engine.choose_threads(self.num_threads, n, self.num_classes))
-        if one_call else 1, self.num_classes, keep_labels=bool(momentum))
+    threads = ((1 if self._asdca else
+                engine.choose_threads(self.num_threads, n, self.num_classes))
+               if one_call else 1)
+    if isinstance(rows, engine.RowParts):
+      if self.visit_order not in engine.PARTED_VISIT_ORDERS:
+        raise ValueError(
+            f"visit_order={self.visit_order!r} needs all rows packed at once "
+            f"(rows in {rows.num_parts} parts are packed one part at a "
+            f"time); use one of {engine.PARTED_VISIT_ORDERS}")
+      problem = engine.PartedProblem(rows, self.loss, self.gamma, threads,
+                                     self.num_classes,
+                                     keep_labels=bool(momentum))
+    else:
+      problem = engine.Problem(rows, self.loss, self.gamma, threads,
+                               self.num_classes, keep_labels=bool(momentum))
     extrapolate = None
     if momentum:
       state = self._state
