@@ -181,7 +181,10 @@ def _sdca_model(loss, x, y, epochs=3000):
       continue  # the gap costs about an epoch
     model.update_weights(train_op)
     objective, gap = model.duality_gap(batches)
-    assert gap >= 0.0
+    # >= 0 up to the float32 state: the weights are w(alpha) of the stored
+    # float32 duals up to the rounding of the op's float32 changes (-8e-10
+    # measured with logistic loss, held rows, near the optimum).
+    assert gap >= -1e-8
     assert objective * len(y) == pytest.approx(
         _primal(loss, w.numpy().astype(np.float64), x, y), rel=1e-6)
     if gap < STREAMED_TOL:

@@ -325,7 +325,9 @@ MUTATIONS = {
         _set_option("example_ids", np.array(["a", "b", "a"])),
         _set_option("example_ids", None),
         _set_option("example_ids", np.array([["a", "b"]])),
-        _set_option("example_ids", np.array([3, 4])),
+        # Integer ids are keyed as their text; fractional ones are refused.
+        _set_option("example_ids", np.array([3.5, 4.0])),
+        _set_option("example_ids", np.array([3, 4, 3])),
         _set_option("example_ids", np.array(["x" * 100000, ""]), "extreme"),
     ],
     "distinct_ids": [
