@@ -78,7 +78,9 @@ class InMemorySdca:
       op's name ('logistic_loss').
     l1: L1 regularisation (>= 0).
     l2: L2 regularisation (> 0).
-    visit_order: see `tf_sdca.sdca_optimizer`; or 'asdca': accelerated
+    visit_order: None (the default: 'shrinking' for the hinge and the
+      multiclass hinge, 'permutation' for the others and for mini-batches,
+      `options.visit_order_for`); see `tf_sdca.sdca_optimizer`; or 'asdca': accelerated
       mini-batch SDCA (Shalev-Shwartz and Zhang 2013; `tf_sdca.asdca_solve`)
       for a smooth loss (logistic, squared, smooth hinge), one
       `TfSdca>AsdcaSolve` call per epoch on rows packed for one thread.
@@ -191,7 +193,7 @@ class InMemorySdca:
   """
 
   def __init__(self, loss="logistic_loss", l1=0.0, l2=1.0,
-               visit_order="permutation", seed=0, gamma=1.0, num_threads=0,
+               visit_order=None, seed=0, gamma=1.0, num_threads=0,
                pack=True, num_classes=None, average_from=None,
                asdca_batch_size=_ASDCA_BATCH_SIZE, asdca_theta=None,
                hinge_step="projection", momentum=None, second_order="auto"):
@@ -222,7 +224,11 @@ class InMemorySdca:
     self._multiclass = losses.is_multiclass(loss)
     self.l1 = given["l1"]
     self.l2 = given["l2"]
-    self.visit_order = visit_order
+    self.visit_order = options.visit_order_for(loss, visit_order)
+    # Mini-batches (batch_size < rows) stream: their default order is
+    # 'permutation'.
+    self._batch_order = options.visit_order_for(loss, visit_order,
+                                                options.STREAMED)
     self.seed = given["seed"]
     self.gamma = given["gamma"]
     self.num_threads = given["num_threads"]
@@ -680,7 +686,7 @@ class InMemorySdca:
           sp_args[0], sp_args[1], sp_args[2], dense_args[0], weights[rows],
           labels[rows], sp_args[3], sp_args[4], dense_args[1],
           state, loss_type=self.loss, l1=self.l1, l2=self.l2,
-          visit_order=self.visit_order, seed=self.seed + epoch,
+          visit_order=self._batch_order, seed=self.seed + epoch,
           gamma=self.gamma, num_threads=self.num_threads,
           # The epoch's k-th batch: new rows (zero duals) in equal-sized
           # batches would otherwise all be visited in one order.

@@ -137,19 +137,27 @@ class MulticlassHingeLoss final : public MulticlassLoss {
   bool BlockViolation(int label, const double* dual, const double* scores,
                       double* gap, bool* at_bound,
                       double* margin) const override {
-    double top = -INFINITY, other = -INFINITY, mean = 0.0;
-    bool zero = true;
+    // p at a vertex e_m (the steps land on one exactly: p_m = v_m / total
+    // with every other v_j = 0), m = y or another class: LIBLINEAR's
+    // Crammer-Singer solver shrinks such a row's classes j whose s_j is
+    // below s_m, and the row once one class is left.
+    int vertex = -1;
+    double top = -INFINITY, mean = 0.0;
     for (int j = 0; j < num_classes(); ++j) {
       const double s = Violation(scores, label, j);
       const double p = (j == label ? 1.0 : 0.0) - dual[j];
       top = std::max(top, s);
-      if (j != label) other = std::max(other, s);
       mean += p * s;
-      zero = zero && dual[j] == 0.0;
+      if (p == 1.0) vertex = j;
+    }
+    double other = -INFINITY;
+    const int m = vertex >= 0 ? vertex : label;
+    for (int j = 0; j < num_classes(); ++j) {
+      if (j != m) other = std::max(other, Violation(scores, label, j));
     }
     *gap = std::max(top - mean, 0.0);
-    *at_bound = zero;
-    *margin = other - scores[label];
+    *at_bound = vertex >= 0;
+    *margin = other - Violation(scores, label, m);
     return true;
   }
 

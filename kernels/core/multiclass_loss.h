@@ -63,13 +63,15 @@ class MulticlassLoss {
   // dual . z is the example's Fenchel-Young gap (>= 0).
   virtual double DualLoss(const double* dual, int label) const = 0;
 
-  // For a loss whose block can sit still at p = e_y (the multiclass hinge,
-  // where a row classified with margin keeps alpha = 0): writes the row's
-  // gap G = max_k s_k - p . s with s_k = D_k + z_k (0 iff the block is
-  // optimal at these scores: the reference's per-example gap), whether
-  // p = e_y, and the margin max_{k != y} s_k - s_y (< 0: p = e_y is the
-  // block's optimum); returns true. False for a loss without such a bound
-  // (the 'shrinking' order then has nothing to shrink).
+  // For a loss whose block can sit still at a vertex p = e_m of the
+  // simplex (the multiclass hinge, where a row classified with margin keeps
+  // alpha = 0, and a row whose class m != y violates most keeps p = e_m):
+  // writes the row's gap G = max_k s_k - p . s with s_k = D_k + z_k (0 iff
+  // the block is optimal at these scores: the reference's per-example
+  // gap), whether p is a vertex e_m, and the margin max_{k != m} s_k - s_m
+  // (m = y when p is no vertex; < 0 at a vertex: p = e_m is the block's
+  // optimum); returns true. False for a loss without such a bound (the
+  // 'shrinking' order then has nothing to shrink).
   virtual bool Shrinkable() const { return false; }
   virtual bool BlockViolation(int label, const double* dual,
                               const double* scores, double* gap,

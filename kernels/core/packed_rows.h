@@ -308,9 +308,13 @@ class PackedRows {
   // block of rows (kUniform; kAdaptive with the block's adaptive
   // probabilities), so that no two threads update the same dual.
   //
-  // kShrinking (one thread; with threads it is kPermutation) visits a fresh
-  // permutation of the rows not shrunk, LIBLINEAR's shrinking for boxed
-  // duals (see ShrinkingState): which rows are shrunk carries over from
+  // kShrinking (one thread; with threads it is kPermutation) visits fresh
+  // permutations of the rows not shrunk, LIBLINEAR's shrinking for boxed
+  // duals (see ShrinkingState), until they took n steps: a pass is n
+  // steps' work, as in the other orders, spent on the rows that can still
+  // move (on heart_scale, 270 rows, hinge, l2 = 1: 41 epochs to
+  // LIBLINEAR's objective against 473 visiting every row once, the rows
+  // out skipped). Which rows are shrunk carries over from
   // call to call on these rows, so a sequence of calls is reproducible from
   // its seeds, but a run resumed from saved duals takes another path to
   // the same optimum.
@@ -347,7 +351,8 @@ class PackedRows {
   // only the class weights whose duals changed. The passes, visiting orders
   // ('permutation', 'uniform', 'cyclic') and CoCoA+ scaling are Solve's;
   // kShrinking, for a loss that is Shrinkable() (multiclass hinge), leaves
-  // rows resting at alpha = 0 out of the passes (packed_rows.cc says when).
+  // rows resting at a vertex of their simplex out of the passes, each pass
+  // n steps over the rows left, as Solve's (packed_rows.cc says when).
   // Packed for num_threads() > 1, the threads solve their shares of the
   // pass lock-free as Solve's do, each private slot (hot id, dense column)
   // a row of K class weights in every thread's copy, merged and scaled as
@@ -461,12 +466,18 @@ class PackedRows {
   // than the largest (smallest) projected gradient of the previous pass
   // leaves the visits; when the projected gradients of the rows still
   // visited span less than a tenth of those of the last pass over all
-  // rows, every row comes back and the thresholds are reset.
+  // rows, or after 10 n steps without such a pass, every row comes back
+  // and the thresholds are reset.
   struct ShrinkingState {
     std::mutex mutex;  // one solve at a time uses the state
     std::vector<uint8_t> shrunk;  // [n]; empty until the first such pass
     double high, low;             // the thresholds of the next pass
     double full_spread;           // max - min projected gradient, all rows
+    // Steps since the last pass over all rows: after 10 n of them every row
+    // comes back whatever the spread (a spread of the rows still visited
+    // that cannot fall under a tenth of a stale full one, e.g. once the
+    // duals were reset behind the state's back, must not trap them).
+    int64_t since_full = 0;
   };
 
   struct FreeBuffer {

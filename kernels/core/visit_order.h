@@ -45,7 +45,8 @@ inline double AdaptiveScore(const DualLossUpdater& loss, double l2, double s,
 // record lies):
 //   kCyclic      the rows in order;
 //   kPermutation a uniformly random permutation (Fisher-Yates);
-//   kShrinking   the same: the caller passes only the rows not shrunk
+//   kShrinking   the same: the caller passes only the rows not shrunk,
+//                and draws passes over them until they took n steps
 //                (PackedRows::Solve on one thread; see ShrinkingState);
 //   kUniform     end - begin draws with replacement;
 //   kAdaptive    end - begin draws with replacement, row i with probability

@@ -126,7 +126,9 @@ class TrainingState:
             "num_loss_partitions": m.num_loss_partitions,
             "num_table_shards": m.num_table_shards,
             "visit_order": ("permutation" if self.asdca else
-                            m.visit_order), "seed": m.seed,
+                            options.visit_order_for(
+                                m.loss_type, m.visit_order,
+                                options.STREAMED)), "seed": m.seed,
             "gamma": m.gamma, "num_threads": m.num_threads,
             "hinge_step": m.hinge_step, "carry_over": m.carry_over,
             **({"num_classes": m.num_classes} if m.num_classes > 1
@@ -136,7 +138,8 @@ class TrainingState:
     """The in-memory engine's view of the model's options."""
     m = self._model
     return engine.Config(m.loss_type, m.l1, m.l2, m.gamma, m.seed,
-                         m.visit_order, m.hinge_step, m.num_classes,
+                         options.visit_order_for(m.loss_type, m.visit_order),
+                         m.hinge_step, m.num_classes,
                          m.asdca_batch_size, m.asdca_theta)
 
   # ---------------------------------------------------------- packed rows

@@ -54,8 +54,10 @@ Constructor arguments (`LinearModel(...)`):
     must be 1 there; larger values are for several replicas each training
     1/num_loss_partitions of the data whose updates are summed (see
     `tf_sdca.SdcaModel`).
-  visit_order: order of the coordinate steps ('permutation', 'uniform',
-    'cyclic', 'adaptive', 'shrinking'; see `tf_sdca.sdca_optimizer`), or
+  visit_order: order of the coordinate steps (None, the default:
+    'shrinking' for the hinge losses on in-memory data, else
+    'permutation'; 'permutation', 'uniform', 'cyclic', 'adaptive',
+    'shrinking'; see `tf_sdca.sdca_optimizer`), or
     'asdca': accelerated mini-batch SDCA (`InMemorySdca`'s, for the smooth
     losses logistic, squared and smooth_hinge, one thread) on in-memory
     data; a streamed `tf.data` fit refuses it.
@@ -159,7 +161,7 @@ class LinearModel(keras.Model):
 
   def __init__(self, loss="logistic", l1=0.0, l2=1.0, use_bias=True,
                categorical_features=None, example_id="example_id",
-               num_loss_partitions=1, visit_order="permutation", seed=0,
+               num_loss_partitions=1, visit_order=None, seed=0,
                gamma=1.0, num_threads=0, num_table_shards=1, num_classes=None,
                average_from=None, asdca_batch_size=8, asdca_theta=None,
                hinge_step="projection", momentum=None,
