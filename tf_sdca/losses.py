@@ -278,8 +278,9 @@ class ProgressWatch:
                "epochs (2.5-6x on heart_scale), as may the default "
                "momentum='auto' (~2x; g3doc/trainer.md)")
     if self.loss != "absolute_loss":
-      text += ("; visit_order='shrinking' makes epochs cheaper, skipping "
-               "the duals held at a bound")
+      text += ("; visit_order='shrinking' (the hinge losses' default in "
+               "memory) makes epochs cheaper, skipping the duals held at a "
+               "bound")
     return f"{text}. {standardise} if they are not scaled"
 
   def update(self, gap):
