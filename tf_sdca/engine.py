@@ -303,6 +303,7 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       state.pass_over(problem, epoch, config, passes=1)
     if second_order is not None:
       state.set_point(*second_order.step(state.weight_table()))
+      state.asdca_iterate = None  # ASDCA restarts from the new point
     # Training time only: the exact objective below is bookkeeping.
     elapsed = time.perf_counter() - start
     parts = state.pass_over(problem, epoch, config, passes=0)
