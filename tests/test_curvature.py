@@ -114,7 +114,8 @@ def test_plain_coordinate_steps_stall_on_doctor_visits():
   x, y = _doctor_visits()
   best, f = _optimum("poisson", x.astype(np.float64), y, L2)
   model = InMemorySdca(loss="poisson", l2=L2, second_order="off")
-  model.fit(y, dense=x, epochs=300, verbose=0)
+  with pytest.warns(UserWarning, match="badly conditioned for SDCA"):
+    model.fit(y, dense=x, epochs=300, verbose=0)
   primal = f(np.asarray(model.dense_weights, np.float64))[0]
   assert primal - best > 0.1 * abs(best)
 
