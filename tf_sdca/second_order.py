@@ -55,6 +55,7 @@ REL_TOL = 1e-26
 # Rows per product building the softmax Hessian (bounds its scratch to
 # rows x D K^2 doubles).
 _HESSIAN_ROWS = 2048
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _curvature_bound(loss, labels):
@@ -188,7 +189,10 @@ class ExactBlockStep:
           hess.reshape(d, d, k, k).transpose(0, 2, 1, 3))
       hess = hess.reshape(d * k, d * k)
     hess[np.diag_indices_from(hess)] += self.l2
-    step = scipy.linalg.solve(hess, grad, assume_a="pos")
+    try:
+      step = scipy.linalg.solve(hess, grad, assume_a="pos")
+    except (np.linalg.LinAlgError, ValueError):  # overflowed curvatures
+      step = np.full_like(grad, np.nan)
     return step.reshape(w.shape), float(grad @ step)
 
   def minimise(self, w):
@@ -231,7 +235,17 @@ class ExactBlockStep:
   def step(self, table):
     """(duals, weight table) after the step from weight table `table` (the
     shapes the engine's `State` holds: duals `[n]` or `[n, K]`, the table
-    flat)."""
+    flat), or None where the step's point is not finite or its weights
+    exceed float32's range (the ops' weights in mini-batches): the epoch
+    then keeps the coordinate steps' point."""
+    with np.errstate(all="ignore"):
+      out = self._step(table)
+    if not all(np.all(np.isfinite(a)) for a in out) or (
+        np.max(np.abs(out[1]), initial=0.0) > _FLOAT32_MAX):
+      return None
+    return out
+
+  def _step(self, table):
     w = np.asarray(table, np.float64)
     w = self.minimise(w.reshape(-1, self.k) if self.k > 1 else w)
     _, dz, _ = self._loss_terms(self.x @ w)
@@ -321,8 +335,14 @@ def streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
                         [d * k, d * k])
     else:
       hess = tf.matmul(x * curv, x, transpose_a=True)
-    step = tf.linalg.cholesky_solve(tf.linalg.cholesky(hess + l2 * eye),
-                                    grad[:, None])[:, 0]
+    hess = hess + l2 * eye
+    # Overflowed curvatures (features near float32's range): a NaN step,
+    # which ends the iterations, and the batch keeps the op's step.
+    step = tf.cond(
+        tf.reduce_all(tf.math.is_finite(hess)),
+        lambda: tf.linalg.cholesky_solve(tf.linalg.cholesky(hess),
+                                         grad[:, None])[:, 0],
+        lambda: tf.fill(tf.shape(grad), tf.constant(np.nan, tf.float64)))
     return tf.reshape(step, tf.shape(u)), tf.reduce_sum(grad * step)
 
   def body(i, u, value, dz, curv, last, done):
@@ -356,6 +376,9 @@ def streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
     return (i + 1, new_u, new_value, new_dz, new_curv, decrement,
             tf.logical_or(done, tf.logical_not(moved)))
 
+  def keep():
+    return tf.cast(duals, tf.float32), tf.zeros_like(w)
+
   def solve():
     value, dz, curv = terms(w)
     _, _, _, dz, _, _, _ = tf.while_loop(
@@ -370,10 +393,11 @@ def streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
     # The state keeps float32 duals: the weights follow the rounded ones.
     new32 = tf.cast(new, tf.float32)
     change = tf.cast(new32, tf.float64) - duals
-    return new32, tf.matmul(x, s[:, None] * change, transpose_a=True) / l2
-
-  def keep():
-    return tf.cast(duals, tf.float32), tf.zeros_like(w)
+    move = tf.matmul(x, s[:, None] * change, transpose_a=True) / l2
+    finite = tf.logical_and(
+        tf.reduce_all(tf.math.is_finite(new32)),
+        tf.reduce_all(tf.abs(w + move) <= _FLOAT32_MAX))
+    return tf.cond(finite, lambda: (new32, move), keep)
 
   if choice == "on":
     return solve()
