@@ -213,7 +213,7 @@ def main(argv=None):
   tf_sdca.cli`), it ends the process itself once the command has returned
   and its output is flushed, without the interpreter's teardown: every
   file the command writes is closed by then, and tearing down TensorFlow
-  and the training's arrays took 2.4-2.5 s after a 1M-row `train` on the
+  and the training's arrays took 2.5-2.8 s after a 1M-row `train` on the
   loaded 2-core machine (2026-11-27, two runs). Called with an `argv`, it
   returns."""
   status = _run_command(argv)
