@@ -27,13 +27,15 @@ last is held out. Then:
      E --tol 0 --l2 L --quiet` over the grid of epochs x l2, each a fresh
      process into a fresh model directory, timed the same way (start-up
      importing TensorFlow, parsing the text into the cache, packing, the
-     epochs with their exact duality gap, checkpoints);
-  (the two tools' runs alternate, one of each in turn);
+     epochs with their exact duality gap, checkpoints); the two tools'
+     runs alternate, one of each in turn;
   4. scores the held-out file with each model (not timed) and prints every
-     run's held-out log loss, wall seconds and peak RSS, then each tool's
-     best held-out log loss, the time each tool needs to reach the other's
-     best (its fastest run that does) and the ratio ours / VW, and where the
-     time of ours' run to VW's best went.
+     run's held-out log loss, wall and CPU seconds (user + system, all its
+     threads) and peak RSS (VmHWM), then each tool's best held-out log
+     loss, the time each tool needs to reach the other's best (its fastest
+     run that does) and the ratio ours / VW, in wall and in CPU seconds,
+     and where the time of ours' run to VW's best went (its start-up timed
+     inside the process, to where `train` first imports the cache module).
 
 Both use 2^20 hash buckets (VW's one table for both namespaces; ours 2^20
 buckets for the tokens plus 14 dense weights) and both run two threads
@@ -73,6 +75,12 @@ class _Clock(importlib.abc.MetaPathFinder):
             file=sys.stderr)
       sys.meta_path.remove(self)
 sys.meta_path.insert(0, _Clock())
+import os
+_exit = os._exit
+def _peak_then_exit(status):  # the command ends its process itself
+  _peak()
+  _exit(status)
+os._exit = _peak_then_exit
 sys.argv = ["tf-sdca"] + sys.argv[1:]
 try:
   runpy.run_module("tf_sdca.cli", run_name="__main__")

@@ -205,7 +205,27 @@ def _run_demo(args):
 
 
 def main(argv=None):
-  """Entry point of the `tf-sdca` console script."""
+  """Entry point of the `tf-sdca` console script: runs the command in
+  `argv` (default: the process's own arguments) and returns its exit
+  status.
+
+  Run with the process's own arguments (the console script, `python -m
+  tf_sdca.cli`), it ends the process itself once the command has returned
+  and its output is flushed, without the interpreter's teardown: every
+  file the command writes is closed by then, and tearing down TensorFlow
+  and the training's arrays took 2.5-2.8 s after a 1M-row `train` on the
+  loaded 2-core machine (2026-11-27, two runs). Called with an `argv`, it
+  returns."""
+  status = _run_command(argv)
+  if argv is None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(status or 0))  # pylint: disable=protected-access
+  return status
+
+
+def _run_command(argv):
+  """Parses `argv` and runs the command: its exit status."""
   parser = argparse.ArgumentParser(
       prog="tf-sdca", description="Linear models trained by SDCA.")
   sub = parser.add_subparsers(dest="command", required=True)

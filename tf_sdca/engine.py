@@ -281,7 +281,7 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       extrapolates (its restarts read every epoch's dual objective) or an
       average. `tol` is checked on the evaluated epochs.
     second_order: a `tf_sdca.second_order.ExactBlockStep` taken after each
-      epoch's passes (None: none).
+      epoch's passes where it gives a finite point (None: none).
 
   Returns:
     The history: per-epoch lists `loss` (objective / total weight),
@@ -311,8 +311,11 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       if extrapolation is not None:
         extrapolation.start_epoch()
       state.pass_over(problem, epoch, config, passes=1)
-    if second_order is not None:
-      state.set_point(*second_order.step(state.weight_table()))
+    point = (None if second_order is None else
+             second_order.step(state.weight_table()))
+    if point is not None:
+      state.set_point(*point)
+      state.asdca_iterate = None  # ASDCA restarts from the new point
     # Training time only: the exact objective below is bookkeeping.
     elapsed = time.perf_counter() - start
     if not (epoch + 1 == epochs or

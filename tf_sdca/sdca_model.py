@@ -585,8 +585,9 @@ class SdcaModel(tf.Module):
       `second_order` ('auto'; 'on' or 'off': after the op's step, the
       exact block step on the call's rows: the batch's duals set to the
       maximiser of the dual over them by Newton's method on the batch's
-      primal, for dense features only, the logistic, squared and Poisson
-      losses, l1 = 0, one loss partition and at most 1,024 dense weights;
+      primal, for dense features only, the logistic, squared, Poisson and
+      softmax losses, l1 = 0, one loss partition and at most 1,024 dense
+      weights (D K);
       'auto' where the batch's max_i s_i |x_i|^2 L / l2 exceeds 1,000.
       With carry_over='auto' it took Poisson on doctor visits at l2 = 1 to
       3e-6 of the optimum in 10 passes; fixed batches without held rows
@@ -928,37 +929,45 @@ class SdcaModel(tf.Module):
 
   def _block_step_applies(self, examples):
     """Whether `second_order` takes the exact block step on this batch's
-    structure: dense features only, a loss of one dual a row with phi'',
-    l1 = 0, one partition, D <= second_order.MAX_DIM."""
+    structure: dense features only, a loss with phi'', l1 = 0, one
+    partition, D K <= second_order.MAX_DIM."""
     o = self._options
     return (o["second_order"] != "off" and
             o["loss_type"] in second_order.STREAMED_LOSSES and
             not examples["sparse_features"] and
             o["symmetric_l1_regularization"] == 0 and
-            o["num_loss_partitions"] == 1 and self._num_classes == 1 and
-            0 < sum(w.size for w in self._dense) <= second_order.MAX_DIM)
+            o["num_loss_partitions"] == 1 and
+            0 < sum(w.size for w in self._dense) * self._num_classes <=
+            second_order.MAX_DIM)
 
   def _block_step(self, examples, dense, new_state, d_dense):
     """The op's result moved by `second_order.streamed_block_step`: the
     batch's duals maximise the dual over the batch (new state, dense
-    deltas)."""
+    deltas, float64)."""
     o = self._options
+    k = self._num_classes
     x = tf.concat([tf.cast(d, tf.float64) for d in dense], axis=1)
-    delta = tf.concat([tf.cast(d, tf.float64) for d in d_dense], axis=0)
-    w = tf.concat([w.all_rows() for w in self._dense], axis=0) + delta
+    delta = tf.concat([tf.reshape(tf.cast(d, tf.float64), [-1, k])
+                       for d in d_dense], axis=0)
+    w = tf.concat([tf.reshape(w.all_rows(), [-1, k]) for w in self._dense],
+                  axis=0) + delta
     s = tf.cast(examples["example_weights"], tf.float64)
     y = tf.cast(examples["example_labels"], tf.float64)
     duals, change = second_order.streamed_block_step(
         o["loss_type"], o["symmetric_l2_regularization"], x, s, y, w,
-        tf.cast(new_state[:, 0], tf.float64), o["second_order"])
-    dual_loss = s * losses.dual(o["loss_type"], tf.cast(duals, tf.float64),
-                                y, o["gamma"])
-    new_state = tf.concat([duals[:, None], new_state[:, 1:2],
+        tf.cast(new_state[:, :k], tf.float64), o["second_order"])
+    dual64 = tf.cast(duals, tf.float64)
+    dual_loss = s * losses.dual(o["loss_type"],
+                                dual64 if k > 1 else dual64[:, 0], y,
+                                o["gamma"])
+    new_state = tf.concat([duals, new_state[:, k:k + 1],
                            tf.cast(dual_loss, tf.float32)[:, None],
-                           new_state[:, 3:]], axis=1)
+                           new_state[:, k + 2:]], axis=1)
     # float64 deltas: the slots are float64 (assign_add_all's cast is then
     # the identity).
-    return new_state, tf.split(delta + change, [w.size for w in self._dense])
+    total = delta + change
+    return new_state, [tf.reshape(t, tf.shape(d)) for t, d in zip(
+        tf.split(total, [w.size for w in self._dense]), d_dense)]
 
   def _average_step(self):
     """After a `minimize` call's updates: adds the new iterate to the means

@@ -52,6 +52,10 @@ MIN_PASSES_PER_E_FOLD = 1e3
 # 1e-16 |P|, stops halving (rounding reached).
 MAX_ITERATIONS = 100
 REL_TOL = 1e-26
+# Rows per product building the softmax Hessian (bounds its scratch to
+# rows x D K^2 doubles).
+_HESSIAN_ROWS = 2048
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _curvature_bound(loss, labels):
@@ -158,24 +162,37 @@ class ExactBlockStep:
     value, dz, curv = self._loss_terms(z)
     return value + 0.5 * self.l2 * np.sum(w * w), dz, curv
 
-  def _newton_direction(self, w, dz, curv):
+  def _gradient(self, w, dz):
+    return (self.xt @ dz + self.l2 * w).reshape(-1)
+
+  def _newton_direction(self, w, grad, curv):
     d = w.shape[0]
-    grad = (self.xt @ dz + self.l2 * w).reshape(-1)
     if self.k == 1:
       hess = _gram(self.xt, self.x, curv)
     else:
-      # Blocks (a, b) of classes: X^T diag(s (p_a [a = b] - p_a p_b)) X.
+      # Blocks (a, b) of classes: X^T diag(s (p_a [a = b] - p_a p_b)) X,
+      # as one product per chunk of rows: X^T [x_i (x) C_i], C_i the K x K
+      # s_i (diag(p_i) - p_i p_i^T).
       p, s, k = curv, self.weights, self.k
-      hess = np.zeros((d, k, d, k))
-      for a in range(k):
-        for b in range(a, k):
-          c = s * p[:, a] * ((1.0 if a == b else 0.0) - p[:, b])
-          block = _gram(self.xt, self.x, c)
-          hess[:, a, :, b] = block
-          hess[:, b, :, a] = block.T
+      hess = np.zeros((d, d * k * k))
+      for start in range(0, p.shape[0], _HESSIAN_ROWS):
+        rows = slice(start, start + _HESSIAN_ROWS)
+        pr = p[rows]
+        c = s[rows, None, None] * (pr[:, :, None] * np.eye(k)[None] -
+                                   pr[:, :, None] * pr[:, None, :])
+        xr = self.x[rows]
+        xr = xr.toarray() if scipy.sparse.issparse(xr) else xr
+        hess += xr.T @ (xr[:, :, None] * c.reshape(-1, 1, k * k)).reshape(
+            xr.shape[0], -1)
+      # [D, (D, K, K)] -> [(D, K), (D, K)].
+      hess = np.ascontiguousarray(
+          hess.reshape(d, d, k, k).transpose(0, 2, 1, 3))
       hess = hess.reshape(d * k, d * k)
     hess[np.diag_indices_from(hess)] += self.l2
-    step = scipy.linalg.solve(hess, grad, assume_a="pos")
+    try:
+      step = scipy.linalg.solve(hess, grad, assume_a="pos")
+    except (np.linalg.LinAlgError, ValueError):  # overflowed curvatures
+      step = np.full_like(grad, np.nan)
     return step.reshape(w.shape), float(grad @ step)
 
   def minimise(self, w):
@@ -186,8 +203,13 @@ class ExactBlockStep:
     self.iterations = 0
     last = np.inf
     for self.iterations in range(1, MAX_ITERATIONS + 1):
-      step, decrement = self._newton_direction(w, dz, curv)
+      grad = self._gradient(w, dz)
       scale = max(abs(value), 1e-300)
+      # P is l2-strongly convex: P - P* <= |grad|^2 / (2 l2). At the
+      # minimum already (a later epoch's step): no Hessian.
+      if grad @ grad <= 2.0 * self.l2 * REL_TOL * scale:
+        break
+      step, decrement = self._newton_direction(w, grad, curv)
       if not decrement > REL_TOL * scale or (
           decrement < 1e-16 * scale and not decrement < 0.5 * last):
         break
@@ -213,7 +235,17 @@ class ExactBlockStep:
   def step(self, table):
     """(duals, weight table) after the step from weight table `table` (the
     shapes the engine's `State` holds: duals `[n]` or `[n, K]`, the table
-    flat)."""
+    flat), or None where the step's point is not finite or its weights
+    exceed float32's range (the ops' weights in mini-batches): the epoch
+    then keeps the coordinate steps' point."""
+    with np.errstate(all="ignore"):
+      out = self._step(table)
+    if not all(np.all(np.isfinite(a)) for a in out) or (
+        np.max(np.abs(out[1]), initial=0.0) > _FLOAT32_MAX):
+      return None
+    return out
+
+  def _step(self, table):
     w = np.asarray(table, np.float64)
     w = self.minimise(w.reshape(-1, self.k) if self.k > 1 else w)
     _, dz, _ = self._loss_terms(self.x @ w)
@@ -228,9 +260,8 @@ class ExactBlockStep:
     return duals, table.reshape(-1)
 
 
-# The losses of the streamed block step: one dual a row (the op's state
-# keeps K duals a row for softmax; not there yet).
-STREAMED_LOSSES = ("logistic_loss", "squared_loss", "poisson_loss")
+# The losses of the streamed block step.
+STREAMED_LOSSES = LOSSES
 
 
 def streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
@@ -247,48 +278,75 @@ def streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
 
   Args:
     loss: one of STREAMED_LOSSES; l2: as the op holds it (float32).
-    x: float64 `[b, D]`; s, y: float64 `[b]`; w: float64 `[D]` (after the
-      op's step); duals: float64 `[b]` (the op's new duals).
+    x: float64 `[b, D]`; s, y: float64 `[b]` (softmax: class ids); w:
+      float64 `[D, K]` (after the op's step; K = 1 but for softmax);
+      duals: float64 `[b, K]` (the op's new duals).
 
   Returns:
-    (duals float32 `[b]`, weight change float64 `[D]`).
+    (duals float32 `[b, K]`, weight change float64 `[D, K]`).
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   l2 = float(np.float32(l2))
-  c = w - tf.linalg.matvec(x, s * duals, transpose_a=True) / l2
+  k = w.shape[1]
+  d = tf.shape(x)[1]
+  c = w - tf.matmul(x, s[:, None] * duals, transpose_a=True) / l2
   if loss == "poisson_loss":
     bound = tf.maximum(tf.constant(1.0, tf.float64), tf.reduce_max(y))
   else:
-    bound = tf.constant({"logistic_loss": 0.25}.get(loss, 1.0), tf.float64)
+    bound = tf.constant(_curvature_bound(loss, None), tf.float64)
   kappa = tf.reduce_max(s * tf.reduce_sum(x * x, axis=1)) * bound / l2
-  sign = 2.0 * y - 1.0
+  sign = (2.0 * y - 1.0)[:, None]
+  if loss == "softmax_loss":
+    onehot = tf.one_hot(tf.cast(y, tf.int64), k, dtype=tf.float64)
 
   def terms(u):
-    z = tf.linalg.matvec(x, u)
-    if loss == "poisson_loss":
+    """P of the batch at u `[D, K]`, s phi'(z) `[b, K]` and the curvature
+    (s phi''(z) `[b, 1]`; softmax: p `[b, K]`)."""
+    z = tf.matmul(x, u)
+    if loss == "softmax_loss":
+      p = tf.nn.softmax(z)
+      value = tf.reduce_logsumexp(z, axis=1) - tf.reduce_sum(onehot * z, 1)
+      dz, curv = p - onehot, p
+    elif loss == "poisson_loss":
       e = tf.exp(z)
-      value, dz, curv = e - y * z, e - y, e
+      value, dz, curv = e - y[:, None] * z, e - y[:, None], s[:, None] * e
     elif loss == "logistic_loss":
       m = sign * z
       sig = tf.sigmoid(-m)
-      value, dz, curv = tf.nn.softplus(-m), -sign * sig, sig * (1.0 - sig)
+      value, dz = tf.nn.softplus(-m), -sign * sig
+      curv = s[:, None] * sig * (1.0 - sig)
     else:
-      value, dz, curv = 0.5 * (z - y) ** 2, z - y, tf.ones_like(z)
+      value, dz, curv = 0.5 * (z - y[:, None]) ** 2, z - y[:, None], s[:, None]
     r = u - c
-    return (tf.reduce_sum(s * value) + 0.5 * l2 * tf.reduce_sum(r * r),
-            s * dz, s * curv)
+    return (tf.reduce_sum(s * tf.reshape(value, [-1])) +
+            0.5 * l2 * tf.reduce_sum(r * r), s[:, None] * dz, curv)
 
-  eye = tf.eye(tf.shape(x)[1], dtype=tf.float64)
+  eye = tf.eye(d * k, dtype=tf.float64)
 
-  def newton(u, value, dz, curv):
-    grad = tf.linalg.matvec(x, dz, transpose_a=True) + l2 * (u - c)
-    hess = tf.matmul(x * curv[:, None], x, transpose_a=True) + l2 * eye
-    step = tf.linalg.cholesky_solve(tf.linalg.cholesky(hess),
-                                    grad[:, None])[:, 0]
-    return step, tf.reduce_sum(grad * step)
+  def newton(u, dz, curv):
+    grad = tf.reshape(tf.matmul(x, dz, transpose_a=True) + l2 * (u - c),
+                      [-1])
+    if loss == "softmax_loss":
+      # Blocks (a, b): X^T diag(s p_a ([a = b] - p_b)) X, row-major in
+      # (feature, class) as u's reshape.
+      cc = s[:, None, None] * curv[:, :, None] * (
+          tf.eye(k, dtype=tf.float64)[None] - curv[:, None, :])
+      hess = tf.reshape(tf.einsum("ia,ikl,ib->akbl", x, cc, x),
+                        [d * k, d * k])
+    else:
+      hess = tf.matmul(x * curv, x, transpose_a=True)
+    hess = hess + l2 * eye
+    # Overflowed curvatures (features near float32's range): a NaN step,
+    # which ends the iterations, and the batch keeps the op's step.
+    step = tf.cond(
+        tf.reduce_all(tf.math.is_finite(hess)),
+        lambda: tf.linalg.cholesky_solve(tf.linalg.cholesky(hess),
+                                         grad[:, None])[:, 0],
+        lambda: tf.fill(tf.shape(grad), tf.constant(np.nan, tf.float64)))
+    return tf.reshape(step, tf.shape(u)), tf.reduce_sum(grad * step)
 
   def body(i, u, value, dz, curv, last, done):
-    step, decrement = newton(u, value, dz, curv)
+    step, decrement = newton(u, dz, curv)
     scale = tf.maximum(tf.abs(value), 1e-300)
     stop = tf.logical_or(
         tf.logical_not(decrement > REL_TOL * scale),
@@ -305,6 +363,7 @@ def streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
       return tf.logical_and(tf.logical_not(accept(t, new_value)), t >= 1e-12)
 
     def search_body(t, new_value):
+      del new_value
       t = 0.5 * t
       return t, terms(u - t * step)[0]
 
@@ -317,24 +376,28 @@ def streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
     return (i + 1, new_u, new_value, new_dz, new_curv, decrement,
             tf.logical_or(done, tf.logical_not(moved)))
 
+  def keep():
+    return tf.cast(duals, tf.float32), tf.zeros_like(w)
+
   def solve():
     value, dz, curv = terms(w)
-    _, u, _, dz, _, _, _ = tf.while_loop(
+    _, _, _, dz, _, _, _ = tf.while_loop(
         lambda i, *rest: tf.logical_and(i < MAX_ITERATIONS,
                                         tf.logical_not(rest[-1])),
         body, (tf.constant(0), w, value, dz, curv,
                tf.constant(np.inf, tf.float64), tf.constant(False)))
-    # a = -phi'(z) (dz holds s phi'(z); a row of weight 0 takes phi'(z)).
-    new = -tf.math.divide_no_nan(dz, s)
+    # a = -phi'(z) (dz holds s phi'(z); a row of weight 0 keeps 0).
+    new = -tf.math.divide_no_nan(dz, s[:, None])
     if loss == "poisson_loss":
-      new = tf.minimum(new, y)
+      new = tf.minimum(new, y[:, None])
     # The state keeps float32 duals: the weights follow the rounded ones.
     new32 = tf.cast(new, tf.float32)
     change = tf.cast(new32, tf.float64) - duals
-    return new32, tf.linalg.matvec(x, s * change, transpose_a=True) / l2
-
-  def keep():
-    return tf.cast(duals, tf.float32), tf.zeros_like(w)
+    move = tf.matmul(x, s[:, None] * change, transpose_a=True) / l2
+    finite = tf.logical_and(
+        tf.reduce_all(tf.math.is_finite(new32)),
+        tf.reduce_all(tf.abs(w + move) <= _FLOAT32_MAX))
+    return tf.cond(finite, lambda: (new32, move), keep)
 
   if choice == "on":
     return solve()
