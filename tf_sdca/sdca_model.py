@@ -688,8 +688,9 @@ class SdcaModel(tf.Module):
       if key not in options:
         raise ValueError(f"options must have key {key!r}")
     opts = dict(_OPTION_DEFAULTS, **options)
-    if opts["visit_order"] is None:  # the table's default: streamed here
-      opts["visit_order"] = _OPTION_DEFAULTS["visit_order"]
+    if opts["visit_order"] is None:  # the table's default, for a stream
+      opts["visit_order"] = options_lib.visit_order_for(
+          opts["loss_type"], None, options_lib.STREAMED)
 
     def fail(key, expected):
       raise ValueError(f"options[{key!r}] must be {expected}, got "
