@@ -1,0 +1,139 @@
+"""g3doc/defaults.md stays true to `options.OPTIONS`, and the defaults
+benchmark (bench/bench_defaults.py) measures real fits.
+
+The page's defaults table is the one the benchmark prints from the options
+table (`--markdown`): a default changed in tf_sdca/options.py without the
+page fails here. The benchmark's quick mode runs on iris (150 rows, its
+four measurements in centimetres and an intercept, versicolor against the
+rest, logistic): its ratios come from fits whose objective reaches
+scikit-learn's optimum of the same objective.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from tf_sdca import options
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import bench_defaults  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def _page():
+  with open(os.path.join(ROOT, "g3doc", "defaults.md"), encoding="utf-8") as f:
+    return f.read()
+
+
+def test_the_page_lists_every_default_of_the_options_table_once():
+  page = _page()
+  table = bench_defaults.defaults_markdown()
+  assert table in page, (
+      "g3doc/defaults.md's defaults table differs from tf_sdca.options."
+      "OPTIONS: paste `python bench/bench_defaults.py --defaults-only` "
+      "into it\n" + table)
+  for name, option in options.OPTIONS.items():
+    assert page.count(f"| `{name}` |") == 1, name
+    assert f"| `{name}` | `{bench_defaults.md_value(option.default)}` |" in (
+        table)
+
+
+def test_the_knobs_are_the_options_tables_values_beside_its_default(
+    monkeypatch):
+  def orders(loss, door="memory"):
+    return [s["visit_order"] for s in bench_defaults.knob_settings(loss, door)
+            if "visit_order" in s]
+
+  default = options.OPTIONS["visit_order"].default
+  assert sorted(orders("logistic_loss") + [default]) == sorted(
+      options.VISIT_ORDERS + ("asdca",))
+  assert sorted(orders("hinge_loss") + [default]) == sorted(
+      options.VISIT_ORDERS)
+  assert sorted(orders("softmax_loss") + [default]) == sorted(
+      options.MULTICLASS_VISIT_ORDERS)
+  # Another default: the grid follows it.
+  monkeypatch.setitem(options.OPTIONS, "visit_order",
+                      options.OPTIONS["visit_order"]._replace(
+                          default="cyclic"))
+  assert "cyclic" not in orders("hinge_loss")
+  assert "permutation" in orders("hinge_loss")
+  monkeypatch.setitem(options.OPTIONS, "carry_over",
+                      options.OPTIONS["carry_over"]._replace(default="auto"))
+  carried = [s["carry_over"]
+             for s in bench_defaults.knob_settings("logistic_loss",
+                                                   "streamed")]
+  assert "auto" not in carried and 0.0 in carried
+
+
+def _iris_logistic():
+  (problem,) = [p for p in bench_defaults.problems(["iris"])
+                if p.loss == "logistic_loss" and p.l2_name == "moderate"]
+  return problem
+
+
+def test_the_default_reaches_scikit_learns_optimum_on_iris():
+  problem = _iris_logistic()
+  x, y, l2 = problem.x, problem.y, problem.l2
+  # The same objective: sum of log losses + l2/2 |w|^2, intercept a column.
+  peer = LogisticRegression(C=1.0 / l2, fit_intercept=False, tol=1e-12,
+                            max_iter=10000).fit(x, y)
+  optimum = bench_defaults.primal("logistic_loss", x, y, l2,
+                                  peer.coef_.ravel())
+  mine = bench_defaults.primal("logistic_loss", x, y, l2, np.zeros(x.shape[1]))
+  assert optimum < mine
+  fit = bench_defaults.memory_fit(problem, {}, 500)
+  assert fit.gap_passes is not None and 1 < fit.gap_passes < 500
+  value = bench_defaults.primal("logistic_loss", x, y, l2, fit.weights)
+  # tol 1e-6 on the relative duality gap: within 1e-6 of the optimum.
+  assert (value - optimum) / optimum <= 1e-6
+  assert (value - optimum) / optimum >= -1e-9
+  # The history's objective (each pass's) is this objective.
+  assert fit.primals[-1] == pytest.approx(value, rel=1e-6)
+
+
+def test_the_quick_run_compares_the_default_with_every_knob(capsys):
+  rows = bench_defaults.main(["--quick", "--sets", "iris", "--losses",
+                              "logistic", "--doors", "memory"])
+  out = capsys.readouterr().out
+  assert "iris logistic" in out
+  (row,) = rows
+  assert row["door"] == "memory" and row["l2_name"] == "moderate"
+  assert row["certified"] < 1e-9
+  default = row["default"]
+  assert default["setting"] == {}
+  assert default["gap_passes"] is not None
+  assert 1 <= default["sub_passes"] <= default["gap_passes"]
+  assert default["last_sub"] <= 1e-6
+  tried = [k["setting"] for k in row["knobs"]]
+  assert tried == bench_defaults.knob_settings("logistic_loss", "memory")
+  best = row["best_gap"]
+  assert best["gap_passes"] <= default["gap_passes"]
+  assert best["gap_passes"] == min(
+      [default["gap_passes"]] + [k["gap_passes"] for k in row["knobs"]
+                                 if k["gap_passes"] is not None])
+  assert row["gap_ratio"] == pytest.approx(
+      default["gap_passes"] / best["gap_passes"])
+  assert row["sub_ratio"] == pytest.approx(
+      default["sub_passes"] / row["best_sub"]["sub_passes"])
+  assert (row["gap_ratio"] > bench_defaults.FLAG) == (
+      "gap passes" in row["flags"])
+
+
+def test_the_doors_signatures_default_to_the_options_table():
+  # The benchmark builds a door without an option to measure its default:
+  # a keyword default that drifted from the table would be measured (and
+  # used) instead of the table's.
+  import inspect  # pylint: disable=g-import-not-at-top
+  from tf_sdca.keras import LinearModel  # pylint: disable=g-import-not-at-top
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=g-import-not-at-top
+  checked = 0
+  for door in (InMemorySdca, LinearModel):
+    for name, parameter in inspect.signature(door).parameters.items():
+      if name in options.OPTIONS:
+        assert parameter.default == options.OPTIONS[name].default, (
+            door.__name__, name, parameter.default)
+        checked += 1
+  assert checked >= 20
