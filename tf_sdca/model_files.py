@@ -183,8 +183,9 @@ def _opened(path, rows):
 def row_parts(fmt, arrays, meta, part_rows):
   """The cached rows as an `engine.RowParts` of at most `part_rows` rows
   per part, for `InMemorySdca.fit(rows=...)`: the rows of
-  `criteo_row_chunks` or `features`, in blocks of a sixteenth of a part, read from the cache files part by part every epoch. Consumes
-  `arrays` (the memory maps are dropped; the blocks reopen the files).
+  `criteo_row_chunks` or `features`, in blocks of a sixteenth of a part
+  (at least 16 rows), read from the cache files part by part every epoch.
+  Consumes `arrays` (the memory maps are dropped; the blocks reopen the files).
 
   Sets `meta`'s `scale` (Criteo) or `num_features` (LIBSVM) as `features`
   would."""
