@@ -715,6 +715,8 @@ class PartedProblem:
       table = w.numpy()
       out[index] = part_duals.numpy().reshape((-1,) + out.shape[1:])
       total_weight += weight
+      # (dropped before the next part is packed: else two are held)
+      del rows, w, part_duals
     self.total_weight = total_weight
     state.install_table(table)
     state.duals = out
@@ -738,6 +740,7 @@ class PartedProblem:
           config).numpy()
       total[:2] += parts[:2]
       total[2:] = parts[2:]  # the weights' norms, the same in every part
+      del rows  # (before the next part is packed)
     return total
 
 

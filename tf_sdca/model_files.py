@@ -183,9 +183,9 @@ def _opened(path, rows):
 def row_parts(fmt, arrays, meta, part_rows):
   """The cached rows as an `engine.RowParts` of at most `part_rows` rows
   per part, for `InMemorySdca.fit(rows=...)`: the rows of
-  `criteo_row_chunks` or `features`, in blocks of at most a sixteenth of a
-  part, read from the cache files part by part every epoch. Consumes
-  `arrays` (the memory maps are dropped; the blocks reopen the files).
+  `criteo_row_chunks` or `features`, in blocks of a sixteenth of a part
+  (at least 16 rows), read from the cache files part by part every epoch.
+  Consumes `arrays` (the memory maps are dropped; the blocks reopen the files).
 
   Sets `meta`'s `scale` (Criteo) or `num_features` (LIBSVM) as `features`
   would."""
@@ -223,9 +223,10 @@ def row_parts(fmt, arrays, meta, part_rows):
       labels = (labels > 0).astype(np.float32)
     elif losses.is_multiclass(meta["loss"]):
       labels = class_ids(labels, meta)
-  # Blocks of at most a sixteenth of a part (and 65,536 rows), within one
-  # cache chunk each: the parts are dealt from them afresh every epoch.
-  block_rows = int(min(65536, max(1, part_rows // 16)))
+  # Blocks of a sixteenth of a part (at least 16 rows, at most a part and
+  # 65,536 rows), within one cache chunk each: the parts are dealt from
+  # them afresh every epoch.
+  block_rows = int(min(65536, part_rows, max(16, part_rows // 16)))
   starts = []
   for i in range(len(chunk_rows)):
     starts.extend(range(int(first[i]), int(first[i + 1]), block_rows))
