@@ -381,8 +381,11 @@ COMMAND_LINE_DEFAULTS = {"l2": 10.0, "tol": 1e-3,
 # may take (beyond what the process holds before reading them: Python and
 # TensorFlow, ~0.5 GB); rows whose packed records would not fit train part
 # by part (`tf_sdca.engine.PartedProblem`). The default is this share of
-# the machine's physical memory.
-MEMORY_BUDGET_SHARE = 0.5
+# the machine's physical memory: 0.4 keeps the 45M-row Kaggle-size run of
+# g3doc/benchmarks.md under 12 GB on a 24 GB machine without a flag (at 0.5,
+# its ~11.1 GiB estimate in memory fitted the 11.8 GiB default and trained in
+# memory, past 12 GB with the runtime).
+MEMORY_BUDGET_SHARE = 0.4
 MEMORY_BUDGET_HELP = (
     "memory for the rows and the training state, beyond the process's own "
     "~0.5 GB (Python, TensorFlow), e.g. 800M or 12G (K, M, G, T: powers of "
@@ -395,7 +398,7 @@ _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
 
 def default_memory_budget():
   """`--memory-budget`'s default: MEMORY_BUDGET_SHARE of the physical
-  memory (8 GiB where the system does not say)."""
+  memory (of 16 GiB where the system does not say)."""
   try:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   except (ValueError, OSError, AttributeError):  # not a POSIX system
