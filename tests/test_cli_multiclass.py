@@ -102,7 +102,11 @@ def test_multiclass_hinge_from_the_command_line_matches_the_engine(
     iris_file, tmp_path):
   path, x, y = iris_file
   model_dir = str(tmp_path / "h")
-  assert _train(path, model_dir, "multiclass_hinge") == 0
+  # The engine's in-memory default order for the hinge, which the command
+  # line (Criteo files) leaves at 'permutation': 1,000 permuted epochs
+  # ended 2.5e-3 above the optimum here.
+  assert _train(path, model_dir, "multiclass_hinge", "--visit-order",
+                "shrinking") == 0
   ckpt = np.load(os.path.join(model_dir, "checkpoint.npz"))
   w = np.concatenate([ckpt["sparse_weights"], ckpt["dense_weights"]])
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel

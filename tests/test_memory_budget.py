@@ -243,10 +243,13 @@ def test_criteo_rows_in_parts_reach_the_in_memory_optimum(tmp_path, capsys):
 
 # ------------------------------------------- peak memory and held-out AUC
 _WRAPPER = """
-import resource, runpy, sys
-sys.argv = ["tf-sdca"] + sys.argv[1:]
+import resource, sys
+from tf_sdca import cli
+# main(argv) returns (the console script ends the process in main, before
+# anything after it could print).
+code = 1
 try:
-  runpy.run_module("tf_sdca.cli", run_name="__main__")
+  code = cli.main(sys.argv[1:])
 finally:
   print("PEAK_RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         file=sys.stderr)
@@ -254,6 +257,7 @@ finally:
   with open("/proc/self/status") as status:
     print("PEAK_RSS_KB", [l.split()[1] for l in status
                           if l.startswith("VmHWM")][0], file=sys.stderr)
+sys.exit(code)
 """
 
 
