@@ -490,6 +490,11 @@ def _memory_plan(args, arrays, info, meta, verbose):
         "--batch-size out, or give a larger --memory-budget)")
   if verbose:
     import resource  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    # The epochs' progress bars are Keras' (tf.keras loads Keras on first
+    # use, ~70-100 MB): loaded before the line below, so that what the
+    # budget bounds from there is the rows and the training state only.
+    tf.keras.utils.Progbar  # pylint: disable=pointless-statement
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
     try:  # /proc/self/status's VmHWM counts the peak from here on (Linux)
       with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
