@@ -45,15 +45,29 @@ VISIT_ORDERS = ("permutation", "uniform", "cyclic", "adaptive", "shrinking")
 MULTICLASS_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
 MULTICLASS_HINGE_VISIT_ORDERS = MULTICLASS_VISIT_ORDERS + ("shrinking",)
 HINGE_STEPS = ("projection", "steepest_ascent", "near_max_gain")
-# The losses whose in-memory default order is 'shrinking' (visit_order None,
-# `visit_order_for`): their duals rest at the bounds of a box (a simplex)
-# that LIBLINEAR's shrinking leaves out. Time to LIBLINEAR's objective (C =
-# 1, its defaults; bench/bench_hinge.py, g3doc/losses.md), 'permutation' ->
-# 'shrinking': heart_scale hinge 473 -> 41-62 epochs, digits even / odd 473
-# -> 41, digits Crammer-Singer not in 710 -> 315, wine Crammer-Singer 210 ->
-# 27. Streamed batches keep 'permutation' (a batch's rows are visited once
-# per call: nothing to shrink across calls).
-SHRINKING_DEFAULT_LOSSES = ("hinge_loss", "multiclass_hinge_loss")
+# The in-memory default order of the losses whose best order is not
+# 'permutation' (visit_order None, `visit_order_for`), measured in passes to
+# a relative duality gap of 1e-6 (bench/bench_defaults.py, g3doc/defaults.md)
+# and time to LIBLINEAR's objective (bench/bench_hinge.py, g3doc/losses.md):
+# - the hinge losses, 'shrinking': their duals rest at the bounds of a box
+#   (a simplex) that LIBLINEAR's shrinking leaves out. 'permutation' ->
+#   'shrinking': heart_scale hinge 473 -> 41-62 epochs, digits even / odd
+#   473 -> 41, digits Crammer-Singer not in 710 -> 315, wine Crammer-Singer
+#   210 -> 27;
+# - the smooth hinge, 'shrinking' (rows past the margin rest at 0): passes
+#   to 1e-6 at the weak l2 iris 178 -> 100, heart_scale 146 -> 72, fair 306
+#   -> 184, spector 104 -> 76, Criteo-shaped 116 -> 66, and 0.7-0.8x at the
+#   moderate l2; 'adaptive' won on anes96 and weak breast_cancer;
+# - the absolute deviation, 'adaptive' (non-smooth, its duals at +-1 on all
+#   but a few rows): diabetes 21 -> 4 and 184 -> 17 passes, star98 278 ->
+#   52, fair not in 1,000 -> 606 (only linnerud, 20 rows, 1-6 passes either
+#   way, was not faster).
+# Streamed batches keep 'permutation' (a batch's rows are visited once per
+# call: nothing to shrink or to weigh across calls).
+IN_MEMORY_DEFAULT_ORDERS = {"hinge_loss": "shrinking",
+                            "multiclass_hinge_loss": "shrinking",
+                            "smooth_hinge_loss": "shrinking",
+                            "absolute_loss": "adaptive"}
 # The losses accelerated mini-batch SDCA converges for: the smooth ones
 # (bounded loss'').
 ASDCA_LOSSES = ("logistic_loss", "squared_loss", "smooth_hinge_loss")
@@ -146,8 +160,8 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
            lambda v: v is None or v in VISIT_ORDERS + ("asdca",), _ALL,
            None, "visit_order", "--visit-order",
            "the order of the coordinate steps, or 'asdca' (None: "
-           "'shrinking' for the hinge losses in memory, else "
-           "'permutation')"),
+           "'shrinking' for the hinge losses and 'adaptive' for the "
+           "absolute deviation in memory, else 'permutation')"),
     Option("asdca_batch_size", ASDCA_BATCH_SIZE, "an integer >= 1",
            _integer(1), frozenset((IN_MEMORY,)), ASDCA_LOSSES, None,
            "--asdca-batch-size", "rows per ASDCA step"),
@@ -458,13 +472,14 @@ def flag_help(name, extra=""):
 
 def visit_order_for(loss, visit_order, mode=IN_MEMORY):
   """The order a fit of `loss` (short or op name) uses in `mode`:
-  `visit_order` as given, or for None (the default) 'shrinking' for the
-  hinge losses in memory (`SHRINKING_DEFAULT_LOSSES`) and 'permutation'
+  `visit_order` as given, or for None (the default) the loss's in-memory
+  order (`IN_MEMORY_DEFAULT_ORDERS`: 'shrinking' for the hinge losses,
+  'adaptive' for the absolute deviation) in memory and 'permutation'
   elsewhere."""
   if visit_order is not None:
     return visit_order
-  if mode == IN_MEMORY and losses.op_name(loss) in SHRINKING_DEFAULT_LOSSES:
-    return "shrinking"
+  if mode == IN_MEMORY:
+    return IN_MEMORY_DEFAULT_ORDERS.get(losses.op_name(loss), "permutation")
   return "permutation"
 
 

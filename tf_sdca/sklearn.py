@@ -151,7 +151,8 @@ class _SDCAMixin:
     doctor-visit counts, standardised, alpha = 16: 57 epochs to a relative
     gap of 1e-10 against 901 in a random permutation; alpha = 1: 868
     against > 3,000), else the loss's default (`options.visit_order_for`:
-    'shrinking' for the hinge, 'permutation' for the others)."""
+    'shrinking' for the hinge losses, 'adaptive' for the absolute
+    deviation, 'permutation' for the others)."""
     if self.visit_order == "auto":
       return ("adaptive" if loss == "poisson" else
               options.visit_order_for(loss, None))
@@ -262,9 +263,11 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
       one per 4096 rows.
     random_state: seed of the visiting order.
     visit_order: the engine's order of the coordinate steps
-      (`InMemorySdca`'s); 'auto': 'shrinking' for the hinge (~10x fewer
-      epochs to LinearSVC's objective on heart_scale), 'permutation' for
-      the others.
+      (`InMemorySdca`'s); 'auto': 'adaptive' for Poisson, else the loss's
+      in-memory default (`options.visit_order_for`: 'shrinking' for the
+      hinge losses, ~10x fewer epochs to LinearSVC's objective on
+      heart_scale; 'adaptive' for the absolute deviation; 'permutation'
+      for the others).
 
   Attributes:
     classes_, coef_ ([1 or K, d]), intercept_ ([1 or K]), n_iter_ (epochs

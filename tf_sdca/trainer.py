@@ -78,8 +78,9 @@ class InMemorySdca:
       op's name ('logistic_loss').
     l1: L1 regularisation (>= 0).
     l2: L2 regularisation (> 0).
-    visit_order: None (the default: 'shrinking' for the hinge and the
-      multiclass hinge, 'permutation' for the others and for mini-batches,
+    visit_order: None (the default: 'shrinking' for the hinge, smooth
+      hinge and multiclass hinge, 'adaptive' for the absolute deviation,
+      'permutation' for the others and for mini-batches,
       `options.visit_order_for`); see `tf_sdca.sdca_optimizer`; or 'asdca': accelerated
       mini-batch SDCA (Shalev-Shwartz and Zhang 2013; `tf_sdca.asdca_solve`)
       for a smooth loss (logistic, squared, smooth hinge), one

@@ -55,8 +55,8 @@ Constructor arguments (`LinearModel(...)`):
     1/num_loss_partitions of the data whose updates are summed (see
     `tf_sdca.SdcaModel`).
   visit_order: order of the coordinate steps (None, the default:
-    'shrinking' for the hinge losses on in-memory data, else
-    'permutation'; 'permutation', 'uniform', 'cyclic', 'adaptive',
+    on in-memory data 'shrinking' for the hinge losses and 'adaptive' for
+    the absolute deviation, else 'permutation'; 'permutation', 'uniform', 'cyclic', 'adaptive',
     'shrinking'; see `tf_sdca.sdca_optimizer`), or
     'asdca': accelerated mini-batch SDCA (`InMemorySdca`'s, for the smooth
     losses logistic, squared and smooth_hinge, one thread) on in-memory
