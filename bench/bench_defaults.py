@@ -478,8 +478,10 @@ def knob_settings(loss, door):
   else:
     orders = options.VISIT_ORDERS + (
         ("asdca",) if loss in options.ASDCA_LOSSES else ())
+  # The loss's own order when the table's default is None (in memory).
+  default_order = options.visit_order_for(loss, default["visit_order"])
   for order in orders:
-    if order != default["visit_order"]:
+    if order != default_order:
       out.append(dict(visit_order=order))
   if door == "sklearn":
     return out

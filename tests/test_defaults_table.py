@@ -47,13 +47,17 @@ def test_the_knobs_are_the_options_tables_values_beside_its_default(
     return [s["visit_order"] for s in bench_defaults.knob_settings(loss, door)
             if "visit_order" in s]
 
-  default = options.OPTIONS["visit_order"].default
-  assert sorted(orders("logistic_loss") + [default]) == sorted(
-      options.VISIT_ORDERS + ("asdca",))
-  assert sorted(orders("hinge_loss") + [default]) == sorted(
+  def default(loss):  # the loss's own order for the table's default
+    return options.visit_order_for(loss,
+                                   options.OPTIONS["visit_order"].default)
+
+  assert sorted(orders("logistic_loss") + [default("logistic_loss")]) == (
+      sorted(options.VISIT_ORDERS + ("asdca",)))
+  assert sorted(orders("hinge_loss") + [default("hinge_loss")]) == sorted(
       options.VISIT_ORDERS)
-  assert sorted(orders("softmax_loss") + [default]) == sorted(
-      options.MULTICLASS_VISIT_ORDERS)
+  assert sorted(orders("softmax_loss") + [default("softmax_loss")]) == (
+      sorted(options.MULTICLASS_VISIT_ORDERS))
+  assert "shrinking" not in orders("hinge_loss")  # its default in memory
   # Another default: the grid follows it.
   monkeypatch.setitem(options.OPTIONS, "visit_order",
                       options.OPTIONS["visit_order"]._replace(
@@ -61,11 +65,11 @@ def test_the_knobs_are_the_options_tables_values_beside_its_default(
   assert "cyclic" not in orders("hinge_loss")
   assert "permutation" in orders("hinge_loss")
   monkeypatch.setitem(options.OPTIONS, "carry_over",
-                      options.OPTIONS["carry_over"]._replace(default="auto"))
+                      options.OPTIONS["carry_over"]._replace(default=0.5))
   carried = [s["carry_over"]
              for s in bench_defaults.knob_settings("logistic_loss",
                                                    "streamed")]
-  assert "auto" not in carried and 0.0 in carried
+  assert 0.5 not in carried and "auto" in carried and 0.0 in carried
 
 
 def _iris_logistic():
