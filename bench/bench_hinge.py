@@ -100,14 +100,6 @@ def liblinear(x, y, k):
   return seconds, model.coef_.T if k > 1 else model.coef_.ravel()
 
 
-def _features(x):
-  if isinstance(x, np.ndarray):
-    return dict(dense=x)
-  return dict(indptr=x.indptr.astype(np.int64),
-              indices=x.indices.astype(np.int64), values=x.data,
-              num_features=x.shape[1])
-
-
 def fit_in_memory(x, y, k, epochs, order):
   """(weights, epochs run, op seconds)."""
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
@@ -115,7 +107,7 @@ def fit_in_memory(x, y, k, epochs, order):
   model = InMemorySdca(loss="hinge" if k == 1 else "multiclass_hinge",
                        l2=L2, num_classes=None if k == 1 else k, **kwargs)
   history = model.fit(np.asarray(y > 0, np.float32) if k == 1 else y,
-                      **_features(x), epochs=epochs, verbose=0)
+                      **suite.in_memory_features(x), epochs=epochs, verbose=0)
   w = (model.dense_weights if isinstance(x, np.ndarray) else
        model.sparse_weights)
   solve = sum(len(y) / r for r in history["rows_per_sec"])

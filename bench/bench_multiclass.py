@@ -83,15 +83,6 @@ def sparse_problem(rows, vocab=1 << 15, classes=10, seed=0, topic_share=0.15):
   return x, y
 
 
-def _features(x):
-  """InMemorySdca's feature arguments for a dense array or a CSR matrix."""
-  if isinstance(x, np.ndarray):
-    return dict(dense=x)
-  return dict(indptr=x.indptr.astype(np.int64),
-              indices=x.indices.astype(np.int64), values=x.data,
-              num_features=x.shape[1])
-
-
 def _weights(model, x):
   return model.dense_weights if isinstance(x, np.ndarray) else (
       model.sparse_weights)
@@ -116,7 +107,8 @@ def ours(loss, x, y, l2, tol, epochs, visit_order="permutation"):
                        visit_order=visit_order)
   with warnings.catch_warnings():  # (slow-progress hints: the grid's
     warnings.simplefilter("ignore")  # short fits stop early on purpose)
-    model.fit(labels=y, **_features(x), epochs=epochs, tol=tol, verbose=0)
+    model.fit(labels=y, **suite.in_memory_features(x), epochs=epochs,
+              tol=tol, verbose=0)
   return _weights(model, x)
 
 

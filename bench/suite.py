@@ -163,6 +163,16 @@ def _our_features(problem):
   return kwargs
 
 
+def in_memory_features(x):
+  """InMemorySdca's feature arguments for a dense array or a CSR matrix
+  (the multiclass and hinge benchmarks' data)."""
+  if isinstance(x, np.ndarray):
+    return dict(dense=x)
+  return dict(indptr=x.indptr.astype(np.int64),
+              indices=x.indices.astype(np.int64), values=x.data,
+              num_features=x.shape[1])
+
+
 def _our_weights(problem, sparse_w, dense_w):
   parts = [] if problem.ids is None else [sparse_w]
   return np.concatenate(parts + [dense_w])
