@@ -220,7 +220,12 @@ def test_trainer_with_two_threads_matches_one_thread():
   row_norms = np.sqrt(np.asarray(sparse.multiply(sparse).sum(axis=1)).ravel()
                       + (data["dense_features"].astype(np.float64)**2).sum(1))
   bound = row_norms * (results[0][2] + results[1][2])
-  assert bound.max() < 2e-4  # the certificates are tight enough to mean it
+  # The certificates are tight enough to mean it: each radius is below
+  # what tol allows, sqrt(2 tol P), and that ceiling is small. (A fixed
+  # 2e-4 sat at the ceiling: one run's gaps just under tol gave 2.03e-4.)
+  ceiling = 2 * row_norms.max() * np.sqrt(
+      2 * 1e-13 * max(r[0] for r in results) * total_weight)
+  assert bound.max() <= ceiling < 3e-4, (bound.max(), ceiling)
   assert np.all(np.abs(results[1][1] - results[0][1]) <= bound)
 
 
