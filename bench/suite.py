@@ -291,6 +291,21 @@ def run_ours_csr(problem, budget, threads=0, momentum=0.0, gap_every=0):
       num_features=csr.shape[1]))
 
 
+def run_ours_default(problem, budget):
+  """`InMemorySdca(loss, l2)` at every default (threads, momentum, order,
+  second-order step) on the problem's CSR matrix, its fit as a default
+  `fit()` runs (the exact gap after every epoch, which its progress bar
+  reads; the bar itself is off)."""
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  trace = Trace("tf_sdca CSR, defaults")
+  trace.problem = problem
+  csr = problem.csr()
+  return _grid(trace, budget, _our_fit(
+      problem, lambda: InMemorySdca(loss="logistic_loss", l2=problem.l2),
+      gap_every=1, indptr=csr.indptr, indices=csr.indices.astype(np.int32),
+      values=csr.data.astype(np.float32), num_features=csr.shape[1]))
+
+
 def run_ours_sdca_model(problem, budget, batch_size=None):
   """Our op through `tf_sdca.SdcaModel` (hash-table duals, tf.function),
   by default one batch of all rows per epoch. Each point of the grid is a
@@ -512,6 +527,8 @@ SOLVERS = {
     "ours-csr-gap": lambda problem, budget: run_ours_csr(problem, budget,
                                                          gap_every=1),
     # Extrapolated epochs (InMemorySdca(momentum=0.5)).
+    # Every default of InMemorySdca and of its fit.
+    "ours-default": run_ours_default,
     "ours-m": lambda problem, budget: run_ours_raw(problem, budget,
                                                    momentum=0.5),
     "ours-csr-m": lambda problem, budget: run_ours_csr(problem, budget,
