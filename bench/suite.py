@@ -291,19 +291,32 @@ def run_ours_csr(problem, budget, threads=0, momentum=0.0, gap_every=0):
       num_features=csr.shape[1]))
 
 
-def run_ours_default(problem, budget):
+def run_ours_default(problem, budget, ahead=True):
   """`InMemorySdca(loss, l2)` at every default (threads, momentum, order,
   second-order step) on the problem's CSR matrix, its fit as a default
   `fit()` runs (the exact gap after every epoch, which its progress bar
-  reads; the bar itself is off)."""
-  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
-  trace = Trace("tf_sdca CSR, defaults")
+  reads; the bar itself is off). `ahead=False`: without training the next
+  epoch while the gap is evaluated (`engine.TRAIN_AHEAD`; the same
+  results)."""
+  # pylint: disable=import-outside-toplevel
+  from tf_sdca import engine
+  from tf_sdca.trainer import InMemorySdca
+  trace = Trace("tf_sdca CSR, defaults" +
+                ("" if ahead else ", epochs one by one"))
   trace.problem = problem
   csr = problem.csr()
-  return _grid(trace, budget, _our_fit(
+  fit = _our_fit(
       problem, lambda: InMemorySdca(loss="logistic_loss", l2=problem.l2),
       gap_every=1, indptr=csr.indptr, indices=csr.indices.astype(np.int32),
-      values=csr.data.astype(np.float32), num_features=csr.shape[1]))
+      values=csr.data.astype(np.float32), num_features=csr.shape[1])
+
+  def fit_as_set(epochs):
+    saved, engine.TRAIN_AHEAD = engine.TRAIN_AHEAD, ahead
+    try:
+      return fit(epochs)
+    finally:
+      engine.TRAIN_AHEAD = saved
+  return _grid(trace, budget, fit_as_set)
 
 
 def run_ours_sdca_model(problem, budget, batch_size=None):
@@ -529,6 +542,8 @@ SOLVERS = {
     # Extrapolated epochs (InMemorySdca(momentum=0.5)).
     # Every default of InMemorySdca and of its fit.
     "ours-default": run_ours_default,
+    "ours-default-serial": lambda problem, budget: run_ours_default(
+        problem, budget, ahead=False),
     "ours-m": lambda problem, budget: run_ours_raw(problem, budget,
                                                    momentum=0.5),
     "ours-csr-m": lambda problem, budget: run_ours_csr(problem, budget,

@@ -366,9 +366,11 @@ class InMemorySdca:
       gap_every: evaluate the exact objective and duality gap after every
         `gap_every`-th epoch and after the last one (0: the last one only);
         the other epochs' `loss` and `duality_gap` in the history are NaN.
-        That evaluation is a pass over the rows that costs about as much as
-        an epoch: with `gap_every=0` a fit of k epochs without `tol` does k
-        epochs and one evaluation instead of k of each. `tol` is checked on
+        That evaluation is a pass over the rows (with one training thread
+        on 2 or more cores it runs beside the next epoch's training, the
+        results unchanged: `tf_sdca.engine.run_epochs`): with
+        `gap_every=0` a fit of k epochs without `tol` does k epochs and one
+        evaluation instead of k of each. `tol` is checked on
         the evaluated epochs (the model a stopped fit returns is certified
         by its gap). Every epoch is still evaluated where something reads
         it: `verbose`, a `callback`, averaging, momentum while it

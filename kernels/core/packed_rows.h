@@ -337,8 +337,10 @@ class PackedRows {
   void SolveLockstep(const SolverOptions& options, double* weights,
                      double* duals) const;
 
-  // The objective parts at (weights, duals). Rows are split into `chunks`
-  // pieces run through `parallel_for` (any pool: they are independent).
+  // The objective parts at (weights, duals). Rows are summed in blocks of
+  // 16384, `chunks` runs of blocks through `parallel_for` (any pool: they
+  // are independent), the blocks' sums added in order (so the result does
+  // not depend on `chunks`).
   ObjectiveParts Evaluate(const SolverOptions& options, const double* weights,
                           const double* duals, int64_t chunks,
                           const ParallelFor& parallel_for) const;

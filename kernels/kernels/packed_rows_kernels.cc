@@ -417,6 +417,8 @@ class PackedSolveOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("gamma", &gamma_));
     OP_REQUIRES_OK(context, context->GetAttr("num_parts", &options_.num_parts));
     OP_REQUIRES_OK(context, context->GetAttr("part", &options_.part));
+    OP_REQUIRES_OK(context,
+                   context->GetAttr("objective_threads", &objective_threads_));
     OP_REQUIRES(context, options_.part < options_.num_parts,
                 InvalidArgument("part = ", options_.part,
                                 " is not below num_parts = ",
@@ -519,8 +521,7 @@ class PackedSolveOp : public OpKernel {
       }
       if (!compute_objective_) return WriteObjective(nullptr, objective);
       const ObjectiveParts parts = rows->EvaluateBlocks(
-          options, *multiclass_, w, alpha,
-          context->device()->tensorflow_cpu_worker_threads()->num_threads,
+          options, *multiclass_, w, alpha, ObjectiveThreads(context),
           DevicePool(context));
       return WriteObjective(&parts, objective);
     }
@@ -534,19 +535,27 @@ class PackedSolveOp : public OpKernel {
     }
     if (!compute_objective_) return WriteObjective(nullptr, objective);
     const ObjectiveParts parts = rows->Evaluate(
-        options, w, alpha,
-        context->device()->tensorflow_cpu_worker_threads()->num_threads,
-        DevicePool(context));
+        options, w, alpha, ObjectiveThreads(context), DevicePool(context));
     WriteObjective(&parts, objective);
   }
 
  private:
+  // The threads (chunks) that evaluate the objective: `objective_threads`,
+  // or the device's (0).
+  int64_t ObjectiveThreads(OpKernelContext* context) const {
+    return objective_threads_ > 0
+               ? objective_threads_
+               : context->device()->tensorflow_cpu_worker_threads()
+                     ->num_threads;
+  }
+
   std::unique_ptr<DualLossUpdater> loss_;
   std::unique_ptr<MulticlassLoss> multiclass_;  // or a multiclass loss
   SolverOptions options_;
   std::string loss_type_;
   float gamma_ = 1.0f;
   bool compute_objective_ = true;
+  int objective_threads_ = 0;
 };
 
 }  // namespace

@@ -488,6 +488,7 @@ static ::tensorflow::InitOnStartupMarker const register_packed_solve =
     EpochCall(OpDefBuilderWrapper("TfSdca>PackedSolve").Input("rows: resource"))
     .Attr("num_parts: int >= 1 = 1")
     .Attr("part: int >= 0 = 0")
+    .Attr("objective_threads: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn(PackedSolveShapeFn)
     .Doc(R"doc(

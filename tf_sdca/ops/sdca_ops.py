@@ -662,7 +662,8 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                  num_loss_partitions=1, num_passes=1,
                  visit_order="permutation", gamma=1.0,
                  compute_objective=True, name=None, num_classes=1,
-                 hinge_step="projection", num_parts=1, part=0):
+                 hinge_step="projection", num_parts=1, part=0,
+                 objective_threads=0):
   """SDCA passes over rows packed by `pack_rows`: one call per epoch.
 
   Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1`; only
@@ -701,6 +702,10 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
       'uniform': the pass's n draws; not 'adaptive' or 'shrinking'; rows
       packed for one thread; CoCoA+ exchanges the weights after each part,
       `tf_sdca.distributed`).
+    objective_threads: the threads that evaluate the objective (0: the CPU
+      device's intra-op threads; 1 beside another thread's training,
+      `tf_sdca.engine.run_epochs`). The sums are chunked by it, so the
+      objective's last bits depend on it.
 
   Returns:
     `(weights, duals, objective)`: the new weights and duals and, at them,
@@ -736,7 +741,8 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
                                gamma, compute_objective, num_classes,
                                hinge_step)
     return load_ops().tf_sdca_packed_solve(
-        rows, *state, num_parts=int(num_parts), part=int(part), **attrs)
+        rows, *state, num_parts=int(num_parts), part=int(part),
+        objective_threads=int(objective_threads), **attrs)
 
 
 def check_asdca_options(loss_type, batch_size, theta):
