@@ -64,6 +64,7 @@ from scipy.optimize import minimize  # pylint: disable=g-import-not-at-top
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
+from tf_sdca import engine  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_sdca import losses  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_sdca import options  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -461,9 +462,10 @@ def streamed_fit(problem, setting, max_epochs, batches=4):
 
 
 # ---------------------------------------------------------- the knob grid
-def knob_settings(loss, door):
+def knob_settings(loss, door, norm_spread=None):
   """[{option: value}] of the settings tried beside the defaults: one
-  option at a time changed from `options.OPTIONS`' default."""
+  option at a time changed from `options.OPTIONS`' default (the default
+  order that of rows with this `engine.norm_spread`)."""
   default = {name: o.default for name, o in options.OPTIONS.items()}
   out = []
   if door == "streamed":
@@ -479,7 +481,8 @@ def knob_settings(loss, door):
     orders = options.VISIT_ORDERS + (
         ("asdca",) if loss in options.ASDCA_LOSSES else ())
   # The loss's own order when the table's default is None (in memory).
-  default_order = options.visit_order_for(loss, default["visit_order"])
+  default_order = options.visit_order_for(loss, default["visit_order"],
+                                          norm_spread=norm_spread)
   for order in orders:
     if order != default_order:
       out.append(dict(visit_order=order))
@@ -512,6 +515,9 @@ class Problem:
     self.k = int(y.max()) + 1 if losses.is_multiclass(loss) else 1
     self.k_or_none = self.k if self.k > 1 else None
     self.data = _data(x)
+    self.norm_spread = (
+        engine.norm_spread(self.n, (x.indptr, x.indices, x.data), None)
+        if scipy.sparse.issparse(x) else engine.norm_spread(self.n, None, x))
     self.optimum = None
     self.certified = None
 
@@ -649,7 +655,9 @@ def run_problem(problem, doors, max_epochs, ref_budget):
     for setting in [{}]:
       results.append(_bounded(fit, problem, setting, bound, door))
       bound = _passes(results[-1], door) or bound
-    settings = knob_settings(problem.loss, door)
+    settings = knob_settings(problem.loss, door,
+                             None if door == "streamed" else
+                             problem.norm_spread)
     if door == "keras":
       # The same engine as InMemorySdca: its default against the best
       # in-memory knob.

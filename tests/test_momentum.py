@@ -218,15 +218,14 @@ def test_auto_momentum_stays_off_where_plain_epochs_are_fast():
   np.testing.assert_array_equal(auto["loss"], plain["loss"])
 
 
-@pytest.mark.parametrize("order", ["cyclic", "adaptive"])
-def test_auto_momentum_stays_off_in_cyclic_and_adaptive_orders(order):
+def test_auto_momentum_stays_off_in_the_cyclic_order():
   # beta = 0.5 slowed the cyclic order (329 epochs to 1e-7 against 233
-  # plain here), and the adaptive one on a categorical data set: 'auto'
-  # leaves both plain, bit for bit.
+  # plain here): 'auto' leaves it plain, bit for bit. (The adaptive order
+  # extrapolates with 'auto': test_defaults_table's anes96.)
   x, y = _standardised_breast_cancer()
   runs = []
   for momentum in (0.0, "auto"):
-    model = InMemorySdca(loss="logistic", l2=1.0, visit_order=order,
+    model = InMemorySdca(loss="logistic", l2=1.0, visit_order="cyclic",
                          momentum=momentum)
     runs.append(model.fit(y, dense=x, epochs=12, verbose=0))
     assert model.momentum_used == 0.0
@@ -350,7 +349,6 @@ def test_the_default_is_auto_where_it_applies_and_off_elsewhere():
   for options, fit_options in ((dict(), dict(batch_size=100)),
                                (dict(average_from=3), dict()),
                                (dict(visit_order="cyclic"), dict()),
-                               (dict(visit_order="adaptive"), dict()),
                                (dict(visit_order="asdca"), dict())):
     models = [InMemorySdca(loss="logistic", **options),
               InMemorySdca(loss="logistic", momentum=0, **options)]

@@ -562,6 +562,40 @@ def csr_arrays(n, ids=None, indptr=None, indices=None, values=None):
                        f"{indices.shape}")
   return indptr, indices, values
 
+# Rows `norm_spread` reads (evenly spaced through the data set).
+NORM_SPREAD_ROWS = 4096
+
+
+def norm_spread(n, csr=None, dense=None):
+  """The coefficient of variation (std / mean) of the rows' squared norms
+  |x_i|^2, on up to NORM_SPREAD_ROWS rows evenly spaced through the `n`
+  rows (CSR arrays `(indptr, indices, values or None)`, values 1 where
+  None; `dense` `[n, d]`): how widely the rows' scales spread
+  (`options.visit_order_for`). 0 for no rows or all-zero rows."""
+  if n == 0:
+    return 0.0
+  rows = np.unique(np.linspace(0, n - 1, min(n, NORM_SPREAD_ROWS)).astype(
+      np.int64))
+  norms = np.zeros(len(rows))
+  if csr is not None:
+    indptr, _, values = csr
+    starts, ends = indptr[rows], indptr[rows + 1]
+    if values is None:
+      norms += ends - starts
+    else:
+      lengths = ends - starts
+      # Each sampled row's entries: its start repeated, plus 0, 1, ...
+      offsets = np.arange(lengths.sum()) - np.repeat(
+          np.cumsum(lengths) - lengths, lengths)
+      entries = np.repeat(starts, lengths) + offsets
+      squares = np.asarray(values, np.float64)[entries] ** 2
+      np.add.at(norms, np.repeat(np.arange(len(rows)), lengths), squares)
+  if dense is not None:
+    norms += (np.asarray(dense[rows], np.float64) ** 2).sum(axis=1)
+  mean = norms.mean()
+  return float(norms.std() / mean) if mean > 0 else 0.0
+
+
 def normalise(labels, dense=None, ids=None, indptr=None, indices=None,
                values=None, example_weights=None):
   """`fit`'s data arguments as (n, csr or None, dense or None, labels,

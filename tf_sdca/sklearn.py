@@ -150,12 +150,12 @@ class _SDCAMixin:
     """visit_order 'auto': 'adaptive' for Poisson (RAND HIE's 20,190
     doctor-visit counts, standardised, alpha = 16: 57 epochs to a relative
     gap of 1e-10 against 901 in a random permutation; alpha = 1: 868
-    against > 3,000), else the loss's default (`options.visit_order_for`:
-    'shrinking' for the hinge losses, 'adaptive' for the absolute
-    deviation, 'permutation' for the others)."""
+    against > 3,000), else None: `InMemorySdca`'s default
+    (`options.visit_order_for`: 'shrinking' for the hinge losses,
+    'adaptive' for the absolute deviation and for rows whose norms spread
+    widely, 'permutation' for the others)."""
     if self.visit_order == "auto":
-      return ("adaptive" if loss == "poisson" else
-              options.visit_order_for(loss, None))
+      return "adaptive" if loss == "poisson" else None
     return self.visit_order
 
   def _solve(self, loss, num_classes, labels, rows, sw, l2, duals, seed):
@@ -266,8 +266,8 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
       (`InMemorySdca`'s); 'auto': 'adaptive' for Poisson, else the loss's
       in-memory default (`options.visit_order_for`: 'shrinking' for the
       hinge losses, ~10x fewer epochs to LinearSVC's objective on
-      heart_scale; 'adaptive' for the absolute deviation; 'permutation'
-      for the others).
+      heart_scale; 'adaptive' for the absolute deviation and for rows
+      whose norms spread widely; 'permutation' for the others).
 
   Attributes:
     classes_, coef_ ([1 or K, d]), intercept_ ([1 or K]), n_iter_ (epochs
@@ -466,7 +466,8 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
       random_state: as `SDCAClassifier`'s.
     visit_order: the engine's order of the coordinate steps; 'auto':
       'adaptive' for Poisson (~15x fewer epochs on doctor-visit counts),
-      else 'permutation'.
+      else `InMemorySdca`'s default ('adaptive' for the absolute deviation
+      and for rows whose norms spread widely, else 'permutation').
 
   Attributes:
     coef_ ([d]), intercept_ (float), n_iter_, duality_gap_, duals_ ([n]),

@@ -80,8 +80,11 @@ class InMemorySdca:
     l2: L2 regularisation (> 0).
     visit_order: None (the default: 'shrinking' for the hinge, smooth
       hinge and multiclass hinge, 'adaptive' for the absolute deviation,
-      'permutation' for the others and for mini-batches,
-      `options.visit_order_for`); see `tf_sdca.sdca_optimizer`; or 'asdca': accelerated
+      'permutation' for the others and for mini-batches; 'adaptive' for
+      the logistic, squared, hinge and smooth hinge losses on arrays whose
+      rows' squared norms spread widely, std / mean > 2,
+      `options.visit_order_for`; the order a fit took is
+      `visit_order_used`); see `tf_sdca.sdca_optimizer`; or 'asdca': accelerated
       mini-batch SDCA (Shalev-Shwartz and Zhang 2013; `tf_sdca.asdca_solve`)
       for a smooth loss (logistic, squared, smooth hinge), one
       `TfSdca>AsdcaSolve` call per epoch on rows packed for one thread.
@@ -164,7 +167,7 @@ class InMemorySdca:
       the plain epochs go on unchanged), 0.5 at rho >= 0.35 (slow ones,
       which extrapolation speeds up), linear between; the beta chosen is
       `momentum_used` after `fit` (g3doc/trainer.md). With visit_order
-      'cyclic' or 'adaptive' 'auto' is 0 (extrapolation slowed them). The
+      'cyclic' 'auto' is 0 (extrapolation slowed it). The
       default is 'auto' because on every problem measured it took at most
       three epochs more than the better of plain and 0.5 and never more
       than plain, and across seeds and 1-8 threads it never ended a fit
@@ -225,7 +228,11 @@ class InMemorySdca:
     self._multiclass = losses.is_multiclass(loss)
     self.l1 = given["l1"]
     self.l2 = given["l2"]
+    # The order before seeing data; a fit of arrays may take 'adaptive'
+    # for rows whose norms spread widely (`visit_order_used`).
     self.visit_order = options.visit_order_for(loss, visit_order)
+    self._visit_order_given = visit_order
+    self.visit_order_used = None  # the last fit's order
     # Mini-batches (batch_size < rows) stream: their default order is
     # 'permutation'.
     self._batch_order = options.visit_order_for(loss, visit_order,
@@ -274,10 +281,12 @@ class InMemorySdca:
       doc="ASDCA's accelerated iterate, float64 `[num_features + d]`, "
       "shrunk.")
 
-  def _config(self):
-    """The engine's view of this model's options."""
+  def _config(self, order=None):
+    """The engine's view of this model's options (in visit `order`;
+    None: `visit_order`)."""
     return engine.Config(self.loss, self.l1, self.l2, self.gamma, self.seed,
-                         self.visit_order, self.hinge_step, self.num_classes,
+                         order or self.visit_order, self.hinge_step,
+                         self.num_classes,
                          self.asdca_batch_size, self.asdca_theta)
 
   # --------------------------------------------------------------- data
@@ -399,6 +408,7 @@ class InMemorySdca:
       raise ValueError(f"gap_every must be an integer >= 0, got "
                        f"{gap_every!r}")
     from_arrays = rows is None
+    order = self.visit_order
     if rows is None:
       if labels is None:
         raise ValueError("give labels and features, or rows=RowChunks(...)")
@@ -406,6 +416,10 @@ class InMemorySdca:
           labels, dense, ids, indptr, indices, values, example_weights)
       if csr is not None and num_features is None:
         num_features = int(csr[1].max()) + 1 if csr[1].size else 1
+      if (self._visit_order_given is None and losses.op_name(self.loss) in
+          options.NORM_SPREAD_LOSSES):
+        order = options.visit_order_for(
+            self.loss, None, norm_spread=engine.norm_spread(n, csr, dense))
       rows = RowChunks([(csr, dense, labels, weights)], n,
                        0 if csr is None else int(csr[0][-1]),
                        0 if dense is None else dense.shape[1],
@@ -462,7 +476,8 @@ class InMemorySdca:
         block_step = second_order.ExactBlockStep(
             self.loss, self.l2, design, labels, weights, self.num_classes)
     self.second_order_used = block_step is not None
-    momentum = options.momentum_for(self.momentum, self.visit_order,
+    self.visit_order_used = order
+    momentum = options.momentum_for(self.momentum, order,
                                     one_call, self._asdca,
                                     self.average_from is not None)
     if block_step is not None and self.momentum is None:
@@ -475,9 +490,9 @@ class InMemorySdca:
                 engine.choose_threads(self.num_threads, n, self.num_classes))
                if one_call else 1)
     if isinstance(rows, engine.RowParts):
-      if self.visit_order not in engine.PARTED_VISIT_ORDERS:
+      if order not in engine.PARTED_VISIT_ORDERS:
         raise ValueError(
-            f"visit_order={self.visit_order!r} needs all rows packed at once "
+            f"visit_order={order!r} needs all rows packed at once "
             f"(rows in {rows.num_parts} parts are packed one part at a "
             f"time); use one of {engine.PARTED_VISIT_ORDERS}")
       problem = engine.PartedProblem(rows, self.loss, self.gamma, threads,
@@ -497,7 +512,7 @@ class InMemorySdca:
         extrapolate.restore(self.momentum_state, self.duals.shape,
                             state.weight_table().shape)
     self._extrapolation = extrapolate
-    config = self._config()
+    config = self._config(order)
     train_epoch = None
     if self._asdca:
       def train_epoch(epoch, rng, bar, start):

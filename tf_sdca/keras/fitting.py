@@ -134,12 +134,20 @@ class TrainingState:
             **({"num_classes": m.num_classes} if m.num_classes > 1
                else {})}
 
+  def visit_order(self):
+    """The in-memory order: the model's, or for None the loss's default
+    for the packed rows (`options.visit_order_for`, by their norms'
+    spread)."""
+    m = self._model
+    return options.visit_order_for(
+        m.loss_type, m.visit_order,
+        norm_spread=None if self.packed is None else self.packed.norm_spread)
+
   def config(self):
     """The in-memory engine's view of the model's options."""
     m = self._model
     return engine.Config(m.loss_type, m.l1, m.l2, m.gamma, m.seed,
-                         options.visit_order_for(m.loss_type, m.visit_order),
-                         m.hinge_step, m.num_classes,
+                         self.visit_order(), m.hinge_step, m.num_classes,
                          m.asdca_batch_size, m.asdca_theta)
 
   # ---------------------------------------------------------- packed rows
@@ -178,10 +186,12 @@ class TrainingState:
               np.concatenate(dense, axis=1) if dense else None, labels,
               weights, num_sparse)
     table = state_lib.weight_table(sdca)
-    resident = engine.ArrayRows(
-        n, data_lib.merged_rows(n, sparse) if sparse else None,
-        np.concatenate(dense, axis=1) if dense else None, labels, weights,
-        num_sparse)
+    csr = data_lib.merged_rows(n, sparse) if sparse else None
+    dense = np.concatenate(dense, axis=1) if dense else None
+    spread = (engine.norm_spread(n, csr, dense) if m.visit_order is None and
+              losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES
+              else None)
+    resident = engine.ArrayRows(n, csr, dense, labels, weights, num_sparse)
     resident.pack(num_sparse, m.loss_type, m.gamma,
                   1 if self.asdca else
                   engine.choose_threads(m.num_threads, n, m.num_classes),
@@ -194,7 +204,7 @@ class TrainingState:
     return state_lib.PackedRows(resident.rows, keys, duals.reshape(-1), table,
                                 weights, metric_inputs,
                                 losses.shrink_l1(table, m.l1, m.l2)
-                                if self.asdca else None, labels)
+                                if self.asdca else None, labels, spread)
 
   def _duals_for(self, sdca, keys, labels):
     """float64 duals of the rows with these example-id keys (`[n, K]`
@@ -278,7 +288,9 @@ class TrainingState:
     callbacks.insert(0, callbacks_lib.DualityGapLogger(
         m, measure, tol, m.loss_type, total is None and not m.carry_over,
         averaging))
-    momentum = options.momentum_for(m.momentum, m.visit_order, packed,
+    momentum = options.momentum_for(m.momentum,
+                                    self.visit_order() if packed else
+                                    m.visit_order, packed,
                                     self.asdca, m.average_from is not None)
     if momentum:
       callbacks.insert(0, callbacks_lib.Momentum(

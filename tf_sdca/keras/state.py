@@ -22,8 +22,10 @@ class PackedRows:
   inputs of the train metrics (None without compiled metrics)."""
 
   def __init__(self, rows, keys, duals, table, example_weights,
-               metric_inputs, iterate=None, labels=None):
+               metric_inputs, iterate=None, labels=None, norm_spread=None):
     self.rows = rows
+    # The rows' `engine.norm_spread` where the default order reads it.
+    self.norm_spread = norm_spread
     self.labels = labels  # the rows' labels (momentum's dual domains)
     self.keys = keys
     self.example_weights = example_weights
