@@ -191,3 +191,33 @@ def test_a_default_fit_repeats_bit_for_bit():
   assert ha["loss"] == hb["loss"]
   assert ha["duality_gap"] == hb["duality_gap"]
   assert ha["duality_gap"][-1] < 1e-3
+
+
+@pytest.mark.parametrize("momentum", [0.0, "auto"])
+def test_a_callback_sees_the_epoch_it_is_called_for(monkeypatch, momentum):
+  """A checkpointing callback (what `tf-sdca train` passes) saves, after
+  each epoch, that epoch's weights, duals and extrapolation, as with the
+  epochs run one by one, though the next epoch trained meanwhile."""
+  ids, y = _sparse_rows(n=3000, d=2000, k=12, seed=1)
+  saved = {}
+  for ahead in (False, True):
+    monkeypatch.setattr(engine, "TRAIN_AHEAD", ahead)
+    states = saved[ahead] = []
+    model = InMemorySdca(loss="logistic", l2=0.3, momentum=momentum)
+
+    def checkpoint(epoch, history, model=model, states=states):
+      states.append((epoch, history["duality_gap"][-1],
+                     {k: np.copy(v) for k, v in model.state_dict().items()
+                      if v is not None}))
+
+    model.fit(y, ids=ids, epochs=10, tol=1e-9, verbose=0,
+              callback=checkpoint)
+  assert len(saved[True]) == len(saved[False]) == 10
+  for (e1, g1, s1), (e2, g2, s2) in zip(saved[False], saved[True]):
+    assert e1 == e2 and g1 == g2
+    assert sorted(s1) == sorted(s2)
+    for key in s1:
+      np.testing.assert_array_equal(s1[key], s2[key], err_msg=key)
+  # The weights move from one checkpoint to the next.
+  assert not np.array_equal(saved[True][3][2]["sparse_weights"],
+                            saved[True][4][2]["sparse_weights"])

@@ -23,6 +23,7 @@ as they come, duals by example id) has its own home, `tf_sdca.SdcaModel`.
 See g3doc/architecture.md.
 """
 import collections
+import contextlib
 import math
 import os
 import time
@@ -322,8 +323,9 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
   # gap is evaluated on another thread while the next epoch trains, ahead
   # of the bookkeeping that decides how it starts (see `_TrainAhead`).
   ahead = (_TrainAhead(state, problem, config, extrapolation)
-           if TRAIN_AHEAD and _TrainAhead.applies(problem, config, train_epoch, callback,
-                                  average, second_order) else None)
+           if TRAIN_AHEAD and _TrainAhead.applies(
+               problem, config, train_epoch, average, second_order)
+           else None)
 
   def progress_bar(epoch):
     if not verbose:
@@ -414,7 +416,11 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       if slow:
         warnings.warn(slow, UserWarning, stacklevel=3)
       if callback is not None:
-        callback(epoch, history)
+        if ahead is None:
+          callback(epoch, history)
+        else:
+          with ahead.as_of_epoch():
+            callback(epoch, history)
       if stop:
         break
       epoch += 1
@@ -444,11 +450,14 @@ class _TrainAhead:
   trained ahead is dropped and the state put back (`settle`), so that
   the weights, duals and history are those of epochs run one by one.
 
+  A callback sees the model as epoch e left it (`as_of_epoch`: e.g. a
+  checkpoint saves epoch e's weights, duals and extrapolation), and must
+  not change it.
+
   Only for one training thread over packed rows (not parts), with no
-  per-epoch `train_epoch`, callback, average or block step, on a machine
-  with 2 or more cores; not in the order 'shrinking', whose active rows
-  the packed rows keep from epoch to epoch (an epoch dropped would have
-  moved them).
+  per-epoch `train_epoch`, average or block step, on a machine with 2 or
+  more cores; not in the order 'shrinking', whose active rows the packed
+  rows keep from epoch to epoch (an epoch dropped would have moved them).
   """
 
   def __init__(self, state, problem, config, extrapolation):
@@ -460,12 +469,12 @@ class _TrainAhead:
     self._executor = concurrent.futures.ThreadPoolExecutor(1)
     self._saved = None  # (point, extrapolation mark, plan) before ahead
     self._trained = None  # (epoch, seconds) of the epoch trained ahead
+    self._behind = None  # (point, mark) of the epoch before one kept
 
   @staticmethod
-  def applies(problem, config, train_epoch, callback, average,
-              second_order):
-    return (train_epoch is None and callback is None and average is None
-            and second_order is None and config.visit_order != "shrinking"
+  def applies(problem, config, train_epoch, average, second_order):
+    return (train_epoch is None and average is None and
+            second_order is None and config.visit_order != "shrinking"
             and isinstance(problem, Problem) and
             problem.num_threads <= 1 and (os.cpu_count() or 1) >= 2)
 
@@ -512,10 +521,33 @@ class _TrainAhead:
     undoes it."""
     if self._saved is None:
       return
-    plan = self._saved[2]
+    point, mark, plan = self._saved
     if not keep or (plan is not None and plan != self._extrapolation.plan()):
       self.undo()
+    else:
+      self._behind = (point, mark)
     self._saved = None
+
+  @contextlib.contextmanager
+  def as_of_epoch(self):
+    """Within it, the state (and extrapolation) as the epoch before the
+    one trained ahead left them; then back to the one trained ahead."""
+    behind, self._behind = self._behind, None
+    if behind is None:
+      yield
+      return
+    ahead = self._state.point()
+    mark = (None if self._extrapolation is None else
+            self._extrapolation.mark())
+    self._state.set_point(*behind[0])
+    if mark is not None:
+      self._extrapolation.rewind(behind[1])
+    try:
+      yield
+    finally:
+      self._state.set_point(*ahead)
+      if mark is not None:
+        self._extrapolation.rewind(mark)
 
   def take(self, epoch):
     """The training seconds of `epoch` when it was trained ahead (its
