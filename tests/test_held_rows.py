@@ -308,6 +308,71 @@ def test_hold_rows_deals_the_merged_rows_and_drops_held_copies(with_values):
   assert len(draws) > 2  # the call index changes the draw
 
 
+def _random_side(rng, keys, rows_sorted, with_values, num_ids=50):
+  """Rows `keys` with 0-4 entries each (some with none), in row order or
+  shuffled."""
+  n = len(keys)
+  rows = np.repeat(np.arange(n), rng.integers(0, 5, n))
+  if not rows_sorted:
+    rows = rng.permutation(rows)
+  side = _side(keys, rows, rng.integers(0, num_ids, len(rows)),
+               rng.uniform(-1, 1, len(rows)) if with_values else None,
+               rng.uniform(-1, 1, 2 * n))
+  if not with_values:
+    side["sparse"] = [(r, i, None) for r, i, _ in side["sparse"]]
+  return side
+
+
+@pytest.mark.parametrize("with_values", [True, False])
+@pytest.mark.parametrize("rows_sorted", [True, False])
+def test_hold_rows_writes_each_sides_entries_in_input_order(rows_sorted,
+                                                            with_values):
+  # Whether the example indices come row by row (the op then copies each
+  # row's entries whole) or in any order (it deals entry by entry), each
+  # side's entries are the kept input entries in input order, the batch's
+  # then the held rows', each row renumbered to its place on its side.
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(7 + rows_sorted + 2 * with_values)
+  for _ in range(5):
+    b, h = rng.integers(1, 40), rng.integers(0, 60)
+    keys = rng.choice(1000, b + h, replace=False)
+    back = rng.choice(keys[:b], min(b, 5), replace=False)  # held again
+    held_keys = np.concatenate([keys[b:], back])
+    batch = _random_side(rng, keys[:b], rows_sorted, with_values)
+    held = _random_side(rng, rng.permutation(held_keys), True, with_values)
+    if not with_values:
+      held["sparse"] = [(r, i, np.zeros(0, np.float32))
+                        for r, i, _ in held["sparse"]]
+    share = rng.uniform(0.0, 0.9)
+    visit, later = sdca_ops.hold_rows(batch, held, int(rng.integers(99)),
+                                      share, seed=1)
+    place = {}  # key: (side, row on that side)
+    for s, out in enumerate((visit, later)):
+      for row, key in enumerate(out["keys"].numpy()):
+        place[key] = (s, row)
+    want = [([], [], []), ([], [], [])]
+    for src in (batch, held):
+      rows, ids, values = src["sparse"][0]
+      values = np.ones(len(ids)) if values is None or not len(values) \
+          else values
+      for row, i, v in zip(rows, ids, values):
+        key = src["keys"][row]
+        if src is held and key in batch["keys"]:
+          continue  # dropped: the batch's copy stands for it
+        s, at = place[key]
+        for part, x in zip(want[s], (at, i, v)):
+          part.append(x)
+    for s, out in enumerate((visit, later)):
+      rows, ids, values = out["sparse"][0]
+      np.testing.assert_array_equal(rows, np.array(want[s][0], np.int64))
+      np.testing.assert_array_equal(ids, np.array(want[s][1], np.int64))
+      if with_values:
+        np.testing.assert_array_equal(values,
+                                      np.array(want[s][2], np.float32))
+      else:
+        assert values is None or values.shape == (0,)
+
+
 def test_hold_rows_bad_input_is_an_error_naming_the_argument():
   from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
   batch = _side([1, 2], [0, 1], [3, 4], [1, 1], range(4))

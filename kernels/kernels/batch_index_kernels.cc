@@ -190,6 +190,39 @@ T* AllocateOutput(OpKernelContext* context, int position,
   return t->flat<T>().data();
 }
 
+// Where each row's entries start in `rows` (`size` example indices of `n`
+// rows): row i's are start[i] .. start[i + 1] - 1. False when the indices
+// are not nondecreasing within [0, n).
+bool RowStarts(const int64_t* rows, int64_t size, int64_t n,
+               const ParallelFor& parallel_for, int64_t chunks,
+               std::vector<int64_t>* starts) {
+  starts->assign(n + 1, 0);
+  if (size == 0) return true;
+  if (rows[0] < 0 || rows[size - 1] >= n) return false;
+  int64_t* start = starts->data();
+  std::vector<char> sorted(chunks, 1);
+  parallel_for(chunks, [&](int64_t c) {
+    // Each boundary between two rows is written by the chunk holding the
+    // entry after it.
+    for (int64_t e = std::max<int64_t>(size * c / chunks, 1),
+                 hi = size * (c + 1) / chunks;
+         e < hi; ++e) {
+      const int64_t before = rows[e - 1], row = rows[e];
+      if (row == before) continue;
+      if (row < before) {
+        sorted[c] = 0;
+        return;
+      }
+      for (int64_t q = before + 1; q <= row; ++q) start[q] = e;
+    }
+  });
+  for (const char ok : sorted) {
+    if (!ok) return false;
+  }
+  for (int64_t q = rows[size - 1] + 1; q <= n; ++q) start[q] = size;
+  return true;
+}
+
 // SdcaModel's carry_over: merges the rows held back by the last call into
 // the batch (a held row whose key is back in the batch is dropped: the
 // batch's copy stands for it) and deals the merged rows into those visited
@@ -322,10 +355,73 @@ class HoldRowsOp : public OpKernel {
     // reported is the first in input order.
     auto* workers = context->device()->tensorflow_cpu_worker_threads();
     const ParallelFor parallel_for = DevicePool(context);
+    // The held row behind each merged row b.. (for the runs path below).
+    std::vector<int64_t> held_of(m - b);
+    for (int64_t i = 0; i < h; ++i) {
+      if (held_at[i] >= 0) held_of[held_at[i] - b] = i;
+    }
+    std::vector<int64_t> batch_start, held_start, out_at;
     for (int g = 0; g < num_sparse; ++g) {
       const int64_t eb = batch.sparse_size[g], total = eb + held.sparse_size[g];
       const int64_t chunks = std::max<int64_t>(
           1, std::min<int64_t>(workers->num_threads, total / 65536));
+      // Runs: when both sides' example indices are nondecreasing (a batch
+      // built row by row, and the held rows this op wrote from one), each
+      // row's entries are one run, and the entry-by-entry deal below writes
+      // the runs of each side whole, in merged row order: the same outputs
+      // from a copy per row instead of a lookup and a branch per entry
+      // (2026-11-27, 50k Criteo-shaped rows with 'auto''s 167k held: the op
+      // took 36 of a 59 ms step). Indices out of order or out of range take
+      // the deal, which reports the first bad one.
+      if (RowStarts(batch.sparse_rows[g], eb, b, parallel_for, chunks,
+                    &batch_start) &&
+          RowStarts(held.sparse_rows[g], held.sparse_size[g], h, parallel_for,
+                    chunks, &held_start)) {
+        int64_t entries[2] = {0, 0};
+        out_at.resize(m);
+        for (int64_t r = 0; r < m; ++r) {
+          const int64_t* start =
+              r < b ? &batch_start[r] : &held_start[held_of[r - b]];
+          out_at[r] = entries[hold[r]];
+          entries[hold[r]] += start[1] - start[0];
+        }
+        int64_t* rows_out[2];
+        int64_t* ids_out[2];
+        float* values_out[2];
+        for (int side = 0; side < 2; ++side) {
+          const int at = Position(side, 3, num_sparse, num_dense) + g;
+          const TensorShape shape({entries[side]});
+          rows_out[side] = AllocateOutput<int64_t>(context, at, shape);
+          ids_out[side] = AllocateOutput<int64_t>(context, at + num_sparse,
+                                                  shape);
+          values_out[side] = AllocateOutput<float>(
+              context, at + 2 * num_sparse,
+              TensorShape({values_[g] ? entries[side] : 0}));
+        }
+        if (!context->status().ok()) return;
+        const int64_t row_chunks = std::max<int64_t>(
+            1, std::min<int64_t>(workers->num_threads, m / 4096));
+        parallel_for(row_chunks, [&](int64_t c) {
+          for (int64_t r = m * c / row_chunks; r < m * (c + 1) / row_chunks;
+               ++r) {
+            const bool from_held = r >= b;
+            const int64_t i = from_held ? held_of[r - b] : r;
+            const Side& src = from_held ? held : batch;
+            const int64_t* start =
+                from_held ? &held_start[i] : &batch_start[i];
+            const int64_t lo = start[0], len = start[1] - start[0];
+            const int side = hold[r];
+            const int64_t j = out_at[r];
+            std::fill_n(rows_out[side] + j, len, index[r]);
+            std::copy_n(src.sparse_ids[g] + lo, len, ids_out[side] + j);
+            if (values_[g]) {
+              std::copy_n(src.sparse_values[g] + lo, len,
+                          values_out[side] + j);
+            }
+          }
+        });
+        continue;
+      }
       auto bounds = [&](int64_t c) {
         return std::make_pair(total * c / chunks, total * (c + 1) / chunks);
       };
