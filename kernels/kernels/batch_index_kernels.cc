@@ -361,6 +361,22 @@ class HoldRowsOp : public OpKernel {
       if (held_at[i] >= 0) held_of[held_at[i] - b] = i;
     }
     std::vector<int64_t> batch_start, held_start, out_at;
+    // Group g's sparse outputs on each side (0: the batch, 1: held), of
+    // entries[side] entries; a group without values has none on either.
+    auto allocate_sides = [&](int g, const int64_t* entries,
+                              int64_t** rows_out, int64_t** ids_out,
+                              float** values_out) {
+      for (int side = 0; side < 2; ++side) {
+        const int at = Position(side, 3, num_sparse, num_dense) + g;
+        const TensorShape shape({entries[side]});
+        rows_out[side] = AllocateOutput<int64_t>(context, at, shape);
+        ids_out[side] = AllocateOutput<int64_t>(context, at + num_sparse,
+                                                shape);
+        values_out[side] = AllocateOutput<float>(
+            context, at + 2 * num_sparse,
+            TensorShape({values_[g] ? entries[side] : 0}));
+      }
+    };
     for (int g = 0; g < num_sparse; ++g) {
       const int64_t eb = batch.sparse_size[g], total = eb + held.sparse_size[g];
       const int64_t chunks = std::max<int64_t>(
@@ -388,16 +404,7 @@ class HoldRowsOp : public OpKernel {
         int64_t* rows_out[2];
         int64_t* ids_out[2];
         float* values_out[2];
-        for (int side = 0; side < 2; ++side) {
-          const int at = Position(side, 3, num_sparse, num_dense) + g;
-          const TensorShape shape({entries[side]});
-          rows_out[side] = AllocateOutput<int64_t>(context, at, shape);
-          ids_out[side] = AllocateOutput<int64_t>(context, at + num_sparse,
-                                                  shape);
-          values_out[side] = AllocateOutput<float>(
-              context, at + 2 * num_sparse,
-              TensorShape({values_[g] ? entries[side] : 0}));
-        }
+        allocate_sides(g, entries, rows_out, ids_out, values_out);
         if (!context->status().ok()) return;
         const int64_t row_chunks = std::max<int64_t>(
             1, std::min<int64_t>(workers->num_threads, m / 4096));
@@ -465,17 +472,7 @@ class HoldRowsOp : public OpKernel {
       int64_t* rows_out[2];
       int64_t* ids_out[2];
       float* values_out[2];
-      for (int side = 0; side < 2; ++side) {
-        const int at = Position(side, 3, num_sparse, num_dense) + g;
-        const TensorShape shape({entries[side]});
-        rows_out[side] = AllocateOutput<int64_t>(context, at, shape);
-        ids_out[side] = AllocateOutput<int64_t>(context, at + num_sparse,
-                                                shape);
-        // A group without values has none on either side.
-        values_out[side] = AllocateOutput<float>(
-            context, at + 2 * num_sparse,
-            TensorShape({values_[g] ? entries[side] : 0}));
-      }
+      allocate_sides(g, entries, rows_out, ids_out, values_out);
       if (!context->status().ok()) return;
       parallel_for(chunks, [&](int64_t c) {
         const auto [lo, hi] = bounds(c);
