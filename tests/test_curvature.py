@@ -107,6 +107,37 @@ def test_in_memory_default_reaches_the_optimum_at_weak_l2(problem):
   assert history["loss"][-1] * len(y) == pytest.approx(primal, rel=1e-9)
 
 
+@pytest.mark.parametrize("problem", list(IN_MEMORY.values())[:3],
+                         ids=list(IN_MEMORY)[:3])
+def test_keras_in_memory_default_takes_the_same_step(problem):
+  # keras.LinearModel's in-memory fit runs the engine's epochs: at its
+  # defaults it takes the block step as InMemorySdca does, the same gaps
+  # bit for bit, and ends at the L-BFGS optimum (the intercept is the
+  # ones column, regularised as the reference's).
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  loss, load, k = problem
+  x, y = load()
+  best, f = _optimum(loss, x.astype(np.float64), y, L2, k)
+  model = InMemorySdca(loss=loss, l2=L2, num_classes=k if k > 1 else None)
+  history = model.fit(y, dense=x, epochs=300, tol=1e-12, verbose=0)
+  keras_model = LinearModel(loss=loss, l2=L2, use_bias=False,
+                            num_classes=k if k > 1 else None)
+  keras_history = keras_model.fit(x, y, epochs=300, tol=1e-12,
+                                  verbose=0).history
+  assert keras_history["duality_gap"] == history["duality_gap"]
+  assert keras_history["loss"] == history["loss"]
+  assert len(keras_history["loss"]) < 300
+  primal = f(np.asarray(keras_model.get_weights()[0], np.float64).ravel())[0]
+  # The Keras kernel is float32: within its rounding of the optimum.
+  assert abs(primal - best) <= 1e-5 * abs(best)
+  off = LinearModel(loss=loss, l2=L2, use_bias=False, second_order="off",
+                    num_classes=k if k > 1 else None)
+  with pytest.warns(UserWarning):
+    gaps = off.fit(x, y, epochs=20, verbose=0).history["duality_gap"]
+  assert gaps[-1] > 1e3 * keras_history["duality_gap"][-1]
+  assert LinearModel.from_config(off.get_config()).second_order == "off"
+
+
 def test_plain_coordinate_steps_stall_on_doctor_visits():
   # Why the step exists: without it the default fit is far from the
   # optimum after 300 epochs (measured 0.77 |P*| above), however long the

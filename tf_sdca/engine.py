@@ -314,11 +314,36 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
     `gap_every` skipped has NaN `loss` and `duality_gap`.
   """
   history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
+  for epoch in epochs_of(
+      history, state, problem, config, n, epochs, initial_epoch, tol,
+      verbose, callback is not None, train_epoch, extrapolation, average,
+      average_from, start_time, describe_slow, explain_error, gap_every,
+      second_order):
+    callback(epoch, history)
+  return history
+
+
+def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
+              tol=None, verbose=0, read=False, train_epoch=None,
+              extrapolation=None, average=None, average_from=None,
+              start_time=None, describe_slow=None, explain_error=None,
+              gap_every=1, second_order=None, warn_slow=True):
+  """The epochs of `run_epochs` one by one, for a door that drives its own
+  loop (`tf_sdca.keras.LinearModel.fit`): a generator that fills the
+  per-epoch lists of `history` (a dict with `loss`, `duality_gap` and
+  `rows_per_sec` lists) and, with `read`, yields each epoch's number after
+  the epoch's bookkeeping (where `run_epochs` calls its callback). While
+  the reader has it, the state is as that epoch left it (an epoch trained
+  ahead is put aside); a reader that stops there (`close()`) leaves it so.
+  It ends after `epochs`, or after the first evaluated epoch whose gap is
+  below `tol`. `warn_slow=False`: no slow-progress warning (a door that
+  watches the gaps itself). The other arguments are `run_epochs`'.
+  """
   if average is not None:
     history.update(last_loss=[], last_duality_gap=[])
     if not average.count and initial_epoch >= average_from:
       average.add()  # the start is an iterate
-  watch = losses.ProgressWatch(loss=config.loss)
+  watch = losses.ProgressWatch(loss=config.loss) if warn_slow else None
   # One training thread on a machine with more cores: each epoch's exact
   # gap is evaluated on another thread while the next epoch trains, ahead
   # of the bookkeeping that decides how it starts (see `_TrainAhead`).
@@ -361,7 +386,7 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
         bar, elapsed = progress_bar(epoch), trained
       if not (epoch + 1 == epochs or
               (gap_every and (epoch + 1) % gap_every == 0) or
-              verbose or callback is not None or average is not None or
+              verbose or read or average is not None or
               (extrapolation is not None and extrapolation.reads_gaps)):
         # Nobody reads this epoch's gap: its pass over the rows (about as
         # long as the epoch's) is skipped. The state is the same.
@@ -410,24 +435,24 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
         # The next epoch trained ahead counts only where this epoch's
         # bookkeeping started it as it was started (else it is redone).
         ahead.settle(keep=not stop)
-      slow = watch.update(history["duality_gap"][-1])
+      slow = watch.update(history["duality_gap"][-1]) if watch else None
       if slow and describe_slow is not None:
         slow = describe_slow(slow)
       if slow:
-        warnings.warn(slow, UserWarning, stacklevel=3)
-      if callback is not None:
+        # (This generator, `run_epochs`, the door, its caller.)
+        warnings.warn(slow, UserWarning, stacklevel=4)
+      if read:
         if ahead is None:
-          callback(epoch, history)
+          yield epoch
         else:
           with ahead.as_of_epoch():
-            callback(epoch, history)
+            yield epoch
       if stop:
         break
       epoch += 1
   finally:
     if ahead is not None:
       ahead.close()
-  return history
 
 
 # Whether `run_epochs` trains the next epoch while an epoch's gap is
@@ -531,7 +556,9 @@ class _TrainAhead:
   @contextlib.contextmanager
   def as_of_epoch(self):
     """Within it, the state (and extrapolation) as the epoch before the
-    one trained ahead left them; then back to the one trained ahead."""
+    one trained ahead left them; then back to the one trained ahead,
+    unless the reader stopped there (GeneratorExit: the epoch trained
+    ahead is dropped)."""
     behind, self._behind = self._behind, None
     if behind is None:
       yield
@@ -544,10 +571,17 @@ class _TrainAhead:
       self._extrapolation.rewind(behind[1])
     try:
       yield
-    finally:
-      self._state.set_point(*ahead)
-      if mark is not None:
-        self._extrapolation.rewind(mark)
+    except GeneratorExit:
+      raise
+    except BaseException:
+      self._put_back(ahead, mark)
+      raise
+    self._put_back(ahead, mark)
+
+  def _put_back(self, point, mark):
+    self._state.set_point(*point)
+    if mark is not None:
+      self._extrapolation.rewind(mark)
 
   def take(self, epoch):
     """The training seconds of `epoch` when it was trained ahead (its
@@ -1025,14 +1059,16 @@ class ArrayRows:
                             num_features if csr is not None else None,
                             csr is not None and csr[2] is not None)
     self.rows = None
+    self.problem = None  # the `Problem`, once packed
 
   def pack(self, num_features, loss, gamma, num_threads, num_classes=1):
     """Validates and packs the rows once for `num_threads` threads (and K
     classes of a multiclass loss); epochs then go through
     `TfSdca>PackedSolve`. The packed copy replaces the arrays."""
     del num_features  # given to the constructor
-    self.rows = Problem(self.chunks, loss, gamma, num_threads,
-                        num_classes).rows
+    self.problem = Problem(self.chunks, loss, gamma, num_threads,
+                           num_classes)
+    self.rows = self.problem.rows
     self.chunks = None
 
 def _packed_threads(num_threads, n):

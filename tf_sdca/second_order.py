@@ -111,6 +111,34 @@ def applies(choice, loss, l1, num_features, dense_dim, num_classes):
           dim <= MAX_DIM)
 
 
+def block_step_for(choice, loss, l1, l2, n, csr, dense, num_features,
+                   labels, weights, num_classes=1):
+  """The `ExactBlockStep` an in-memory fit on arrays takes after each
+  epoch at `second_order=choice`, or None: where it `applies`, and for
+  'auto' only where SDCA's bound needs more than MIN_PASSES_PER_E_FOLD
+  passes per factor e (`coordinate_passes`). `csr`: (indptr, indices,
+  values) over `num_features` columns or None; `dense`: `[n, d]` or None;
+  `labels`, `weights`: as normalised."""
+  if not applies(choice, loss, l1, None if csr is None else num_features,
+                 0 if dense is None else dense.shape[1], num_classes):
+    return None
+  design = design_matrix(n, csr, dense, num_features)
+  if choice == "on" or coordinate_passes(
+      loss, l2, design, labels, weights) > MIN_PASSES_PER_E_FOLD:
+    return ExactBlockStep(loss, l2, design, labels, weights, num_classes)
+  return None
+
+
+def momentum_with(block_step, asked, momentum):
+  """The momentum of a fit with `block_step` (None: none): with the step
+  and `momentum=None` asked, none (the step ends each epoch at the
+  optimum or near it: extrapolating from the point before would only
+  move away); else `momentum`, what `options.momentum_for` chose."""
+  if block_step is not None and asked is None:
+    return 0.0
+  return momentum
+
+
 class ExactBlockStep:
   """Maximises the dual over all rows (see the module's docstring).
 

@@ -465,25 +465,17 @@ class InMemorySdca:
       raise ValueError(f"batch_size={batch_size} < {n} rows: momentum "
                        "extrapolates whole epochs (no mini-batches)")
     block_step = None
-    if from_arrays and second_order.applies(
-        self.second_order, self.loss, self.l1, num_features if csr is not
-        None else None, dense.shape[1] if dense is not None else 0,
-        self.num_classes):
-      design = second_order.design_matrix(n, csr, dense, num_features)
-      if self.second_order == "on" or second_order.coordinate_passes(
-          self.loss, self.l2, design, labels, weights) > \
-          second_order.MIN_PASSES_PER_E_FOLD:
-        block_step = second_order.ExactBlockStep(
-            self.loss, self.l2, design, labels, weights, self.num_classes)
+    if from_arrays:
+      block_step = second_order.block_step_for(
+          self.second_order, self.loss, self.l1, self.l2, n, csr, dense,
+          num_features, labels, weights, self.num_classes)
     self.second_order_used = block_step is not None
     self.visit_order_used = order
     momentum = options.momentum_for(self.momentum, order,
                                     one_call, self._asdca,
                                     self.average_from is not None)
-    if block_step is not None and self.momentum is None:
-      # The step ends each epoch at the optimum (or near it): extrapolating
-      # from the point before it would only move away.
-      momentum = 0.0
+    momentum = second_order.momentum_with(block_step, self.momentum,
+                                          momentum)
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     threads = ((1 if self._asdca else

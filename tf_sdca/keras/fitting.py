@@ -20,6 +20,7 @@ import tensorflow as tf
 from tf_sdca import engine
 from tf_sdca import losses
 from tf_sdca import options
+from tf_sdca import second_order
 from tf_sdca.keras import callbacks as callbacks_lib
 from tf_sdca.keras import data as data_lib
 from tf_sdca.keras import multi_worker
@@ -75,6 +76,7 @@ class TrainingState:
     self.train_weight = 0.0
     self.average = None
     self.momentum_state = None
+    self._run = None  # the engine's epochs of an in-memory fit under way
 
   @property
   def asdca(self):
@@ -94,7 +96,8 @@ class TrainingState:
           "tf_sdca.SdcaModel to sum the updates of several replicas)")
     options.applies(
         dict(visit_order=m.visit_order, momentum=m.momentum,
-             average_from=m.average_from, carry_over=m.carry_over),
+             average_from=m.average_from, carry_over=m.carry_over,
+             second_order=m.second_order),
         mode, options.KERAS, _MODE_WORDS[mode])
 
   def new_sdca(self, spec, kernels, bias):
@@ -131,6 +134,7 @@ class TrainingState:
                                 options.STREAMED)), "seed": m.seed,
             "gamma": m.gamma, "num_threads": m.num_threads,
             "hinge_step": m.hinge_step, "carry_over": m.carry_over,
+            "second_order": m.second_order,
             **({"num_classes": m.num_classes} if m.num_classes > 1
                else {})}
 
@@ -191,6 +195,11 @@ class TrainingState:
     spread = (engine.norm_spread(n, csr, dense) if m.visit_order is None and
               losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES
               else None)
+    # The exact block step of the engine's epochs (not ASDCA's or an
+    # averaging fit's), where `second_order` takes it on these rows.
+    block_step = (second_order.block_step_for(
+        m.second_order, m.loss_type, m.l1, m.l2, n, csr, dense, num_sparse,
+        labels, weights, m.num_classes) if self._on_engine() else None)
     resident = engine.ArrayRows(n, csr, dense, labels, weights, num_sparse)
     resident.pack(num_sparse, m.loss_type, m.gamma,
                   1 if self.asdca else
@@ -201,10 +210,11 @@ class TrainingState:
       features = transform({name: data_lib.to_host(value)
                             for name, value in x.items()})
       metric_inputs = (features, tf.constant(labels), tf.constant(weights))
-    return state_lib.PackedRows(resident.rows, keys, duals.reshape(-1), table,
-                                weights, metric_inputs,
+    return state_lib.PackedRows(resident.problem, keys, duals.reshape(-1),
+                                table, weights, metric_inputs,
                                 losses.shrink_l1(table, m.l1, m.l2)
-                                if self.asdca else None, labels, spread)
+                                if self.asdca else None, labels, spread,
+                                block_step)
 
   def _duals_for(self, sdca, keys, labels):
     """float64 duals of the rows with these example-id keys (`[n, K]`
@@ -263,15 +273,22 @@ class TrainingState:
     self.row_duals = None
 
   # ------------------------------------------------------------------ fit
-  def callbacks(self, sdca, streamed, tol, initial_epoch, callbacks):
-    """Starts a fit, packed (`use_packed` done) or on the `streamed`
-    dataset (None: packed), and returns its callbacks: the user's
-    `callbacks` after the gap's logger and stop at `tol` (and momentum's,
-    where it runs); averaging continues or starts the model's mean."""
+  def callbacks(self, sdca, streamed, tol, initial_epoch, epochs,
+                callbacks):
+    """Starts a fit of `epochs` (Keras' count, from `initial_epoch`),
+    packed (`use_packed` done) or on the `streamed` dataset (None: packed),
+    and returns its callbacks: the user's `callbacks` after the gap's
+    logger and stop at `tol` (and momentum's, where it runs as a callback);
+    averaging continues or starts the model's mean. A packed fit without
+    ASDCA or averaging runs the engine's epochs (`engine_step`, then
+    `end_fit`)."""
     m = self._model
     packed = streamed is None
     if packed:
       measure, total = self.packed_gap, self.packed.total_weight
+      if self._on_engine():
+        self._run = _EngineEpochs(self, sdca, epochs - initial_epoch, tol)
+        measure = self._run.measure
     else:
       total = None
 
@@ -292,11 +309,36 @@ class TrainingState:
                                     self.visit_order() if packed else
                                     m.visit_order, packed,
                                     self.asdca, m.average_from is not None)
-    if momentum:
+    if momentum and self._run is None:
       callbacks.insert(0, callbacks_lib.Momentum(
           self.packed, momentum, m.loss_type, m.l1, m.l2,
           self.momentum_state, self._keep_momentum))
     return callbacks
+
+  def _on_engine(self):
+    """Whether this in-memory fit's epochs are the engine's
+    (`tf_sdca.engine.epochs_of`, as `InMemorySdca` runs them): all but
+    ASDCA's and averaging fits, whose traced step is one `epoch`."""
+    return not self.asdca and self._model.average_from is None
+
+  @property
+  def on_engine(self):
+    """Whether the fit under way runs the engine's epochs."""
+    return self._run is not None
+
+  def engine_step(self, sdca):
+    """The step of a fit on the engine's epochs: its next epoch (trained,
+    evaluated, the next one trained beside the evaluation where the
+    engine does so), the weights then written into the variables of
+    `sdca`. Returns the objective per unit weight (float32)."""
+    return self._run.step(sdca)
+
+  def end_fit(self):
+    """After a fit on the engine's epochs (also when it raised): the state
+    stays the last epoch's, momentum's kept for the next fit."""
+    run, self._run = self._run, None
+    if run is not None:
+      run.close()
 
   def _keep_momentum(self, state):
     """Keeps the momentum's state at the end of a fit (see `Momentum`)."""
@@ -426,3 +468,72 @@ class TrainingState:
       sdca.set_state(loaded["state"])
     else:
       self.pending_state = loaded["state"]
+
+
+class _EngineEpochs:
+  """The epochs of an in-memory fit on the engine (`engine.epochs_of` over
+  the packed rows, with momentum's extrapolation and the gap beside the
+  next epoch), one per Keras step, seeded by the model's count of steps
+  as `TrainingState.epoch` seeds them: the same weights and duals.
+
+  Args:
+    training: the `TrainingState`, its `packed` rows this fit's.
+    sdca: the model's `SdcaModel` (its count of steps).
+    epochs: the most epochs Keras will ask for.
+    tol: the gap at which the engine stops (as the gap's logger does).
+  """
+
+  def __init__(self, training, sdca, epochs, tol):
+    m, p = training._model, training.packed  # pylint: disable=protected-access
+    self._training, self._packed = training, p
+    k = m.num_classes
+    state = self._state = engine.State(k, k > 1)
+    table = p.table.numpy()
+    state.sparse_weights = table  # the whole table, as one part
+    state.install_table(table)
+    n = p.keys.shape[0]
+    state.duals = p.duals.numpy().reshape((n, k) if k > 1 else (n,))
+    momentum = second_order.momentum_with(
+        p.block_step, m.momentum,
+        options.momentum_for(m.momentum, training.visit_order(), True, False,
+                             False))
+    self._extrapolation = None
+    if momentum:
+      self._extrapolation = engine.Extrapolation(
+          momentum, m.loss_type, p.labels,
+          lambda: (state.duals, state.weight_table()), state.set_point)
+      saved = training.momentum_state
+      if saved is not None and np.array_equal(saved[0], p.keys):
+        # A fit that continues the model on the same rows goes on as an
+        # uninterrupted one (see `callbacks.Momentum`).
+        self._extrapolation.restore(saved[1], state.duals.shape,
+                                    table.shape)
+    first = int(sdca.calls.numpy())
+    self.history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
+    self._epochs = engine.epochs_of(
+        self.history, state, p.problem, training.config(), n,
+        first + max(int(epochs), 0), first, tol, read=True,
+        extrapolation=self._extrapolation, second_order=p.block_step,
+        warn_slow=False)
+
+  def step(self, sdca):
+    m = self._training._model  # pylint: disable=protected-access
+    epoch = next(self._epochs)
+    sdca.calls.assign(epoch + 1)
+    state, p = self._state, self._packed
+    table = state.weight_table()
+    p.table.assign(table)
+    p.duals.assign(state.duals.reshape(-1))
+    state_lib.write_weights(sdca, tf.constant(table), m.l1, m.l2)
+    return tf.constant(self.history["loss"][-1], tf.float32)
+
+  def measure(self):
+    """(objective per unit weight, relative gap) of the last epoch."""
+    return self.history["loss"][-1], self.history["duality_gap"][-1]
+
+  def close(self):
+    self._epochs.close()
+    if self._extrapolation is not None:
+      state = self._extrapolation.state()
+      self._training._keep_momentum(  # pylint: disable=protected-access
+          None if state is None else (self._packed.keys, state))

@@ -124,6 +124,15 @@ Constructor arguments (`LinearModel(...)`):
     exactly its batch, as TensorFlow's SDCA does. In-memory fits visit
     every row in a fresh order each epoch and refuse a share > 0. Kept by
     `get_config`; `save` keeps the held rows.
+  second_order: 'auto' (the default), 'on' or 'off': the exact block step
+    (Newton on the primal over all rows, then every dual set from it), as
+    `tf_sdca.trainer.InMemorySdca(second_order=...)` takes it after each
+    epoch of an in-memory fit (logistic, squared, Poisson, softmax; l1 =
+    0; at most 1,024 weights d K; 'auto' where SDCA's bound needs more
+    than 1,000 passes per factor e: features in natural units at a weak
+    l2), and as `tf_sdca.SdcaModel` takes it per batch of a streamed fit
+    (dense features). Not with `visit_order='asdca'` or `average_from` in
+    memory. Kept by `get_config`.
   **kwargs: `keras.Model` arguments (`name`, ...).
 
 Example:
@@ -168,6 +177,7 @@ class LinearModel(keras.Model):
                average_from=None, asdca_batch_size=8, asdca_theta=None,
                hinge_step="projection", momentum=None,
                carry_over=options.OPTIONS["carry_over"].default,
+               second_order=options.OPTIONS["second_order"].default,
                **kwargs):
     super().__init__(**kwargs)
     # The mode (in memory or streamed) is known at fit: the options' domains
@@ -179,9 +189,11 @@ class LinearModel(keras.Model):
                    average_from=average_from,
                    asdca_batch_size=asdca_batch_size,
                    asdca_theta=asdca_theta, hinge_step=hinge_step,
-                   momentum=momentum, carry_over=carry_over),
+                   momentum=momentum, carry_over=carry_over,
+                   second_order=second_order),
         None, options.KERAS, num_classes)
     self.carry_over = given["carry_over"]
+    self.second_order = given["second_order"]
     self.average_from = given["average_from"]
     self.loss_name = loss
     multiclass = losses.is_multiclass(self.loss_type)
@@ -268,6 +280,8 @@ class LinearModel(keras.Model):
       config["momentum"] = self.momentum
     if self.carry_over != options.OPTIONS["carry_over"].default:
       config["carry_over"] = self.carry_over
+    if self.second_order != options.OPTIONS["second_order"].default:
+      config["second_order"] = self.second_order
     return config
 
   @classmethod
@@ -373,10 +387,30 @@ class LinearModel(keras.Model):
     return self._training.pack(self._sdca, self._spec, x, n, labels, weights,
                                ids, transform, arrays_only)
 
+  def make_train_function(self, force=False):
+    """Keras' traced step, except for an in-memory fit on the engine's
+    epochs: each step is then the engine's next epoch, run eagerly (the
+    engine trains the next epoch beside the gap of this one, on another
+    thread), then the train metrics."""
+    if not self._training.on_engine:
+      return super().make_train_function(force)
+
+    def train_function(iterator):
+      del iterator  # a step is an epoch over the packed rows
+      self._loss_tracker.update_state(self._training.engine_step(self._sdca))
+      return self._packed_metrics()
+
+    self.train_function = train_function
+    return train_function
+
   def _packed_step(self):
     """One epoch over the packed rows (the traced `train_step` of an
     in-memory `fit`, `TrainingState.epoch`), then the train metrics."""
     self._loss_tracker.update_state(self._training.epoch(self._sdca))
+    return self._packed_metrics()
+
+  def _packed_metrics(self):
+    """The train metrics on all packed rows (after an epoch)."""
     metric_inputs = self._training.packed.metric_inputs
     if metric_inputs is not None:
       features, y, sw = metric_inputs
@@ -549,14 +583,17 @@ class LinearModel(keras.Model):
     if not streamed or self._training.mode != fitting.BATCHES:
       self.train_function = None
     callbacks = self._training.callbacks(
-        self._sdca, train if streamed else None, tol, initial_epoch,
+        self._sdca, train if streamed else None, tol, initial_epoch, epochs,
         callbacks)
-    return super().fit(
-        train, epochs=epochs, verbose=verbose, callbacks=callbacks,
-        validation_data=validation_data, initial_epoch=initial_epoch,
-        shuffle=False,
-        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-        validation_freq=validation_freq)
+    try:
+      return super().fit(
+          train, epochs=epochs, verbose=verbose, callbacks=callbacks,
+          validation_data=validation_data, initial_epoch=initial_epoch,
+          shuffle=False,
+          steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+          validation_freq=validation_freq)
+    finally:
+      self._training.end_fit()
 
   def evaluate(self, x=None, y=None, batch_size=None, verbose="auto",
                sample_weight=None, steps=None, callbacks=None,

@@ -21,11 +21,18 @@ class PackedRows:
   SdcaModel's slots end to end), the last epoch's objective parts, and the
   inputs of the train metrics (None without compiled metrics)."""
 
-  def __init__(self, rows, keys, duals, table, example_weights,
-               metric_inputs, iterate=None, labels=None, norm_spread=None):
-    self.rows = rows
+  def __init__(self, problem, keys, duals, table, example_weights,
+               metric_inputs, iterate=None, labels=None, norm_spread=None,
+               block_step=None):
+    # The `tf_sdca.engine.Problem` of the packed rows (`rows`), which the
+    # engine's epochs train.
+    self.problem = problem
+    self.rows = problem.rows
     # The rows' `engine.norm_spread` where the default order reads it.
     self.norm_spread = norm_spread
+    # The `tf_sdca.second_order.ExactBlockStep` the engine's epochs take
+    # after each pass, or None.
+    self.block_step = block_step
     self.labels = labels  # the rows' labels (momentum's dual domains)
     self.keys = keys
     self.example_weights = example_weights
