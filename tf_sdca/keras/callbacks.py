@@ -2,9 +2,9 @@
 
 `fit` adds them itself (`tf_sdca.keras.fitting.TrainingState.callbacks`):
 `DualityGapLogger` (the exact objective and duality gap after every epoch,
-the `tol` stop), `Momentum` (extrapolated starts of in-memory epochs,
-`momentum`) and, with `average_from`, the `Averaging` hook that keeps the
-running mean of the iterates (`Average`). Each works
+the `tol` stop) and, with `average_from`, the `Averaging` hook that keeps
+the running mean of the iterates (`Average`). (Momentum's extrapolated
+epochs are the engine's: `tf_sdca.keras.fitting`.) Each works
 through what it is given (the packed rows, measuring and state functions),
 not through the model's internals.
 """
@@ -14,7 +14,6 @@ import keras
 import numpy as np
 
 from tf_sdca import averaging
-from tf_sdca import engine
 from tf_sdca import losses
 
 
@@ -62,56 +61,6 @@ class DualityGapLogger(keras.callbacks.Callback):
   def on_train_end(self, logs=None):
     if self._averaging is not None:
       self._averaging.install()
-
-
-class Momentum(keras.callbacks.Callback):
-  """`momentum`: extrapolates an in-memory fit's packed duals and weight
-  table before each epoch (`tf_sdca.engine.Extrapolation`); the Keras
-  weights stay the last epoch's own point until the next epoch's step
-  writes its own.
-
-  Args:
-    rows: the fit's `tf_sdca.keras.state.PackedRows`.
-    momentum: beta in (0, 1) or 'auto'.
-    loss_type, l1, l2: the model's loss (op name) and regularisation.
-    saved: `(example keys, Extrapolation.state())` of the model's last fit
-      with momentum, or None; a fit on the same rows goes on from it.
-    on_state: called at the end of training with the state to keep
-      (`(keys, state)`, or None when there is none).
-  """
-
-  def __init__(self, rows, momentum, loss_type, l1, l2, saved, on_state):
-    super().__init__()
-    self._rows = rows
-    self._loss = (loss_type, l1, l2)
-    self._on_state = on_state
-    p = rows
-
-    def set_point(duals, table):
-      p.duals.assign(duals)
-      p.table.assign(table)
-
-    self._extrapolation = engine.Extrapolation(
-        momentum, loss_type, p.labels,
-        lambda: (p.duals.numpy(), p.table.numpy()), set_point)
-    if saved is not None and np.array_equal(saved[0], p.keys):
-      # A fit that continues the model on the same rows (resumed, from any
-      # initial_epoch, or after save and load) goes on as an uninterrupted
-      # one: the epochs' orders follow the model's count of steps.
-      self._extrapolation.restore(saved[1], p.duals.shape, p.table.shape)
-
-  def on_epoch_begin(self, epoch, logs=None):
-    self._extrapolation.start_epoch()
-
-  def on_train_end(self, logs=None):
-    state = self._extrapolation.state()
-    self._on_state(None if state is None else (self._rows.keys, state))
-
-  def on_epoch_end(self, epoch, logs=None):
-    primal, gap = engine.objective_and_gap(self._rows.parts.numpy(),
-                                           *self._loss)
-    self._extrapolation.end_epoch(primal - gap,
-                                  gap / max(abs(primal), 1e-300))
 
 
 class Average:

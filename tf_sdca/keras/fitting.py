@@ -2,11 +2,12 @@
 
 The model keeps its configuration, its Keras weights and the
 `tf_sdca.SdcaModel` over them; `TrainingState` is the plain-Python rest of
-its training. For each `fit` it packs in-memory rows once (one
-`TfSdca>PackedSolve` call an epoch) or leaves them for streamed batches
-(`SdcaModel`, one batch a step), and gives the callbacks that fit runs with
-(`tf_sdca.keras.callbacks`: the gap's logging and stop, momentum,
-averaging). Between fits it holds what the next fit, `duality_gap`, `save`
+its training. For each `fit` it packs in-memory rows once and runs the
+engine's epochs over them, one a Keras step (`_EngineEpochs`; ASDCA's and
+averaging fits: one `TfSdca>PackedSolve` call a traced step), or leaves
+them for streamed batches (`SdcaModel`, one batch a step), and gives the
+callbacks that fit runs with (`tf_sdca.keras.callbacks`: the gap's logging
+and stop, averaging). Between fits it holds what the next fit, `duality_gap`, `save`
 and `load_model` go on from: the last in-memory fit's packed rows (or the
 duals a saved file kept of them), the extrapolation's state, the running
 mean of an averaging fit and the training data's total weight.
@@ -278,8 +279,8 @@ class TrainingState:
     """Starts a fit of `epochs` (Keras' count, from `initial_epoch`),
     packed (`use_packed` done) or on the `streamed` dataset (None: packed),
     and returns its callbacks: the user's `callbacks` after the gap's
-    logger and stop at `tol` (and momentum's, where it runs as a callback);
-    averaging continues or starts the model's mean. A packed fit without
+    logger and stop at `tol`; averaging continues or starts the model's
+    mean. A packed fit without
     ASDCA or averaging runs the engine's epochs (`engine_step`, then
     `end_fit`)."""
     m = self._model
@@ -305,14 +306,6 @@ class TrainingState:
     callbacks.insert(0, callbacks_lib.DualityGapLogger(
         m, measure, tol, m.loss_type, total is None and not m.carry_over,
         averaging))
-    momentum = options.momentum_for(m.momentum,
-                                    self.visit_order() if packed else
-                                    m.visit_order, packed,
-                                    self.asdca, m.average_from is not None)
-    if momentum and self._run is None:
-      callbacks.insert(0, callbacks_lib.Momentum(
-          self.packed, momentum, m.loss_type, m.l1, m.l2,
-          self.momentum_state, self._keep_momentum))
     return callbacks
 
   def _on_engine(self):
@@ -341,7 +334,7 @@ class TrainingState:
       run.close()
 
   def _keep_momentum(self, state):
-    """Keeps the momentum's state at the end of a fit (see `Momentum`)."""
+    """Keeps the momentum's state at the end of a fit (`_EngineEpochs`)."""
     self.momentum_state = state
 
   def fit_across_processes(self, sdca, strategy, arrays, epochs, tol,
@@ -505,7 +498,8 @@ class _EngineEpochs:
       saved = training.momentum_state
       if saved is not None and np.array_equal(saved[0], p.keys):
         # A fit that continues the model on the same rows goes on as an
-        # uninterrupted one (see `callbacks.Momentum`).
+        # uninterrupted one: the epochs' orders follow the model's count
+        # of steps.
         self._extrapolation.restore(saved[1], state.duals.shape,
                                     table.shape)
     first = int(sdca.calls.numpy())
