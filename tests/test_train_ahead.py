@@ -221,3 +221,60 @@ def test_a_callback_sees_the_epoch_it_is_called_for(monkeypatch, momentum):
   # The weights move from one checkpoint to the next.
   assert not np.array_equal(saved[True][3][2]["sparse_weights"],
                             saved[True][4][2]["sparse_weights"])
+
+
+def _keras_fit(monkeypatch, ahead, x, y, epochs, stop_after=None):
+  """A keras.LinearModel fit (the engine's epochs, one a Keras step) with
+  training ahead on or off, a callback recording the weights and SDCA
+  state each epoch's callbacks see, and stopping Keras after
+  `stop_after` epochs; also the threads the evaluations ran on."""
+  import keras  # pylint: disable=import-outside-toplevel
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(engine, "TRAIN_AHEAD", ahead)
+  threads = []
+
+  def spy(*args):
+    threads.append(threading.current_thread() is threading.main_thread())
+    return _EVALUATE(*args)
+
+  monkeypatch.setattr(engine, "objective_parts_at", spy)
+  seen = []
+
+  class Record(keras.callbacks.Callback):
+
+    def on_epoch_end(self, epoch, logs=None):
+      state = self.model.sdca_state()
+      seen.append((self.model.get_weights()[0].copy(),
+                   state["slots"][0].copy(), logs["duality_gap"]))
+      if stop_after is not None and epoch + 1 == stop_after:
+        self.model.stop_training = True
+
+  model = LinearModel(l2=1.0, use_bias=False)
+  history = model.fit(x, y, epochs=epochs, verbose=0, callbacks=[Record()])
+  return model, history.history, seen, threads
+
+
+def test_keras_callbacks_see_their_epoch_and_a_stop_keeps_it(monkeypatch):
+  # Keras' in-memory fit trains epoch e + 1 beside epoch e's gap: the
+  # callbacks of epoch e (a checkpoint, EarlyStopping) still see epoch e's
+  # weights and state, and a fit they stop ends there, as a fit of that
+  # many epochs one by one does; the next fit goes on identically.
+  x, y = _breast_cancer()
+  x = ((x - x.mean(0)) / np.maximum(x.std(0), 1e-12)).astype(np.float32)
+  x[:, -1] = 1.0
+  stopped, history, seen, threads = _keras_fit(monkeypatch, True, x, y, 30,
+                                               stop_after=6)
+  assert not all(threads)  # evaluated beside the training
+  plain, plain_history, plain_seen, _ = _keras_fit(monkeypatch, False, x, y,
+                                                   6)
+  assert history == plain_history and len(history["loss"]) == 6
+  for (w, slot, gap), (pw, pslot, pgap) in zip(seen, plain_seen,
+                                               strict=True):
+    np.testing.assert_array_equal(w, pw)
+    np.testing.assert_array_equal(slot, pslot)
+    assert gap == pgap
+  for a, b in zip(stopped.get_weights(), plain.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  after = stopped.fit(x, y, epochs=5, verbose=0).history
+  plain_after = plain.fit(x, y, epochs=5, verbose=0).history
+  assert after == plain_after
