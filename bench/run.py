@@ -4,11 +4,13 @@ time each solver needs to reach a relative suboptimality of 1e-4 and 1e-6.
   python bench/run.py [--rows 1000000] [--problems criteo,dense,breast_cancer,digits]
                       [--solvers ours,ours-sdcamodel,ours-keras,tf,snapml,snapml2,liblinear,saga,sgd]
                       [--budget 60] [--ref-budget 900] [--plots g3doc/img]
-                      [--scaling 1000000,4000000,16000000]
+                      [--no-refine] [--scaling 1000000,4000000,16000000]
 
 All solvers run in this one process on the same data, one after the other
-(each with `--budget` seconds of training); the table gives their times and
-the ratio to ours ("tf_sdca op"). Snap ML is optional
+(each with `--budget` seconds of training on the grid, and up to as much
+again bisecting below the grid's first size that reached each target:
+`suite.refine`); the table gives their times and the ratio to ours (the
+first solver). Snap ML is optional
 (`pip install -r bench/requirements.txt`). `--scaling` instead times our
 op's epochs on Criteo-shaped data of the given sizes with 1 and 2 threads.
 """
@@ -78,9 +80,11 @@ def report(problem, reference, certified, traces):
                      t_1e4=times[1e-4][0], t_1e6=times[1e-6][0],
                      rows_per_sec=rate))
   print("(t: wall seconds of a fresh fit, from the call to the returned "
-        "weights, of the first size on the grid "
-        f"{', '.join(map(str, suite.GRID[:8]))}, ... epochs that reached the "
-        "suboptimality; '-': not within the budget; 'vs ours': the solver's "
+        "weights, of the fewest epochs that reached the suboptimality: the "
+        f"grid {', '.join(map(str, suite.GRID[:8]))}, ..., then bisected "
+        "between its last miss and first hit for every solver alike "
+        "(not with --no-refine); '-': not within the budget; 'vs ours': the "
+        "solver's "
         "time / ours; Snap ML does not report its epochs: the grid size is "
         "an upper bound, and rows/s unknown)")
   for trace in traces:
@@ -148,6 +152,9 @@ def main():
   parser.add_argument("--budget", type=float, default=60.0,
                       help="training seconds per solver and problem")
   parser.add_argument("--ref-budget", type=float, default=900.0)
+  parser.add_argument("--no-refine", dest="refine", action="store_false",
+                      help="charge each solver the grid's first size that "
+                      "reaches a target, without bisecting below it")
   parser.add_argument("--threads", type=int, default=1,
                       help="threads of the 'snapml' peer ('snapml2' uses 2; "
                       "ours: one shard)")
@@ -180,6 +187,8 @@ def main():
       run = suite.SOLVERS[solver]
       kwargs = {"threads": args.threads} if solver == "snapml" else {}
       trace = run(problem, args.budget, **kwargs)
+      if args.refine:
+        suite.refine(trace, reference, TARGETS, args.budget)
       traces.append(trace)
       # The best objective any solver reached bounds P* from above too.
       reference = min([reference] + [p[2] for p in trace.points])

@@ -184,16 +184,24 @@ class Trace:
 
   def __init__(self, solver):
     self.solver = solver
-    self.points = []
+    self.points = []  # in the order of the sizes k asked for
+    self.sizes = []  # the k of each point
     self.note = ""
     self.ladder = False  # epochs are limits, not counts (Snap ML)
     self.breakdown = None  # ours: where the last fit's time went
+    self.fit = None  # fit(k) of `_grid`, for `refine`
+    self.spent = 0.0  # seconds of all its fits
 
-  def add(self, seconds, epochs, objective):
-    self.points.append((float(seconds), float(epochs), float(objective)))
+  def add(self, seconds, epochs, objective, size=None):
+    """A fit of `size` epochs (iterations) asked for (default: `epochs`)."""
+    size = epochs if size is None else size
+    at = sum(1 for k in self.sizes if k <= size)
+    self.points.insert(at, (float(seconds), float(epochs), float(objective)))
+    self.sizes.insert(at, size)
 
   def time_to(self, reference, target):
-    """(seconds, epochs) of the first point within `target` (relative)."""
+    """(seconds, epochs) of the fit of the fewest epochs (iterations) asked
+    for that came within `target` (relative)."""
     for seconds, epochs, objective in self.points:
       if (objective - reference) / reference <= target:
         return seconds, epochs
@@ -205,8 +213,11 @@ class Trace:
 # everything the fit does included (validating and packing the data, the
 # exact gap ours computes after the last epoch - `gap_every=0`: nothing
 # reads the others; '-gap' solvers after every epoch -, Python); the
-# objective of the returned weights is computed afterwards, untimed. The grid grows by ~1.5x,
-# so a solver that needs 33 epochs is charged a fit of at most 41.
+# objective of the returned weights is computed afterwards, untimed. The
+# grid grows by ~1.5x; `refine` then bisects between the grid's last size
+# that missed a target and its first that reached it, for every solver
+# alike, so that each is charged a fit of the fewest epochs (iterations)
+# that reach it, not the next grid size (33 epochs, not 41).
 GRID = (1, 2, 3, 5, 8, 12, 18, 27, 41, 62, 93, 140, 210, 315, 473, 710)
 
 
@@ -215,18 +226,50 @@ def _grid(trace, budget, fit):
   (weights, epochs run, breakdown or None), its wall time is the point's
   seconds. Stops once the fits so far took the budget, or a fit stopped
   early (converged: a larger k adds nothing)."""
-  spent = 0.0
+  trace.fit = fit
   for k in GRID:
-    t0 = time.perf_counter()
-    w, epochs, breakdown = fit(k)
-    seconds = time.perf_counter() - t0
-    spent += seconds
-    trace.add(seconds, epochs, trace.problem.objective(
-        np.asarray(w, np.float64)))
-    if breakdown is not None:
-      trace.breakdown = dict(breakdown, seconds=seconds, epochs=epochs)
-    if spent > budget or epochs < k:
+    epochs = _fit_point(trace, fit, k)
+    if trace.spent > budget or epochs < k:
       break
+  return trace
+
+
+def _fit_point(trace, fit, k):
+  """Times `fit(k)` and adds its point to `trace`; returns its epochs."""
+  t0 = time.perf_counter()
+  w, epochs, breakdown = fit(k)
+  seconds = time.perf_counter() - t0
+  trace.spent += seconds
+  trace.add(seconds, epochs, trace.problem.objective(
+      np.asarray(w, np.float64)), size=k)
+  if breakdown is not None and k == max(trace.sizes):
+    trace.breakdown = dict(breakdown, seconds=seconds, epochs=epochs)
+  return epochs
+
+
+def refine(trace, reference, targets, budget=float("inf")):
+  """For each relative suboptimality in `targets`, bisects the sizes k
+  between the largest that missed it and the smallest that reached it,
+  until they are consecutive: the trace then has the fit of the fewest
+  epochs (iterations) that reach each target, whatever the grid's steps.
+  Done for every solver alike (`bench/run.py`); stops adding fits once
+  `budget` more seconds were spent."""
+  if trace.fit is None or not trace.points:
+    return trace
+  start = trace.spent
+  for target in targets:
+    while trace.spent - start <= budget:
+      reached = [(objective - reference) / reference <= target
+                 for _, _, objective in trace.points]
+      if not any(reached):
+        break
+      first = reached.index(True)
+      high = trace.sizes[first]
+      low = max((k for k, hit in zip(trace.sizes, reached)
+                 if not hit and k < high), default=0)
+      if high - low <= 1:
+        break
+      _fit_point(trace, trace.fit, (low + high) // 2)
   return trace
 
 
