@@ -36,9 +36,9 @@ def _sparse_rows(n=3000, d=2000, k=12, seed=0):
   return ids, y
 
 
-def _fit(monkeypatch, ahead, model_options, data, fit_options):
-  """A fit with training ahead on or off; also returns the threads the
-  evaluations ran on."""
+def _watch_evaluations(monkeypatch, ahead):
+  """Training ahead on or off; returns the list that gets, for each exact
+  gap evaluated, whether it ran on the main thread."""
   monkeypatch.setattr(engine, "TRAIN_AHEAD", ahead)
   threads = []
 
@@ -47,6 +47,13 @@ def _fit(monkeypatch, ahead, model_options, data, fit_options):
     return _EVALUATE(*args)
 
   monkeypatch.setattr(engine, "objective_parts_at", spy)
+  return threads
+
+
+def _fit(monkeypatch, ahead, model_options, data, fit_options):
+  """A fit with training ahead on or off; also returns the threads the
+  evaluations ran on."""
+  threads = _watch_evaluations(monkeypatch, ahead)
   model = InMemorySdca(**model_options)
   history = model.fit(**data, verbose=0, **fit_options)
   return model, history, threads
@@ -230,14 +237,7 @@ def _keras_fit(monkeypatch, ahead, x, y, epochs, stop_after=None):
   `stop_after` epochs; also the threads the evaluations ran on."""
   import keras  # pylint: disable=import-outside-toplevel
   from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
-  monkeypatch.setattr(engine, "TRAIN_AHEAD", ahead)
-  threads = []
-
-  def spy(*args):
-    threads.append(threading.current_thread() is threading.main_thread())
-    return _EVALUATE(*args)
-
-  monkeypatch.setattr(engine, "objective_parts_at", spy)
+  threads = _watch_evaluations(monkeypatch, ahead)
   seen = []
 
   class Record(keras.callbacks.Callback):
