@@ -644,9 +644,10 @@ def example_ids(ids, n, example_id):
 def weight_table_columns(x, n, spec, categorical_features, with_bias):
   """The columns of `n` in-memory rows in the weight table's order (the
   SdcaModel's slots: the sparse and categorical features in spec order,
-  then the dense ones and the bias): (CSR parts `(indptr, columns offset
-  into the sparse slots, float32 values or None)` to merge with
-  `merged_rows`, float32 dense blocks `[n, d]`, sparse slots' width)."""
+  then the dense ones and the bias): (CSR parts `(int64 indptr, integer
+  columns offset into the sparse slots, float32 values or None)` to merge
+  with `merged_rows`, float32 dense blocks `[n, d]`, sparse slots'
+  width)."""
   sparse, dense, num_sparse = [], [], 0
   for name, kind, size, _, _ in spec:
     value = x[name]
@@ -655,12 +656,17 @@ def weight_table_columns(x, n, spec, categorical_features, with_bias):
           tf.cast(value, tf.float32).numpy(), (n, -1)))
       continue
     if is_scipy(value):
+      # scipy's own arrays where they can be (int32 columns: the op's ids;
+      # copying 33M of them to int64 and back took ~0.3 s a 1M-row fit).
       csr = canonical_csr(value)
-      part = (csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
+      part = (csr.indptr.astype(np.int64, copy=False), csr.indices,
               csr.data.astype(np.float32, copy=False))
     else:
       part = csr_of(transform_one(name, kind, value, categorical_features), n)
-    sparse.append((part[0], part[1] + num_sparse,
+    columns = part[1]
+    if num_sparse:  # offset into the sparse slots
+      columns = columns.astype(np.int64) + num_sparse
+    sparse.append((part[0], columns,
                    None if kind == "categorical" else part[2]))
     num_sparse += size
   if with_bias:
