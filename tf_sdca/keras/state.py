@@ -22,10 +22,10 @@ class PackedRows:
   inputs of the train metrics (None without compiled metrics)."""
 
   def __init__(self, rows, keys, duals, table, example_weights,
-               metric_inputs, iterate=None, labels=None, norm_spread=None):
+               metric_inputs, iterate=None, labels=None, row_norms=None):
     self.rows = rows
-    # The rows' `engine.norm_spread` where the default order reads it.
-    self.norm_spread = norm_spread
+    # The rows' `engine.row_norms` where the default order reads them.
+    self.row_norms = row_norms
     self.labels = labels  # the rows' labels (momentum's dual domains)
     self.keys = keys
     self.example_weights = example_weights
