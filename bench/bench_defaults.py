@@ -462,10 +462,10 @@ def streamed_fit(problem, setting, max_epochs, batches=4):
 
 
 # ---------------------------------------------------------- the knob grid
-def knob_settings(loss, door, norm_spread=None):
+def knob_settings(loss, door, row_norms=None, l2=None):
   """[{option: value}] of the settings tried beside the defaults: one
   option at a time changed from `options.OPTIONS`' default (the default
-  order that of rows with this `engine.norm_spread`)."""
+  order that of rows with these `engine.row_norms` and l2)."""
   default = {name: o.default for name, o in options.OPTIONS.items()}
   out = []
   if door == "streamed":
@@ -482,7 +482,7 @@ def knob_settings(loss, door, norm_spread=None):
         ("asdca",) if loss in options.ASDCA_LOSSES else ())
   # The loss's own order when the table's default is None (in memory).
   default_order = options.visit_order_for(loss, default["visit_order"],
-                                          norm_spread=norm_spread)
+                                          row_norms=row_norms, l2=l2)
   for order in orders:
     if order != default_order:
       out.append(dict(visit_order=order))
@@ -515,9 +515,9 @@ class Problem:
     self.k = int(y.max()) + 1 if losses.is_multiclass(loss) else 1
     self.k_or_none = self.k if self.k > 1 else None
     self.data = _data(x)
-    self.norm_spread = (
-        engine.norm_spread(self.n, (x.indptr, x.indices, x.data), None)
-        if scipy.sparse.issparse(x) else engine.norm_spread(self.n, None, x))
+    self.row_norms = (
+        engine.row_norms(self.n, (x.indptr, x.indices, x.data), None)
+        if scipy.sparse.issparse(x) else engine.row_norms(self.n, None, x))
     self.optimum = None
     self.certified = None
 
@@ -657,7 +657,7 @@ def run_problem(problem, doors, max_epochs, ref_budget):
       bound = _passes(results[-1], door) or bound
     settings = knob_settings(problem.loss, door,
                              None if door == "streamed" else
-                             problem.norm_spread)
+                             problem.row_norms, problem.l2)
     if door == "keras":
       # The same engine as InMemorySdca: its default against the best
       # in-memory knob.

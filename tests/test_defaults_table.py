@@ -173,7 +173,8 @@ def test_rows_whose_norms_spread_widely_take_the_adaptive_order(
   from tf_sdca.trainer import InMemorySdca
   problem = _problem(set_name, loss, "weak")
   x = problem.x
-  assert engine.norm_spread(problem.n, None, x) > options.ADAPTIVE_NORM_SPREAD
+  assert (engine.row_norms(problem.n, None, x).spread >
+          options.ADAPTIVE_NORM_SPREAD)
   fit = bench_defaults.memory_fit(problem, {}, 1000)
   assert fit.gap_passes is not None and fit.gap_passes <= most
   value = bench_defaults.primal(loss, x, problem.y, problem.l2, fit.weights)
@@ -190,24 +191,32 @@ def test_rows_whose_norms_spread_widely_take_the_adaptive_order(
 
 def test_rows_of_even_norms_keep_the_losss_order():
   """Standardised digits (spread 1.75) and breast_cancer (1.33), the
-  Criteo-shaped rows (0.3): below ADAPTIVE_NORM_SPREAD, the loss's own
-  order."""
+  Criteo-shaped rows (0.3): below ADAPTIVE_NORM_SPREAD; at an l2 strong
+  for them (standardised breast_cancer at l2 = 100: SDCA's bound max
+  |x_i|^2 L / l2 1.1 logistic, 4.2 squared) the loss's own order, and the
+  hinge's 'shrinking' at any l2 (no bound without a second derivative)."""
   # pylint: disable=import-outside-toplevel
   from sklearn.datasets import load_breast_cancer
   from tf_sdca import engine
   from tf_sdca.trainer import InMemorySdca
   d = load_breast_cancer()
   x = (d.data - d.data.mean(0)) / d.data.std(0)
-  assert engine.norm_spread(len(x), None, x) < options.ADAPTIVE_NORM_SPREAD
-  for loss, order in (("logistic", "permutation"), ("hinge", "shrinking")):
-    model = InMemorySdca(loss=loss, l2=1.0)
+  assert engine.row_norms(len(x), None, x).spread < (
+      options.ADAPTIVE_NORM_SPREAD)
+  for loss, l2, order in (("logistic", 100.0, "permutation"),
+                          ("squared", 100.0, "permutation"),
+                          ("hinge", 100.0, "shrinking"),
+                          ("hinge", 0.1, "shrinking"),
+                          ("logistic", 1.0, "adaptive")):
+    model = InMemorySdca(loss=loss, l2=l2)
     model.fit(d.target.astype(np.float32), dense=x, epochs=1, verbose=0)
-    assert model.visit_order_used == order
-  assert options.visit_order_for("logistic", None, norm_spread=5.0) == (
+    assert model.visit_order_used == order, (loss, l2)
+  spread = engine.RowNorms(spread=5.0, largest=1.0)
+  assert options.visit_order_for("logistic", None, row_norms=spread) == (
       "adaptive")
-  assert options.visit_order_for("logistic", "cyclic", norm_spread=5.0) == (
+  assert options.visit_order_for("logistic", "cyclic", row_norms=spread) == (
       "cyclic")
-  assert options.visit_order_for("softmax", None, norm_spread=5.0) == (
+  assert options.visit_order_for("softmax", None, row_norms=spread) == (
       "permutation")
   assert options.visit_order_for("logistic", None, options.STREAMED,
-                                 norm_spread=5.0) == "permutation"
+                                 row_norms=spread) == "permutation"

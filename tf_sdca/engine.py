@@ -628,18 +628,23 @@ def csr_arrays(n, ids=None, indptr=None, indices=None, values=None):
                        f"{indices.shape}")
   return indptr, indices, values
 
-# Rows `norm_spread` reads (evenly spaced through the data set).
+# Rows `row_norms` reads (evenly spaced through the data set).
 NORM_SPREAD_ROWS = 4096
+# The rows' squared norms as the default order reads them
+# (`options.visit_order_for`): `spread` the coefficient of variation (std /
+# mean) of |x_i|^2, `largest` the largest |x_i|^2.
+RowNorms = collections.namedtuple("RowNorms", ["spread", "largest"])
 
 
-def norm_spread(n, csr=None, dense=None):
-  """The coefficient of variation (std / mean) of the rows' squared norms
-  |x_i|^2, on up to NORM_SPREAD_ROWS rows evenly spaced through the `n`
-  rows (CSR arrays `(indptr, indices, values or None)`, values 1 where
-  None; `dense` `[n, d]`): how widely the rows' scales spread
-  (`options.visit_order_for`). 0 for no rows or all-zero rows."""
+def row_norms(n, csr=None, dense=None):
+  """The `RowNorms` of the rows' squared norms |x_i|^2 on up to
+  NORM_SPREAD_ROWS rows evenly spaced through the `n` rows (CSR arrays
+  `(indptr, indices, values or None)`, values 1 where None; `dense`
+  `[n, d]`): how widely the rows' scales spread, and the largest, which
+  with l2 bounds SDCA's passes (`options.visit_order_for`). Spread 0 for
+  no rows or all-zero rows."""
   if n == 0:
-    return 0.0
+    return RowNorms(0.0, 0.0)
   rows = np.unique(np.linspace(0, n - 1, min(n, NORM_SPREAD_ROWS)).astype(
       np.int64))
   norms = np.zeros(len(rows))
@@ -659,7 +664,8 @@ def norm_spread(n, csr=None, dense=None):
   if dense is not None:
     norms += (np.asarray(dense[rows], np.float64) ** 2).sum(axis=1)
   mean = norms.mean()
-  return float(norms.std() / mean) if mean > 0 else 0.0
+  return RowNorms(float(norms.std() / mean) if mean > 0 else 0.0,
+                  float(norms.max()))
 
 
 def normalise(labels, dense=None, ids=None, indptr=None, indices=None,

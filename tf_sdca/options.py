@@ -61,28 +61,65 @@ HINGE_STEPS = ("projection", "steepest_ascent", "near_max_gain")
 # - the absolute deviation, 'adaptive' (non-smooth, its duals at +-1 on all
 #   but a few rows): diabetes 21 -> 4 and 184 -> 17 passes, star98 278 ->
 #   52, fair not in 1,000 -> 606 (only linnerud, 20 rows, 1-6 passes either
-#   way, was not faster).
+#   way, was not faster);
+# - Poisson, 'adaptive': its curvature exp(z) near the optimum is the
+#   count, so rows of large counts hold the slow directions whatever their
+#   norms (digits' counts, |x_i|^2 spread 0.15: 61 -> 35 passes, and at
+#   l2/30 not in 1,000 -> 849; RAND HIE at l2 = 1000 plain 594 -> 23,
+#   g3doc/trainer.md; two statsmodels count sets, strikes 189 -> 135,
+#   cpunish 34 -> 30).
 # Streamed batches keep 'permutation' (a batch's rows are visited once per
 # call: nothing to shrink or to weigh across calls).
 IN_MEMORY_DEFAULT_ORDERS = {"hinge_loss": "shrinking",
                             "multiclass_hinge_loss": "shrinking",
                             "smooth_hinge_loss": "shrinking",
-                            "absolute_loss": "adaptive"}
+                            "absolute_loss": "adaptive",
+                            "poisson_loss": "adaptive"}
 # In memory, rows whose squared norms |x_i|^2 spread widely take
 # 'adaptive' (it draws rows by their dual residual, so the few rows with
 # large norms that hold the slow directions are visited more) in place of
 # the loss's default order, for the losses measured: where the coefficient
-# of variation of |x_i|^2 (std / mean, `norm_spread`) is above
+# of variation of |x_i|^2 (std / mean, `engine.row_norms`' spread) is above
 # ADAPTIVE_NORM_SPREAD. Measured (bench/bench_defaults.py, passes to a
 # relative gap of 1e-6, default -> 'adaptive'): anes96 (spread 5.8) logistic
 # 17 -> 7 and 482 -> 122 at the weak l2, smooth hinge 34 -> 10, hinge 13
-# -> 6 and 466 -> 99; star98 (2.2) squared 37 -> 18 and 967 -> 270. The
-# other real sets measured spread 1.4 or less (breast_cancer in natural
-# units 1.4, RAND HIE 0.95, the Criteo-shaped rows 0.3), where 'adaptive'
-# was not faster (and on sparse rows ~2x slower a pass).
+# -> 6 and 466 -> 99; star98 (2.2) squared 37 -> 18 and 967 -> 270. Below
+# 2 the hinge keeps 'shrinking' (standardised breast_cancer, spread 1.3,
+# 13 against 24 in 'adaptive' and 33 against 82 at l2/30; standardised
+# digits < 5, 1.7, 20 against 28 and 254 against 598).
 ADAPTIVE_NORM_SPREAD = 2.0
 NORM_SPREAD_LOSSES = ("logistic_loss", "squared_loss", "smooth_hinge_loss",
                       "hinge_loss")
+# And where the l2 is weak for the rows: the smooth losses take 'adaptive'
+# where SDCA's bound on its passes per factor e, max_i |x_i|^2 L / l2 (L
+# the loss's largest second derivative: 1/4 logistic, 1 squared, 1/gamma
+# smooth hinge; `engine.row_norms`' largest), is above
+# ADAPTIVE_PASSES_BOUND: drawing by the residual beats a permutation's
+# equal visits once the rows' scales set the rate, while at a strong l2
+# its draws with replacement cost ~1.5x (squared at l2 = mean |x_i|^2,
+# bound 1-4: ~20 passes against 11-15). Measured, passes to a relative gap
+# of 1e-6, the loss's order -> 'adaptive', both with momentum 'auto'
+# (bench/bench_defaults.py's sets at l2 = mean |x_i|^2 and 1/30 of it, and
+# seven statsmodels sets in natural units; the bound in brackets):
+# - logistic (above 25): breast_cancer 42 -> 25 (110), modechoice 72 -> 29
+#   (46), standardised digits < 5 52 -> 23 (283); below, within 1-2 passes
+#   either way (the Criteo-shaped rows at 19: 24 against 25, where a sparse
+#   adaptive pass costs ~2x);
+# - squared (above 25): linnerud 173 -> 110 (116), fair 146 -> 101 (66),
+#   ccard 262 -> 108 (224), within 4% at 33-39 (diabetes, stackloss,
+#   statecrime); below, a permutation (linnerud 13 against 19 at 3.9);
+# - smooth hinge, against 'shrinking' (above 100): breast_cancer 116 -> 75
+#   (442), modechoice 148 -> 115 (184), standardised digits < 5 134 -> 84
+#   (1,131); 'shrinking' up to 77 (iris 100 against 130 at 58, heart_scale
+#   72 against 101 at 39, statecrime 70 against 108 at 38).
+# The hinge has no such bound (no second derivative): on the same |x_i|^2
+# and l2 raw breast_cancer took 11 passes in 'adaptive' against 17 in
+# 'shrinking', standardised 24 against 13.
+ADAPTIVE_PASSES_BOUND = {"logistic_loss": 25.0, "squared_loss": 25.0,
+                         "smooth_hinge_loss": 100.0}
+# The largest second derivative of those losses (1/gamma for the smooth
+# hinge).
+_CURVATURE = {"logistic_loss": 0.25, "squared_loss": 1.0}
 # The losses accelerated mini-batch SDCA converges for: the smooth ones
 # (bounded loss'').
 ASDCA_LOSSES = ("logistic_loss", "squared_loss", "smooth_hinge_loss")
@@ -176,8 +213,9 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
            None, "visit_order", "--visit-order",
            "the order of the coordinate steps, or 'asdca' (None: "
            "'shrinking' for the hinge losses and 'adaptive' for the "
-           "absolute deviation in memory, and for rows whose norms spread "
-           "widely, else 'permutation')"),
+           "absolute deviation and Poisson in memory, and for rows whose "
+           "norms spread widely or a weak l2 for them, else "
+           "'permutation')"),
     Option("asdca_batch_size", ASDCA_BATCH_SIZE, "an integer >= 1",
            _integer(1), frozenset((IN_MEMORY,)), ASDCA_LOSSES, None,
            "--asdca-batch-size", "rows per ASDCA step"),
@@ -486,20 +524,28 @@ def flag_help(name, extra=""):
           f"{default})")
 
 
-def visit_order_for(loss, visit_order, mode=IN_MEMORY, norm_spread=None):
+def visit_order_for(loss, visit_order, mode=IN_MEMORY, row_norms=None,
+                    l2=None, gamma=1.0):
   """The order a fit of `loss` (short or op name) uses in `mode`:
-  `visit_order` as given, or for None (the default) the loss's in-memory
+  `visit_order` as given, or for None (the default) in memory the loss's
   order (`IN_MEMORY_DEFAULT_ORDERS`: 'shrinking' for the hinge losses,
-  'adaptive' for the absolute deviation; 'adaptive' for
-  `NORM_SPREAD_LOSSES` where the rows' `norm_spread`, when known, is above
-  ADAPTIVE_NORM_SPREAD) in memory and 'permutation' elsewhere."""
+  'adaptive' for the absolute deviation and Poisson, else 'permutation'),
+  'adaptive' in its place for `NORM_SPREAD_LOSSES` where the rows'
+  `row_norms` (an `engine.RowNorms`), when known, spread above
+  ADAPTIVE_NORM_SPREAD or, with `l2` (and the smooth hinge's `gamma`),
+  bound SDCA's passes above ADAPTIVE_PASSES_BOUND; 'permutation'
+  elsewhere."""
   if visit_order is not None:
     return visit_order
   if mode == IN_MEMORY:
     loss = losses.op_name(loss)
-    if (norm_spread is not None and norm_spread > ADAPTIVE_NORM_SPREAD and
-        loss in NORM_SPREAD_LOSSES):
-      return "adaptive"
+    if row_norms is not None and loss in NORM_SPREAD_LOSSES:
+      if row_norms.spread > ADAPTIVE_NORM_SPREAD:
+        return "adaptive"
+      if (loss in ADAPTIVE_PASSES_BOUND and l2 is not None and l2 > 0 and
+          row_norms.largest * _CURVATURE.get(loss, 1.0 / gamma) / l2 >
+          ADAPTIVE_PASSES_BOUND[loss]):
+        return "adaptive"
     return IN_MEMORY_DEFAULT_ORDERS.get(loss, "permutation")
   return "permutation"
 

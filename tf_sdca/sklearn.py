@@ -147,16 +147,16 @@ class _SDCAMixin:
     return sw
 
   def _visit_order(self, loss):
-    """visit_order 'auto': 'adaptive' for Poisson (RAND HIE's 20,190
+    """visit_order 'auto': None, `InMemorySdca`'s default
+    (`options.visit_order_for`: 'shrinking' for the hinge losses,
+    'adaptive' for the absolute deviation and Poisson (RAND HIE's 20,190
     doctor-visit counts, standardised, alpha = 16: 57 epochs to a relative
     gap of 1e-10 against 901 in a random permutation; alpha = 1: 868
-    against > 3,000), else None: `InMemorySdca`'s default
-    (`options.visit_order_for`: 'shrinking' for the hinge losses,
-    'adaptive' for the absolute deviation and for rows whose norms spread
-    widely, 'permutation' for the others)."""
-    if self.visit_order == "auto":
-      return "adaptive" if loss == "poisson" else None
-    return self.visit_order
+    against > 3,000), and for the smooth losses where the rows' norms
+    spread widely or the l2 is weak for them, 'permutation' for the
+    others)."""
+    del loss  # (the engine's rule reads it)
+    return None if self.visit_order == "auto" else self.visit_order
 
   def _solve(self, loss, num_classes, labels, rows, sw, l2, duals, seed):
     """One SDCA problem: `loss` on the engine rows `rows`, from `duals`
@@ -263,11 +263,12 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
       one per 4096 rows.
     random_state: seed of the visiting order.
     visit_order: the engine's order of the coordinate steps
-      (`InMemorySdca`'s); 'auto': 'adaptive' for Poisson, else the loss's
-      in-memory default (`options.visit_order_for`: 'shrinking' for the
-      hinge losses, ~10x fewer epochs to LinearSVC's objective on
-      heart_scale; 'adaptive' for the absolute deviation and for rows
-      whose norms spread widely; 'permutation' for the others).
+      (`InMemorySdca`'s); 'auto': the loss's in-memory default
+      (`options.visit_order_for`: 'shrinking' for the hinge losses, ~10x
+      fewer epochs to LinearSVC's objective on heart_scale; 'adaptive' for
+      the absolute deviation, Poisson, and the smooth losses on rows whose
+      norms spread widely or a weak l2 for them; 'permutation' for the
+      others).
 
   Attributes:
     classes_, coef_ ([1 or K, d]), intercept_ ([1 or K]), n_iter_ (epochs
@@ -465,9 +466,10 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
     fit_intercept, intercept_scaling, tol, max_iter, warm_start, n_jobs,
       random_state: as `SDCAClassifier`'s.
     visit_order: the engine's order of the coordinate steps; 'auto':
-      'adaptive' for Poisson (~15x fewer epochs on doctor-visit counts),
-      else `InMemorySdca`'s default ('adaptive' for the absolute deviation
-      and for rows whose norms spread widely, else 'permutation').
+      `InMemorySdca`'s default ('adaptive' for Poisson, ~15x fewer epochs
+      on doctor-visit counts, and the absolute deviation, and for the
+      squared loss on rows whose norms spread widely or a weak l2 for
+      them; else 'permutation').
 
   Attributes:
     coef_ ([d]), intercept_ (float), n_iter_, duality_gap_, duals_ ([n]),

@@ -79,11 +79,13 @@ class InMemorySdca:
     l1: L1 regularisation (>= 0).
     l2: L2 regularisation (> 0).
     visit_order: None (the default: 'shrinking' for the hinge, smooth
-      hinge and multiclass hinge, 'adaptive' for the absolute deviation,
-      'permutation' for the others and for mini-batches; 'adaptive' for
-      the logistic, squared, hinge and smooth hinge losses on arrays whose
-      rows' squared norms spread widely, std / mean > 2,
-      `options.visit_order_for`; the order a fit took is
+      hinge and multiclass hinge, 'adaptive' for the absolute deviation
+      and Poisson, 'permutation' for the others and for mini-batches;
+      'adaptive' for the logistic, squared, hinge and smooth hinge losses
+      on arrays whose rows' squared norms spread widely, std / mean > 2,
+      and for the logistic, squared and smooth hinge losses where l2 is
+      weak for the rows (SDCA's bound max |x_i|^2 L / l2 above 25, 25
+      and 100), `options.visit_order_for`; the order a fit took is
       `visit_order_used`); see `tf_sdca.sdca_optimizer`; or 'asdca': accelerated
       mini-batch SDCA (Shalev-Shwartz and Zhang 2013; `tf_sdca.asdca_solve`)
       for a smooth loss (logistic, squared, smooth hinge), one
@@ -229,7 +231,7 @@ class InMemorySdca:
     self.l1 = given["l1"]
     self.l2 = given["l2"]
     # The order before seeing data; a fit of arrays may take 'adaptive'
-    # for rows whose norms spread widely (`visit_order_used`).
+    # for rows whose norms spread widely or a weak l2 (`visit_order_used`).
     self.visit_order = options.visit_order_for(loss, visit_order)
     self._visit_order_given = visit_order
     self.visit_order_used = None  # the last fit's order
@@ -419,7 +421,8 @@ class InMemorySdca:
       if (self._visit_order_given is None and losses.op_name(self.loss) in
           options.NORM_SPREAD_LOSSES):
         order = options.visit_order_for(
-            self.loss, None, norm_spread=engine.norm_spread(n, csr, dense))
+            self.loss, None, row_norms=engine.row_norms(n, csr, dense),
+            l2=self.l2, gamma=self.gamma)
       rows = RowChunks([(csr, dense, labels, weights)], n,
                        0 if csr is None else int(csr[0][-1]),
                        0 if dense is None else dense.shape[1],

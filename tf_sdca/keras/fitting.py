@@ -141,12 +141,13 @@ class TrainingState:
 
   def visit_order(self):
     """The in-memory order: the model's, or for None the loss's default
-    for the packed rows (`options.visit_order_for`, by their norms'
-    spread)."""
+    for the packed rows (`options.visit_order_for`, by their norms and
+    the l2)."""
     m = self._model
     return options.visit_order_for(
         m.loss_type, m.visit_order,
-        norm_spread=None if self.packed is None else self.packed.norm_spread)
+        row_norms=None if self.packed is None else self.packed.row_norms,
+        l2=m.l2, gamma=m.gamma)
 
   def config(self):
     """The in-memory engine's view of the model's options."""
@@ -193,9 +194,9 @@ class TrainingState:
     table = state_lib.weight_table(sdca)
     csr = data_lib.merged_rows(n, sparse) if sparse else None
     dense = np.concatenate(dense, axis=1) if dense else None
-    spread = (engine.norm_spread(n, csr, dense) if m.visit_order is None and
-              losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES
-              else None)
+    norms = (engine.row_norms(n, csr, dense) if m.visit_order is None and
+             losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES
+             else None)
     # The exact block step of the engine's epochs (not ASDCA's or an
     # averaging fit's), where `second_order` takes it on these rows.
     block_step = (second_order.block_step_for(
@@ -214,7 +215,7 @@ class TrainingState:
     return state_lib.PackedRows(resident.problem, keys, duals.reshape(-1),
                                 table, weights, metric_inputs,
                                 losses.shrink_l1(table, m.l1, m.l2)
-                                if self.asdca else None, labels, spread,
+                                if self.asdca else None, labels, norms,
                                 block_step)
 
   def _duals_for(self, sdca, keys, labels):

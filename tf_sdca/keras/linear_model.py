@@ -56,8 +56,9 @@ Constructor arguments (`LinearModel(...)`):
     `tf_sdca.SdcaModel`).
   visit_order: order of the coordinate steps (None, the default:
     on in-memory data 'shrinking' for the hinge losses and 'adaptive' for
-    the absolute deviation and for rows whose norms spread widely,
-    `tf_sdca.options.visit_order_for`, else 'permutation'; 'permutation',
+    the absolute deviation, Poisson, and rows whose norms spread widely
+    or a weak l2 for them, `tf_sdca.options.visit_order_for`, else
+    'permutation'; 'permutation',
     'uniform', 'cyclic', 'adaptive',
     'shrinking'; see `tf_sdca.sdca_optimizer`), or
     'asdca': accelerated mini-batch SDCA (`InMemorySdca`'s, for the smooth

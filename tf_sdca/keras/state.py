@@ -22,14 +22,14 @@ class PackedRows:
   inputs of the train metrics (None without compiled metrics)."""
 
   def __init__(self, problem, keys, duals, table, example_weights,
-               metric_inputs, iterate=None, labels=None, norm_spread=None,
+               metric_inputs, iterate=None, labels=None, row_norms=None,
                block_step=None):
     # The `tf_sdca.engine.Problem` of the packed rows (`rows`), which the
     # engine's epochs train.
     self.problem = problem
     self.rows = problem.rows
-    # The rows' `engine.norm_spread` where the default order reads it.
-    self.norm_spread = norm_spread
+    # The rows' `engine.row_norms` where the default order reads them.
+    self.row_norms = row_norms
     # The `tf_sdca.second_order.ExactBlockStep` the engine's epochs take
     # after each pass, or None.
     self.block_step = block_step
