@@ -11,7 +11,8 @@ One engine under `InMemorySdca`, `keras.LinearModel`'s in-memory fits,
   iterate, as numpy arrays, with `state_dict()` for checkpoints;
 - the **epochs**: `run_epochs`, the loop of a fit (one op call per epoch,
   the exact objective and duality gap after each, progress, the gap stop,
-  a callback), with output averaging (`IterateAverage`) and extrapolation
+  a callback; `epochs_of` gives the same epochs one by one to a door that
+  drives its own loop, Keras' `fit`), with output averaging (`IterateAverage`) and extrapolation
   (`Extrapolation`) as hooks; the seed schedule (`epoch_seed`); the one
   Python caller of `TfSdca>PackedSolve` and `TfSdca>AsdcaSolve`
   (`packed_pass`, `asdca_pass`, `objective_parts`); and the one evaluator
