@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from tf_sdca import cli
@@ -89,18 +90,29 @@ def _parse_one_core(data, block=200_000):
   return rows
 
 
-def _train(path, work, reader):
-  """`tf-sdca train --epochs 1` in this process with `reader` as
-  criteo.read_criteo."""
+def old_chunk_pieces(paths, batch_size=65536, bucket_bits=20,
+                     skip_bad_lines=False, bad_lines=None, ids_type=np.int64):
+  """What the cache wrote from `old_read_criteo`'s chunks: each converted to
+  the stored types (copies), one piece per chunk."""
+  for chunk in old_read_criteo(paths, batch_size, bucket_bits,
+                               skip_bad_lines, bad_lines):
+    yield [dict(labels=chunk["labels"].astype(np.float32),
+                dense=chunk["dense"].astype(np.float32),
+                ids=chunk["ids"].astype(ids_type))]
+
+
+def _train(path, work, chunk_pieces):
+  """`tf-sdca train --epochs 1` in this process with `chunk_pieces` as
+  criteo.criteo_chunk_pieces (what the cache reads the text with)."""
   model_dir = os.path.join(work, "model")
   shutil.rmtree(model_dir, ignore_errors=True)
-  saved = criteo.read_criteo
-  criteo.read_criteo = reader
+  saved = criteo.criteo_chunk_pieces
+  criteo.criteo_chunk_pieces = chunk_pieces
   try:
     status = cli.main(["train", path, "--model-dir", model_dir, "--epochs",
                        "1", "--quiet"])
   finally:
-    criteo.read_criteo = saved
+    criteo.criteo_chunk_pieces = saved
   assert status == 0
   return status
 
@@ -168,8 +180,8 @@ def main():
       ("read_criteo gzip", lambda: _rows(old_read_criteo, packed),
        lambda: _rows(criteo.read_criteo, packed)),
       ("train --epochs 1 (in-process)",
-       lambda: _train(path, work, old_read_criteo),
-       lambda: _train(path, work, criteo.read_criteo)),
+       lambda: _train(path, work, old_chunk_pieces),
+       lambda: _train(path, work, criteo.criteo_chunk_pieces)),
       ("train --epochs 1 (new process)", None,
        lambda: _train_process(path, work)),
       ("  the same on 1,000 rows (start-up)", None,

@@ -326,8 +326,18 @@ def test_a_model_trained_on_the_old_reader_predicts_alike_on_the_new(
     calls.append(paths)
     return reference_readers.read_criteo(paths, batch_size, bucket_bits)
 
+  def old_pieces(paths, batch_size=65536, bucket_bits=20,
+                 ids_type=np.int64, **unused):
+    """What the cache wrote from the old reader's chunks (one piece each,
+    converted to the stored types)."""
+    for chunk in old_reader(paths, batch_size, bucket_bits, **unused):
+      yield [dict(labels=chunk["labels"].astype(np.float32),
+                  dense=chunk["dense"].astype(np.float32),
+                  ids=chunk["ids"].astype(ids_type))]
+
   with monkeypatch.context() as patch:
     patch.setattr(criteo, "read_criteo", old_reader)
+    patch.setattr(criteo, "criteo_chunk_pieces", old_pieces)
     assert cli.main(["train", path, "--model-dir", model_dir, "--epochs",
                      "2", "--bucket-bits", "16", "--quiet"]) == 0
     assert cli.main(["predict", path, "--model-dir", model_dir, "--out",
