@@ -127,16 +127,26 @@ def _train(path, work, chunk_pieces=None):
 
 # The child's peak RSS from /proc (VmHWM): getrusage's ru_maxrss would
 # carry over the parent's RSS at the fork (Linux keeps it across exec), and
-# this parent holds the whole file in memory.
+# this parent may hold the whole file in memory. `tf-sdca` run as the
+# console script ends its process with os._exit once the command returns:
+# the peak is printed just before.
 _WRAPPER = """
-import runpy, sys
+import os, runpy, sys
+def _peak():
+  with open("/proc/self/status") as f:
+    print("PEAK_RSS_KB", [l.split()[1] for l in f if
+                          l.startswith("VmHWM:")][0], file=sys.stderr,
+          flush=True)
+_exit = os._exit
+def _peak_then_exit(status):
+  _peak()
+  _exit(status)
+os._exit = _peak_then_exit
 sys.argv = ["tf-sdca"] + sys.argv[1:]
 try:
   runpy.run_module("tf_sdca.cli", run_name="__main__")
 finally:
-  with open("/proc/self/status") as f:
-    print("PEAK_RSS_KB", [l.split()[1] for l in f if
-                          l.startswith("VmHWM:")][0], file=sys.stderr)
+  _peak()
 """
 _peak_rss_gib = {}
 
