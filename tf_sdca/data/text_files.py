@@ -151,10 +151,25 @@ def bad_line_messages(out, block, first_line, message, skip_bad_lines,
 
 def chunk_pieces_by_line(path, parse, keys, lines_per_chunk, message,
                          skip_bad_lines, bad_lines, block_bytes=None):
-  """`chunks_by_line`'s chunks, each as the list of its pieces: views of the
-  parsed blocks' arrays, one per block the chunk's lines span (possibly
-  empty), never copied into one array (the cache writes them one after the
-  other)."""
+  """Yields the rows of one file in chunks of `lines_per_chunk` lines, each
+  chunk as the list of its pieces: views of the parsed blocks' arrays, one
+  per block the chunk's lines span (possibly empty), never copied into one
+  array (the cache writes them one after the other).
+
+  Args:
+    path: the file.
+    parse: block bytes -> dict of numpy arrays: the row arrays `keys` (one
+      entry per row along axis 0), `lines` (each row's 0-based line in the
+      block), `bad_lines`, `bad_bytes`, `num_lines`.
+    keys: the row arrays yielded.
+    lines_per_chunk: chunk k holds the rows of lines
+      [k * lines_per_chunk, (k + 1) * lines_per_chunk) (possibly none).
+    message, skip_bad_lines, bad_lines: as `bad_line_messages`'.
+    block_bytes: bytes per parse call (default BLOCK_BYTES).
+
+  Yields:
+    lists of dicts of `keys`' arrays.
+  """
   pending = []  # the pieces of chunk `chunk`, whose lines are not all read
   chunk = first_line = 0
   for block, out in parsed_blocks(path, parse, block_bytes):
@@ -173,28 +188,3 @@ def chunk_pieces_by_line(path, parse, keys, lines_per_chunk, message,
       pending.append({k: out[k][start:] for k in keys})
   if chunk * lines_per_chunk < first_line:
     yield pending
-
-
-def chunks_by_line(path, parse, keys, lines_per_chunk, message,
-                   skip_bad_lines, bad_lines, block_bytes=None):
-  """Yields the rows of one file in chunks of `lines_per_chunk` lines.
-
-  Args:
-    path: the file.
-    parse: block bytes -> dict of numpy arrays: the row arrays `keys` (one
-      entry per row along axis 0), `lines` (each row's 0-based line in the
-      block), `bad_lines`, `bad_bytes`, `num_lines`.
-    keys: the row arrays yielded.
-    lines_per_chunk: chunk k holds the rows of lines
-      [k * lines_per_chunk, (k + 1) * lines_per_chunk) (possibly none).
-    message, skip_bad_lines, bad_lines: as `bad_line_messages`'.
-    block_bytes: bytes per parse call (default BLOCK_BYTES).
-
-  Yields:
-    dicts of `keys`' arrays.
-  """
-  for pieces in chunk_pieces_by_line(path, parse, keys, lines_per_chunk,
-                                     message, skip_bad_lines, bad_lines,
-                                     block_bytes):
-    yield pieces[0] if len(pieces) == 1 else {
-        k: np.concatenate([p[k] for p in pieces]) for k in keys}
