@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_sdca import cli, model_files
+from tf_sdca import cli, files, model_files
 from tf_sdca.data import cache, criteo, libsvm, text_files
 from tf_sdca.data import generate_criteo_arrays, write_criteo_tsv
 from tf_sdca.trainer import InMemorySdca
@@ -413,10 +413,12 @@ def test_the_cache_files_are_np_save_of_the_reference_chunks(
   """The cache writes each chunk's pieces (one per parsed block, no
   concatenation) under one header: byte for byte the file np.save writes of
   the reference reader's chunk in the stored types, the chunk without rows
-  included; read_criteo's chunks (pieces concatenated) are the reference's
-  too."""
+  included, whatever the size of the writes; read_criteo's chunks (pieces
+  concatenated) are the reference's too."""
   path = criteo_with_a_blank_chunk
   monkeypatch.setattr(text_files, "BLOCK_BYTES", 60_000)  # ~4 per chunk
+  # (writes ending inside rows and inside the pieces)
+  monkeypatch.setattr(files, "WRITE_BYTES", 4093)
   expected = list(reference_readers.read_criteo([path], 1000, bucket_bits))
   assert [c["labels"].shape[0] for c in expected] == [1000, 0, 1000, 500]
   _assert_same_chunks(criteo.read_criteo([path], 1000, bucket_bits), expected)
@@ -435,6 +437,20 @@ def test_the_cache_files_are_np_save_of_the_reference_chunks(
       np.save(buffer, chunk[name].astype(dtype))
       with open(tmp_path / "c" / f"part-{i:05d}-{name}.npy", "rb") as f:
         assert f.read() == buffer.getvalue(), (i, name)
+
+
+def test_checkpoints_written_in_small_writes_load_alike(tmp_path,
+                                                        monkeypatch):
+  """`save_npz_atomically` writes through writes of at most WRITE_BYTES:
+  the arrays load back as given."""
+  monkeypatch.setattr(files, "WRITE_BYTES", 4093)
+  arrays = dict(weights=np.random.default_rng(0).normal(size=70_001),
+                epoch=np.array(3), meta_json=np.array('{"rows": 2}'))
+  files.save_npz_atomically(str(tmp_path / "c.npz"), **arrays)
+  with np.load(tmp_path / "c.npz") as saved:
+    assert sorted(saved.files) == sorted(arrays)
+    for name, value in arrays.items():
+      np.testing.assert_array_equal(saved[name], value, err_msg=name)
 
 
 def test_packing_cache_parts_in_reused_buffers_trains_as_whole_arrays():

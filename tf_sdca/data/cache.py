@@ -62,27 +62,17 @@ def _chunks(paths, fmt, bucket_bits, skip_bad_lines, bad_lines,
   raise ValueError(f"format must be 'criteo' or 'libsvm', got {fmt!r}")
 
 
-# Bytes per write(2) of a cache file. Linux (6.x, ext4 with large folios)
-# gives a buffered write page-cache folios as large as the write, up to 2
-# MB, and on the project's virtual machine fresh 2 MB pages cost ~5x as
-# much to fault in as 4 KB ones: 1 GB written in 16 MB writes took 1.3-1.7
-# s, in 64 KB writes 0.25-0.6 s (single runs, load 2-5).
-_WRITE_BYTES = 1 << 16
-
-
 def _save(path, pieces):
   """Writes the concatenation of the arrays `pieces` (one type and trailing
   shape) as `np.save` would write it, byte for byte, without concatenating
-  them, in writes of `_WRITE_BYTES`."""
+  them, in writes of `files.WRITE_BYTES`."""
   header = np.lib.format.header_data_from_array_1_0(pieces[0])
   header["shape"] = (sum(p.shape[0] for p in pieces),) + pieces[0].shape[1:]
   with open(path, "wb", buffering=0) as f:
     np.lib.format.write_array_header_1_0(f, header)
     for piece in pieces:
-      data = memoryview(np.ascontiguousarray(piece).reshape(-1).view(
+      files.write_all(f, np.ascontiguousarray(piece).reshape(-1).view(
           np.uint8))
-      while data:
-        data = data[f.write(data[:_WRITE_BYTES]):]
 
 
 def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
