@@ -414,7 +414,8 @@ def test_the_cache_files_are_np_save_of_the_reference_chunks(
   concatenation) under one header: byte for byte the file np.save writes of
   the reference reader's chunk in the stored types, the chunk without rows
   included, whatever the size of the writes; read_criteo's chunks (pieces
-  concatenated) are the reference's too."""
+  concatenated) are the reference's too. `on_chunk` sees each chunk's
+  pieces as written."""
   path = criteo_with_a_blank_chunk
   monkeypatch.setattr(text_files, "BLOCK_BYTES", 60_000)  # ~4 per chunk
   # (writes ending inside rows and inside the pieces)
@@ -426,8 +427,11 @@ def test_the_cache_files_are_np_save_of_the_reference_chunks(
       [path], 1000, bucket_bits)) >= 3
   monkeypatch.setattr(criteo, "criteo_chunk_pieces", functools.partial(
       criteo.criteo_chunk_pieces, batch_size=1000))
-  _, info = cache.load_or_build([path], "criteo", str(tmp_path / "c"),
-                                bucket_bits, verbose=0)
+  seen = []
+  _, info = cache.load_or_build(
+      [path], "criteo", str(tmp_path / "c"), bucket_bits, verbose=0,
+      on_chunk=lambda pieces: seen.append(
+          {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}))
   assert info["chunks"] == [1000, 0, 1000, 500]
   stored = dict(labels=np.float32, dense=np.float32,
                 ids=np.int32 if bucket_bits <= 31 else np.int64)
@@ -437,6 +441,41 @@ def test_the_cache_files_are_np_save_of_the_reference_chunks(
       np.save(buffer, chunk[name].astype(dtype))
       with open(tmp_path / "c" / f"part-{i:05d}-{name}.npy", "rb") as f:
         assert f.read() == buffer.getvalue(), (i, name)
+      np.testing.assert_array_equal(seen[i][name], chunk[name].astype(dtype))
+  cache.load_or_build([path], "criteo", str(tmp_path / "c"), bucket_bits,
+                      verbose=0, on_chunk=seen.append)  # read: not called
+  assert len(seen) == len(expected)
+
+
+def test_train_takes_the_counts_maxima_as_it_builds_the_cache(
+    criteo_with_a_blank_chunk, tmp_path, monkeypatch):
+  """`train` building its cache takes the counts' maxima from the chunks as
+  they are written; a second `train` reading that cache takes them from
+  the files: the same scale, and the same model to the bit."""
+  path = criteo_with_a_blank_chunk
+  monkeypatch.setattr(criteo, "criteo_chunk_pieces", functools.partial(
+      criteo.criteo_chunk_pieces, batch_size=1000))
+  read = []
+  counts = model_files.criteo_count_maxima
+  monkeypatch.setattr(model_files, "criteo_count_maxima",
+                      lambda parts: read.append(1) or counts(parts))
+  states = []
+  for built in (True, False):
+    model_dir = str(tmp_path / f"m{built}")
+    assert cli.main(["train", path, "--model-dir", model_dir, "--cache-dir",
+                     str(tmp_path / "c"), "--epochs", "2", "--bucket-bits",
+                     "14", "--quiet"]) == 0
+    # built: one call per chunk (4) and one over their maxima; read: one
+    assert len(read) == (5 if built else 6)
+    states.append(model_files.load_model(model_dir))
+  (meta, new), (meta_read, new_read) = states
+  arrays, _ = cache.load_or_build([path], "criteo", str(tmp_path / "c"), 14,
+                                  verbose=0)
+  assert meta["scale"] == counts(arrays["dense"]).tolist()
+  assert meta_read["scale"] == meta["scale"]
+  assert new["duals"].std() > 0
+  for key in ("sparse_weights", "dense_weights", "duals"):
+    np.testing.assert_array_equal(new[key], new_read[key], err_msg=key)
 
 
 def test_checkpoints_written_in_small_writes_load_alike(tmp_path,

@@ -76,7 +76,8 @@ def _save(path, pieces):
 
 
 def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
-                  skip_bad_lines=False, verbose=1, max_features=None):
+                  skip_bad_lines=False, verbose=1, max_features=None,
+                  on_chunk=None):
   """Returns the data of `paths` from the cache, building it if needed.
 
   Args:
@@ -88,6 +89,10 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     verbose: print progress while parsing.
     max_features: LIBSVM: refuse a feature index above it while parsing
       (`read_libsvm`).
+    on_chunk: when the cache is built, called with each chunk as it is
+      written (the list of its pieces, dicts of the stored arrays, valid
+      during the call): a caller can take what it needs of the rows while
+      they are in memory instead of reading the cache back.
 
   Returns:
     (arrays, info): arrays are read-only memory maps, one per stored array,
@@ -129,6 +134,8 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     for name in pieces[0]:
       _save(os.path.join(cache_dir, f"part-{i:05d}-{name}.npy"),
             [piece[name] for piece in pieces])
+    if on_chunk is not None:
+      on_chunk(pieces)
     chunk_rows.append(sum(int(piece["labels"].shape[0]) for piece in pieces))
     files.kill_point(f"cache-part-{i}")
     if verbose:
