@@ -21,7 +21,9 @@ alternating old and new in each repeat, medians printed:
      the op library) and the RSS before any data.
 With --train-only, only 3 (native reader) and 4, the file never held in
 memory: for 10M rows, and for comparing two versions of tf_sdca (the same
-script run with either on PYTHONPATH, one after the other).
+script run with either on PYTHONPATH, one after the other). Each `train`
+starts _SETTLE_SECONDS after the last one's model and cache were deleted
+(untimed), so that it gets its memory as a first run does.
 """
 import argparse
 import gzip
@@ -76,6 +78,23 @@ def old_read_criteo(paths, batch_size=65536, bucket_bits=20,
 
 def _rows(reader, path):
   return sum(c["labels"].shape[0] for c in reader([path]))
+
+
+# Seconds to wait, untimed, after deleting the last run's model and cache
+# and before the next run: this VM's kernel hands memory free for ~2 s back
+# to the host (free page reporting), and faulting it in again costs ~2 s
+# per GB (1 GB: 2.1-2.3 s; 0.06 s when reused at once). A run started right
+# after the last one's 1.6 GB cache (10M rows) was deleted got those pages
+# back cheaply, as no run that does not follow another does.
+_SETTLE_SECONDS = 6
+
+
+def _settle(work):
+  """Deletes the models (and caches) the runs left in `work`, then waits
+  _SETTLE_SECONDS."""
+  for name in ("model", "model_process"):
+    shutil.rmtree(os.path.join(work, name), ignore_errors=True)
+  time.sleep(_SETTLE_SECONDS)
 
 
 def _timed(function):
@@ -204,6 +223,7 @@ def main():
          lambda: _train_process(small, work)),
     ]
     _train(small, work)  # TensorFlow and the op library loaded first
+    _settle(work)
   else:
     with open(path, "rb") as f:
       data = f.read()
@@ -231,6 +251,8 @@ def main():
       for side, function in (("old", old), ("new", new)):
         if function is not None:
           times[side].append(_timed(function)[1])
+          if "train" in name or "1,000 rows" in name:
+            _settle(work)
     med = {k: statistics.median(v) if v else float("nan")
            for k, v in times.items()}
     rate = {k: rows / v for k, v in med.items()}
