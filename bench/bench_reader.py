@@ -3,6 +3,7 @@ replaced, and `tf-sdca train`'s first pass end to end.
 
   python bench/bench_reader.py [--rows 1000000] [--repeats 3]
                                [--dir /tmp/tf_sdca_bench_reader] [--keep]
+                               [--train-only]
 
 On one generated Criteo TSV file (and its gzip copy), in one process,
 alternating old and new in each repeat, medians printed:
@@ -18,9 +19,15 @@ alternating old and new in each repeat, medians printed:
      included), native reader only, with its peak RSS; and that process on
      a 1,000-row prefix of the file: the start-up cost (Python, TensorFlow,
      the op library) and the RSS before any data.
+With --train-only, only 3 (native reader) and 4, the file never held in
+memory: for 10M rows, and for comparing two versions of tf_sdca (the same
+script run with either on PYTHONPATH, one after the other). Each `train`
+starts _SETTLE_SECONDS after the last one's model and cache were deleted
+(untimed), so that it gets its memory as a first run does.
 """
 import argparse
 import gzip
+import itertools
 import os
 import shutil
 import statistics
@@ -29,6 +36,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from tf_sdca import cli
@@ -72,6 +80,23 @@ def _rows(reader, path):
   return sum(c["labels"].shape[0] for c in reader([path]))
 
 
+# Seconds to wait, untimed, after deleting the last run's model and cache
+# and before the next run: this VM's kernel hands memory free for ~2 s back
+# to the host (free page reporting), and faulting it in again costs ~2 s
+# per GB (1 GB: 2.1-2.3 s; 0.06 s when reused at once). A run started right
+# after the last one's 1.6 GB cache (10M rows) was deleted got those pages
+# back cheaply, as no run that does not follow another does.
+_SETTLE_SECONDS = 6
+
+
+def _settle(work):
+  """Deletes the models (and caches) the runs left in `work`, then waits
+  _SETTLE_SECONDS."""
+  for name in ("model", "model_process"):
+    shutil.rmtree(os.path.join(work, name), ignore_errors=True)
+  time.sleep(_SETTLE_SECONDS)
+
+
 def _timed(function):
   start = time.perf_counter()
   value = function()
@@ -89,34 +114,58 @@ def _parse_one_core(data, block=200_000):
   return rows
 
 
-def _train(path, work, reader):
-  """`tf-sdca train --epochs 1` in this process with `reader` as
-  criteo.read_criteo."""
+def old_chunk_pieces(paths, batch_size=65536, bucket_bits=20,
+                     skip_bad_lines=False, bad_lines=None, ids_type=np.int64):
+  """What the cache wrote from `old_read_criteo`'s chunks: each converted to
+  the stored types (copies), one piece per chunk."""
+  for chunk in old_read_criteo(paths, batch_size, bucket_bits,
+                               skip_bad_lines, bad_lines):
+    yield [dict(labels=chunk["labels"].astype(np.float32),
+                dense=chunk["dense"].astype(np.float32),
+                ids=chunk["ids"].astype(ids_type))]
+
+
+def _train(path, work, chunk_pieces=None):
+  """`tf-sdca train --epochs 1` in this process with `chunk_pieces` as
+  criteo.criteo_chunk_pieces (what the cache reads the text with; None:
+  the library's own, whatever the tf_sdca on the path has)."""
   model_dir = os.path.join(work, "model")
   shutil.rmtree(model_dir, ignore_errors=True)
-  saved = criteo.read_criteo
-  criteo.read_criteo = reader
+  saved = getattr(criteo, "criteo_chunk_pieces", None)
+  if chunk_pieces is not None:
+    criteo.criteo_chunk_pieces = chunk_pieces
   try:
     status = cli.main(["train", path, "--model-dir", model_dir, "--epochs",
                        "1", "--quiet"])
   finally:
-    criteo.read_criteo = saved
+    if chunk_pieces is not None:
+      criteo.criteo_chunk_pieces = saved
   assert status == 0
   return status
 
 
 # The child's peak RSS from /proc (VmHWM): getrusage's ru_maxrss would
 # carry over the parent's RSS at the fork (Linux keeps it across exec), and
-# this parent holds the whole file in memory.
+# this parent may hold the whole file in memory. `tf-sdca` run as the
+# console script ends its process with os._exit once the command returns:
+# the peak is printed just before.
 _WRAPPER = """
-import runpy, sys
+import os, runpy, sys
+def _peak():
+  with open("/proc/self/status") as f:
+    print("PEAK_RSS_KB", [l.split()[1] for l in f if
+                          l.startswith("VmHWM:")][0], file=sys.stderr,
+          flush=True)
+_exit = os._exit
+def _peak_then_exit(status):
+  _peak()
+  _exit(status)
+os._exit = _peak_then_exit
 sys.argv = ["tf-sdca"] + sys.argv[1:]
 try:
   runpy.run_module("tf_sdca.cli", run_name="__main__")
 finally:
-  with open("/proc/self/status") as f:
-    print("PEAK_RSS_KB", [l.split()[1] for l in f if
-                          l.startswith("VmHWM:")][0], file=sys.stderr)
+  _peak()
 """
 _peak_rss_gib = {}
 
@@ -141,40 +190,58 @@ def main():
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--dir", default=None)
   parser.add_argument("--keep", action="store_true")
+  parser.add_argument(
+      "--train-only", action="store_true",
+      help="only `train --epochs 1`, native reader (in-process, then new "
+      "processes): no reader before, and the file is never held in memory "
+      "(for 10M rows)")
   args = parser.parse_args()
   work = args.dir or tempfile.mkdtemp(prefix="tf_sdca_bench_reader_")
   os.makedirs(work, exist_ok=True)
   path = os.path.join(work, f"criteo_{args.rows}.tsv")
   packed = path + ".gz"
-  if not os.path.exists(packed):
+  if not os.path.exists(path if args.train_only else packed):
     write_criteo_tsv(path, generate_criteo_arrays(args.rows, seed=1))
-    with open(path, "rb") as src, gzip.open(packed, "wb", 1) as dst:
-      shutil.copyfileobj(src, dst, 1 << 24)
+    if not args.train_only:
+      with open(path, "rb") as src, gzip.open(packed, "wb", 1) as dst:
+        shutil.copyfileobj(src, dst, 1 << 24)
   size = os.path.getsize(path)
   print(f"{args.rows:,} rows, {size / 1e6:.0f} MB "
-        f"({size / args.rows:.0f} bytes/row), gzip "
-        f"{os.path.getsize(packed) / 1e6:.0f} MB; {os.cpu_count()} cores; "
-        f"median of {args.repeats}")
-  with open(path, "rb") as f:
-    data = f.read()
+        f"({size / args.rows:.0f} bytes/row)" + (
+            "" if args.train_only else
+            f", gzip {os.path.getsize(packed) / 1e6:.0f} MB") +
+        f"; {os.cpu_count()} cores; median of {args.repeats}")
   small = os.path.join(work, "first_1000.tsv")
-  with open(small, "wb") as f:
-    f.write(b"".join(data.splitlines(keepends=True)[:1000]))
-  cases = [
-      ("parse+hash, 1 core (in memory)", None,
-       lambda: _parse_one_core(data)),
-      ("read_criteo plain", lambda: _rows(old_read_criteo, path),
-       lambda: _rows(criteo.read_criteo, path)),
-      ("read_criteo gzip", lambda: _rows(old_read_criteo, packed),
-       lambda: _rows(criteo.read_criteo, packed)),
-      ("train --epochs 1 (in-process)",
-       lambda: _train(path, work, old_read_criteo),
-       lambda: _train(path, work, criteo.read_criteo)),
-      ("train --epochs 1 (new process)", None,
-       lambda: _train_process(path, work)),
-      ("  the same on 1,000 rows (start-up)", None,
-       lambda: _train_process(small, work)),
-  ]
+  with open(path, "rb") as f, open(small, "wb") as out:
+    out.writelines(itertools.islice(f, 1000))
+  if args.train_only:
+    cases = [
+        ("train --epochs 1 (in-process)", None, lambda: _train(path, work)),
+        ("train --epochs 1 (new process)", None,
+         lambda: _train_process(path, work)),
+        ("  the same on 1,000 rows (start-up)", None,
+         lambda: _train_process(small, work)),
+    ]
+    _train(small, work)  # TensorFlow and the op library loaded first
+    _settle(work)
+  else:
+    with open(path, "rb") as f:
+      data = f.read()
+    cases = [
+        ("parse+hash, 1 core (in memory)", None,
+         lambda: _parse_one_core(data)),
+        ("read_criteo plain", lambda: _rows(old_read_criteo, path),
+         lambda: _rows(criteo.read_criteo, path)),
+        ("read_criteo gzip", lambda: _rows(old_read_criteo, packed),
+         lambda: _rows(criteo.read_criteo, packed)),
+        ("train --epochs 1 (in-process)",
+         lambda: _train(path, work, old_chunk_pieces),
+         lambda: _train(path, work, criteo.criteo_chunk_pieces)),
+        ("train --epochs 1 (new process)", None,
+         lambda: _train_process(path, work)),
+        ("  the same on 1,000 rows (start-up)", None,
+         lambda: _train_process(small, work)),
+    ]
   print(f"{'':34s} {'old rows/s':>12s} {'new rows/s':>12s} {'new/old':>8s}"
         "   (seconds: old, new)")
   for name, old, new in cases:
@@ -184,6 +251,8 @@ def main():
       for side, function in (("old", old), ("new", new)):
         if function is not None:
           times[side].append(_timed(function)[1])
+          if "train" in name or "1,000 rows" in name:
+            _settle(work)
     med = {k: statistics.median(v) if v else float("nan")
            for k, v in times.items()}
     rate = {k: rows / v for k, v in med.items()}

@@ -3,17 +3,21 @@ against the readers they replaced (tests/reference_readers.py): the same
 rows, features and chunks bit for bit, plain and gzip, in one block or many,
 and on 10M generated rows (slow: `pytest --run-slow`; 60k rows otherwise);
 and their errors: file and line, --skip-bad-lines counts, truncated gzip."""
+import functools
 import gzip
+import io
 import itertools
 import os
 import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from tf_sdca import cli
-from tf_sdca.data import criteo, libsvm, text_files
+from tf_sdca import cli, files, model_files
+from tf_sdca.data import cache, criteo, libsvm, text_files
 from tf_sdca.data import generate_criteo_arrays, write_criteo_tsv
+from tf_sdca.trainer import InMemorySdca
 
 sys.path.insert(0, os.path.dirname(__file__))
 import reference_readers  # pylint: disable=wrong-import-position
@@ -326,8 +330,18 @@ def test_a_model_trained_on_the_old_reader_predicts_alike_on_the_new(
     calls.append(paths)
     return reference_readers.read_criteo(paths, batch_size, bucket_bits)
 
+  def old_pieces(paths, batch_size=65536, bucket_bits=20,
+                 ids_type=np.int64, **unused):
+    """What the cache wrote from the old reader's chunks (one piece each,
+    converted to the stored types)."""
+    for chunk in old_reader(paths, batch_size, bucket_bits, **unused):
+      yield [dict(labels=chunk["labels"].astype(np.float32),
+                  dense=chunk["dense"].astype(np.float32),
+                  ids=chunk["ids"].astype(ids_type))]
+
   with monkeypatch.context() as patch:
     patch.setattr(criteo, "read_criteo", old_reader)
+    patch.setattr(criteo, "criteo_chunk_pieces", old_pieces)
     assert cli.main(["train", path, "--model-dir", model_dir, "--epochs",
                      "2", "--bucket-bits", "16", "--quiet"]) == 0
     assert cli.main(["predict", path, "--model-dir", model_dir, "--out",
@@ -351,3 +365,158 @@ def test_a_highly_compressed_gzip_inflates_a_block_at_a_time(tmp_path,
   assert max(sizes) < 2 * (1 << 16) + len(line)
   (chunk,) = list(libsvm.read_libsvm([str(path)]))
   assert chunk["labels"].shape == (3000,)
+
+
+@pytest.mark.parametrize("bucket_bits", [20, 31])
+def test_int32_ids_are_the_int64_ids(criteo_text, bucket_bits):
+  """ParseCriteo's ids_type int32 (what the cache stores) holds the int64
+  ids exactly, up to 31 bits; the reader before gives the same ids."""
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  from tf_sdca.ops._loader import load_ops  # pylint: disable=import-outside-toplevel
+  path, _ = criteo_text
+  with open(path, "rb") as f:
+    text = f.read()
+  wide = sdca_ops.parse_criteo(text, bucket_bits)
+  narrow = sdca_ops.parse_criteo(text, bucket_bits, ids_type=tf.int32)
+  assert narrow["ids"].dtype == tf.int32
+  expected = wide["ids"].numpy()
+  assert expected.max() >= 2 ** (bucket_bits - 1)  # the top bit is used
+  np.testing.assert_array_equal(narrow["ids"].numpy(), expected)
+  (chunk,) = list(reference_readers.read_criteo([path], 65536, bucket_bits))
+  np.testing.assert_array_equal(expected, chunk["ids"])
+  for key in ("labels", "dense", "lines", "bad_lines", "num_lines"):
+    np.testing.assert_array_equal(narrow[key].numpy(), wide[key].numpy())
+  with pytest.raises(ValueError, match="ids_type"):
+    sdca_ops.parse_criteo(text, 32, ids_type=tf.int32)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="bucket_bits <= 31"):
+    load_ops().tf_sdca_parse_criteo(tf.zeros([3], tf.uint8), bucket_bits=32,
+                                    ids_type=tf.int32)
+
+
+@pytest.fixture(scope="module")
+def criteo_with_a_blank_chunk(tmp_path_factory):
+  """3,500 generated lines, lines 1,000..1,999 blank: with 1,000 lines a
+  chunk, chunk 1 has no row."""
+  path = str(tmp_path_factory.mktemp("blank_chunk") / "day.tsv")
+  write_criteo_tsv(path, generate_criteo_arrays(3500, seed=3))
+  with open(path) as f:
+    lines = f.read().splitlines()
+  lines[1000:2000] = [""] * 1000
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+  return path
+
+
+@pytest.mark.parametrize("bucket_bits", [18, 33])
+def test_the_cache_files_are_np_save_of_the_reference_chunks(
+    criteo_with_a_blank_chunk, tmp_path, monkeypatch, bucket_bits):
+  """The cache writes each chunk's pieces (one per parsed block, no
+  concatenation) under one header: byte for byte the file np.save writes of
+  the reference reader's chunk in the stored types, the chunk without rows
+  included, whatever the size of the writes; read_criteo's chunks (pieces
+  concatenated) are the reference's too. `on_chunk` sees each chunk's
+  pieces as written."""
+  path = criteo_with_a_blank_chunk
+  monkeypatch.setattr(text_files, "BLOCK_BYTES", 60_000)  # ~4 per chunk
+  # (writes ending inside rows and inside the pieces)
+  monkeypatch.setattr(files, "WRITE_BYTES", 4093)
+  expected = list(reference_readers.read_criteo([path], 1000, bucket_bits))
+  assert [c["labels"].shape[0] for c in expected] == [1000, 0, 1000, 500]
+  _assert_same_chunks(criteo.read_criteo([path], 1000, bucket_bits), expected)
+  assert max(len(p) for p in criteo.criteo_chunk_pieces(
+      [path], 1000, bucket_bits)) >= 3
+  monkeypatch.setattr(criteo, "criteo_chunk_pieces", functools.partial(
+      criteo.criteo_chunk_pieces, batch_size=1000))
+  seen = []
+  _, info = cache.load_or_build(
+      [path], "criteo", str(tmp_path / "c"), bucket_bits, verbose=0,
+      on_chunk=lambda pieces: seen.append(
+          {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}))
+  assert info["chunks"] == [1000, 0, 1000, 500]
+  stored = dict(labels=np.float32, dense=np.float32,
+                ids=np.int32 if bucket_bits <= 31 else np.int64)
+  for i, chunk in enumerate(expected):
+    for name, dtype in stored.items():
+      buffer = io.BytesIO()
+      np.save(buffer, chunk[name].astype(dtype))
+      with open(tmp_path / "c" / f"part-{i:05d}-{name}.npy", "rb") as f:
+        assert f.read() == buffer.getvalue(), (i, name)
+      np.testing.assert_array_equal(seen[i][name], chunk[name].astype(dtype))
+  cache.load_or_build([path], "criteo", str(tmp_path / "c"), bucket_bits,
+                      verbose=0, on_chunk=seen.append)  # read: not called
+  assert len(seen) == len(expected)
+
+
+def test_train_takes_the_counts_maxima_as_it_builds_the_cache(
+    criteo_with_a_blank_chunk, tmp_path, monkeypatch):
+  """`train` building its cache takes the counts' maxima from the chunks as
+  they are written; a second `train` reading that cache takes them from
+  the files: the same scale, and the same model to the bit."""
+  path = criteo_with_a_blank_chunk
+  monkeypatch.setattr(criteo, "criteo_chunk_pieces", functools.partial(
+      criteo.criteo_chunk_pieces, batch_size=1000))
+  read = []
+  counts = model_files.criteo_count_maxima
+  monkeypatch.setattr(model_files, "criteo_count_maxima",
+                      lambda parts: read.append(1) or counts(parts))
+  states = []
+  for built in (True, False):
+    model_dir = str(tmp_path / f"m{built}")
+    assert cli.main(["train", path, "--model-dir", model_dir, "--cache-dir",
+                     str(tmp_path / "c"), "--epochs", "2", "--bucket-bits",
+                     "14", "--quiet"]) == 0
+    # built: one call per chunk (4) and one over their maxima; read: one
+    assert len(read) == (5 if built else 6)
+    states.append(model_files.load_model(model_dir))
+  (meta, new), (meta_read, new_read) = states
+  arrays, _ = cache.load_or_build([path], "criteo", str(tmp_path / "c"), 14,
+                                  verbose=0)
+  assert meta["scale"] == counts(arrays["dense"]).tolist()
+  assert meta_read["scale"] == meta["scale"]
+  assert new["duals"].std() > 0
+  for key in ("sparse_weights", "dense_weights", "duals"):
+    np.testing.assert_array_equal(new[key], new_read[key], err_msg=key)
+
+
+def test_checkpoints_written_in_small_writes_load_alike(tmp_path,
+                                                        monkeypatch):
+  """`save_npz_atomically` writes through writes of at most WRITE_BYTES:
+  the arrays load back as given."""
+  monkeypatch.setattr(files, "WRITE_BYTES", 4093)
+  arrays = dict(weights=np.random.default_rng(0).normal(size=70_001),
+                epoch=np.array(3), meta_json=np.array('{"rows": 2}'))
+  files.save_npz_atomically(str(tmp_path / "c.npz"), **arrays)
+  with np.load(tmp_path / "c.npz") as saved:
+    assert sorted(saved.files) == sorted(arrays)
+    for name, value in arrays.items():
+      np.testing.assert_array_equal(saved[name], value, err_msg=name)
+
+
+def test_packing_cache_parts_in_reused_buffers_trains_as_whole_arrays():
+  """`criteo_row_chunks` scales and sorts each cache part into buffers that
+  the next part overwrites (grown for a larger one): the model fitted on
+  them is, bit for bit, the one fitted on the whole arrays (`features`)."""
+  data = generate_criteo_arrays(2100, num_buckets=2**12, seed=5)
+  sizes = [300, 700, 200, 900]  # grows, shrinks, grows
+  bounds = np.cumsum([0] + sizes)
+
+  def arrays():
+    cut = lambda a: [a[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return dict(labels=cut(data["labels"].astype(np.float32)),
+                dense=cut(data["dense"].astype(np.float32)),
+                ids=cut(data["cat_ids"].astype(np.int32)))
+
+  meta = model_files.new_meta("criteo", "logistic", 0.0, 1e-3, 0, 12, 2100)
+  models = []
+  for chunked in (True, False):
+    model = InMemorySdca(loss="logistic", l2=1e-3, seed=0)
+    if chunked:
+      model.fit(rows=model_files.criteo_row_chunks(arrays(), meta),
+                epochs=3, verbose=0)
+    else:
+      labels, features = model_files.features("criteo", arrays(), meta)
+      model.fit(labels, epochs=3, verbose=0, **features)
+    models.append(model.state_dict())
+  assert models[0]["duals"].std() > 0
+  for key in ("sparse_weights", "dense_weights", "duals"):
+    np.testing.assert_array_equal(models[0][key], models[1][key], err_msg=key)

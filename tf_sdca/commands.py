@@ -341,10 +341,17 @@ def train(args):
   if multiclass and args.format != "libsvm":
     raise ValueError(f"--loss {args.loss} trains on LIBSVM files with class "
                      "labels (--format libsvm); Criteo labels are binary")
+  maxima = []  # the Criteo counts' maxima of each chunk of a new cache
+
+  def chunk_maxima(pieces):
+    maxima.append(model_files.criteo_count_maxima(
+        [piece["dense"] for piece in pieces]))
+
   arrays, info = cache.load_or_build(
       args.data, args.format, args.cache_dir or os.path.join(
           args.model_dir, "cache"), args.bucket_bits, args.skip_bad_lines,
-      verbose, max_features=limit if args.format == "libsvm" else None)
+      verbose, max_features=limit if args.format == "libsvm" else None,
+      on_chunk=chunk_maxima if args.format == "criteo" else None)
   if info["bad_lines"]:
     print(f"skipped {info['bad_lines']:,} malformed line(s); first: "
           f"{info['first_bad_lines'][0]}")
@@ -372,6 +379,11 @@ def train(args):
       meta["classes"] = model_files.choose_classes(
           cache.concatenate(arrays["labels"], np.float64), num_classes)
     ckpt = None
+  if meta.get("scale") is None and maxima:
+    # (taken as the cache was written: `criteo_scale` would read the counts
+    # back from it; the same maxima)
+    meta["scale"] = model_files.criteo_count_maxima(
+        [np.stack(maxima)]).tolist()
   if epoch_momentum is not None:  # new, or changed on --resume
     meta["momentum"] = epoch_momentum
   elif not args.resume:

@@ -1,10 +1,36 @@
 """Files written whole or not at all: checkpoints of `tf-sdca train` and of
 the distributed rounds are written to a temporary file and renamed over the
 old one, so that a kill at any moment leaves the previous version intact."""
+import io
 import json
 import os
 
 import numpy as np
+
+# Bytes per write(2) of the files written here and of the data cache. Linux
+# (6.x, ext4 with large folios) gives a buffered write page-cache folios as
+# large as the write, up to 2 MB, and on the project's virtual machine fresh
+# 2 MB pages cost several times as much to fault in as 4 KB ones: 1 GB
+# written in 16 MB writes took 1.3-1.7 s, in 64 KB writes 0.25-0.6 s
+# (single runs, load 2-5).
+WRITE_BYTES = 1 << 16
+
+
+def write_all(f, data):
+  """Writes the bytes of `data` (any contiguous buffer) to the unbuffered
+  file `f` in writes of at most WRITE_BYTES."""
+  view = memoryview(data).cast("B")
+  size = view.nbytes
+  while view:
+    view = view[f.write(view[:WRITE_BYTES]):]
+  return size
+
+
+class _SmallWrites(io.FileIO):
+  """A file written in writes of at most WRITE_BYTES."""
+
+  def write(self, data):
+    return write_all(super(), data)
 
 
 def kill_point(name, partial_file=None):
@@ -27,7 +53,8 @@ def kill_point(name, partial_file=None):
 def save_npz_atomically(path, **arrays):
   """`np.savez(path, **arrays)`, replacing `path` in one rename."""
   temporary = path + ".tmp.npz"
-  np.savez(temporary, **arrays)
+  with _SmallWrites(temporary, "w") as f:
+    np.savez(f, **arrays)
   if "epoch" in arrays:
     kill_point(f"checkpoint-{int(arrays['epoch'])}-half-written",
                partial_file=temporary)

@@ -91,20 +91,33 @@ def criteo_row_chunks(arrays, meta):
   """The cached Criteo chunks as a `RowChunks` for `InMemorySdca.fit`: each
   cache part is scaled and packed in turn and its memory map dropped, so
   the whole arrays are never held beside the packed rows (issue 13's 4 GB
-  target for 10M rows)."""
+  target for 10M rows). A chunk's `dense` and `ids` are overwritten by the
+  next one's: pack each before taking the next (as `fit` does)."""
   from tf_sdca.engine import RowChunks  # pylint: disable=import-outside-toplevel
   scale = criteo_scale(arrays, meta)
   n = sum(p.shape[0] for p in arrays["labels"])
 
   def chunks():
+    # One `dense` and one `ids` buffer for all parts, each part's rows
+    # written over the last's (packed, they are no longer read): a new
+    # array per part (numpy asks for huge pages from 4 MB on) cost a page
+    # fault per 2 MB, ~1 GB of them per 10M rows.
+    buffers = {}
     while arrays["labels"]:
       labels = np.asarray(arrays["labels"].pop(0), np.float32)
       counts = arrays["dense"].pop(0)
-      dense = np.empty((labels.shape[0], 14), np.float32)
-      dense[:, :13] = counts / scale
-      dense[:, 13] = 1.0  # the intercept
+      part_ids = arrays["ids"].pop(0)
+      rows = labels.shape[0]
+      if buffers.get("rows", -1) < rows or (
+          buffers["ids"].dtype != part_ids.dtype):
+        buffers = dict(rows=rows, dense=np.empty((rows, 14), np.float32),
+                       ids=np.empty((rows, 26), part_ids.dtype))
+        buffers["dense"][:, 13] = 1.0  # the intercept
+      dense, ids = buffers["dense"][:rows], buffers["ids"][:rows]
+      np.divide(counts, scale, out=dense[:, :13])
       # Increasing ids in a row, as in `features`.
-      ids = np.sort(arrays["ids"].pop(0), axis=1)
+      ids[...] = part_ids
+      ids.sort(axis=1)
       yield dict(labels=labels, dense=dense, ids=ids)
 
   return RowChunks(chunks, num_examples=n, num_ids=26 * n, dense_dim=14,

@@ -2,6 +2,7 @@
 // text lines parsed by kernels/core/text_reader on the CPU device's threads,
 // one range of lines per thread, the ranges joined in order.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/core/text_reader.h"
@@ -72,10 +73,24 @@ std::vector<Rows> ParseRanges(OpKernelContext* context, const Tensor& bytes,
   return ::tensorflow::OkStatus();
 }
 
-// Copies each range's vector `member` into `out` (flat), in order.
-template <typename Rows, typename T>
+// The lines of [begin, end): its '\n's, and one more for a last line
+// without one.
+int64_t CountLines(const char* begin, const char* end) {
+  int64_t lines = 0;
+  for (const char* p = begin;
+       (p = static_cast<const char*>(std::memchr(p, '\n', end - p))) !=
+       nullptr;
+       ++p) {
+    ++lines;
+  }
+  return lines + (begin < end && end[-1] != '\n');
+}
+
+// Copies each range's vector `member` into `out` (flat), in order,
+// converted to Out.
+template <typename Rows, typename T, typename Out>
 void Join(const std::vector<Rows>& rows, std::vector<T> Rows::*member,
-          T* out) {
+          Out* out) {
   for (const Rows& r : rows) {
     out = std::copy((r.*member).begin(), (r.*member).end(), out);
   }
@@ -125,6 +140,12 @@ class ParseCriteoOp : public OpKernel {
     OP_REQUIRES(context, bucket_bits <= 62,
                 ::tensorflow::errors::InvalidArgument(
                     "bucket_bits must be in [1, 62], got ", bucket_bits));
+    OP_REQUIRES_OK(context, context->GetAttr("ids_type", &ids_type_));
+    OP_REQUIRES(context,
+                ids_type_ != ::tensorflow::DT_INT32 || bucket_bits <= 31,
+                ::tensorflow::errors::InvalidArgument(
+                    "ids_type int32 holds ids of bucket_bits <= 31, got ",
+                    bucket_bits));
     hasher_ = std::make_unique<CriteoHasher>(&util::Fingerprint64,
                                              bucket_bits);
   }
@@ -137,6 +158,13 @@ class ParseCriteoOp : public OpKernel {
         context, text,
         [&hasher](const char* begin, const char* end, const char* block,
                   CriteoRows* out) {
+          // Room for every line at once: grown by doubling, the vectors
+          // were copied ~twice over, into fresh pages each time.
+          const int64_t lines = CountLines(begin, end);
+          out->labels.reserve(lines);
+          out->dense.reserve(lines * kCriteoIntegers);
+          out->ids.reserve(lines * kCriteoCategories);
+          out->lines.reserve(lines);
           ParseCriteo(begin, end, block, hasher, out);
         });
     int64_t n = 0;
@@ -150,11 +178,17 @@ class ParseCriteoOp : public OpKernel {
                                 2, TensorShape({n, kCriteoCategories}), &ids));
     Join(rows, &CriteoRows::labels, labels->flat<float>().data());
     Join(rows, &CriteoRows::dense, dense->flat<float>().data());
-    Join(rows, &CriteoRows::ids, ids->flat<int64_t>().data());
+    if (ids_type_ == ::tensorflow::DT_INT32) {
+      // Exact: every id is below 2^bucket_bits <= 2^31.
+      Join(rows, &CriteoRows::ids, ids->flat<int32_t>().data());
+    } else {
+      Join(rows, &CriteoRows::ids, ids->flat<int64_t>().data());
+    }
     OP_REQUIRES_OK(context, WriteLines(context, rows, 3));
   }
 
  private:
+  ::tensorflow::DataType ids_type_ = ::tensorflow::DT_INT64;
   std::unique_ptr<CriteoHasher> hasher_;
 };
 

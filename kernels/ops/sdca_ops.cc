@@ -902,18 +902,26 @@ REGISTER_OP("TfSdca>ParseCriteo")
     .Input("text: uint8")
     .Output("labels: float")
     .Output("dense: float")
-    .Output("ids: int64")
+    .Output("ids: ids_type")
     .Output("lines: int64")
     .Output("bad_lines: int64")
     .Output("bad_bytes: int64")
     .Output("num_lines: int64")
     .Attr("bucket_bits: int >= 1")
+    .Attr("ids_type: {int32, int64} = DT_INT64")
     .SetShapeFn([](InferenceContext* c) {
       int64_t bucket_bits;
       TF_RETURN_IF_ERROR(c->GetAttr("bucket_bits", &bucket_bits));
       if (bucket_bits > 62) {
         return tensorflow::errors::InvalidArgument(
             "bucket_bits must be in [1, 62], got ", bucket_bits);
+      }
+      tensorflow::DataType ids_type;
+      TF_RETURN_IF_ERROR(c->GetAttr("ids_type", &ids_type));
+      if (ids_type == tensorflow::DT_INT32 && bucket_bits > 31) {
+        return tensorflow::errors::InvalidArgument(
+            "ids_type int32 holds ids of bucket_bits <= 31, got ",
+            bucket_bits);
       }
       DimensionHandle n = c->UnknownDim();
       c->set_output(0, c->Vector(n));
@@ -932,12 +940,14 @@ text: [size] the bytes of whole lines ('\n'-terminated but for the last;
 labels: [n] 0 or 1, one per well-formed line.
 dense: [n, 13] log1p(max(I_j, 0)), 0 for a missing count.
 ids: [n, 26] (FarmHash64(C_j) mod 2^62 + FarmHash64("C<j>") mod 2^62) mod
-  2^bucket_bits.
+  2^bucket_bits, as ids_type.
 lines: [n] each row's 0-based line in text.
 bad_lines: [k] the 0-based lines that are malformed (not rows).
 bad_bytes: [k, 2] their byte range [begin, end) in text.
 num_lines: the lines in text.
 bucket_bits: 1..62.
+ids_type: int64, or int32 (the type the cache stores them in) for
+  bucket_bits <= 31.
 )doc");
 
 REGISTER_OP("TfSdca>ParseLibsvm")

@@ -43,32 +43,41 @@ def _sources(paths):
 
 def _chunks(paths, fmt, bucket_bits, skip_bad_lines, bad_lines,
             max_features=None):
+  """The chunks to store, each a list of pieces: dicts of the stored arrays
+  (`_LAYOUT`, in their stored types), to be written one after the other."""
   if fmt == "criteo":
-    return criteo_reader.read_criteo(paths, bucket_bits=bucket_bits,
-                                     skip_bad_lines=skip_bad_lines,
-                                     bad_lines=bad_lines)
+    # The parser writes the ids in the stored type: nothing is copied.
+    return criteo_reader.criteo_chunk_pieces(
+        paths, bucket_bits=bucket_bits, skip_bad_lines=skip_bad_lines,
+        bad_lines=bad_lines,
+        ids_type=np.int32 if bucket_bits <= 31 else np.int64)
   if fmt == "libsvm":
-    return libsvm_reader.read_libsvm(paths, skip_bad_lines=skip_bad_lines,
-                                     bad_lines=bad_lines,
-                                     max_features=max_features)
+    return ([dict(labels=chunk["labels"],
+                  lengths=np.diff(chunk["indptr"]).astype(np.int64),
+                  indices=chunk["indices"].astype(np.int32),
+                  values=chunk["values"].astype(np.float32))]
+            for chunk in libsvm_reader.read_libsvm(
+                paths, skip_bad_lines=skip_bad_lines, bad_lines=bad_lines,
+                max_features=max_features))
   raise ValueError(f"format must be 'criteo' or 'libsvm', got {fmt!r}")
 
 
-def _compact(fmt, chunk, bucket_bits):
-  """The arrays of one chunk as stored."""
-  if fmt == "criteo":
-    id_type = np.int32 if bucket_bits <= 31 else np.int64
-    return dict(labels=chunk["labels"].astype(np.float32),
-                dense=chunk["dense"].astype(np.float32),
-                ids=chunk["ids"].astype(id_type))
-  lengths = np.diff(chunk["indptr"])
-  return dict(labels=chunk["labels"], lengths=lengths.astype(np.int64),
-              indices=chunk["indices"].astype(np.int32),
-              values=chunk["values"].astype(np.float32))
+def _save(path, pieces):
+  """Writes the concatenation of the arrays `pieces` (one type and trailing
+  shape) as `np.save` would write it, byte for byte, without concatenating
+  them, in writes of `files.WRITE_BYTES`."""
+  header = np.lib.format.header_data_from_array_1_0(pieces[0])
+  header["shape"] = (sum(p.shape[0] for p in pieces),) + pieces[0].shape[1:]
+  with open(path, "wb", buffering=0) as f:
+    np.lib.format.write_array_header_1_0(f, header)
+    for piece in pieces:
+      files.write_all(f, np.ascontiguousarray(piece).reshape(-1).view(
+          np.uint8))
 
 
 def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
-                  skip_bad_lines=False, verbose=1, max_features=None):
+                  skip_bad_lines=False, verbose=1, max_features=None,
+                  on_chunk=None):
   """Returns the data of `paths` from the cache, building it if needed.
 
   Args:
@@ -80,6 +89,10 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     verbose: print progress while parsing.
     max_features: LIBSVM: refuse a feature index above it while parsing
       (`read_libsvm`).
+    on_chunk: when the cache is built, called with each chunk as it is
+      written (the list of its pieces, dicts of the stored arrays, valid
+      during the call): a caller can take what it needs of the rows while
+      they are in memory instead of reading the cache back.
 
   Returns:
     (arrays, info): arrays are read-only memory maps, one per stored array,
@@ -115,11 +128,15 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
   bad_lines = criteo_reader.BadLines()
   start = time.perf_counter()
   chunk_rows = []
-  for i, chunk in enumerate(_chunks(paths, fmt, bucket_bits, skip_bad_lines,
-                                    bad_lines, max_features)):
-    for name, array in _compact(fmt, chunk, bucket_bits).items():
-      np.save(os.path.join(cache_dir, f"part-{i:05d}-{name}.npy"), array)
-    chunk_rows.append(int(chunk["labels"].shape[0]))
+  for i, pieces in enumerate(_chunks(paths, fmt, bucket_bits,
+                                     skip_bad_lines, bad_lines,
+                                     max_features)):
+    for name in pieces[0]:
+      _save(os.path.join(cache_dir, f"part-{i:05d}-{name}.npy"),
+            [piece[name] for piece in pieces])
+    if on_chunk is not None:
+      on_chunk(pieces)
+    chunk_rows.append(sum(int(piece["labels"].shape[0]) for piece in pieces))
     files.kill_point(f"cache-part-{i}")
     if verbose:
       rows = sum(chunk_rows)

@@ -81,7 +81,9 @@ def _message(path, number, raw):
 
 
 def _parse_block(block):
-  return {k: v.numpy() for k, v in sdca_ops.parse_libsvm(block).items()}
+  # Read-only views (`.numpy()` would copy); the chunks are new arrays.
+  return {k: np.asarray(memoryview(v))
+          for k, v in sdca_ops.parse_libsvm(block).items()}
 
 
 def _past_limit(out, path, first_line, max_features):

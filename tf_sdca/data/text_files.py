@@ -149,9 +149,12 @@ def bad_line_messages(out, block, first_line, message, skip_bad_lines,
     bad_lines.add(text)
 
 
-def chunks_by_line(path, parse, keys, lines_per_chunk, message,
-                   skip_bad_lines, bad_lines, block_bytes=None):
-  """Yields the rows of one file in chunks of `lines_per_chunk` lines.
+def chunk_pieces_by_line(path, parse, keys, lines_per_chunk, message,
+                         skip_bad_lines, bad_lines, block_bytes=None):
+  """Yields the rows of one file in chunks of `lines_per_chunk` lines, each
+  chunk as the list of its pieces: views of the parsed blocks' arrays, one
+  per block the chunk's lines span (possibly empty), never copied into one
+  array (the cache writes them one after the other).
 
   Args:
     path: the file.
@@ -165,32 +168,23 @@ def chunks_by_line(path, parse, keys, lines_per_chunk, message,
     block_bytes: bytes per parse call (default BLOCK_BYTES).
 
   Yields:
-    dicts of `keys`' arrays.
+    lists of dicts of `keys`' arrays.
   """
-  pending = []
-  state = dict(first_line=0, emitted=0)
-
-  def emit(upto):
-    if state["emitted"] >= upto:
-      return
-    names = tuple(keys) + ("lines",)
-    merged = pending[0] if len(pending) == 1 else {
-        k: np.concatenate([p[k] for p in pending]) for k in names}
-    ends = np.searchsorted(
-        merged["lines"],
-        np.arange(state["emitted"] + 1, upto + 1) * lines_per_chunk)
-    start = 0
-    for end in ends:
-      yield {k: merged[k][start:end] for k in keys}
-      start = end
-    pending[:] = [{k: merged[k][start:] for k in names}]
-    state["emitted"] = upto
-
+  pending = []  # the pieces of chunk `chunk`, whose lines are not all read
+  chunk = first_line = 0
   for block, out in parsed_blocks(path, parse, block_bytes):
-    bad_line_messages(out, block, state["first_line"], message,
-                      skip_bad_lines, bad_lines)
-    out["lines"] = out["lines"] + state["first_line"]
-    pending.append(out)
-    state["first_line"] += int(out["num_lines"])
-    yield from emit(state["first_line"] // lines_per_chunk)
-  yield from emit(-(-state["first_line"] // lines_per_chunk))
+    bad_line_messages(out, block, first_line, message, skip_bad_lines,
+                      bad_lines)
+    lines = out["lines"] + first_line  # rows' lines in the file
+    first_line += int(out["num_lines"])
+    start = 0
+    while (chunk + 1) * lines_per_chunk <= first_line:  # chunk complete
+      end = start + int(np.searchsorted(lines[start:],
+                                        (chunk + 1) * lines_per_chunk))
+      pending.append({k: out[k][start:end] for k in keys})
+      yield pending
+      pending, chunk, start = [], chunk + 1, end
+    if chunk * lines_per_chunk < first_line:  # the next chunk has begun
+      pending.append({k: out[k][start:] for k in keys})
+  if chunk * lines_per_chunk < first_line:
+    yield pending

@@ -834,29 +834,38 @@ def _bytes_tensor(text):
   return _tensor(text, tf.uint8, "text")
 
 
-def parse_criteo(text, bucket_bits, name=None):
+def parse_criteo(text, bucket_bits, name=None, ids_type=tf.int64):
   """Parses a block of Criteo TSV lines natively (`TfSdca>ParseCriteo`).
 
   Args:
     text: bytes (or a uint8 vector) of whole lines.
     bucket_bits: `2^bucket_bits` hash buckets, 1..62.
     name: op name.
+    ids_type: the ids' type: tf.int64, or tf.int32 (the cache's, no
+      conversion needed) for bucket_bits <= 31.
 
   Returns:
     dict of tensors: `labels` `[n]`, `dense` `[n, 13]`, `ids` `[n, 26]`
-    int64 (the features of `tf_sdca.data.criteo.parse_criteo_lines`),
+    `ids_type` (the features of `tf_sdca.data.criteo.parse_criteo_lines`),
     `lines` `[n]` (each row's 0-based line in `text`), `bad_lines` `[k]`
     and `bad_bytes` `[k, 2]` (malformed lines and their byte ranges), and
     `num_lines`.
 
   Raises:
-    ValueError: bucket_bits outside [1, 62].
+    ValueError: bucket_bits outside [1, 62], or past 31 with int32 ids.
   """
   if not 1 <= bucket_bits <= 62:
     raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
+  ids_type = tf.as_dtype(ids_type)
+  if ids_type not in (tf.int32, tf.int64) or (
+      ids_type == tf.int32 and bucket_bits > 31):
+    raise ValueError(f"ids_type must be tf.int64, or tf.int32 for "
+                     f"bucket_bits <= 31; got {ids_type.name} for "
+                     f"bucket_bits {bucket_bits}")
   with tf.name_scope(name or "parse_criteo"):
     out = load_ops().tf_sdca_parse_criteo(_bytes_tensor(text),
-                                          bucket_bits=bucket_bits)
+                                          bucket_bits=bucket_bits,
+                                          ids_type=ids_type)
   return dict(zip(("labels", "dense", "ids", "lines", "bad_lines",
                    "bad_bytes", "num_lines"), out))
 
