@@ -498,7 +498,8 @@ class InMemorySdca:
       state = self._state
       extrapolate = engine.Extrapolation(
           momentum, self.loss, problem.labels,
-          lambda: (state.duals, state.weight_table()), state.set_point)
+          lambda: (state.duals, state.weight_table()), state.set_point,
+          lock_free=problem.num_threads > 1)
       if initial_epoch > 0 and self.momentum_state is not None:
         # Resuming: the extrapolation goes on as an uninterrupted fit's.
         extrapolate.restore(self.momentum_state, self.duals.shape,
