@@ -316,7 +316,9 @@ def test_auto_momentum_never_ends_far_above_plain_on_criteo_shaped_rows():
   # ... and here it helped: the median run ended below half plain's gap
   # (measured 0.18-0.32x on every run).
   assert np.median(ratios) <= 0.5, runs
-  assert all(0.0 < beta < 0.5 for _, beta in runs), runs
+  betas = np.array([beta for _, beta in runs]).reshape(5, len(threads))
+  # (A run of threads whose reading came out fast may choose 0: plain.)
+  assert np.all(betas[:, 0] > 0.0) and np.all(betas < 0.5), runs
 
 
 _EXTRAPOLATION = engine.Extrapolation  # (the tests below replace it)
