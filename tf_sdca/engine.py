@@ -1196,9 +1196,10 @@ def objective_and_gap(parts, loss, l1, l2):
 # progress a little and, under load, one epoch's a lot (measured up to 1.8x
 # its gap): on 50k Criteo-shaped rows at l2 = 6 (plain ~0.22 an epoch) one
 # 2-thread run read slow epochs among 2-4 as rho ~0.31, beta 0.41, and
-# ended 12 epochs 5.7x above plain. So with threads epoch 5 is plain too, rho is the smaller of
-# sqrt(gap_4 / gap_2) and sqrt(gap_5 / gap_3) (one slow or fast epoch
-# raises at most one of them), and beta is at most rho (heavy ball with
+# ended 12 epochs 5.7x above plain. So with threads epoch 5 is plain too,
+# rho is the smaller of sqrt(gap_4 / gap_2) and sqrt(gap_5 / gap_3) (one
+# slow or fast epoch raises at most one of them, so never the smaller),
+# and beta is at most rho (heavy ball with
 # beta <= the plain contraction q does not slow the directions that
 # contract at q: sqrt(q beta) <= q). Measured (g3doc/trainer.md): readings
 # of epochs 2-5 with any one of them 2x off ended within 0.2-0.6x of plain

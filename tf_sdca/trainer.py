@@ -387,8 +387,8 @@ class InMemorySdca:
         by its gap). Every epoch is still evaluated where something reads
         it: `verbose`, a `callback`, averaging, momentum while it
         extrapolates ('auto' reads the first 4 epochs, 5 with threads,
-        and every one when it chose a beta > 0). The weights and duals are the same whatever
-        `gap_every` is.
+        and every one when it chose a beta > 0). The weights and duals are
+        the same whatever `gap_every` is.
 
     Returns:
       A dict of per-epoch lists: `loss` (regularised objective / total weight),
