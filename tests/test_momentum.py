@@ -13,6 +13,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer, load_digits
 
 from tf_sdca import data as tf_sdca_data
+from tf_sdca import engine
 from tf_sdca.trainer import InMemorySdca
 
 import sdca_testutil
@@ -247,8 +248,30 @@ def test_auto_momentum_stays_off_in_the_cyclic_order():
     ([1.0, 0.0, 0.0, 0.0], 0.0),       # converged
 ])
 def test_auto_momentum_rule(gaps, beta):
-  from tf_sdca.engine import choose_auto_momentum  # pylint: disable=import-outside-toplevel
-  assert choose_auto_momentum(gaps) == pytest.approx(beta, abs=1e-12)
+  assert engine.choose_auto_momentum(gaps) == pytest.approx(beta, abs=1e-12)
+
+
+@pytest.mark.parametrize("gaps,beta", [
+    # sqrt(0.0625 / 0.5) = 0.354 and sqrt(0.0225 / 0.25) = 0.3: the
+    # ramp's 0.375 at rho = 0.3, capped at 0.3.
+    ([1.0, 0.5, 0.25, 0.0625, 0.0225], 0.3),
+    # 0.2 an epoch (beta 0.125), epoch 4 read 4x slow: the one-thread
+    # rule's rho is sqrt(0.032 / 0.2) = 0.4 (beta 0.5); sqrt(0.0016 / 0.04)
+    # = 0.2 does not contain epoch 4.
+    ([1.0, 0.2, 0.04, 0.032, 0.0016], 0.125),
+    # ... or epoch 2 read 4x fast: again 0.4 against 0.2.
+    ([1.0, 0.05, 0.04, 0.008, 0.0016], 0.125),
+    # ... or epoch 3 read 4x slow: 0.2 against sqrt(0.0016 / 0.16) = 0.1.
+    ([1.0, 0.2, 0.16, 0.008, 0.0016], 0.0),
+    ([1.0, 0.1, 0.01, 0.001, 0.0001], 0.0),    # 10x an epoch
+    ([1.0, 0.9, 0.95, 0.85, 0.8], 0.5),        # barely moving
+    ([1.0, 0.5, 0.0, 0.0, 0.0], 0.0),          # converged
+])
+def test_auto_momentum_rule_of_lock_free_threads(gaps, beta):
+  # Five plain epochs; rho the smaller of sqrt(gap_4 / gap_2) and
+  # sqrt(gap_5 / gap_3); beta the ramp's, at most rho.
+  assert engine.choose_auto_momentum(gaps, lock_free=True) == pytest.approx(
+      beta, abs=1e-12)
 
 
 def _criteo_rows(n, buckets):
@@ -283,37 +306,94 @@ def test_auto_momentum_never_ends_far_above_plain_on_criteo_shaped_rows():
   # 8.6-22x above plain's gap; the ramp's beta 0.14-0.26 ended at 0.16-0.38x
   # of it (1 and 2 threads, seeds 0-2, measured 2026-11-27). Lock-free
   # threads (4 and 8: more than this machine's cores) make every run's gaps
-  # differ a little; the default must stay within 1.5x of plain on each.
-  # One thread is repeatable: every seed within 1.5x. Lock-free threads
-  # are not: in the whole suite on the loaded 2-core machine one 2-thread
-  # run (seed 0) read slow plain epochs 2-4, chose beta 0.41 and ended 5.7x
-  # above that run's plain gap (quiet, the same run ends 0.36-0.69x), so
-  # with threads each thread count's median over the seeds is held to it.
+  # differ; every run must stay within 1.5x of plain at its thread count.
+  # With threads 'auto' reads five plain epochs so that one noisy epoch
+  # cannot raise beta (the test below); measured 2026-11-27 under load ~6:
+  # 2, 4 and 8 threads, seeds 0-4, beta 0.14-0.26, 0.18-0.32x plain's gap
+  # (the one-thread rule had once read 0.41 there and ended 5.7x above).
   labels, data = _criteo_rows(50_000, 1 << 16)
   threads = (1, 2, 4, 8)
-  runs = _auto_against_plain(labels, data, seeds=(0, 1, 2),
+  runs = _auto_against_plain(labels, data, seeds=(0, 1, 2, 3, 4),
                              threads=threads, loss="logistic", l2=6.0)
-  ratios = np.array([r for r, _ in runs]).reshape(3, len(threads))
-  assert ratios[:, 0].max() <= 1.5, runs
-  assert np.all(np.median(ratios, axis=0) <= 1.5), runs
-  # ... and here it helped: with one thread (repeatable) the median seed
-  # ended below half plain's gap (with threads too, quiet: 0.36-0.69x; in
-  # one loaded fresh-clone run the median over all runs was 0.52).
-  assert np.median(ratios[:, 0]) <= 0.5, runs
-  assert all(0.0 < beta < 0.5 for _, beta in runs), runs
+  ratios = np.array([r for r, _ in runs]).reshape(5, len(threads))
+  assert ratios.max() <= 1.5, runs
+  # ... and here it helped: the median run ended below half plain's gap
+  # (measured 0.18-0.32x on every run).
+  assert np.median(ratios) <= 0.5, runs
+  betas = np.array([beta for _, beta in runs]).reshape(5, len(threads))
+  # (A run of threads whose reading came out fast may choose 0: plain.)
+  assert np.all(betas[:, 0] > 0.0) and np.all(betas < 0.5), runs
+
+
+_EXTRAPOLATION = engine.Extrapolation  # (the tests below replace it)
+
+
+def _misread(lock_free, epoch, factor):
+  """An `Extrapolation` whose 'auto' reads epoch `epoch`'s gap (1-based)
+  `factor` times what it was, as timing noise of lock-free threads makes
+  it, with the rule of `lock_free` (on one, repeatable, thread)."""
+
+  class Misread(_EXTRAPOLATION):
+
+    def __init__(self, *args, **kwargs):
+      kwargs["lock_free"] = lock_free
+      super().__init__(*args, **kwargs)
+      self.ended = 0
+
+    def end_epoch(self, dual_objective, relative_gap=None):
+      self.ended += 1
+      if self.ended == epoch:
+        relative_gap *= factor
+      super().end_epoch(dual_objective, relative_gap)
+
+  return Misread
+
+
+def test_one_noisy_epoch_cannot_raise_the_beta_of_lock_free_threads(
+    monkeypatch):
+  # What lock-free threads under load do to the reading, made repeatable:
+  # one thread, one of epochs 2-5 read 2x slow or fast. Measured
+  # (2026-11-27): the one-thread rule, epoch 4 read 2x slow (or epoch 2
+  # fast), chose 0.36-0.47 and ended 12 epochs 1.4-7.0x above plain; the
+  # rule of threads chose 0.05-0.27 and ended 0.25-0.63x (a reading that
+  # lowers beta costs some of the gain, never more than plain).
+  labels, data = _criteo_rows(50_000, 1 << 16)
+  plain = {}
+  for seed in (0, 1, 2):
+    model = InMemorySdca(momentum=0.0, seed=seed, loss="logistic", l2=6.0)
+    plain[seed] = model.fit(labels, epochs=12, verbose=0,
+                            **data)["duality_gap"][-1]
+  worst_one_thread_rule = 0.0
+  for seed, epoch, factor in ((0, 4, 2.0), (1, 2, 0.5), (2, 5, 2.0),
+                              (0, 3, 2.0), (1, 4, 2.0), (2, 4, 2.0),
+                              (2, 4, 0.5)):
+    ratios = {}
+    for lock_free in (False, True):
+      monkeypatch.setattr(engine, "Extrapolation",
+                          _misread(lock_free, epoch, factor))
+      model = InMemorySdca(momentum="auto", seed=seed, loss="logistic",
+                           l2=6.0)
+      gap = model.fit(labels, epochs=12, verbose=0, **data)["duality_gap"][-1]
+      ratios[lock_free] = (gap / plain[seed], model.momentum_used)
+    assert ratios[True][0] <= 1.5, (seed, epoch, factor, ratios)
+    assert ratios[True][1] <= 0.3, (seed, epoch, factor, ratios)
+    worst_one_thread_rule = max(worst_one_thread_rule, ratios[False][0])
+  # (Why threads need their own rule: the one-thread rule lost here.)
+  assert worst_one_thread_rule > 1.5
 
 
 @pytest.mark.slow
 def test_auto_momentum_never_ends_far_above_plain_on_200k_criteo_rows():
   # The case the step rule lost: 200k rows, l2 = 10, plain ~5x an epoch;
   # beta = 0.5 ended 12 epochs 70-330x above plain. Measured with the ramp
-  # (2026-11-27, 1 and 2 threads, seeds 0-2): beta 0.02-0.11, 0.36-1.15x.
+  # (2026-11-27, 1 and 2 threads, seeds 0-2): beta 0.02-0.11, 0.36-1.15x;
+  # with the rule of threads (seeds 0-4, under load ~6) 2 threads chose
+  # 0.02-0.05 and ended 0.61-0.77x. Every run is held to 1.5x.
   labels, data = _criteo_rows(200_000, 1 << 18)
-  runs = _auto_against_plain(labels, data, seeds=(0, 1, 2),
+  runs = _auto_against_plain(labels, data, seeds=(0, 1, 2, 3, 4),
                              threads=(1, 2, 4, 8), loss="logistic", l2=10.0)
-  ratios = np.array([r for r, _ in runs]).reshape(3, 4)
-  assert ratios[:, 0].max() <= 1.5, runs  # one thread: every seed
-  assert np.all(np.median(ratios, axis=0) <= 1.5), runs
+  ratios = np.array([r for r, _ in runs])
+  assert ratios.max() <= 1.5, runs
 
 
 @pytest.mark.parametrize("loss,l2,epochs,most", [

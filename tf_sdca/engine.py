@@ -1198,7 +1198,21 @@ def objective_and_gap(parts, loss, l1, l2):
 # 4th (breast_cancer, l2 = 1: 0.45 an epoch, then 0.6-0.75), so it fell
 # back on every slowly contracting problem, where beta = 0.5 halves the
 # epochs.
+#
+# With lock-free threads (num_threads > 1) timing changes every epoch's
+# progress a little and, under load, one epoch's a lot (measured up to 1.8x
+# its gap): on 50k Criteo-shaped rows at l2 = 6 (plain ~0.22 an epoch) one
+# 2-thread run read slow epochs among 2-4 as rho ~0.31, beta 0.41, and
+# ended 12 epochs 5.7x above plain. So with threads epoch 5 is plain too,
+# rho is the smaller of sqrt(gap_4 / gap_2) and sqrt(gap_5 / gap_3) (one
+# slow or fast epoch raises at most one of them, so never the smaller),
+# and beta is at most rho (heavy ball with
+# beta <= the plain contraction q does not slow the directions that
+# contract at q: sqrt(q beta) <= q). Measured (g3doc/trainer.md): readings
+# of epochs 2-5 with any one of them 2x off ended within 0.2-0.6x of plain
+# where the one-thread rule ended up to 7x above it.
 AUTO_MOMENTUM_EPOCHS = 4
+AUTO_MOMENTUM_EPOCHS_LOCK_FREE = 5
 AUTO_MOMENTUM_FLOOR = 0.15
 AUTO_MOMENTUM_FULL = 0.35
 AUTO_MOMENTUM_BETA = 0.5
@@ -1222,7 +1236,9 @@ class Extrapolation:
   With beta 'auto' the first AUTO_MOMENTUM_EPOCHS epochs are plain, and
   their relative gaps choose beta (`choose_auto_momentum`: from 0 where
   they contract fast, the plain epochs then going on unchanged, to
-  AUTO_MOMENTUM_BETA where they contract slowly).
+  AUTO_MOMENTUM_BETA where they contract slowly); with `lock_free`, the
+  first AUTO_MOMENTUM_EPOCHS_LOCK_FREE, read so that one noisy epoch
+  cannot raise beta.
 
   Args:
     beta: the extrapolation, in (0, 1), or 'auto'.
@@ -1231,10 +1247,16 @@ class Extrapolation:
     get_point: returns the current (duals, weight table) as numpy arrays
       that the next epoch does not modify in place.
     set_point: sets (duals, weight table) where the next epoch starts.
+    lock_free: whether the epochs run on more than one lock-free thread
+      (their gaps carry timing noise; 'auto' reads them robustly).
   """
 
-  def __init__(self, beta, loss, labels, get_point, set_point):
+  def __init__(self, beta, loss, labels, get_point, set_point,
+               lock_free=False):
     self._auto = beta == "auto"
+    self._lock_free = lock_free
+    self._plain = (AUTO_MOMENTUM_EPOCHS_LOCK_FREE if self._lock_free else
+                   AUTO_MOMENTUM_EPOCHS)
     self._beta = 0.0 if self._auto else float(beta)
     self._gaps = []  # 'auto': the relative gaps of the epochs so far
     self._loss = loss
@@ -1282,7 +1304,7 @@ class Extrapolation:
   def reads_gaps(self):
     """Whether the next epochs need `end_epoch`'s values: False only once
     'auto' chose 0 (nothing extrapolates after that)."""
-    return not (self._auto and len(self._gaps) >= AUTO_MOMENTUM_EPOCHS and
+    return not (self._auto and len(self._gaps) >= self._plain and
                 self._beta == 0.0)
 
   @property
@@ -1295,10 +1317,10 @@ class Extrapolation:
     'auto', the epoch's relative duality gap)."""
     self._restart = dual_objective < self._last_dual
     self._last_dual = dual_objective
-    if self._auto and len(self._gaps) < AUTO_MOMENTUM_EPOCHS:
+    if self._auto and len(self._gaps) < self._plain:
       self._gaps.append(float(relative_gap))
-      if len(self._gaps) == AUTO_MOMENTUM_EPOCHS:
-        self._beta = choose_auto_momentum(self._gaps)
+      if len(self._gaps) == self._plain:
+        self._beta = choose_auto_momentum(self._gaps, self._lock_free)
 
   def state(self):
     """What the next epoch needs, as a dict of numpy values (None before
@@ -1335,27 +1357,44 @@ class Extrapolation:
       # choice starts over from the next epochs.
       self._gaps = [float(g) for g in np.asarray(
           state.get("auto_gaps", ()), np.float64).reshape(-1)]
-      if len(self._gaps) == AUTO_MOMENTUM_EPOCHS:  # (end_epoch stops there)
-        self._beta = choose_auto_momentum(self._gaps)
+      if len(self._gaps) >= self._plain:  # (end_epoch stops there)
+        self._beta = choose_auto_momentum(self._gaps[:self._plain],
+                                          self._lock_free)
 
 
-def auto_contraction(gaps):
+def auto_contraction(gaps, lock_free=False):
   """The plain epochs' contraction that momentum='auto' reads: the relative
   gap's ratio from one epoch to the next over the last two of the first
-  AUTO_MOMENTUM_EPOCHS epochs (geometric mean), or 0 once converged."""
-  first, last = gaps[AUTO_MOMENTUM_EPOCHS - 3], gaps[AUTO_MOMENTUM_EPOCHS - 1]
-  if not first > 0.0:
-    return 0.0
-  return math.sqrt(max(last, 0.0) / first)
+  AUTO_MOMENTUM_EPOCHS epochs (geometric mean), or 0 once converged. With
+  `lock_free` (AUTO_MOMENTUM_EPOCHS_LOCK_FREE gaps) the smaller of that and
+  the same over the epoch after: one epoch that timing made slow (or fast)
+  enters one of the two, as a numerator or a denominator, and never the
+  smaller one upwards."""
+  spans = [(AUTO_MOMENTUM_EPOCHS - 3, AUTO_MOMENTUM_EPOCHS - 1)]
+  if lock_free:
+    spans.append((AUTO_MOMENTUM_EPOCHS - 2, AUTO_MOMENTUM_EPOCHS))
+  rho = math.inf
+  for first, last in spans:
+    if not gaps[first] > 0.0:
+      return 0.0
+    rho = min(rho, math.sqrt(max(gaps[last], 0.0) / gaps[first]))
+  return rho
 
 
-def choose_auto_momentum(gaps):
+def choose_auto_momentum(gaps, lock_free=False):
   """momentum='auto''s beta from the relative gaps of the first
   AUTO_MOMENTUM_EPOCHS plain epochs (`auto_contraction`: rho): 0 at rho <=
   AUTO_MOMENTUM_FLOOR (fast plain epochs, which a fixed beta would slow:
   it caps the rate near beta an epoch), AUTO_MOMENTUM_BETA at rho >=
   AUTO_MOMENTUM_FULL (slow ones), linear between, so that a contraction
-  that noise moves a little moves beta a little."""
-  share = ((auto_contraction(gaps) - AUTO_MOMENTUM_FLOOR) /
+  that noise moves a little moves beta a little. With `lock_free`, also at
+  most rho itself (a beta above the plain contraction q slows the
+  directions contracting at q to sqrt(q beta): a rho read too high must
+  not buy that)."""
+  rho = auto_contraction(gaps, lock_free)
+  share = ((rho - AUTO_MOMENTUM_FLOOR) /
            (AUTO_MOMENTUM_FULL - AUTO_MOMENTUM_FLOOR))
-  return AUTO_MOMENTUM_BETA * min(max(share, 0.0), 1.0)
+  beta = AUTO_MOMENTUM_BETA * min(max(share, 0.0), 1.0)
+  if lock_free:
+    beta = min(beta, rho)
+  return beta

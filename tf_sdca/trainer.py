@@ -167,8 +167,11 @@ class InMemorySdca:
       (geometric mean), rho, chooses beta: 0 at rho <= 0.15 (fast epochs,
       which a fixed beta would slow: it caps the rate near beta an epoch;
       the plain epochs go on unchanged), 0.5 at rho >= 0.35 (slow ones,
-      which extrapolation speeds up), linear between; the beta chosen is
-      `momentum_used` after `fit` (g3doc/trainer.md). With visit_order
+      which extrapolation speeds up), linear between; with num_threads > 1
+      the first 5 epochs plain, rho the smaller of that mean and the one an
+      epoch later, and beta at most rho (timing noise of lock-free threads
+      must not raise it); the beta chosen is `momentum_used` after `fit`
+      (g3doc/trainer.md). With visit_order
       'cyclic' 'auto' is 0 (extrapolation slowed it). The
       default is 'auto' because on every problem measured it took at most
       three epochs more than the better of plain and 0.5 and never more
@@ -385,9 +388,9 @@ class InMemorySdca:
         the evaluated epochs (the model a stopped fit returns is certified
         by its gap). Every epoch is still evaluated where something reads
         it: `verbose`, a `callback`, averaging, momentum while it
-        extrapolates ('auto' reads the first 4 epochs, and every one when
-        it chose a beta > 0). The weights and duals are the same whatever
-        `gap_every` is.
+        extrapolates ('auto' reads the first 4 epochs, 5 with threads,
+        and every one when it chose a beta > 0). The weights and duals are
+        the same whatever `gap_every` is.
 
     Returns:
       A dict of per-epoch lists: `loss` (regularised objective / total weight),
@@ -501,7 +504,8 @@ class InMemorySdca:
       state = self._state
       extrapolate = engine.Extrapolation(
           momentum, self.loss, problem.labels,
-          lambda: (state.duals, state.weight_table()), state.set_point)
+          lambda: (state.duals, state.weight_table()), state.set_point,
+          lock_free=problem.num_threads > 1)
       if initial_epoch > 0 and self.momentum_state is not None:
         # Resuming: the extrapolation goes on as an uninterrupted fit's.
         extrapolate.restore(self.momentum_state, self.duals.shape,

@@ -495,7 +495,8 @@ class _EngineEpochs:
     if momentum:
       self._extrapolation = engine.Extrapolation(
           momentum, m.loss_type, p.labels,
-          lambda: (state.duals, state.weight_table()), state.set_point)
+          lambda: (state.duals, state.weight_table()), state.set_point,
+          lock_free=p.problem.num_threads > 1)
       saved = training.momentum_state
       if saved is not None and np.array_equal(saved[0], p.keys):
         # A fit that continues the model on the same rows goes on as an
