@@ -458,3 +458,59 @@ def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):
   assert len(saved["keys"]) > 0
   np.testing.assert_array_equal(got["keys"], saved["keys"])
   np.testing.assert_array_equal(got["dense"][0], saved["dense"][0])
+
+
+def _entries_by_row(side):
+  """[(key, weight, label, entries (id, value) in order, dense row)] of a
+  side, in row order."""
+  rows, ids, values = (None if x is None else np.asarray(x)
+                       for x in side["sparse"][0])
+  values = np.ones(len(ids)) if values is None or not values.size else values
+  dense = np.asarray(side["dense"][0])
+  return [(key, float(side["example_weights"][i]),
+           float(side["example_labels"][i]),
+           list(zip(ids[rows == i], values[rows == i])), tuple(dense[i]))
+          for i, key in enumerate(np.asarray(side["keys"]))]
+
+
+@pytest.mark.parametrize("with_values", [True, False])
+@pytest.mark.parametrize("rows_sorted", [True, False])
+def test_held_rows_in_the_resource_deal_as_the_op_on_variables(rows_sorted,
+                                                               with_values):
+  # SdcaModel keeps its held rows in TfSdca>HeldRowsTable: each call must
+  # visit the rows TfSdca>HoldRows visits when given the held rows back
+  # (the same rows in the same order, each row's entries in input order)
+  # and hold the same. Keys repeat across batches (a held row back in a
+  # batch is dropped); entries come in row order or shuffled.
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(11)
+  held = _side([], [], [], [] if with_values else [], [])
+  held["sparse"] = [(r, i, np.zeros(0, np.float32))
+                    for r, i, _ in held["sparse"]]
+  table = sdca_ops.held_rows_table(
+      1, [2], f"test_held_rows_resource_{rows_sorted}_{with_values}")
+  for call in range(12):
+    keys = rng.choice(60, size=rng.integers(1, 25), replace=False)
+    batch = _random_side(rng, keys, rows_sorted, with_values)
+    fraction = [0.0, 0.3, 0.5, 0.8][call % 4]
+    visit, later = sdca_ops.hold_rows(batch, held, call, fraction, seed=5)
+    got = sdca_ops.held_rows_take(table, batch, call, fraction, seed=5)
+    assert _entries_by_row(got) == _entries_by_row(visit)
+    assert (got["sparse"][0][2] is None) == (not with_values)
+    kept = sdca_ops.held_rows_export(table, 1, [2])
+    assert _entries_by_row(kept) == _entries_by_row(later)
+    held = dict(later, sparse=[(r, i, tf.zeros([0]) if v is None else v)
+                               for r, i, v in later["sparse"]])
+  # A restore (the rows' entries in another row order, each row's in
+  # order) gives the same next call.
+  rows = np.asarray(held["sparse"][0][0])
+  shuffled = np.argsort(rng.permutation(len(held["keys"]))[rows],
+                        kind="stable")
+  sdca_ops.held_rows_import(table, dict(held, sparse=[
+      (np.asarray(r)[shuffled], np.asarray(i)[shuffled],
+       np.asarray(v)[shuffled] if with_values else v)
+      for r, i, v in held["sparse"]]))
+  batch = _random_side(rng, np.arange(40, 70), rows_sorted, with_values)
+  visit, _ = sdca_ops.hold_rows(batch, held, 99, 0.5, seed=5)
+  got = sdca_ops.held_rows_take(table, batch, 99, 0.5, seed=5)
+  assert _entries_by_row(got) == _entries_by_row(visit)

@@ -8,6 +8,7 @@
 #include "tensorflow/core/framework/shape_inference.h"
 
 #include <string>
+#include <vector>
 
 namespace tf_sdca {
 
@@ -685,6 +686,144 @@ out_held_keys: the rows held for the next call, and the other out_held_
   outputs.
 seed: the draw's seed.
 values: per sparse group, whether its entries have values.
+)doc");
+
+// The held rows' fields, in the order of TfSdca>HoldRows' sides: keys,
+// weights, labels, per sparse group the example indices, then the feature
+// ids, then the values, per dense group its [n, d] rows.
+static ::tensorflow::Status HeldFieldShapes(InferenceContext* c, int first) {
+  int64_t num_sparse;
+  std::vector<int64_t> widths;
+  TF_RETURN_IF_ERROR(c->GetAttr("num_sparse", &num_sparse));
+  TF_RETURN_IF_ERROR(c->GetAttr("dense_widths", &widths));
+  for (int f = 0; f < 3 + 3 * num_sparse; ++f) {
+    c->set_output(first + f, c->Vector(c->UnknownDim()));
+  }
+  for (size_t g = 0; g < widths.size(); ++g) {
+    c->set_output(first + 3 + 3 * num_sparse + g,
+                  c->Matrix(c->UnknownDim(), widths[g]));
+  }
+  return absl::OkStatus();
+}
+
+REGISTER_OP("TfSdca>HeldRowsTable")
+    .Output("held: resource")
+    .Attr("num_sparse: int >= 0")
+    .Attr("dense_widths: list(int) >= 0")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+SdcaModel's held rows (carry_over) between minimize calls, kept in C++: a call
+(TfSdca>HeldRowsTake) writes only the rows it visits and those of its batch
+it holds. Named as TfSdca>ExampleStateTable's tables are; created empty.
+
+held: handle of the held rows.
+num_sparse: sparse feature groups.
+dense_widths: the width of each dense feature group.
+)doc");
+
+REGISTER_OP("TfSdca>HeldRowsTake")
+    .Input("held: resource")
+    .Input("keys: int64")
+    .Input("example_weights: float")
+    .Input("example_labels: float")
+    .Input("sparse_example_indices: num_sparse * int64")
+    .Input("sparse_feature_indices: num_sparse * int64")
+    .Input("sparse_feature_values: num_sparse * float")
+    .Input("dense_features: num_dense * float")
+    .Input("call_index: int64")
+    .Input("fraction: float")
+    .Output("visit_keys: int64")
+    .Output("visit_example_weights: float")
+    .Output("visit_example_labels: float")
+    .Output("visit_sparse_example_indices: num_sparse * int64")
+    .Output("visit_sparse_feature_indices: num_sparse * int64")
+    .Output("visit_sparse_feature_values: num_sparse * float")
+    .Output("visit_dense_features: num_dense * float")
+    .Attr("num_sparse: int >= 0")
+    .Attr("num_dense: int >= 0")
+    .Attr("seed: int = 0")
+    .Attr("values: list(bool)")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t num_sparse, num_dense;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_sparse", &num_sparse));
+      TF_RETURN_IF_ERROR(c->GetAttr("num_dense", &num_dense));
+      ShapeHandle handle;
+      TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "held", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, 1, 1, "keys", &handle));
+      const int last = 4 + 3 * num_sparse + num_dense;
+      TF_RETURN_IF_ERROR(RankNamed(c, last, 0, "call_index", &handle));
+      TF_RETURN_IF_ERROR(RankNamed(c, last + 1, 0, "fraction", &handle));
+      for (int f = 0; f < 3 + 3 * num_sparse; ++f) {
+        c->set_output(f, c->Vector(c->UnknownDim()));
+      }
+      for (int g = 0; g < num_dense; ++g) {
+        ShapeHandle dense;
+        TF_RETURN_IF_ERROR(RankNamed(c, 4 + 3 * num_sparse + g, 2,
+                                     "dense_features", &dense));
+        c->set_output(3 + 3 * num_sparse + g,
+                      c->Matrix(c->UnknownDim(), c->Dim(dense, 1)));
+      }
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+TfSdca>HoldRows with the held rows in a TfSdca>HeldRowsTable: merges them into
+the batch, deals the merged rows as TfSdca>HoldRows does (the same draw, the
+same rows visited in the same order) and keeps the rows held for the next
+call. Each visited row's sparse entries keep their order; the entries come
+grouped by row. A bad batch fails before the held rows change.
+
+held: the held rows (TfSdca>HeldRowsTable).
+keys, example_weights, example_labels, sparse_example_indices,
+  sparse_feature_indices, sparse_feature_values, dense_features: the batch,
+  as TfSdca>HoldRows takes it.
+call_index: int64 scalar mixed into the draw.
+fraction: float32 scalar in [0, 1): the share of the merged rows held.
+visit_keys, visit_example_weights, visit_example_labels,
+  visit_sparse_example_indices, visit_sparse_feature_indices,
+  visit_sparse_feature_values, visit_dense_features: the rows to visit now.
+seed: the draw's seed.
+values: per sparse group, whether its entries have values.
+)doc");
+
+REGISTER_OP("TfSdca>HeldRowsExport")
+    .Input("held: resource")
+    .Output("keys: int64")
+    .Output("example_weights: float")
+    .Output("example_labels: float")
+    .Output("sparse_example_indices: num_sparse * int64")
+    .Output("sparse_feature_indices: num_sparse * int64")
+    .Output("sparse_feature_values: num_sparse * float")
+    .Output("dense_features: num_dense * float")
+    .Attr("num_sparse: int >= 0")
+    .Attr("num_dense: int >= 0")
+    .Attr("dense_widths: list(int) >= 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return HeldFieldShapes(c, 0); })
+    .Doc(R"doc(
+The held rows in order, as TfSdca>HoldRows' held side (each row's sparse
+entries in order; values [0] for a group without values).
+)doc");
+
+REGISTER_OP("TfSdca>HeldRowsImport")
+    .Input("held: resource")
+    .Input("held_keys: int64")
+    .Input("held_example_weights: float")
+    .Input("held_example_labels: float")
+    .Input("held_sparse_example_indices: num_sparse * int64")
+    .Input("held_sparse_feature_indices: num_sparse * int64")
+    .Input("held_sparse_feature_values: num_sparse * float")
+    .Input("held_dense_features: num_dense * float")
+    .Attr("num_sparse: int >= 0")
+    .Attr("num_dense: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return absl::OkStatus(); })
+    .Doc(R"doc(
+Replaces the held rows by the given ones (a restore): fields as
+TfSdca>HeldRowsExport's outputs (example indices in [0, n), in any order).
 )doc");
 
 REGISTER_OP("TfSdca>ExampleStateTable")

@@ -409,6 +409,89 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
     return parts[0], parts[1]
 
 
+def held_rows_table(num_sparse, dense_widths, shared_name="", name=None):
+  """A handle of `SdcaModel`'s held rows (`carry_over`) for batches of
+  `num_sparse` sparse groups and dense groups of `dense_widths` columns,
+  created empty the first time; named as `example_state_table`'s."""
+  return load_ops().tf_sdca_held_rows_table(
+      num_sparse=num_sparse, dense_widths=list(dense_widths),
+      shared_name=shared_name, name=name)
+
+
+def _held_parts(outs, values):
+  keys, weights, labels, rows, ids, vals, dense = outs
+  return dict(keys=keys, example_weights=weights, example_labels=labels,
+              sparse=[(r, i, v if has else None) for r, i, v, has
+                      in zip(rows, ids, vals, values)],
+              dense=list(dense))
+
+
+def held_rows_take(held, batch, call_index, fraction, seed=0, name=None):
+  """`hold_rows` with the held rows in `held` (`held_rows_table`), which it
+  updates: returns the rows to visit now (a dict as `hold_rows`' first),
+  the same rows in the same order as `hold_rows` on the held rows as
+  `held_rows_export` gives them; each row's sparse entries keep their
+  order, grouped by row."""
+  if not tf.is_tensor(fraction) and not 0.0 <= fraction < 1.0:
+    raise ValueError(f"fraction must be in [0, 1), got {fraction!r}")
+  values = [col[2] is not None for col in batch["sparse"]]
+  with tf.name_scope(name or "held_rows_take"):
+    outs = load_ops().tf_sdca_held_rows_take(
+        held, keys=_tensor(batch["keys"], tf.int64, "keys"),
+        example_weights=_tensor(batch["example_weights"], tf.float32,
+                                "example_weights"),
+        example_labels=_tensor(batch["example_labels"], tf.float32,
+                               "example_labels"),
+        sparse_example_indices=[_tensor(c[0], tf.int64,
+                                        "sparse_example_indices")
+                                for c in batch["sparse"]],
+        sparse_feature_indices=[_tensor(c[1], tf.int64,
+                                        "sparse_feature_indices")
+                                for c in batch["sparse"]],
+        sparse_feature_values=[
+            tf.zeros([0], tf.float32) if c[2] is None else
+            _tensor(c[2], tf.float32, "sparse_feature_values")
+            for c in batch["sparse"]],
+        dense_features=[_tensor(x, tf.float32, "dense_features")
+                        for x in batch["dense"]],
+        call_index=_tensor(call_index, tf.int64, "call_index"),
+        fraction=tf.cast(fraction, tf.float32), seed=int(seed),
+        values=values)
+    return _held_parts(outs, values)
+
+
+def held_rows_export(held, num_sparse, dense_widths):
+  """The held rows of `held` as `hold_rows`' held side (values `[0]` in a
+  group without them)."""
+  outs = load_ops().tf_sdca_held_rows_export(
+      held, num_sparse=num_sparse, num_dense=len(dense_widths),
+      dense_widths=list(dense_widths))
+  return _held_parts(outs, [True] * num_sparse)
+
+
+def held_rows_import(held, rows):
+  """Replaces the held rows of `held` by `rows` (a dict as
+  `held_rows_export` returns)."""
+  return load_ops().tf_sdca_held_rows_import(
+      held, held_keys=_tensor(rows["keys"], tf.int64, "keys"),
+      held_example_weights=_tensor(rows["example_weights"], tf.float32,
+                                   "example_weights"),
+      held_example_labels=_tensor(rows["example_labels"], tf.float32,
+                                  "example_labels"),
+      held_sparse_example_indices=[_tensor(c[0], tf.int64,
+                                           "sparse_example_indices")
+                                   for c in rows["sparse"]],
+      held_sparse_feature_indices=[_tensor(c[1], tf.int64,
+                                           "sparse_feature_indices")
+                                   for c in rows["sparse"]],
+      held_sparse_feature_values=[
+          tf.zeros([0], tf.float32) if c[2] is None else
+          _tensor(c[2], tf.float32, "sparse_feature_values")
+          for c in rows["sparse"]],
+      held_dense_features=[_tensor(x, tf.float32, "dense_features")
+                           for x in rows["dense"]])
+
+
 def example_state_table(width, shared_name="", name=None):
   """A handle of `SdcaModel`'s per-example state table (float32 rows of
   `width` by int64 key), created empty the first time; named by
