@@ -514,3 +514,57 @@ def test_held_rows_in_the_resource_deal_as_the_op_on_variables(rows_sorted,
   visit, _ = sdca_ops.hold_rows(batch, held, 99, 0.5, seed=5)
   got = sdca_ops.held_rows_take(table, batch, 99, 0.5, seed=5)
   assert _entries_by_row(got) == _entries_by_row(visit)
+
+
+def test_checkpoints_of_held_rows_in_variables_restore_and_the_other_way(
+    tmp_path):
+  # Before TfSdca>HeldRowsTable the held rows were variables of `_held`;
+  # checkpoints keep them under the same keys, so a checkpoint written
+  # either way restores into the other.
+  x, ids, y, s = _data("logistic_loss", seed=7)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  model, _ = _model(batches[0], "logistic_loss", carry_over=0.5)
+  for ex in batches[:5]:
+    model.minimize(examples=ex)
+  held = model.get_state()["held"]
+  assert len(held["keys"]) > 0
+
+  def variables(rows):
+    """A module holding `rows` in variables, as `_held` did."""
+    out = tf.Module()
+    out.keys = tf.Variable(rows["keys"], shape=[None])
+    out.weights = tf.Variable(rows["example_weights"], shape=[None])
+    out.labels = tf.Variable(rows["example_labels"], shape=[None])
+    out.sparse = [tuple(tf.Variable(v, shape=[None]) for v in group)
+                  for group in rows["sparse"]]
+    out.dense = [tf.Variable(v, shape=[None, v.shape[1]])
+                 for v in rows["dense"]]
+    return out
+
+  class Old(tf.Module):
+
+    def __init__(self, rows):
+      super().__init__()
+      self._held = variables(rows)
+
+  tf.train.Checkpoint(model=Old(held)).write(str(tmp_path / "old"))
+  fresh, _ = _model(batches[0], "logistic_loss", carry_over=0.5)
+  tf.train.Checkpoint(model=fresh).read(str(tmp_path / "old"))
+  got = fresh.get_state()["held"]
+  for name in ("keys", "example_weights", "example_labels"):
+    np.testing.assert_array_equal(got[name], held[name])
+  for mine, theirs in zip(got["sparse"][0] + tuple(got["dense"]),
+                          held["sparse"][0] + tuple(held["dense"])):
+    np.testing.assert_array_equal(mine, theirs)
+  # And back: today's checkpoint into the variables.
+  tf.train.Checkpoint(model=model).write(str(tmp_path / "new"))
+  empty = {k: np.zeros_like(v[:0]) for k, v in held.items()
+           if k not in ("sparse", "dense")}
+  old = Old(dict(empty, sparse=[tuple(v[:0] for v in held["sparse"][0])],
+                 dense=[held["dense"][0][:0]]))
+  tf.train.Checkpoint(model=old).read(str(tmp_path / "new"))
+  np.testing.assert_array_equal(old._held.keys.numpy(), held["keys"])
+  np.testing.assert_array_equal(old._held.sparse[0][1].numpy(),
+                                held["sparse"][0][1])
+  np.testing.assert_array_equal(old._held.dense[0].numpy(),
+                                held["dense"][0])
