@@ -389,60 +389,10 @@ def _auto_carry_over(examples_stored, batch_rows):
                              _AUTO_CARRY_MAX))
 
 
-class _HeldRowsTable(tf.saved_model.experimental.TrackableResource):
-  """The held rows' resource (TfSdca>HeldRowsTable): they stay in C++
-  between calls, where a call writes only the rows it visits and its
-  batch's rows it holds (in variables, `TfSdca>HoldRows` read every held
-  row in and wrote it out again each call: with 'auto''s ~167k held rows
-  of 50k-row Criteo-shaped batches, 4.3M sparse entries a call). Saved by
-  `_HeldRows`' fields, not itself."""
-
-  def __init__(self, num_sparse, dense_widths):
-    super().__init__()
-    self.num_sparse = num_sparse
-    self.dense_widths = list(dense_widths)
-    self._shared_name = (f"held_rows_{next(_TABLE_NAMES)}"
-                         if tf.executing_eagerly() else "")
-    self._resource_handle = self._create_resource()
-
-  def _create_resource(self):
-    return sdca_ops.held_rows_table(self.num_sparse, self.dense_widths,
-                                    self._shared_name, name="held_rows")
-
-  def _destroy_resource(self):
-    if tf.executing_eagerly() and self._shared_name:
-      tf.raw_ops.DestroyResourceOp(resource=self.resource_handle,
-                                   ignore_lookup_error=True)
-
-
-class _HeldField(tf.__internal__.tracking.Trackable):
-  """One field of the held rows (keys, weights, ...) as checkpoints keep
-  it: under the name and key of the variable that held it before the rows
-  moved into `_HeldRowsTable` (`<path>/.ATTRIBUTES/VARIABLE_VALUE`), so
-  that checkpoints of either version restore in the other."""
-
-  def __init__(self, held, position):
-    self._held = held
-    self._position = position
-
-  def numpy(self):
-    return self.read_value().numpy()
-
-  def read_value(self):
-    return self._held.fields()[self._position]
-
-  def _serialize_to_tensors(self):
-    return {"VARIABLE_VALUE": self.read_value()}
-
-  def _restore_from_tensors(self, restored_tensors):
-    return self._held.restore_field(self._position,
-                                    restored_tensors["VARIABLE_VALUE"])
-
-
 class _HeldRows(tf.Module):
   """The rows a `minimize` call holds back for the next (option
-  `carry_over`): their keys, example weights, labels and features, in a
-  C++ resource (`_HeldRowsTable`) that checkpoints keep.
+  `carry_over`): their keys, example weights, labels and features, in
+  variables that checkpoints keep.
 
   A stream of the same consecutive batches every epoch is a block-cyclic
   order, and SDCA needs 2-2.5x the passes of one batch on it (each call
@@ -452,82 +402,55 @@ class _HeldRows(tf.Module):
   neighbouring calls from one epoch to the next: with half held back, six
   fixed batches need 0.9-1.23x the passes of one batch on scikit-learn's
   sets; more batches need a larger share ('auto'). One op per call,
-  `TfSdca>HeldRowsTake`.
+  `TfSdca>HoldRows`.
   """
 
   def __init__(self, num_sparse, dense_widths):
     super().__init__(name="held_rows")
+
+    def empty(dtype, name, width=None):
+      shape = [None] if width is None else [None, width]
+      return tf.Variable(tf.zeros([0] + shape[1:], dtype), shape=shape,
+                         trainable=False, name=name)
+
     with tf.init_scope():
-      self._table = self._no_dependency(
-          _HeldRowsTable(num_sparse, dense_widths))
-    self._num_sparse = num_sparse
-    self._dense_widths = list(dense_widths)
-    self._restored = self._no_dependency({})
-    # The checkpointed fields, where the variables of earlier versions
-    # were (`keys`, `weights`, `labels`, per sparse group a triple, per
-    # dense group one).
-    field = iter(range(3 + 3 * num_sparse + len(dense_widths)))
-    self.keys = _HeldField(self, next(field))
-    self.weights = _HeldField(self, next(field))
-    self.labels = _HeldField(self, next(field))
-    columns = [[_HeldField(self, next(field)) for _ in range(num_sparse)]
-               for _ in range(3)]
-    self.sparse = [tuple(group) for group in zip(*columns)]
-    self.dense = [_HeldField(self, next(field)) for _ in dense_widths]
+      self.keys = empty(tf.int64, "keys")
+      self.weights = empty(tf.float32, "example_weights")
+      self.labels = empty(tf.float32, "example_labels")
+      self.sparse = [(empty(tf.int64, f"sparse_{g}_example_indices"),
+                      empty(tf.int64, f"sparse_{g}_feature_indices"),
+                      empty(tf.float32, f"sparse_{g}_feature_values"))
+                     for g in range(num_sparse)]
+      self.dense = [empty(tf.float32, f"dense_{g}", width)
+                    for g, width in enumerate(dense_widths)]
 
-  def _export(self):
-    return sdca_ops.held_rows_export(self._table.resource_handle,
-                                     self._num_sparse, self._dense_widths)
-
-  def fields(self):
-    """The held rows' tensors in the op's field order."""
-    held = self._export()
-    return ([held["keys"], held["example_weights"], held["example_labels"]]
-            + [col[k] for k in range(3) for col in held["sparse"]]
-            + held["dense"])
-
-  def restore_field(self, position, value):
-    """Restores one field; the rows are replaced once all have come."""
-    self._restored[position] = value
-    if len(self._restored) < 3 + 3 * self._num_sparse + len(
-        self._dense_widths):
-      return None
-    fields = [self._restored.pop(i) for i in sorted(self._restored)]
-    return self._import(fields)
-
-  def _import(self, fields):
-    s = self._num_sparse
-    return sdca_ops.held_rows_import(self._table.resource_handle, dict(
-        keys=fields[0], example_weights=fields[1], example_labels=fields[2],
-        sparse=list(zip(fields[3:3 + s], fields[3 + s:3 + 2 * s],
-                        fields[3 + 2 * s:3 + 3 * s])),
-        dense=[tf.reshape(x, [-1, width]) for x, width in
-               zip(fields[3 + 3 * s:], self._dense_widths)]))
+  def _fields(self):
+    return [("keys", self.keys), ("example_weights", self.weights),
+            ("example_labels", self.labels)]
 
   def numpy(self):
     """The held rows as numpy arrays (`SdcaModel.get_state()['held']`)."""
-    held = self._export()
-    out = {name: held[name].numpy()
-           for name in ("keys", "example_weights", "example_labels")}
-    out["sparse"] = [tuple(v.numpy() for v in group)
-                     for group in held["sparse"]]
-    out["dense"] = [v.numpy() for v in held["dense"]]
+    out = {name: var.numpy() for name, var in self._fields()}
+    out["sparse"] = [tuple(v.numpy() for v in group) for group in self.sparse]
+    out["dense"] = [v.numpy() for v in self.dense]
     return out
 
   def assign(self, held):
     """Sets the held rows from `numpy()`'s structure (ValueError when its
     groups are not the model's)."""
-    if (len(held["sparse"]) != self._num_sparse or
-        len(held["dense"]) != len(self._dense_widths)):
+    if (len(held["sparse"]) != len(self.sparse) or
+        len(held["dense"]) != len(self.dense)):
       raise ValueError(
           f"held rows of {len(held['sparse'])} sparse and "
           f"{len(held['dense'])} dense groups; the model has "
-          f"{self._num_sparse} and {len(self._dense_widths)}")
-    fields = ([held["keys"], held["example_weights"], held["example_labels"]]
-              + [np.asarray(group[k]) for k in range(3)
-                 for group in held["sparse"]]
-              + [np.asarray(x, np.float32) for x in held["dense"]])
-    self._import(fields)
+          f"{len(self.sparse)} and {len(self.dense)}")
+    for name, var in self._fields():
+      var.assign(np.asarray(held[name], var.dtype.as_numpy_dtype))
+    for group, values in zip(self.sparse, held["sparse"]):
+      for var, value in zip(group, values):
+        var.assign(np.asarray(value, var.dtype.as_numpy_dtype))
+    for var, value in zip(self.dense, held["dense"]):
+      var.assign(np.asarray(value, np.float32).reshape(-1, var.shape[1]))
 
   def take(self, examples, keys, fraction, seed, call):
     """Merges the held rows into a batch and holds back a fresh share.
@@ -542,9 +465,9 @@ class _HeldRows(tf.Module):
     Returns:
       (the rows to visit now as `examples` with `sparse_features`,
       `dense_features`, `example_weights` and `example_labels`, their keys,
-      the held rows' update: [] as the op has made it). A held row whose
-      key is back in the batch is dropped: the batch's copy is visited or
-      held in its place.
+      the assignments of the rows held for the next call). A held row
+      whose key is back in the batch is dropped: the batch's copy is
+      visited or held in its place.
     """
     batch = dict(
         keys=keys,
@@ -554,20 +477,33 @@ class _HeldRows(tf.Module):
                  None if col.feature_values is None else
                  _floats(col.feature_values))
                 for col in examples["sparse_features"]],
-        dense=[tf.reshape(_floats(x), [-1, width])
-               for x, width in zip(examples["dense_features"],
-                                   self._dense_widths)])
+        dense=[tf.reshape(_floats(x), [-1, var.shape[1]])
+               for x, var in zip(examples["dense_features"], self.dense)])
+    held = dict(keys=self.keys.read_value(),
+                example_weights=self.weights.read_value(),
+                example_labels=self.labels.read_value(),
+                sparse=[tuple(v.read_value() for v in group)
+                        for group in self.sparse],
+                dense=[v.read_value() for v in self.dense])
     # One op: in TensorFlow's own (unique, boolean masks, gathers and
     # concats over every sparse entry) the same took ~100 ms of a 140 ms
     # step on bench_sdca_model's 50k-row batches.
-    visit = sdca_ops.held_rows_take(self._table.resource_handle, batch, call,
-                                    fraction, seed)
+    visit, later = sdca_ops.hold_rows(batch, held, call, fraction, seed)
+    assigns = [self.keys.assign(later["keys"]),
+               self.weights.assign(later["example_weights"]),
+               self.labels.assign(later["example_labels"])]
+    for group, values in zip(self.sparse, later["sparse"]):
+      rows, ids, vals = values
+      assigns += [group[0].assign(rows), group[1].assign(ids),
+                  group[2].assign(tf.zeros([0], tf.float32) if vals is None
+                                  else vals)]
+    assigns += [v.assign(x) for v, x in zip(self.dense, later["dense"])]
     out = dict(sparse_features=[SparseFeatureColumn(*col)
                                 for col in visit["sparse"]],
                dense_features=visit["dense"],
                example_weights=visit["example_weights"],
                example_labels=visit["example_labels"])
-    return out, visit["keys"], []
+    return out, visit["keys"], assigns
 
 
 def _batch_tensors(examples):
@@ -641,12 +577,13 @@ class SdcaModel(tf.Module):
       six, 0.75 for twenty; 'auto' takes that f (at most 0.8) with B = the
       examples in the dual table / the batch's rows, and 0 while B < 2 (one
       batch given again: held rows would only delay a share of it). Each
-      call costs more: it merges the held rows into its batch and keeps
-      those it holds (g3doc/sdca_model.md, 'The loops users write',
-      measures it). 0 is
+      call costs more, as every held row is rewritten per call: 1.2-1.45x
+      with 'auto' (f ~ 0.77) on twenty 50k-row batches of Criteo-shaped
+      rows, over ten epochs (g3doc/sdca_model.md, 'The loops users
+      write'). 0 is
       TensorFlow's semantics, a call trains exactly the batch it is given.
-      The held rows, f / (1 - f) batches of them, live in a C++ resource
-      that checkpoints and `get_state` keep),
+      The held rows, f / (1 - f) batches of them, live in variables that
+      checkpoints and `get_state` keep),
       `second_order` ('auto'; 'on' or 'off': after the op's step, the
       exact block step on the call's rows: the batch's duals set to the
       maximiser of the dual over them by Newton's method on the batch's

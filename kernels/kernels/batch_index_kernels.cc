@@ -1,6 +1,4 @@
-// CPU kernels of TfSdca>ExampleKeys, TfSdca>DistinctIds, TfSdca>HoldRows and
-// the held rows' resource (TfSdca>HeldRowsTable, HeldRowsTake, HeldRowsExport,
-// HeldRowsImport):
+// CPU kernels of TfSdca>ExampleKeys, TfSdca>DistinctIds and TfSdca>HoldRows:
 // what SdcaModel computes from each streamed batch before the solve (the keys
 // of its examples' dual state, the distinct feature ids whose weights the
 // solve reads, the rows it visits now and those it holds back for the next
@@ -14,7 +12,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,10 +19,8 @@
 #include "kernels/core/random.h"
 #include "kernels/kernels/kernel_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/errors.h"
-#include "tensorflow/core/platform/mutex.h"
 
 namespace tf_sdca {
 
@@ -227,111 +222,6 @@ bool RowStarts(const int64_t* rows, int64_t size, int64_t n,
   for (int64_t q = rows[size - 1] + 1; q <= n; ++q) start[q] = size;
   return true;
 }
-
-// One side's inputs (the batch, or the held rows), checked.
-struct Side {
-  int64_t n = 0;
-  const int64_t* keys = nullptr;
-  const float* weights = nullptr;
-  const float* labels = nullptr;
-  std::vector<const int64_t*> sparse_rows, sparse_ids;
-  std::vector<const float*> sparse_values;
-  std::vector<int64_t> sparse_size;
-  std::vector<const Tensor*> dense;
-};
-
-::tensorflow::Status ReadSide(OpKernelContext* context,
-                                     const std::string& prefix,
-                                     const std::vector<bool>& has_values,
-                                     Side* side) {
-  const Tensor* keys;
-  const Tensor* weights;
-  const Tensor* labels;
-  TF_RETURN_IF_ERROR(context->input(prefix + "keys", &keys));
-  TF_RETURN_IF_ERROR(context->input(prefix + "example_weights", &weights));
-  TF_RETURN_IF_ERROR(context->input(prefix + "example_labels", &labels));
-  TF_RETURN_IF_ERROR(CheckRank(*keys, 1, prefix + "keys"));
-  TF_RETURN_IF_ERROR(CheckRank(*weights, 1, prefix + "example_weights"));
-  TF_RETURN_IF_ERROR(CheckRank(*labels, 1, prefix + "example_labels"));
-  const int64_t n = keys->dim_size(0);
-  if (weights->dim_size(0) != n || labels->dim_size(0) != n) {
-    return InvalidArgument(prefix, "keys has ", n, " rows but ", prefix,
-                           "example_weights ", weights->dim_size(0), " and ",
-                           prefix, "example_labels ", labels->dim_size(0));
-  }
-  side->n = n;
-  side->keys = keys->flat<int64_t>().data();
-  side->weights = weights->flat<float>().data();
-  side->labels = labels->flat<float>().data();
-  // The batch's numbers are checked here, as the optimizer checks them,
-  // so that a bad row is reported in the call (and at the row) the user
-  // gave it, not when it comes out of the held rows. (Its label's domain
-  // depends on the loss: the optimizer checks it when the row is
-  // visited.) The held rows passed these checks in their own call.
-  const bool check = prefix.empty();
-  for (int64_t i = 0; check && i < n; ++i) {
-    if (!(std::isfinite(side->weights[i]) && side->weights[i] >= 0)) {
-      return InvalidArgument("example_weights[", i, "] = ", side->weights[i],
-                             " must be finite and >= 0");
-    }
-  }
-  OpInputList rows, ids, values, dense;
-  TF_RETURN_IF_ERROR(
-      context->input_list(prefix + "sparse_example_indices", &rows));
-  TF_RETURN_IF_ERROR(
-      context->input_list(prefix + "sparse_feature_indices", &ids));
-  TF_RETURN_IF_ERROR(
-      context->input_list(prefix + "sparse_feature_values", &values));
-  TF_RETURN_IF_ERROR(context->input_list(prefix + "dense_features", &dense));
-  for (int g = 0; g < rows.size(); ++g) {
-    const std::string tag = "[" + std::to_string(g) + "]";
-    TF_RETURN_IF_ERROR(
-        CheckRank(rows[g], 1, prefix + "sparse_example_indices" + tag));
-    const int64_t size = rows[g].dim_size(0);
-    // Values: one per entry, or none for a group without values (all 1).
-    const int64_t num_values = has_values[g] ? size : 0;
-    if (ids[g].dims() != 1 || ids[g].dim_size(0) != size) {
-      return InvalidArgument(prefix, "sparse_feature_indices", tag,
-                             " must have the ", size, " entries of ",
-                             prefix, "sparse_example_indices", tag,
-                             ", got shape ", ids[g].shape().DebugString());
-    }
-    if (values[g].dims() != 1 || values[g].dim_size(0) != num_values) {
-      return InvalidArgument(
-          prefix, "sparse_feature_values", tag, " has shape ",
-          values[g].shape().DebugString(), "; sparse group ", g,
-          has_values[g] ? " has values: one per entry, " : " has no values: ",
-          num_values, " (with carry_over, give values in every batch of a "
-          "group or in none)");
-    }
-    // (Their range is checked where they are first read, in Compute.)
-    side->sparse_rows.push_back(rows[g].flat<int64_t>().data());
-    side->sparse_ids.push_back(ids[g].flat<int64_t>().data());
-    side->sparse_values.push_back(
-        has_values[g] ? values[g].flat<float>().data() : nullptr);
-    if (check && has_values[g]) {
-      TF_RETURN_IF_ERROR(CheckFinite(side->sparse_values.back(), size,
-                                     "sparse_feature_values" + tag));
-    }
-    side->sparse_size.push_back(size);
-  }
-  for (int g = 0; g < dense.size(); ++g) {
-    const std::string tag = "[" + std::to_string(g) + "]";
-    TF_RETURN_IF_ERROR(CheckRank(dense[g], 2, prefix + "dense_features" + tag));
-    if (dense[g].dim_size(0) != n) {
-      return InvalidArgument(prefix, "dense_features", tag, " has ",
-                             dense[g].dim_size(0), " rows, not ", n);
-    }
-    if (check) {
-      TF_RETURN_IF_ERROR(CheckFinite(dense[g].flat<float>().data(),
-                                     dense[g].NumElements(),
-                                     "dense_features" + tag));
-    }
-    side->dense.push_back(&dense[g]);
-  }
-  return absl::OkStatus();
-}
-
 
 // SdcaModel's carry_over: merges the rows held back by the last call into
 // the batch (a held row whose key is back in the batch is dropped: the
@@ -625,6 +515,110 @@ class HoldRowsOp : public OpKernel {
   }
 
  private:
+  // One side's inputs (the batch, or the held rows), checked.
+  struct Side {
+    int64_t n = 0;
+    const int64_t* keys = nullptr;
+    const float* weights = nullptr;
+    const float* labels = nullptr;
+    std::vector<const int64_t*> sparse_rows, sparse_ids;
+    std::vector<const float*> sparse_values;
+    std::vector<int64_t> sparse_size;
+    std::vector<const Tensor*> dense;
+  };
+
+  static ::tensorflow::Status ReadSide(OpKernelContext* context,
+                                       const std::string& prefix,
+                                       const std::vector<bool>& has_values,
+                                       Side* side) {
+    const Tensor* keys;
+    const Tensor* weights;
+    const Tensor* labels;
+    TF_RETURN_IF_ERROR(context->input(prefix + "keys", &keys));
+    TF_RETURN_IF_ERROR(context->input(prefix + "example_weights", &weights));
+    TF_RETURN_IF_ERROR(context->input(prefix + "example_labels", &labels));
+    TF_RETURN_IF_ERROR(CheckRank(*keys, 1, prefix + "keys"));
+    TF_RETURN_IF_ERROR(CheckRank(*weights, 1, prefix + "example_weights"));
+    TF_RETURN_IF_ERROR(CheckRank(*labels, 1, prefix + "example_labels"));
+    const int64_t n = keys->dim_size(0);
+    if (weights->dim_size(0) != n || labels->dim_size(0) != n) {
+      return InvalidArgument(prefix, "keys has ", n, " rows but ", prefix,
+                             "example_weights ", weights->dim_size(0), " and ",
+                             prefix, "example_labels ", labels->dim_size(0));
+    }
+    side->n = n;
+    side->keys = keys->flat<int64_t>().data();
+    side->weights = weights->flat<float>().data();
+    side->labels = labels->flat<float>().data();
+    // The batch's numbers are checked here, as the optimizer checks them,
+    // so that a bad row is reported in the call (and at the row) the user
+    // gave it, not when it comes out of the held rows. (Its label's domain
+    // depends on the loss: the optimizer checks it when the row is
+    // visited.) The held rows passed these checks in their own call.
+    const bool check = prefix.empty();
+    for (int64_t i = 0; check && i < n; ++i) {
+      if (!(std::isfinite(side->weights[i]) && side->weights[i] >= 0)) {
+        return InvalidArgument("example_weights[", i, "] = ", side->weights[i],
+                               " must be finite and >= 0");
+      }
+    }
+    OpInputList rows, ids, values, dense;
+    TF_RETURN_IF_ERROR(
+        context->input_list(prefix + "sparse_example_indices", &rows));
+    TF_RETURN_IF_ERROR(
+        context->input_list(prefix + "sparse_feature_indices", &ids));
+    TF_RETURN_IF_ERROR(
+        context->input_list(prefix + "sparse_feature_values", &values));
+    TF_RETURN_IF_ERROR(context->input_list(prefix + "dense_features", &dense));
+    for (int g = 0; g < rows.size(); ++g) {
+      const std::string tag = "[" + std::to_string(g) + "]";
+      TF_RETURN_IF_ERROR(
+          CheckRank(rows[g], 1, prefix + "sparse_example_indices" + tag));
+      const int64_t size = rows[g].dim_size(0);
+      // Values: one per entry, or none for a group without values (all 1).
+      const int64_t num_values = has_values[g] ? size : 0;
+      if (ids[g].dims() != 1 || ids[g].dim_size(0) != size) {
+        return InvalidArgument(prefix, "sparse_feature_indices", tag,
+                               " must have the ", size, " entries of ",
+                               prefix, "sparse_example_indices", tag,
+                               ", got shape ", ids[g].shape().DebugString());
+      }
+      if (values[g].dims() != 1 || values[g].dim_size(0) != num_values) {
+        return InvalidArgument(
+            prefix, "sparse_feature_values", tag, " has shape ",
+            values[g].shape().DebugString(), "; sparse group ", g,
+            has_values[g] ? " has values: one per entry, " : " has no values: ",
+            num_values, " (with carry_over, give values in every batch of a "
+            "group or in none)");
+      }
+      // (Their range is checked where they are first read, in Compute.)
+      side->sparse_rows.push_back(rows[g].flat<int64_t>().data());
+      side->sparse_ids.push_back(ids[g].flat<int64_t>().data());
+      side->sparse_values.push_back(
+          has_values[g] ? values[g].flat<float>().data() : nullptr);
+      if (check && has_values[g]) {
+        TF_RETURN_IF_ERROR(CheckFinite(side->sparse_values.back(), size,
+                                       "sparse_feature_values" + tag));
+      }
+      side->sparse_size.push_back(size);
+    }
+    for (int g = 0; g < dense.size(); ++g) {
+      const std::string tag = "[" + std::to_string(g) + "]";
+      TF_RETURN_IF_ERROR(CheckRank(dense[g], 2, prefix + "dense_features" + tag));
+      if (dense[g].dim_size(0) != n) {
+        return InvalidArgument(prefix, "dense_features", tag, " has ",
+                               dense[g].dim_size(0), " rows, not ", n);
+      }
+      if (check) {
+        TF_RETURN_IF_ERROR(CheckFinite(dense[g].flat<float>().data(),
+                                       dense[g].NumElements(),
+                                       "dense_features" + tag));
+      }
+      side->dense.push_back(&dense[g]);
+    }
+    return absl::OkStatus();
+  }
+
   // Output position of field f (0 keys, 1 weights, 2 labels, 3 the first
   // sparse example indices; then feature indices, values, dense) of a side
   // (0 visited, 1 held).
@@ -634,661 +628,6 @@ class HoldRowsOp : public OpKernel {
 
   int64_t seed_;
   std::vector<bool> values_;  // per sparse group: whether it has values
-};
-
-
-// SdcaModel's held rows (carry_over) between two minimize calls, kept in C++
-// instead of in variables that every call read whole and wrote anew: with
-// 'auto' on 50k-row Criteo-shaped batches ~167k rows (4.3M sparse entries)
-// are held, and TfSdca>HoldRows copied all of them in and out of tensors
-// each call. Here a held row's features stay where they are until it is
-// visited: a call writes the rows it visits (its outputs) and its batch's
-// rows that it holds, into buffers kept from call to call. What is
-// rewritten per call is the list of held rows in order (the next call's
-// draw depends on it): key, weight, label, the row's dense slot and, per
-// sparse group, where its entries sit in the group's arena. A row leaving
-// leaves its entries in the arena as garbage until the arena is full; then
-// the held rows' entries are copied into the group's second arena. The
-// outputs are TfSdca>HoldRows' visited side; the state after a call is its
-// held side (TfSdca>HeldRowsExport).
-class HeldRowsResource : public ::tensorflow::ResourceBase {
- public:
-  // The held rows, in order.
-  struct Rows {
-    std::vector<int64_t> key, slot;
-    std::vector<float> weight, label;
-    std::vector<std::vector<int64_t>> off, len;  // [sparse group][row]
-
-    int64_t size() const { return static_cast<int64_t>(key.size()); }
-    void Resize(int64_t n) {
-      key.resize(n);
-      slot.resize(n);
-      weight.resize(n);
-      label.resize(n);
-      for (auto& o : off) o.resize(n);
-      for (auto& l : len) l.resize(n);
-    }
-  };
-  // A sparse group's entries.
-  struct Arena {
-    std::vector<int64_t> ids[2];  // the two arenas
-    std::vector<float> vals[2];   // (values only in a group with them)
-    int cur = 0;                  // the one in use
-    int64_t used = 0;             // its entries written (held + garbage)
-    int64_t live = 0;             // the held rows' entries
-    int has_values = -1;          // -1 while no entries said which
-  };
-
-  HeldRowsResource(int num_sparse, std::vector<int64_t> widths)
-      : widths(std::move(widths)), arenas(num_sparse) {
-    for (Rows* r : {&rows, &next}) {
-      r->off.resize(num_sparse);
-      r->len.resize(num_sparse);
-    }
-    dense.resize(this->widths.size());
-  }
-
-  std::string DebugString() const override {
-    return "HeldRows(" + std::to_string(rows.size()) + " rows)";
-  }
-
-  // A free dense slot.
-  int64_t NewSlot() {
-    if (!free.empty()) {
-      const int64_t slot = free.back();
-      free.pop_back();
-      return slot;
-    }
-    for (size_t g = 0; g < dense.size(); ++g) {
-      dense[g].resize((slots + 1) * widths[g]);
-    }
-    return slots++;
-  }
-
-  // Room for `need` more entries of group g at its `used`: when the arena
-  // is full the entries of rows first .. last - 1 of `r` are first copied,
-  // in order, into the other arena (sized for twice them and the new).
-  void Reserve(int g, int64_t need, Rows* r, int64_t first, int64_t last) {
-    Arena& arena = arenas[g];
-    const bool values = arena.has_values == 1;
-    const int64_t end = arena.used + need;
-    if (end <= static_cast<int64_t>(arena.ids[arena.cur].size()) &&
-        (!values ||
-         end <= static_cast<int64_t>(arena.vals[arena.cur].size()))) {
-      return;
-    }
-    int64_t live = 0;
-    for (int64_t i = first; i < last; ++i) live += r->len[g][i];
-    const int other = 1 - arena.cur;
-    const int64_t capacity = std::max<int64_t>(2 * (live + need), 1024);
-    if (static_cast<int64_t>(arena.ids[other].size()) < capacity) {
-      arena.ids[other].resize(capacity);
-    }
-    if (values && static_cast<int64_t>(arena.vals[other].size()) < capacity) {
-      arena.vals[other].resize(capacity);
-    }
-    int64_t at = 0;
-    for (int64_t i = first; i < last; ++i) {
-      const int64_t lo = r->off[g][i], n = r->len[g][i];
-      std::copy_n(arena.ids[arena.cur].data() + lo, n,
-                  arena.ids[other].data() + at);
-      if (values) {
-        std::copy_n(arena.vals[arena.cur].data() + lo, n,
-                    arena.vals[other].data() + at);
-      }
-      r->off[g][i] = at;
-      at += n;
-    }
-    arena.used = at;
-    arena.cur = other;
-  }
-
-  void Clear() {
-    rows.Resize(0);
-    free.clear();
-    slots = 0;
-    for (auto& d : dense) d.clear();
-    for (Arena& arena : arenas) {
-      arena.used = arena.live = 0;
-      arena.has_values = -1;
-    }
-  }
-
-  ::tensorflow::mutex mu;
-  const std::vector<int64_t> widths;      // of the dense groups
-  std::vector<Arena> arenas;              // of the sparse groups
-  Rows rows, next;                        // the held rows; the next list
-  std::vector<std::vector<float>> dense;  // by group: [slot * width]
-  std::vector<int64_t> free;              // free dense slots
-  int64_t slots = 0;                      // dense slots made
-};
-
-::tensorflow::Status LookupHeld(
-    OpKernelContext* context,
-    ::tensorflow::core::RefCountPtr<HeldRowsResource>* out) {
-  return ::tensorflow::LookupResource(
-      context, ::tensorflow::HandleFromInput(context, 0), out);
-}
-
-class HeldRowsTableOp : public OpKernel {
- public:
-  explicit HeldRowsTableOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("num_sparse", &num_sparse_));
-    OP_REQUIRES_OK(context, context->GetAttr("dense_widths", &widths_));
-  }
-
-  void Compute(OpKernelContext* context) override {
-    // Named as TfSdca>ExampleStateTable's tables are.
-    ::tensorflow::ContainerInfo cinfo;
-    OP_REQUIRES_OK(context, cinfo.Init(context->resource_manager(), def(),
-                                       /*use_node_name_as_default=*/true));
-    HeldRowsResource* resource;
-    OP_REQUIRES_OK(context,
-                   cinfo.resource_manager()->LookupOrCreate<HeldRowsResource>(
-                       cinfo.container(), cinfo.name(), &resource,
-                       [this](HeldRowsResource** made) {
-                         *made = new HeldRowsResource(num_sparse_, widths_);
-                         return absl::OkStatus();
-                       }));
-    const bool same =
-        static_cast<int64_t>(resource->arenas.size()) == num_sparse_ &&
-        resource->widths == widths_;
-    resource->Unref();
-    OP_REQUIRES(context, same,
-                InvalidArgument("held rows named '", cinfo.name(),
-                                "' already exist with other feature groups"));
-    Tensor* out;
-    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({}), &out));
-    out->scalar<::tensorflow::ResourceHandle>()() =
-        ::tensorflow::MakeResourceHandle<HeldRowsResource>(
-            context, cinfo.container(), cinfo.name());
-  }
-
- private:
-  int64_t num_sparse_;
-  std::vector<int64_t> widths_;
-};
-
-// Where each row's sparse entries are: row r's are entries
-// Entry(start[r]) .. Entry(start[r + 1] - 1), through `perm` (the entries
-// grouped by row, in input order within a row) when the example indices
-// are not sorted.
-struct RowIndex {
-  std::vector<int64_t> start, perm;
-  int64_t Entry(int64_t k) const { return perm.empty() ? k : perm[k]; }
-  int64_t Length(int64_t r) const { return start[r + 1] - start[r]; }
-};
-
-// `rows` (`size` example indices of `n` rows) as a RowIndex; an index
-// outside [0, n) fails naming it as TfSdca>HoldRows did.
-::tensorflow::Status IndexRows(const int64_t* rows, int64_t size, int64_t n,
-                               int g, const std::string& prefix,
-                               const ParallelFor& parallel_for, int64_t chunks,
-                               RowIndex* index) {
-  index->perm.clear();
-  if (RowStarts(rows, size, n, parallel_for, chunks, &index->start)) {
-    return absl::OkStatus();
-  }
-  index->start.assign(n + 1, 0);
-  for (int64_t e = 0; e < size; ++e) {
-    if (static_cast<uint64_t>(rows[e]) >= static_cast<uint64_t>(n)) {
-      return InvalidArgument(prefix, "sparse_example_indices[", g, "][", e,
-                             "] = ", rows[e], " is not a row of the ", n,
-                             " examples");
-    }
-    ++index->start[rows[e] + 1];
-  }
-  for (int64_t i = 0; i < n; ++i) index->start[i + 1] += index->start[i];
-  std::vector<int64_t> fill(index->start.begin(), index->start.end() - 1);
-  index->perm.resize(size);
-  for (int64_t e = 0; e < size; ++e) index->perm[fill[rows[e]]++] = e;
-  return absl::OkStatus();
-}
-
-// `count` tasks in `chunks` contiguous ranges.
-void ForChunks(const ParallelFor& parallel_for, int64_t count, int64_t chunks,
-               const std::function<void(int64_t)>& fn) {
-  parallel_for(chunks, [&](int64_t c) {
-    for (int64_t j = count * c / chunks; j < count * (c + 1) / chunks; ++j) {
-      fn(j);
-    }
-  });
-}
-
-// TfSdca>HoldRows with the held rows in a HeldRowsResource: the same draw,
-// the same rows visited in the same order, each row's sparse entries in
-// their input order (the entries come grouped by row: the solve reads a
-// row's entries in order, and two rows' entries in any order).
-class HeldRowsTakeOp : public OpKernel {
- public:
-  explicit HeldRowsTakeOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("seed", &seed_));
-    OP_REQUIRES_OK(context, context->GetAttr("values", &values_));
-    int num_sparse;
-    OP_REQUIRES_OK(context, context->GetAttr("num_sparse", &num_sparse));
-    OP_REQUIRES(context, static_cast<int>(values_.size()) == num_sparse,
-                InvalidArgument("values has ", values_.size(),
-                                " entries, not num_sparse = ", num_sparse));
-  }
-
-  void Compute(OpKernelContext* context) override {
-    ::tensorflow::core::RefCountPtr<HeldRowsResource> store;
-    OP_REQUIRES_OK(context, LookupHeld(context, &store));
-    Side batch;
-    OP_REQUIRES_OK(context, ReadSide(context, "", values_, &batch));
-    const Tensor& call = context->input(context->num_inputs() - 2);
-    OP_REQUIRES(context, ::tensorflow::TensorShapeUtils::IsScalar(call.shape()),
-                InvalidArgument("call_index must be a scalar, got shape ",
-                                call.shape().DebugString()));
-    const Tensor& share = context->input(context->num_inputs() - 1);
-    OP_REQUIRES(context,
-                ::tensorflow::TensorShapeUtils::IsScalar(share.shape()),
-                InvalidArgument("fraction must be a scalar, got shape ",
-                                share.shape().DebugString()));
-    const float fraction = share.scalar<float>()();
-    OP_REQUIRES(context, fraction >= 0.0f && fraction < 1.0f,
-                InvalidArgument("fraction = ", fraction,
-                                " must be in [0, 1)"));
-    const int num_sparse = static_cast<int>(batch.sparse_rows.size());
-    const int num_dense = static_cast<int>(batch.dense.size());
-    ::tensorflow::mutex_lock lock(store->mu);
-    HeldRowsResource& held = *store;
-    OP_REQUIRES(context,
-                static_cast<int>(held.arenas.size()) == num_sparse &&
-                    static_cast<int>(held.widths.size()) == num_dense,
-                InvalidArgument("the held rows have ", held.arenas.size(),
-                                " sparse and ", held.widths.size(),
-                                " dense groups, the batch ", num_sparse,
-                                " and ", num_dense));
-    for (int g = 0; g < num_dense; ++g) {
-      OP_REQUIRES(context, batch.dense[g]->dim_size(1) == held.widths[g],
-                  InvalidArgument("dense_features[", g, "] has ",
-                                  batch.dense[g]->dim_size(1),
-                                  " columns, the held rows' ", held.widths[g]));
-    }
-    for (int g = 0; g < num_sparse; ++g) {
-      const auto& arena = held.arenas[g];
-      OP_REQUIRES(
-          context,
-          arena.live == 0 || arena.has_values < 0 ||
-              arena.has_values == static_cast<int>(values_[g]),
-          InvalidArgument("sparse_feature_values[", g, "]: sparse group ", g,
-                          values_[g] ? " has values in this batch but not in "
-                                       "the held rows"
-                                     : " has no values in this batch but has "
-                                       "them in the held rows",
-                          " (with carry_over, give values in every batch of "
-                          "a group or in none)"));
-    }
-    auto* workers = context->device()->tensorflow_cpu_worker_threads();
-    const ParallelFor parallel_for = DevicePool(context);
-    const HeldRowsResource::Rows& old = held.rows;
-    const int64_t b = batch.n, h = old.size();
-    // The batch's rows' entries (checked before anything is written).
-    std::vector<RowIndex> index(num_sparse);
-    for (int g = 0; g < num_sparse; ++g) {
-      const int64_t chunks = std::max<int64_t>(
-          1, std::min<int64_t>(workers->num_threads,
-                               batch.sparse_size[g] / 65536));
-      OP_REQUIRES_OK(context, IndexRows(batch.sparse_rows[g],
-                                        batch.sparse_size[g], b, g, "",
-                                        parallel_for, chunks, &index[g]));
-    }
-    // Merged rows: the batch's 0..b-1, then the kept held rows (as
-    // TfSdca>HoldRows); held_of[r - b] is merged row r's held row.
-    std::vector<int64_t> held_of;
-    held_of.reserve(h);
-    {
-      uint64_t buckets = 16;
-      while (buckets < 2 * static_cast<uint64_t>(b)) buckets <<= 1;
-      const uint64_t mask = buckets - 1;
-      std::vector<int64_t> at(buckets, -1);
-      const int64_t* keys = batch.keys;
-      for (int64_t i = 0; i < b; ++i) {
-        uint64_t slot = static_cast<uint64_t>(keys[i]) & mask;
-        while (at[slot] >= 0) slot = (slot + 1) & mask;
-        at[slot] = i;
-      }
-      for (int64_t i = 0; i < h; ++i) {
-        const int64_t key = old.key[i];
-        uint64_t slot = static_cast<uint64_t>(key) & mask;
-        bool back = false;
-        while (at[slot] >= 0) {
-          if (keys[at[slot]] == key) {
-            back = true;
-            break;
-          }
-          slot = (slot + 1) & mask;
-        }
-        if (!back) held_of.push_back(i);
-      }
-    }
-    const int64_t m = b + static_cast<int64_t>(held_of.size());
-    const int64_t k = static_cast<int64_t>(
-        std::floor(static_cast<double>(fraction) * static_cast<double>(m)));
-    std::vector<int64_t> pick(m);
-    for (int64_t r = 0; r < m; ++r) pick[r] = r;
-    Rng rng(MixSeed(static_cast<uint64_t>(seed_), 0x486f6c64526f7773ULL,
-                    static_cast<uint64_t>(call.scalar<int64_t>()())));
-    std::vector<char> hold(m, 0);
-    for (int64_t j = 0; j < k; ++j) {  // a partial Fisher-Yates shuffle
-      std::swap(pick[j], pick[j + rng.Below(m - j)]);
-      hold[pick[j]] = 1;
-    }
-    std::vector<int64_t> visit;  // the visited merged rows, in order
-    visit.reserve(m - k);
-    for (int64_t r = 0; r < m; ++r) {
-      if (!hold[r]) visit.push_back(r);
-    }
-    const int64_t v = static_cast<int64_t>(visit.size());
-    const int64_t row_chunks = std::max<int64_t>(
-        1, std::min<int64_t>(workers->num_threads, v / 4096));
-    // Outputs: the visited rows.
-    {
-      const TensorShape shape({v});
-      int64_t* keys = AllocateOutput<int64_t>(context, 0, shape);
-      float* weights = AllocateOutput<float>(context, 1, shape);
-      float* labels = AllocateOutput<float>(context, 2, shape);
-      if (!context->status().ok()) return;
-      for (int64_t j = 0; j < v; ++j) {
-        const int64_t r = visit[j];
-        if (r < b) {
-          keys[j] = batch.keys[r];
-          weights[j] = batch.weights[r];
-          labels[j] = batch.labels[r];
-        } else {
-          const int64_t i = held_of[r - b];
-          keys[j] = old.key[i];
-          weights[j] = old.weight[i];
-          labels[j] = old.label[i];
-        }
-      }
-    }
-    std::vector<int64_t> out_at(v + 1);
-    for (int g = 0; g < num_sparse; ++g) {
-      const RowIndex& rows = index[g];
-      const auto& arena = held.arenas[g];
-      const int64_t* held_off = old.off[g].data();
-      const int64_t* held_len = old.len[g].data();
-      for (int64_t j = 0; j < v; ++j) {
-        const int64_t r = visit[j];
-        out_at[j + 1] =
-            out_at[j] + (r < b ? rows.Length(r) : held_len[held_of[r - b]]);
-      }
-      const TensorShape shape({out_at[v]});
-      int64_t* rows_out = AllocateOutput<int64_t>(context, 3 + g, shape);
-      int64_t* ids_out =
-          AllocateOutput<int64_t>(context, 3 + num_sparse + g, shape);
-      float* values_out = AllocateOutput<float>(
-          context, 3 + 2 * num_sparse + g,
-          TensorShape({values_[g] ? out_at[v] : 0}));
-      if (!context->status().ok()) return;
-      const bool values = values_[g];
-      const int64_t* ids = batch.sparse_ids[g];
-      const float* vals = batch.sparse_values[g];
-      const int64_t* arena_ids = arena.ids[arena.cur].data();
-      const float* arena_vals = arena.vals[arena.cur].data();
-      ForChunks(parallel_for, v, row_chunks, [&](int64_t j) {
-        const int64_t r = visit[j], at = out_at[j];
-        const int64_t len = out_at[j + 1] - at;
-        std::fill_n(rows_out + at, len, j);
-        if (r >= b) {
-          const int64_t lo = held_off[held_of[r - b]];
-          std::copy_n(arena_ids + lo, len, ids_out + at);
-          if (values) std::copy_n(arena_vals + lo, len, values_out + at);
-        } else if (rows.perm.empty()) {
-          const int64_t lo = rows.start[r];
-          std::copy_n(ids + lo, len, ids_out + at);
-          if (values) std::copy_n(vals + lo, len, values_out + at);
-        } else {
-          for (int64_t q = 0; q < len; ++q) {
-            const int64_t e = rows.perm[rows.start[r] + q];
-            ids_out[at + q] = ids[e];
-            if (values) values_out[at + q] = vals[e];
-          }
-        }
-      });
-    }
-    for (int g = 0; g < num_dense; ++g) {
-      const int64_t d = held.widths[g];
-      float* out = AllocateOutput<float>(context, 3 + 3 * num_sparse + g,
-                                         TensorShape({v, d}));
-      if (!context->status().ok()) return;
-      const float* x = batch.dense[g]->flat<float>().data();
-      const float* kept = held.dense[g].data();
-      for (int64_t j = 0; j < v; ++j) {
-        const int64_t r = visit[j];
-        const float* from =
-            r < b ? x + r * d : kept + old.slot[held_of[r - b]] * d;
-        std::copy_n(from, d, out + j * d);
-      }
-    }
-
-    // The held rows for the next call: the batch's held, then the old held
-    // still held (merged order). Nothing fails from here on.
-    std::vector<char> stays(h, 0);
-    for (int64_t r = b; r < m; ++r) stays[held_of[r - b]] = hold[r];
-    for (int64_t i = 0; i < h; ++i) {
-      if (!stays[i]) held.free.push_back(old.slot[i]);
-    }
-    std::vector<int64_t> from_batch;  // the batch's rows held
-    for (int64_t r = 0; r < b; ++r) {
-      if (hold[r]) from_batch.push_back(r);
-    }
-    const int64_t nb = static_cast<int64_t>(from_batch.size());
-    HeldRowsResource::Rows& next = held.next;
-    next.Resize(k);
-    for (int64_t j = 0; j < nb; ++j) {
-      const int64_t r = from_batch[j];
-      next.key[j] = batch.keys[r];
-      next.weight[j] = batch.weights[r];
-      next.label[j] = batch.labels[r];
-      next.slot[j] = held.NewSlot();
-    }
-    for (int g = 0; g < num_dense; ++g) {
-      const int64_t d = held.widths[g];
-      const float* x = batch.dense[g]->flat<float>().data();
-      float* kept = held.dense[g].data();
-      for (int64_t j = 0; j < nb; ++j) {
-        std::copy_n(x + from_batch[j] * d, d, kept + next.slot[j] * d);
-      }
-    }
-    for (int64_t i = 0, j = nb; i < h; ++i) {
-      if (!stays[i]) continue;
-      next.key[j] = old.key[i];
-      next.weight[j] = old.weight[i];
-      next.label[j] = old.label[i];
-      next.slot[j] = old.slot[i];
-      for (int g = 0; g < num_sparse; ++g) {
-        next.off[g][j] = old.off[g][i];
-        next.len[g][j] = old.len[g][i];
-      }
-      ++j;
-    }
-    for (int g = 0; g < num_sparse; ++g) {
-      const RowIndex& rows = index[g];
-      auto& arena = held.arenas[g];
-      int64_t need = 0, kept = 0;
-      for (int64_t j = 0; j < nb; ++j) {
-        next.len[g][j] = rows.Length(from_batch[j]);
-        need += next.len[g][j];
-      }
-      for (int64_t j = nb; j < k; ++j) kept += next.len[g][j];
-      if (kept == 0) arena.has_values = values_[g] ? 1 : 0;
-      held.Reserve(g, need, &next, nb, k);
-      for (int64_t j = 0; j < nb; ++j) {
-        next.off[g][j] = arena.used;
-        arena.used += next.len[g][j];
-      }
-      arena.live = kept + need;
-      int64_t* arena_ids = arena.ids[arena.cur].data();
-      float* arena_vals = arena.vals[arena.cur].data();
-      const bool values = values_[g];
-      const int64_t* ids = batch.sparse_ids[g];
-      const float* vals = batch.sparse_values[g];
-      const int64_t* off = next.off[g].data();
-      const int64_t chunks = std::max<int64_t>(
-          1, std::min<int64_t>(workers->num_threads, nb / 4096));
-      ForChunks(parallel_for, nb, chunks, [&](int64_t j) {
-        const int64_t r = from_batch[j], lo = off[j];
-        const int64_t first = rows.start[r], len = rows.Length(r);
-        if (rows.perm.empty()) {
-          std::copy_n(ids + first, len, arena_ids + lo);
-          if (values) std::copy_n(vals + first, len, arena_vals + lo);
-          return;
-        }
-        for (int64_t q = 0; q < len; ++q) {
-          const int64_t e = rows.perm[first + q];
-          arena_ids[lo + q] = ids[e];
-          if (values) arena_vals[lo + q] = vals[e];
-        }
-      });
-    }
-    std::swap(held.rows, held.next);
-  }
-
- private:
-  int64_t seed_;
-  std::vector<bool> values_;
-};
-
-// The held rows as TfSdca>HoldRows' held side: rows in order, each row's
-// entries in order.
-class HeldRowsExportOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-
-  void Compute(OpKernelContext* context) override {
-    ::tensorflow::core::RefCountPtr<HeldRowsResource> store;
-    OP_REQUIRES_OK(context, LookupHeld(context, &store));
-    ::tensorflow::mutex_lock lock(store->mu);
-    const HeldRowsResource& held = *store;
-    const HeldRowsResource::Rows& rows = held.rows;
-    const int num_sparse = static_cast<int>(held.arenas.size());
-    const int num_dense = static_cast<int>(held.widths.size());
-    const int64_t h = rows.size();
-    const TensorShape shape({h});
-    int64_t* keys = AllocateOutput<int64_t>(context, 0, shape);
-    float* weights = AllocateOutput<float>(context, 1, shape);
-    float* labels = AllocateOutput<float>(context, 2, shape);
-    if (!context->status().ok()) return;
-    std::copy_n(rows.key.data(), h, keys);
-    std::copy_n(rows.weight.data(), h, weights);
-    std::copy_n(rows.label.data(), h, labels);
-    for (int g = 0; g < num_sparse; ++g) {
-      const auto& arena = held.arenas[g];
-      const bool values = arena.has_values == 1;
-      const TensorShape entries({arena.live});
-      int64_t* rows_out = AllocateOutput<int64_t>(context, 3 + g, entries);
-      int64_t* ids = AllocateOutput<int64_t>(context, 3 + num_sparse + g,
-                                             entries);
-      float* vals = AllocateOutput<float>(
-          context, 3 + 2 * num_sparse + g,
-          TensorShape({values ? arena.live : 0}));
-      if (!context->status().ok()) return;
-      int64_t at = 0;
-      for (int64_t i = 0; i < h; ++i) {
-        const int64_t lo = rows.off[g][i], len = rows.len[g][i];
-        std::fill_n(rows_out + at, len, i);
-        std::copy_n(arena.ids[arena.cur].data() + lo, len, ids + at);
-        if (values) {
-          std::copy_n(arena.vals[arena.cur].data() + lo, len, vals + at);
-        }
-        at += len;
-      }
-    }
-    for (int g = 0; g < num_dense; ++g) {
-      const int64_t d = held.widths[g];
-      float* out = AllocateOutput<float>(context, 3 + 3 * num_sparse + g,
-                                         TensorShape({h, d}));
-      if (!context->status().ok()) return;
-      for (int64_t i = 0; i < h; ++i) {
-        std::copy_n(held.dense[g].data() + rows.slot[i] * d, d, out + i * d);
-      }
-    }
-  }
-};
-
-// Replaces the held rows by the given ones (a restore; get_state's `held`).
-class HeldRowsImportOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-
-  void Compute(OpKernelContext* context) override {
-    ::tensorflow::core::RefCountPtr<HeldRowsResource> store;
-    OP_REQUIRES_OK(context, LookupHeld(context, &store));
-    OpInputList values_in;
-    OP_REQUIRES_OK(context, context->input_list("held_sparse_feature_values",
-                                                &values_in));
-    // Per group: values one per entry (checked by ReadSide) or none.
-    std::vector<bool> has_values(values_in.size());
-    for (int g = 0; g < values_in.size(); ++g) {
-      has_values[g] = values_in[g].NumElements() > 0;
-    }
-    Side side;
-    OP_REQUIRES_OK(context, ReadSide(context, "held_", has_values, &side));
-    ::tensorflow::mutex_lock lock(store->mu);
-    HeldRowsResource& held = *store;
-    const int num_sparse = static_cast<int>(side.sparse_rows.size());
-    const int num_dense = static_cast<int>(side.dense.size());
-    OP_REQUIRES(context,
-                static_cast<int>(held.arenas.size()) == num_sparse &&
-                    static_cast<int>(held.widths.size()) == num_dense,
-                InvalidArgument("held rows of ", num_sparse, " sparse and ",
-                                num_dense, " dense groups; the model has ",
-                                held.arenas.size(), " and ",
-                                held.widths.size()));
-    for (int g = 0; g < num_dense; ++g) {
-      OP_REQUIRES(context, side.dense[g]->dim_size(1) == held.widths[g],
-                  InvalidArgument("held dense_features[", g, "] has ",
-                                  side.dense[g]->dim_size(1),
-                                  " columns, not ", held.widths[g]));
-    }
-    const int64_t h = side.n;
-    const ParallelFor in_order = [](int64_t count,
-                                    const std::function<void(int64_t)>& fn) {
-      for (int64_t c = 0; c < count; ++c) fn(c);
-    };
-    std::vector<RowIndex> index(num_sparse);
-    for (int g = 0; g < num_sparse; ++g) {
-      OP_REQUIRES_OK(context,
-                     IndexRows(side.sparse_rows[g], side.sparse_size[g], h, g,
-                               "held_", in_order, 1, &index[g]));
-    }
-    held.Clear();
-    HeldRowsResource::Rows& rows = held.rows;
-    rows.Resize(h);
-    for (int64_t i = 0; i < h; ++i) {
-      const int64_t s = held.NewSlot();
-      rows.key[i] = side.keys[i];
-      rows.weight[i] = side.weights[i];
-      rows.label[i] = side.labels[i];
-      rows.slot[i] = s;
-      for (int g = 0; g < num_dense; ++g) {
-        const int64_t d = held.widths[g];
-        std::copy_n(side.dense[g]->flat<float>().data() + i * d, d,
-                    held.dense[g].data() + s * d);
-      }
-    }
-    for (int g = 0; g < num_sparse; ++g) {
-      auto& arena = held.arenas[g];
-      const int64_t size = side.sparse_size[g];
-      arena.has_values = size == 0 ? -1 : (has_values[g] ? 1 : 0);
-      held.Reserve(g, size, &rows, 0, 0);
-      int64_t* ids = arena.ids[arena.cur].data();
-      float* vals = arena.vals[arena.cur].data();
-      for (int64_t i = 0; i < h; ++i) {
-        rows.off[g][i] = index[g].start[i];
-        rows.len[g][i] = index[g].Length(i);
-      }
-      for (int64_t q = 0; q < size; ++q) {
-        const int64_t e = index[g].Entry(q);
-        ids[q] = side.sparse_ids[g][e];
-        if (has_values[g]) vals[q] = side.sparse_values[g][e];
-      }
-      arena.used = arena.live = size;
-    }
-  }
 };
 
 }  // namespace
@@ -1305,14 +644,5 @@ REGISTER_KERNEL_BUILDER(Name("TfSdca>ExampleKeys")
                         ExampleKeysOp<int64_t>);
 REGISTER_KERNEL_BUILDER(Name("TfSdca>DistinctIds").Device(DEVICE_CPU),
                         DistinctIdsOp);
-
-REGISTER_KERNEL_BUILDER(Name("TfSdca>HeldRowsTable").Device(DEVICE_CPU),
-                        HeldRowsTableOp);
-REGISTER_KERNEL_BUILDER(Name("TfSdca>HeldRowsTake").Device(DEVICE_CPU),
-                        HeldRowsTakeOp);
-REGISTER_KERNEL_BUILDER(Name("TfSdca>HeldRowsExport").Device(DEVICE_CPU),
-                        HeldRowsExportOp);
-REGISTER_KERNEL_BUILDER(Name("TfSdca>HeldRowsImport").Device(DEVICE_CPU),
-                        HeldRowsImportOp);
 
 }  // namespace tf_sdca
