@@ -577,9 +577,9 @@ class SdcaModel(tf.Module):
       six, 0.75 for twenty; 'auto' takes that f (at most 0.8) with B = the
       examples in the dual table / the batch's rows, and 0 while B < 2 (one
       batch given again: held rows would only delay a share of it). Each
-      call costs more, as every held row is rewritten per call: 1.2-1.45x
+      call costs more, as every held row is rewritten per call: 1.0-1.46x
       with 'auto' (f ~ 0.77) on twenty 50k-row batches of Criteo-shaped
-      rows, over ten epochs (g3doc/sdca_model.md, 'The loops users
+      rows, over ten epochs, in three runs (g3doc/sdca_model.md, 'The loops users
       write'). 0 is
       TensorFlow's semantics, a call trains exactly the batch it is given.
       The held rows, f / (1 - f) batches of them, live in variables that
