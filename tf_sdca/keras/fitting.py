@@ -289,7 +289,9 @@ class TrainingState:
     if packed:
       measure, total = self.packed_gap, self.packed.total_weight
       if self._on_engine():
-        self._run = _EngineEpochs(self, sdca, epochs - initial_epoch, tol)
+        self._run = _EngineEpochs(
+            m, self.packed, sdca, epochs - initial_epoch, tol, self.config(),
+            self.visit_order(), self.momentum_state, self._keep_momentum)
         measure = self._run.measure
     else:
       total = None
@@ -471,15 +473,24 @@ class _EngineEpochs:
   as `TrainingState.epoch` seeds them: the same weights and duals.
 
   Args:
-    training: the `TrainingState`, its `packed` rows this fit's.
+    model: the `LinearModel` (its options).
+    packed: this fit's `tf_sdca.keras.state.PackedRows`.
     sdca: the model's `SdcaModel` (its count of steps).
     epochs: the most epochs Keras will ask for.
     tol: the gap at which the engine stops (as the gap's logger does).
+    config: the engine's `Config` of the model's options.
+    visit_order: the fit's order (`TrainingState.visit_order`).
+    momentum_state: `(example keys, Extrapolation.state())` of the model's
+      last fit with momentum, or None.
+    keep_momentum: called at the end with the state to keep (or None).
   """
 
-  def __init__(self, training, sdca, epochs, tol):
-    m, p = training._model, training.packed  # pylint: disable=protected-access
-    self._training, self._packed = training, p
+  def __init__(self, model, packed, sdca, epochs, tol, config, visit_order,
+               momentum_state, keep_momentum):
+    m = model
+    p = self._packed = packed
+    self._l1, self._l2 = m.l1, m.l2
+    self._keep_momentum = keep_momentum
     k = m.num_classes
     state = self._state = engine.State(k, k > 1)
     table = p.table.numpy()
@@ -489,15 +500,14 @@ class _EngineEpochs:
     state.duals = p.duals.numpy().reshape((n, k) if k > 1 else (n,))
     momentum = second_order.momentum_with(
         p.block_step, m.momentum,
-        options.momentum_for(m.momentum, training.visit_order(), True, False,
-                             False))
+        options.momentum_for(m.momentum, visit_order, True, False, False))
     self._extrapolation = None
     if momentum:
       self._extrapolation = engine.Extrapolation(
           momentum, m.loss_type, p.labels,
           lambda: (state.duals, state.weight_table()), state.set_point,
           lock_free=p.problem.num_threads > 1)
-      saved = training.momentum_state
+      saved = momentum_state
       if saved is not None and np.array_equal(saved[0], p.keys):
         # A fit that continues the model on the same rows goes on as an
         # uninterrupted one: the epochs' orders follow the model's count
@@ -507,20 +517,19 @@ class _EngineEpochs:
     first = int(sdca.calls.numpy())
     self.history = {"loss": [], "duality_gap": [], "rows_per_sec": []}
     self._epochs = engine.epochs_of(
-        self.history, state, p.problem, training.config(), n,
+        self.history, state, p.problem, config, n,
         first + max(int(epochs), 0), first, tol, read=True,
         extrapolation=self._extrapolation, second_order=p.block_step,
         warn_slow=False)
 
   def step(self, sdca):
-    m = self._training._model  # pylint: disable=protected-access
     epoch = next(self._epochs)
     sdca.calls.assign(epoch + 1)
     state, p = self._state, self._packed
     table = state.weight_table()
     p.table.assign(table)
     p.duals.assign(state.duals.reshape(-1))
-    state_lib.write_weights(sdca, tf.constant(table), m.l1, m.l2)
+    state_lib.write_weights(sdca, tf.constant(table), self._l1, self._l2)
     return tf.constant(self.history["loss"][-1], tf.float32)
 
   def measure(self):
@@ -531,5 +540,5 @@ class _EngineEpochs:
     self._epochs.close()
     if self._extrapolation is not None:
       state = self._extrapolation.state()
-      self._training._keep_momentum(  # pylint: disable=protected-access
+      self._keep_momentum(
           None if state is None else (self._packed.keys, state))
