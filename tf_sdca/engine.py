@@ -396,7 +396,8 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
         history["rows_per_sec"].append(n / elapsed)
         epoch += 1
         continue
-      if ahead is not None and epoch + 1 < epochs:
+      if (ahead is not None and epoch + 1 < epochs and
+          not (extrapolation is not None and extrapolation.chooses_next)):
         parts = ahead.evaluate_and_train(epoch + 1)
       else:
         parts = state.pass_over(problem, epoch, config, passes=0)
@@ -1261,6 +1262,7 @@ class Extrapolation:
     self._gaps = []  # 'auto': the relative gaps of the epochs so far
     self._loss = loss
     self._labels = labels
+    self._signs = None  # `losses.binary_signs` of the labels, once needed
     self._get_point = get_point
     self._set_point = set_point
     self._previous = None  # (duals, table) of the epoch before
@@ -1275,9 +1277,14 @@ class Extrapolation:
     previous, self._previous = self._previous, (duals, table)
     if previous is None or (self._restart if restart is None else restart):
       return
+    if not self._beta > 0.0:  # (the cap below would leave it so)
+      return
+    if self._signs is None:
+      self._signs = losses.binary_signs(self._loss, self._labels)
     change = duals - previous[0]
-    beta = min(self._beta, 0.9 * losses.extrapolation_limit(
-        self._loss, self._labels, duals.reshape(-1), change.reshape(-1)))
+    beta = losses.capped_extrapolation(
+        self._loss, self._signs, duals.reshape(-1), change.reshape(-1),
+        self._beta, 0.9)
     if beta > 0.0:
       self._set_point(duals + beta * change,
                       table + beta * (table - previous[1]))
@@ -1306,6 +1313,13 @@ class Extrapolation:
     'auto' chose 0 (nothing extrapolates after that)."""
     return not (self._auto and len(self._gaps) >= self._plain and
                 self._beta == 0.0)
+
+  @property
+  def chooses_next(self):
+    """Whether the next `end_epoch` chooses 'auto''s beta: the epoch after
+    it starts as that choice says, so `_TrainAhead` would drop an epoch
+    trained ahead of it (`run_epochs` evaluates that gap first)."""
+    return self._auto and len(self._gaps) == self._plain - 1
 
   @property
   def beta(self):

@@ -340,3 +340,40 @@ def extrapolation_limit(loss, labels, duals, change):
     room = np.where(step > 0, (high - value) / step,
                     np.where(step < 0, (low - value) / step, np.inf))
   return float(min(1e300, np.min(room, initial=np.inf)))
+
+
+# `capped_extrapolation`'s margin: its check without the exact limit
+# accepts a point whose every dual is at least this far inside its
+# domain (|change| <= 1 there, so each dual's room is then at least this
+# much above the beta checked, far beyond float64 rounding).
+_INSIDE = 1e-12
+# The binary losses whose dual domain is dual * y in [0, 1].
+_UNIT_DOMAIN = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
+
+
+def capped_extrapolation(loss, signs, duals, change, beta, share):
+  """min(beta, share * extrapolation_limit(loss, labels, duals, change)),
+  the same value, in fewer passes over the duals where the cap does not
+  bind (every epoch of an extrapolation that keeps its beta): for the
+  binary losses it checks that every dual of duals + (beta / share)
+  (1 + 1e-9) change is inside [_INSIDE, 1 - _INSIDE] (times y), which
+  bounds the exact limit above beta / share, and computes the limit only
+  where that fails. `signs`: `binary_signs(labels)` for those losses
+  (else the labels)."""
+  loss = op_name(loss)
+  if loss in _UNIT_DOMAIN and beta > 0.0 and share > 0.0:
+    far = (beta / share) * (1.0 + 1e-9)
+    point = duals + far * change
+    point *= signs
+    if point.min() >= _INSIDE and point.max() <= 1.0 - _INSIDE:
+      return beta
+  return min(beta, share * extrapolation_limit(loss, signs, duals, change))
+
+
+def binary_signs(loss, labels):
+  """What `capped_extrapolation` takes for the labels: +-1 (float64) for
+  the binary losses with domain dual * y in [0, 1] (whose
+  `extrapolation_limit` reads only the labels' signs), else the labels."""
+  if op_name(loss) in _UNIT_DOMAIN:
+    return np.where(np.asarray(labels) > 0, 1.0, -1.0)
+  return labels
