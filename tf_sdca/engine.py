@@ -661,7 +661,9 @@ def row_norms(n, csr=None, dense=None):
       offsets = np.arange(lengths.sum()) - np.repeat(
           np.cumsum(lengths) - lengths, lengths)
       entries = np.repeat(starts, lengths) + offsets
-      squares = np.asarray(values, np.float64)[entries] ** 2
+      # (Only the sampled entries in float64: converting all of them
+      # first took 25 ms of a fit on 40M entries.)
+      squares = np.asarray(values[entries], np.float64) ** 2
       np.add.at(norms, np.repeat(np.arange(len(rows)), lengths), squares)
   if dense is not None:
     norms += (np.asarray(dense[rows], np.float64) ** 2).sum(axis=1)
