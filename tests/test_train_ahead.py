@@ -80,8 +80,8 @@ def _assert_same(first, second):
 
 
 CASES = {
-    # 'auto' chooses beta > 0 after 4 epochs: the 5th, trained ahead
-    # plain, is redone extrapolated.
+    # 'auto' chooses beta > 0 after 4 epochs (the 4th's gap is evaluated
+    # before the 5th starts extrapolated: tests/test_extrapolation_cap.py).
     # (The block step, which natural units call for, trains nothing
     # ahead: off.)
     "breast_cancer_auto": (dict(loss="logistic", l2=1.0, second_order="off"),
