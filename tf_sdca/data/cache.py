@@ -22,6 +22,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 
 import numpy as np
@@ -77,7 +78,7 @@ def _save(path, pieces):
 
 def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
                   skip_bad_lines=False, verbose=1, max_features=None,
-                  on_chunk=None):
+                  on_chunk=None, alongside=None):
   """Returns the data of `paths` from the cache, building it if needed.
 
   Args:
@@ -92,7 +93,13 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     on_chunk: when the cache is built, called with each chunk as it is
       written (the list of its pieces, dicts of the stored arrays, valid
       during the call): a caller can take what it needs of the rows while
-      they are in memory instead of reading the cache back.
+      they are in memory instead of reading the cache back (on the thread
+      that builds it).
+    alongside: a function run on this thread while the cache is built on
+      another (`tf-sdca train` imports TensorFlow meanwhile: the parser
+      needs none of it and releases the GIL); run in any case before this
+      returns, after the check of an existing cache (whose warnings go to
+      stderr) and before a build's errors are raised.
 
   Returns:
     (arrays, info): arrays are read-only memory maps, one per stored array,
@@ -108,6 +115,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
                 bucket_bits=bucket_bits if fmt == "criteo" else None,
                 skip_bad_lines=bool(skip_bad_lines))
   manifest_path = os.path.join(cache_dir, "manifest.json")
+  loaded = None
   if os.path.exists(manifest_path):
     try:
       try:
@@ -118,13 +126,46 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
       if not isinstance(manifest, dict):
         raise ValueError(f"{manifest_path} is not a JSON object")
       if all(manifest.get(k) == v for k, v in wanted.items()):
-        return _load(cache_dir, manifest), manifest
+        loaded = _load(cache_dir, manifest), manifest
     except (ValueError, OSError, EOFError, KeyError, TypeError) as error:
       # (UnicodeDecodeError and JSONDecodeError are ValueErrors; KeyError
       # and TypeError: a manifest of the wrong shape)
       print(f"warning: the cache in {cache_dir} is damaged ({error}); "
             "rebuilding it from the source files", file=sys.stderr)
+  if loaded is not None:
+    if alongside is not None:
+      alongside()
+    return loaded
   _clear(cache_dir)
+  if alongside is None:
+    return _build(paths, fmt, cache_dir, bucket_bits, skip_bad_lines,
+                  verbose, max_features, on_chunk, wanted)
+  built = {}
+
+  def build():
+    try:
+      built["value"] = _build(paths, fmt, cache_dir, bucket_bits,
+                              skip_bad_lines, verbose, max_features,
+                              on_chunk, wanted)
+    except BaseException as error:  # pylint: disable=broad-except
+      built["error"] = error  # raised on the caller's thread
+
+  # A daemon: a Ctrl-C (on the caller's thread) ends the process without
+  # waiting for the rest of the files.
+  thread = threading.Thread(target=build, name="tf_sdca cache build",
+                            daemon=True)
+  thread.start()
+  alongside()
+  thread.join()
+  if "error" in built:
+    raise built["error"]
+  return built["value"]
+
+
+def _build(paths, fmt, cache_dir, bucket_bits, skip_bad_lines, verbose,
+           max_features, on_chunk, wanted):
+  """`load_or_build`'s build of a new cache in the empty `cache_dir`."""
+  manifest_path = os.path.join(cache_dir, "manifest.json")
   bad_lines = criteo_reader.BadLines()
   start = time.perf_counter()
   chunk_rows = []
