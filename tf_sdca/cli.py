@@ -255,7 +255,7 @@ def _run_command(argv):
   demo.add_argument("--quiet", action="store_true")
   commands.add_parsers(sub)
   args = parser.parse_args(argv)
-  if args.command == "train":
+  if args.command == "train" and "tensorflow" not in sys.modules:
     # `train` reads its files while TensorFlow is imported: the text parser
     # is loaded first, with TensorFlow's framework library for its hash
     # (which writes banners too).

@@ -177,16 +177,11 @@ def _data_args(parser, scoring=False):
 
 
 def run(args, start_tensorflow=None):
-  """Runs a parsed subcommand; returns the exit status.
-
-  `start_tensorflow` (optional) imports TensorFlow and loads the op: called
-  first, but by `train`, which calls it once its files are being read
-  (`train`)."""
+  """Runs a parsed subcommand; returns the exit status (`start_tensorflow`:
+  `train`'s)."""
   try:
     if args.command == "train":
       return train(args, start_tensorflow)
-    if start_tensorflow is not None:
-      start_tensorflow()
     return {"generate": generate, "evaluate": evaluate, "predict": predict,
             "export": export}[args.command](args)
   except (ValueError, OSError) as error:  # OSError: missing, a directory,
@@ -300,11 +295,11 @@ def _kept_options(args):
 def train(args, start_tensorflow=None):
   """`tf-sdca train`.
 
-  `start_tensorflow` (optional, as `run`'s) is called after the arguments
-  are checked, while a new cache is built on another thread: the text
-  parser needs no TensorFlow, so the first pass does not wait for its
-  import."""
-  start_tensorflow = start_tensorflow or (lambda: None)
+  `start_tensorflow` (optional, as `run`'s; given only while TensorFlow is
+  not imported) is called after the arguments are checked, while a new
+  cache is built in a child process (`cache.load_or_build`'s
+  `alongside`): the text parser needs no TensorFlow, so the first pass
+  does not wait for its import."""
   _kept_options(args)
   if losses.is_multiclass(args.loss) and distributed_command.wanted(args):
     if getattr(args, "num_classes", None) is None:
@@ -323,7 +318,8 @@ def train(args, start_tensorflow=None):
                          "permutation"),
                     options.PROCESSES, options.COMMAND_LINE,
                     "--local-cluster or TF_CONFIG")
-    start_tensorflow()
+    if start_tensorflow is not None:
+      start_tensorflow()
     return distributed_command.train(args)
   distributed_command.guard_single_process_resume(args)
   # The weight table's width, bounded before any directory or memory is
@@ -356,11 +352,10 @@ def train(args, start_tensorflow=None):
   if multiclass and args.format != "libsvm":
     raise ValueError(f"--loss {args.loss} trains on LIBSVM files with class "
                      "labels (--format libsvm); Criteo labels are binary")
-  maxima = []  # the Criteo counts' maxima of each chunk of a new cache
 
   def chunk_maxima(pieces):
-    maxima.append(model_files.criteo_count_maxima(
-        [piece["dense"] for piece in pieces]))
+    return model_files.criteo_count_maxima(
+        [piece["dense"] for piece in pieces])
 
   arrays, info = cache.load_or_build(
       args.data, args.format, args.cache_dir or os.path.join(
@@ -369,6 +364,8 @@ def train(args, start_tensorflow=None):
       on_chunk=chunk_maxima if args.format == "criteo" else None,
       alongside=start_tensorflow)
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  # The Criteo counts' maxima of each chunk of a new cache.
+  maxima = info.get("chunk_results", [])
   if info["bad_lines"]:
     print(f"skipped {info['bad_lines']:,} malformed line(s); first: "
           f"{info['first_bad_lines'][0]}")
