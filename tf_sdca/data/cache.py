@@ -98,7 +98,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
       during the call): a caller can take what it needs of the rows while
       they are in memory instead of reading the cache back. What it
       returns comes back in `info["chunk_results"]`, a list in the chunks'
-      order (empty when the cache was read): the build may run in another
+      order (absent when the cache was read): the build may run in another
       process (`alongside`).
     alongside: a function run in this process while the cache is built in
       a forked child (`tf-sdca train` imports TensorFlow meanwhile: the
@@ -111,7 +111,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     (arrays, info): arrays are read-only memory maps, one per stored array,
     concatenated over chunks only when asked (`concatenate`); info is the
     manifest (`rows`, `bad_lines`, `parse_seconds`, ...), and
-    `chunk_results` when the cache was built.
+    `chunk_results` when the cache was built with `on_chunk`.
 
   Raises:
     ValueError: for a malformed line (with file and line), unless
@@ -154,7 +154,9 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     manifest, results = build()
   else:
     manifest, results = _build_in_child(build, alongside)
-  return _load(cache_dir, manifest), dict(manifest, chunk_results=results)
+  if on_chunk is not None:
+    manifest = dict(manifest, chunk_results=results)
+  return _load(cache_dir, manifest), manifest
 
 
 def _build(paths, fmt, cache_dir, bucket_bits, skip_bad_lines, verbose,
