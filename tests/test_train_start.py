@@ -262,3 +262,29 @@ def test_a_kill_of_the_child_building_the_cache_ends_the_command(
   assert sorted(os.listdir(model_dir / "cache")) == [
       "part-00000-dense.npy", "part-00000-ids.npy", "part-00000-labels.npy"]
   assert not model_files.has_model(str(model_dir))
+
+
+def test_a_failed_import_beside_the_build_stops_the_child_and_raises(
+    criteo_file, tmp_path):
+  cache_dir = str(tmp_path / "cache")
+  script = f"""
+import os
+from tf_sdca.data import cache
+def import_tensorflow():
+  raise ImportError("no TensorFlow here")
+try:
+  cache.load_or_build([{criteo_file!r}], "criteo", {cache_dir!r}, verbose=0,
+                      alongside=import_tensorflow)
+except ImportError as error:
+  print("raised:", error)
+try:
+  os.waitpid(-1, os.WNOHANG)
+  print("a child is left")
+except ChildProcessError:
+  print("no child left")
+"""
+  done = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                        text=True, cwd=ROOT, timeout=60)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout == "raised: no TensorFlow here\nno child left\n"
+  assert "manifest.json" not in os.listdir(cache_dir)

@@ -12,7 +12,8 @@
 
 `generate` writes Criteo-shaped synthetic click logs (TSV, known ground
 truth). `train` parses the files once into a binary cache in the model
-directory (later runs memory-map it), trains by SDCA on the rows packed once
+directory (in a child process while it imports TensorFlow; later runs
+memory-map the cache), trains by SDCA on the rows packed once
 (`TfSdca>PackRows`) with a progress
 bar (rows/s; the exact duality gap after each epoch) and checkpoints the weights
 and the dual state after every epoch, atomically: a Ctrl-C or a kill loses at

@@ -231,16 +231,19 @@ def _build_in_child(build, alongside):
     finally:
       os._exit(0)  # pylint: disable=protected-access
   os.close(write_end)
+  reader = os.fdopen(read_end, "rb")
   try:
     alongside()
-  except BaseException:
-    os.close(read_end)
-    os.kill(pid, signal.SIGKILL)  # the cache stays without its manifest
-    os.waitpid(pid, 0)
+    data = reader.read()
+    status = os.waitpid(pid, 0)[1]
+    pid = None
+  except BaseException:  # a failed import, a Ctrl-C: the build stops too
+    if pid is not None:
+      os.kill(pid, signal.SIGKILL)  # the cache stays without its manifest
+      os.waitpid(pid, 0)
     raise
-  with os.fdopen(read_end, "rb") as f:
-    data = f.read()
-  _, status = os.waitpid(pid, 0)
+  finally:
+    reader.close()
   if os.WIFSIGNALED(status):
     os.kill(os.getpid(), os.WTERMSIG(status))
   reply = pickle.loads(data)
