@@ -176,25 +176,33 @@ def _model(model_dir):
   return meta, state
 
 
+@pytest.mark.parametrize("fmt", ["criteo", "libsvm"])
 def test_a_new_process_writes_the_cache_and_model_of_the_in_process_path(
-    criteo_file, tmp_path):
-  args = ["--epochs", "2", "--bucket-bits", "16", "--quiet"]
-  child = _new_process(criteo_file, "--model-dir", str(tmp_path / "new"),
-                       *args)
+    criteo_file, tmp_path, fmt):
+  if fmt == "criteo":
+    path, args, rows, parts = criteo_file, ["--bucket-bits", "16"], 19_999, 3
+  else:
+    path = str(tmp_path / "data.svm")
+    with open(path, "wb") as f:  # (without its malformed line)
+      f.write(b"\n".join(_libsvm_text().split(b"\n")[4:]))
+    args, rows, parts = ["--format", "libsvm"], 19_995, 4
+  args += ["--epochs", "2", "--quiet"]
+  child = _new_process(path, "--model-dir", str(tmp_path / "new"), *args)
   assert child.returncode == 0, child.stderr[-2000:]
   assert child.stdout.startswith("BUILT_IN_CHILD\n")
   # In this process TensorFlow is imported: the cache is built here.
-  assert cli.main(["train", criteo_file, "--model-dir",
-                   str(tmp_path / "old"), *args]) == 0
+  assert cli.main(["train", path, "--model-dir", str(tmp_path / "old"),
+                   *args]) == 0
   new_files, new_manifest = _cache_files(tmp_path / "new" / "cache")
   old_files, old_manifest = _cache_files(tmp_path / "old" / "cache")
-  assert new_manifest == old_manifest and new_manifest["rows"] == 19_999
-  assert new_files.keys() == old_files.keys() and len(new_files) == 3
+  assert new_manifest == old_manifest and new_manifest["rows"] == rows
+  assert new_files.keys() == old_files.keys() and len(new_files) == parts
   for name, data in old_files.items():
     assert new_files[name] == data, name
   (new_meta, new_state), (old_meta, old_state) = (
       _model(tmp_path / "new"), _model(tmp_path / "old"))
-  assert new_meta == old_meta and new_meta["scale"] is not None
+  assert new_meta == old_meta
+  assert (new_meta.get("scale") is not None) == (fmt == "criteo")
   assert new_state.keys() == old_state.keys()
   for key, value in old_state.items():
     assert np.asarray(new_state[key]).tobytes() == \
