@@ -12,7 +12,8 @@
 
 `generate` writes Criteo-shaped synthetic click logs (TSV, known ground
 truth). `train` parses the files once into a binary cache in the model
-directory (later runs memory-map it), trains by SDCA on the rows packed once
+directory (in a child process while it imports TensorFlow; later runs
+memory-map the cache), trains by SDCA on the rows packed once
 (`TfSdca>PackRows`) with a progress
 bar (rows/s; the exact duality gap after each epoch) and checkpoints the weights
 and the dual state after every epoch, atomically: a Ctrl-C or a kill loses at
@@ -34,6 +35,7 @@ import time
 
 from tf_sdca import commands
 from tf_sdca import model_files
+from tf_sdca.data import text_parser
 
 
 # The module TensorFlow's `__init__` imports eagerly at its end, which
@@ -62,17 +64,16 @@ def _import_tensorflow():
   return tf
 
 
-def _start_tensorflow_quietly():
-  """Imports TensorFlow (without Keras: `_import_tensorflow`) and loads the
-  op with the process's stderr (fd 2)
-  pointed at /dev/null: TensorFlow's C++ start-up writes banners there
-  (oneDNN, CUDA probing, absl's "log messages before InitializeLog") that
+def _quietly(function):
+  """Runs `function` with the process's stderr (fd 2) pointed at
+  /dev/null: TensorFlow's C++ start-up writes banners there (oneDNN, CUDA
+  probing, absl's "log messages before InitializeLog") that
   TF_CPP_MIN_LOG_LEVEL does not silence and that a command-line user has no
   use for. A failure restores stderr first, so its traceback is seen.
   TF_SDCA_VERBOSE=1 keeps them."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   if os.environ.get("TF_SDCA_VERBOSE") == "1":
-    _import_tensorflow()
+    function()
     return
   sys.stderr.flush()
   saved = os.dup(2)
@@ -80,13 +81,24 @@ def _start_tensorflow_quietly():
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
-    tf = _import_tensorflow()
-    from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
-    tf.config.list_physical_devices()  # the device probes log too
-    load_ops()
+    function()
   finally:
     os.dup2(saved, 2)
     os.close(saved)
+
+
+def _start_tensorflow():
+  """Imports TensorFlow (without Keras: `_import_tensorflow`), probes the
+  devices (which log) and loads the op."""
+  tf = _import_tensorflow()
+  from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
+  tf.config.list_physical_devices()
+  load_ops()
+
+
+def _start_tensorflow_quietly():
+  """`_start_tensorflow`, `_quietly`."""
+  _quietly(_start_tensorflow)
 
 
 class _PlainText:
@@ -244,6 +256,12 @@ def _run_command(argv):
   demo.add_argument("--quiet", action="store_true")
   commands.add_parsers(sub)
   args = parser.parse_args(argv)
+  if args.command == "train" and "tensorflow" not in sys.modules:
+    # `train` reads its files while TensorFlow is imported: the text parser
+    # is loaded first, with TensorFlow's framework library for its hash
+    # (which writes banners too).
+    _quietly(text_parser.load)
+    return commands.run(args, start_tensorflow=_start_tensorflow_quietly)
   _start_tensorflow_quietly()
   if args.command == "demo":
     return _demo(args)
