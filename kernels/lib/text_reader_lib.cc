@@ -43,19 +43,6 @@ class KeepSubnormals {
 #endif
 };
 
-// The lines of [begin, end): its '\n's, and one more for a last line
-// without one.
-int64_t CountLines(const char* begin, const char* end) {
-  int64_t lines = 0;
-  for (const char* p = begin;
-       (p = static_cast<const char*>(std::memchr(p, '\n', end - p))) !=
-       nullptr;
-       ++p) {
-    ++lines;
-  }
-  return lines + (begin < end && end[-1] != '\n');
-}
-
 // Parses [text, text + size) in up to `threads` ranges, one per thread (the
 // first on the calling one); `parse(begin, end, block, rows)` fills one
 // range's rows.
@@ -93,16 +80,6 @@ void CountSizes(Parsed<Rows>* parsed) {
     parsed->sizes[0] += r.labels.size();
     parsed->sizes[2] += r.bad.size();
     parsed->sizes[3] += r.num_lines;
-  }
-}
-
-// Copies each range's vector `member` into `out` (flat), in order,
-// converted to Out.
-template <typename Rows, typename T, typename Out>
-void Join(const std::vector<Rows>& rows, std::vector<T> Rows::*member,
-          Out* out) {
-  for (const Rows& r : rows) {
-    out = std::copy((r.*member).begin(), (r.*member).end(), out);
   }
 }
 
