@@ -141,23 +141,25 @@ class _PlainText:
     self._stream.flush()
 
 
-def _demo(args):
+def _demo(args, start_tensorflow=None):
   """Runs the demo, its output cleaned of progress redraws and colour codes
   where stdout is not a terminal."""
   if sys.stdout.isatty():
-    return _run_demo(args)
+    return _run_demo(args, start_tensorflow)
   plain = _PlainText(sys.stdout)
   try:
     with contextlib.redirect_stdout(plain):
-      return _run_demo(args)
+      return _run_demo(args, start_tensorflow)
   finally:
     plain.close_line()
 
 
-def _run_demo(args):
+def _run_demo(args, start_tensorflow=None):
   """Generates TSV files in a temporary directory, trains on 90% of the rows
-  through the same path as `train` (parse, cache, SDCA, checkpoints),
-  evaluates on the other 10% and compares with the ground truth."""
+  through the same path as `train` (parse, cache, SDCA, checkpoints; with
+  `start_tensorflow`, TensorFlow is imported while the cache is built, as
+  `train` does), evaluates on the other 10% and compares with the ground
+  truth."""
   import tempfile  # pylint: disable=import-outside-toplevel
 
   import numpy as np  # pylint: disable=import-outside-toplevel
@@ -183,7 +185,7 @@ def _run_demo(args):
         loss="logistic_loss", l1=args.l1, l2=args.l2, epochs=args.epochs,
         tol=args.tol, batch_size=args.batch_size, threads=args.threads,
         seed=args.seed, cache_dir=None, resume=False, overwrite=False,
-        quiet=args.quiet))
+        quiet=args.quiet), start_tensorflow)
     if status:
       return status
     total_time = time.perf_counter() - t0
@@ -256,11 +258,13 @@ def _run_command(argv):
   demo.add_argument("--quiet", action="store_true")
   commands.add_parsers(sub)
   args = parser.parse_args(argv)
-  if args.command == "train" and "tensorflow" not in sys.modules:
-    # `train` reads its files while TensorFlow is imported: the text parser
-    # is loaded first, with TensorFlow's framework library for its hash
-    # (which writes banners too).
+  if args.command in ("train", "demo") and "tensorflow" not in sys.modules:
+    # `train` (and the demo's) reads its files while TensorFlow is
+    # imported: the text parser is loaded first, with TensorFlow's
+    # framework library for its hash (which writes banners too).
     _quietly(text_parser.load)
+    if args.command == "demo":
+      return _demo(args, start_tensorflow=_start_tensorflow_quietly)
     return commands.run(args, start_tensorflow=_start_tensorflow_quietly)
   _start_tensorflow_quietly()
   if args.command == "demo":
