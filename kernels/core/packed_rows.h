@@ -242,6 +242,9 @@ class PackedRows {
   int64_t num_appended() const { return num_appended_; }
   // All reserved rows appended (Solve, Evaluate and CheckDuals need it).
   bool complete() const { return num_appended_ == num_examples_; }
+  // Every row's label as the loss converted it (multiclass: the class id),
+  // by row.
+  const std::vector<double>& labels() const { return labels_; }
 
   int64_t num_examples() const { return num_examples_; }
   int64_t num_sparse_features() const { return num_sparse_features_; }
