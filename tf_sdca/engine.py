@@ -501,7 +501,7 @@ class _FusedEpochs:
   Keras' loop), and not extrapolating the Poisson loss; where
   `_TrainAhead` applies it runs instead. The first calls run 4 epochs (or
   up to the epoch after which momentum 'auto' chooses its beta), later
-  ones about FUSED_SECONDS. An error inside a call (a step out of range)
+  ones about FUSED_SECONDS each. An error inside a call (a step out of range)
   raises with the state where the call started.
   """
 
@@ -589,8 +589,7 @@ class _FusedEpochs:
       self._done.append((elapsed, parts[k] if evaluate[k] else None))
     self._epoch = epoch + seconds.shape[0]
     per_epoch = wall / max(seconds.shape[0], 1)
-    self._size = max(1, min(4 * self._size,
-                            int(FUSED_SECONDS / max(per_epoch, 1e-9))))
+    self._size = max(1, int(FUSED_SECONDS / max(per_epoch, 1e-9)))
 
 
 class _TrainAhead:

@@ -745,6 +745,9 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
         objective_threads=int(objective_threads), **attrs)
 
 
+_NO_POINT = (np.zeros(0), np.zeros(0))
+
+
 def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
                   l2, visit_order="permutation", gamma=1.0, num_classes=1,
                   hinge_step="projection", beta=-1.0, previous=None,
@@ -791,13 +794,11 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2, 1, 1,
                                visit_order, gamma, True, num_classes,
                                hinge_step)
+    # (The scalars as they are: the op's fast path converts them.)
     return load_ops().tf_sdca_packed_epochs(
-        rows, *state, _tensor(evaluate, tf.bool, "evaluate"),
-        _tensor(tol, tf.float64, "tol"), _tensor(beta, tf.float64, "beta"),
-        *(previous if previous is not None else
-          (np.zeros(0), np.zeros(0))),
-        _tensor(last_dual, tf.float64, "last_dual"),
-        _tensor(restart, tf.bool, "restart"), **attrs)
+        rows, *state, _tensor(evaluate, tf.bool, "evaluate"), float(tol),
+        float(beta), *(previous if previous is not None else _NO_POINT),
+        float(last_dual), bool(restart), **attrs)
 
 
 def check_asdca_options(loss_type, batch_size, theta):
