@@ -10,12 +10,15 @@ One engine under `InMemorySdca`, `keras.LinearModel`'s in-memory fits,
   columns; `[rows, K]` for a multiclass loss), the duals by row, ASDCA's
   iterate, as numpy arrays, with `state_dict()` for checkpoints;
 - the **epochs**: `run_epochs`, the loop of a fit (one op call per epoch,
-  the exact objective and duality gap after each, progress, the gap stop,
-  a callback; `epochs_of` gives the same epochs one by one to a door that
+  or several per `TfSdca>PackedEpochs` call where nothing runs between
+  them, `_FusedEpochs`; the exact objective and duality gap after each,
+  progress, the gap stop, a callback; `epochs_of` gives the same epochs
+  one by one to a door that
   drives its own loop, Keras' `fit`), with output averaging (`IterateAverage`) and extrapolation
   (`Extrapolation`) as hooks; the seed schedule (`epoch_seed`); the one
-  Python caller of `TfSdca>PackedSolve` and `TfSdca>AsdcaSolve`
-  (`packed_pass`, `asdca_pass`, `objective_parts`); and the one evaluator
+  Python caller of `TfSdca>PackedSolve`, `TfSdca>PackedEpochs` and
+  `TfSdca>AsdcaSolve` (`packed_pass`, `_FusedEpochs`, `asdca_pass`,
+  `objective_parts`); and the one evaluator
   of the objective and duality gap from the ops' sums (`objective_and_gap`).
 
 The options a door takes are checked by `tf_sdca.options` before they get
