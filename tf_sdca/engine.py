@@ -779,8 +779,9 @@ def row_norms(n, csr=None, dense=None):
   no rows or all-zero rows."""
   if n == 0:
     return RowNorms(0.0, 0.0)
-  rows = np.unique(np.linspace(0, n - 1, min(n, NORM_SPREAD_ROWS)).astype(
-      np.int64))
+  # (All of them when n <= NORM_SPREAD_ROWS: linspace's step is then 1.)
+  rows = (np.arange(n) if n <= NORM_SPREAD_ROWS else np.unique(
+      np.linspace(0, n - 1, NORM_SPREAD_ROWS).astype(np.int64)))
   norms = np.zeros(len(rows))
   if csr is not None:
     indptr, _, values = csr
@@ -793,8 +794,11 @@ def row_norms(n, csr=None, dense=None):
       offsets = np.arange(lengths.sum()) - np.repeat(
           np.cumsum(lengths) - lengths, lengths)
       entries = np.repeat(starts, lengths) + offsets
-      squares = np.asarray(values, np.float64)[entries] ** 2
-      np.add.at(norms, np.repeat(np.arange(len(rows)), lengths), squares)
+      squares = np.asarray(values)[entries].astype(np.float64) ** 2
+      # (bincount adds each row's squares in order from 0, as np.add.at
+      # did: the same bits, without add.at's ~1 ms on 2,000 text rows.)
+      norms += np.bincount(np.repeat(np.arange(len(rows)), lengths),
+                           weights=squares, minlength=len(rows))
   if dense is not None:
     norms += (np.asarray(dense[rows], np.float64) ** 2).sum(axis=1)
   mean = norms.mean()
