@@ -3,8 +3,9 @@ where nothing runs between the epochs, the engine runs several per call,
 with the extrapolation, the exact gap and the `tol` stop inside the op. The
 weights, duals, history and momentum state are those of one call per epoch,
 bit for bit (momentum 'auto' choosing its beta, restarts, `tol` reached
-inside a call, epochs whose gap nobody reads, the orders), and the hinge
-losses reach LIBLINEAR's optimum with the gap certificate on real data."""
+inside a call, epochs whose gap nobody reads, the orders, progress
+printed), and the hinge losses reach LIBLINEAR's optimum with the gap
+certificate on real data."""
 import warnings
 
 import numpy as np
@@ -238,3 +239,38 @@ def test_packed_epochs_validates_its_inputs():
   out = sdca_ops.packed_epochs(rows, w, d, 0, np.zeros(0, bool), -1.0,
                                "poisson_loss", 0.0, 1.0)
   assert out[2].shape == (0, 4) and np.array_equal(out[0].numpy(), w)
+
+
+def test_progress_is_printed_per_epoch_when_fused(monkeypatch, capsys):
+  """verbose=1 runs fused too: every epoch's progress line, its loss and gap
+  those of the epochs one by one (the rates aside), and the same bits."""
+  data = _data("wine")
+  opts = dict(loss="multiclass_hinge", l2=1.0, num_classes=3)
+  printed = []
+  for fused in (False, True):
+    monkeypatch.setattr(engine, "FUSED_EPOCHS", fused)
+    calls = []
+    original = sdca_ops.packed_epochs
+
+    def spy(*args, original=original, calls=calls, **kwargs):
+      calls.append(1)
+      return original(*args, **kwargs)
+
+    monkeypatch.setattr(sdca_ops, "packed_epochs", spy)
+    model = InMemorySdca(**opts)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      model.fit(**data, epochs=20, tol=1e-4, verbose=1)
+    monkeypatch.undo()
+    assert bool(calls) == fused
+    out = capsys.readouterr().out
+    printed.append(([line for line in out.splitlines()
+                     if line.startswith("Epoch ")],
+                    [line.split("rows/s")[0].rsplit(None, 1)[0]
+                     for line in out.splitlines()
+                     if line.startswith("  loss ")],
+                    model.dense_weights))
+  (epochs1, losses1, w1), (epochs2, losses2, w2) = printed
+  assert epochs1 == epochs2 and len(epochs1) > 5
+  assert losses1 == losses2 and len(losses1) == len(epochs1)
+  assert _same(w1, w2)

@@ -357,10 +357,11 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
            else None)
   # Else, where nothing runs between the epochs, several per op call.
   fused = (_FusedEpochs(state, problem, config, epochs, tol, gap_every,
-                        extrapolation, initial_epoch, start_time)
+                        extrapolation, initial_epoch, start_time,
+                        evaluate_all=bool(verbose))
            if ahead is None and FUSED_EPOCHS and _FusedEpochs.applies(
                problem, config, train_epoch, extrapolation, average,
-               second_order, verbose or read) else None)
+               second_order, read) else None)
 
   def progress_bar(epoch):
     if not verbose:
@@ -500,8 +501,9 @@ class _FusedEpochs:
   the extrapolation's numpy work cost several times the epoch itself.
 
   Only for one training thread over packed rows, with no `train_epoch`,
-  average, block step, progress or reader between the epochs (a callback,
-  Keras' loop), and not extrapolating the Poisson loss; where
+  average, block step or reader between the epochs (a callback, Keras'
+  loop), and not extrapolating the Poisson loss (progress is printed per
+  epoch as each call returns, within FUSED_SECONDS of the epoch); where
   `_TrainAhead` applies it runs instead. The first calls run 4 epochs (or
   up to the epoch after which momentum 'auto' chooses its beta), later
   ones about FUSED_SECONDS each. An error inside a call (a step out of range)
@@ -509,13 +511,14 @@ class _FusedEpochs:
   """
 
   def __init__(self, state, problem, config, epochs, tol, gap_every,
-               extrapolation, initial_epoch, start_time):
+               extrapolation, initial_epoch, start_time, evaluate_all=False):
     self._state = state
     self._problem = problem
     self._config = config
     self._epochs = epochs
     self._tol = -1.0 if tol is None else float(tol)
     self._gap_every = gap_every
+    self._evaluate_all = evaluate_all  # (progress prints every epoch's)
     self._extrapolation = extrapolation
     self._first = initial_epoch if start_time is not None else None
     self._start_time = start_time
@@ -552,7 +555,7 @@ class _FusedEpochs:
       raise RuntimeError(f"fused epochs at {self._epoch}, asked for {epoch}")
     extrapolation = self._extrapolation
     count = min(self._size, self._epochs - epoch)
-    evaluate = [epoch + k + 1 == self._epochs or
+    evaluate = [self._evaluate_all or epoch + k + 1 == self._epochs or
                 bool(self._gap_every and
                      (epoch + k + 1) % self._gap_every == 0)
                 for k in range(count)]
