@@ -1059,9 +1059,31 @@ void PackedRows::FixedBlockScores(const char* record, const double* weights,
   // same sums in the same order as the loop over num_classes.
   double acc[K];
   for (int j = 0; j < K; ++j) acc[j] = 0.0;
-  ForEachClassRow(record, K, weights, [&](const double* row, double v) {
-    for (int j = 0; j < K; ++j) acc[j] += v * row[j];
-  });
+  if (num_threads_ > 1) {
+    ForEachClassRow(record, K, weights, [&](const double* row, double v) {
+      for (int j = 0; j < K; ++j) acc[j] += v * row[j];
+    });
+  } else {
+    // ForEachClassRow's visits, and the dense columns' zeros too (no
+    // branch): 0 x a finite weight adds +-0 to a sum that is never -0, so
+    // the sums are the same bits.
+    const Header* h = reinterpret_cast<const Header*>(record);
+    const int64_t nnz = h->nnz;
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const float* values = reinterpret_cast<const float*>(ids + nnz);
+    for (int64_t e = 0; e < nnz; ++e) {
+      const double* row = weights + static_cast<int64_t>(ids[e]) * K;
+      const double v = has_values_ ? values[e] : 1.0;
+      for (int j = 0; j < K; ++j) acc[j] += v * row[j];
+    }
+    const float* x = has_values_ ? values + nnz : values;
+    const double* dense = weights + num_sparse_features_ * K;
+    for (int64_t c = 0; c < dense_dim_; ++c) {
+      const double v = x[c];
+      const double* row = dense + c * K;
+      for (int j = 0; j < K; ++j) acc[j] += v * row[j];
+    }
+  }
   for (int j = 0; j < K; ++j) z[j] = acc[j];
 }
 
