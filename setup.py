@@ -1,4 +1,7 @@
-"""Builds tf_sdca: the Python package plus the `_sdca_ops.so` TensorFlow op.
+"""Builds tf_sdca: the Python package plus two native libraries: the
+`_sdca_ops.so` TensorFlow op and `_text_reader.so`, the text parser as a
+plain shared library without TensorFlow (called through ctypes, so that
+`tf-sdca train` parses while TensorFlow is being imported).
 
 The op is compiled with the flags of the TensorFlow that is installed
 (`tf.sysconfig.get_compile_flags()` / `get_link_flags()`: they carry the C++
@@ -32,6 +35,11 @@ SOURCES = [
     "kernels/core/packed_rows_threads.cc",
     "kernels/core/text_reader.cc",
 ]
+# The text parser without TensorFlow (tf_sdca/data/text_parser.py).
+TEXT_READER_SOURCES = [
+    "kernels/lib/text_reader_lib.cc",
+    "kernels/core/text_reader.cc",
+]
 
 
 def tf_flags():
@@ -49,11 +57,27 @@ def tf_flags():
 def build_op_library(output, build_dir, debug=False):
     """Compiles SOURCES into the shared library `output`."""
     compile_flags, link_flags = tf_flags()
+    build_library(SOURCES, output, build_dir, compile_flags, link_flags,
+                  debug)
+
+
+def build_text_reader_library(output, build_dir, debug=False):
+    """Compiles TEXT_READER_SOURCES into the plain shared library `output`
+    (no TensorFlow flags: the TensorFlow code it calls, FarmHash, is handed
+    to it as a function pointer)."""
+    build_library(TEXT_READER_SOURCES, output, build_dir,
+                  ["-std=c++17", "-pthread"], ["-pthread"], debug)
+
+
+def build_library(sources, output, build_dir, compile_flags, link_flags,
+                  debug=False):
+    """Compiles `sources` in parallel and links them into the shared library
+    `output`."""
     os.makedirs(build_dir, exist_ok=True)
     opt = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG"]
     objects = []
     commands = []
-    for src in SOURCES:
+    for src in sources:
         obj = os.path.join(build_dir, src.replace("/", "_") + ".o")
         objects.append(obj)
         commands.append(["g++", "-c", os.path.join(HERE, src), "-o", obj,
@@ -72,14 +96,17 @@ def build_op_library(output, build_dir, debug=False):
 
 
 class BuildOp(build_ext):
-    """Builds the op library instead of a CPython extension."""
+    """Builds the native libraries instead of CPython extensions."""
 
     def get_ext_filename(self, fullname):
-        # A TensorFlow op library, loaded by tf.load_op_library, not import.
+        # Libraries loaded by tf.load_op_library or ctypes, not import.
         return os.path.join(*fullname.split(".")) + ".so"
 
     def build_extension(self, ext):
-        build_op_library(self.get_ext_fullpath(ext.name), self.build_temp)
+        build = (build_text_reader_library
+                 if ext.name == "tf_sdca._text_reader" else build_op_library)
+        build(self.get_ext_fullpath(ext.name),
+              os.path.join(self.build_temp, ext.name.rsplit(".", 1)[1]))
 
 
 setup(
@@ -90,7 +117,9 @@ setup(
     long_description=open(os.path.join(HERE, "README.md")).read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["tf_sdca", "tf_sdca.*"]),
-    ext_modules=[Extension("tf_sdca._sdca_ops", sources=SOURCES)],
+    ext_modules=[Extension("tf_sdca._sdca_ops", sources=SOURCES),
+                 Extension("tf_sdca._text_reader",
+                           sources=TEXT_READER_SOURCES)],
     cmdclass={"build_ext": BuildOp},
     python_requires=">=3.9",
     # The .so is tied to the C++ ABI of the TensorFlow it was built with.

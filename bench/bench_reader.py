@@ -7,8 +7,8 @@ replaced, and `tf-sdca train`'s first pass end to end.
 
 On one generated Criteo TSV file (and its gzip copy), in one process,
 alternating old and new in each repeat, medians printed:
-  1. parse + hash only, one core: TfSdca>ParseCriteo on the file's bytes
-     (already in memory) in 200 KB blocks, each parsed on one thread;
+  1. parse + hash only, one core: `text_parser.parse_criteo` on the file's
+     bytes (already in memory) in 200 KB blocks, each parsed on one thread;
   2. `read_criteo` (file to numpy chunks): the native reader against the
      reader before it (TextLineDataset + `parse_criteo_lines` in a parallel
      `tf.data` map, as tf_sdca/data/criteo.py had it), plain and gzip;
@@ -16,9 +16,10 @@ alternating old and new in each repeat, medians printed:
      epoch -> saved model), called in-process with either reader, timed
      from the call to its return (TensorFlow already imported);
   4. the same as a fresh process (`python -m tf_sdca.cli`, imports
-     included), native reader only, with its peak RSS; and that process on
-     a 1,000-row prefix of the file: the start-up cost (Python, TensorFlow,
-     the op library) and the RSS before any data.
+     included; the cache built in a forked child meanwhile), native reader
+     only, with its peak RSS (the command's own process, not the child's);
+     and that process on a 1,000-row prefix of the file: the start-up cost
+     (Python, TensorFlow, the op library) and the RSS before any data.
 With --train-only, only 3 (native reader) and 4, the file never held in
 memory: for 10M rows, and for comparing two versions of tf_sdca (the same
 script run with either on PYTHONPATH, one after the other). Each `train`
@@ -41,8 +42,7 @@ import tensorflow as tf
 
 from tf_sdca import cli
 from tf_sdca.data import criteo, generate_criteo_arrays, text_files
-from tf_sdca.data import write_criteo_tsv
-from tf_sdca.ops import sdca_ops
+from tf_sdca.data import text_parser, write_criteo_tsv
 
 
 def old_read_criteo(paths, batch_size=65536, bucket_bits=20,
@@ -104,12 +104,13 @@ def _timed(function):
 
 
 def _parse_one_core(data, block=200_000):
-  """Rows of `data` through TfSdca>ParseCriteo in blocks below the op's
+  """Rows of `data` through `text_parser.parse_criteo` in blocks below its
   two-range size (one thread per call)."""
   rows, start = 0, 0
   while start < len(data):
     end = data.rfind(b"\n", start, start + block) + 1 or len(data)
-    rows += int(sdca_ops.parse_criteo(data[start:end], 20)["labels"].shape[0])
+    rows += int(text_parser.parse_criteo(data[start:end], 20)["labels"]
+                .shape[0])
     start = end
   return rows
 
@@ -148,7 +149,8 @@ def _train(path, work, chunk_pieces=None):
 # carry over the parent's RSS at the fork (Linux keeps it across exec), and
 # this parent may hold the whole file in memory. `tf-sdca` run as the
 # console script ends its process with os._exit once the command returns:
-# the peak is printed just before.
+# the peak is printed just before (by the child that builds the cache too,
+# which ends first: the command's own peak is the last printed).
 _WRAPPER = """
 import os, runpy, sys
 def _peak():

@@ -308,6 +308,31 @@ def test_hold_rows_deals_the_merged_rows_and_drops_held_copies(with_values):
   assert len(draws) > 2  # the call index changes the draw
 
 
+def test_hold_rows_drops_a_held_row_whose_key_is_the_lowest_int64():
+  # The op keeps the batch's keys in a set whose empty buckets are marked
+  # by the lowest int64; a key equal to it (sdca_ops.example_keys never
+  # gives one, but the op takes any keys) is still found.
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  low = np.iinfo(np.int64).min
+  for batch_keys, dropped in (([low, 5], True), ([4, 5], False)):
+    batch = _side(batch_keys, [0, 1], [1, 2], None, range(4))
+    batch["sparse"] = [(r, i, None) for r, i, _ in batch["sparse"]]
+    held = _side([low, 7], [0, 1], [3, 4], [], range(10, 14))
+    held["sparse"] = [(r, i, np.zeros(0, np.float32))
+                      for r, i, _ in held["sparse"]]
+    visit, later = sdca_ops.hold_rows(batch, held, 0, 0.0)
+    assert len(later["keys"]) == 0
+    keys = list(visit["keys"].numpy())
+    assert keys == (batch_keys + [7] if dropped else batch_keys + [low, 7])
+    # The kept held row's entry and dense row come with it.
+    rows, ids, _ = visit["sparse"][0]
+    np.testing.assert_array_equal(ids, [1, 2] + ([4] if dropped else [3, 4]))
+    np.testing.assert_array_equal(rows, [0, 1] + ([2] if dropped else [2, 3]))
+    np.testing.assert_array_equal(
+        visit["dense"][0].numpy()[2:].ravel(),
+        [12, 13] if dropped else [10, 11, 12, 13])
+
+
 def _random_side(rng, keys, rows_sorted, with_values, num_ids=50):
   """Rows `keys` with 0-4 entries each (some with none), in row order or
   shuffled."""

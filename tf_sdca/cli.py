@@ -12,7 +12,8 @@
 
 `generate` writes Criteo-shaped synthetic click logs (TSV, known ground
 truth). `train` parses the files once into a binary cache in the model
-directory (later runs memory-map it), trains by SDCA on the rows packed once
+directory (in a child process while it imports TensorFlow; later runs
+memory-map the cache), trains by SDCA on the rows packed once
 (`TfSdca>PackRows`) with a progress
 bar (rows/s; the exact duality gap after each epoch) and checkpoints the weights
 and the dual state after every epoch, atomically: a Ctrl-C or a kill loses at
@@ -34,6 +35,7 @@ import time
 
 from tf_sdca import commands
 from tf_sdca import model_files
+from tf_sdca.data import text_parser
 
 
 # The module TensorFlow's `__init__` imports eagerly at its end, which
@@ -62,17 +64,16 @@ def _import_tensorflow():
   return tf
 
 
-def _start_tensorflow_quietly():
-  """Imports TensorFlow (without Keras: `_import_tensorflow`) and loads the
-  op with the process's stderr (fd 2)
-  pointed at /dev/null: TensorFlow's C++ start-up writes banners there
-  (oneDNN, CUDA probing, absl's "log messages before InitializeLog") that
+def _quietly(function):
+  """Runs `function` with the process's stderr (fd 2) pointed at
+  /dev/null: TensorFlow's C++ start-up writes banners there (oneDNN, CUDA
+  probing, absl's "log messages before InitializeLog") that
   TF_CPP_MIN_LOG_LEVEL does not silence and that a command-line user has no
   use for. A failure restores stderr first, so its traceback is seen.
   TF_SDCA_VERBOSE=1 keeps them."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   if os.environ.get("TF_SDCA_VERBOSE") == "1":
-    _import_tensorflow()
+    function()
     return
   sys.stderr.flush()
   saved = os.dup(2)
@@ -80,13 +81,24 @@ def _start_tensorflow_quietly():
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
-    tf = _import_tensorflow()
-    from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
-    tf.config.list_physical_devices()  # the device probes log too
-    load_ops()
+    function()
   finally:
     os.dup2(saved, 2)
     os.close(saved)
+
+
+def _start_tensorflow():
+  """Imports TensorFlow (without Keras: `_import_tensorflow`), probes the
+  devices (which log) and loads the op."""
+  tf = _import_tensorflow()
+  from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
+  tf.config.list_physical_devices()
+  load_ops()
+
+
+def _start_tensorflow_quietly():
+  """`_start_tensorflow`, `_quietly`."""
+  _quietly(_start_tensorflow)
 
 
 class _PlainText:
@@ -129,23 +141,25 @@ class _PlainText:
     self._stream.flush()
 
 
-def _demo(args):
+def _demo(args, start_tensorflow=None):
   """Runs the demo, its output cleaned of progress redraws and colour codes
   where stdout is not a terminal."""
   if sys.stdout.isatty():
-    return _run_demo(args)
+    return _run_demo(args, start_tensorflow)
   plain = _PlainText(sys.stdout)
   try:
     with contextlib.redirect_stdout(plain):
-      return _run_demo(args)
+      return _run_demo(args, start_tensorflow)
   finally:
     plain.close_line()
 
 
-def _run_demo(args):
+def _run_demo(args, start_tensorflow=None):
   """Generates TSV files in a temporary directory, trains on 90% of the rows
-  through the same path as `train` (parse, cache, SDCA, checkpoints),
-  evaluates on the other 10% and compares with the ground truth."""
+  through the same path as `train` (parse, cache, SDCA, checkpoints; with
+  `start_tensorflow`, TensorFlow is imported while the cache is built, as
+  `train` does), evaluates on the other 10% and compares with the ground
+  truth."""
   import tempfile  # pylint: disable=import-outside-toplevel
 
   import numpy as np  # pylint: disable=import-outside-toplevel
@@ -171,7 +185,7 @@ def _run_demo(args):
         loss="logistic_loss", l1=args.l1, l2=args.l2, epochs=args.epochs,
         tol=args.tol, batch_size=args.batch_size, threads=args.threads,
         seed=args.seed, cache_dir=None, resume=False, overwrite=False,
-        quiet=args.quiet))
+        quiet=args.quiet), start_tensorflow)
     if status:
       return status
     total_time = time.perf_counter() - t0
@@ -244,6 +258,14 @@ def _run_command(argv):
   demo.add_argument("--quiet", action="store_true")
   commands.add_parsers(sub)
   args = parser.parse_args(argv)
+  if args.command in ("train", "demo") and "tensorflow" not in sys.modules:
+    # `train` (and the demo's) reads its files while TensorFlow is
+    # imported: the text parser is loaded first, with TensorFlow's
+    # framework library for its hash (which writes banners too).
+    _quietly(text_parser.load)
+    if args.command == "demo":
+      return _demo(args, start_tensorflow=_start_tensorflow_quietly)
+    return commands.run(args, start_tensorflow=_start_tensorflow_quietly)
   _start_tensorflow_quietly()
   if args.command == "demo":
     return _demo(args)

@@ -176,11 +176,14 @@ def _data_args(parser, scoring=False):
                       help="skip and count malformed lines")
 
 
-def run(args):
-  """Runs a parsed subcommand; returns the exit status."""
+def run(args, start_tensorflow=None):
+  """Runs a parsed subcommand; returns the exit status (`start_tensorflow`:
+  `train`'s)."""
   try:
-    return {"generate": generate, "train": train, "evaluate": evaluate,
-            "predict": predict, "export": export}[args.command](args)
+    if args.command == "train":
+      return train(args, start_tensorflow)
+    return {"generate": generate, "evaluate": evaluate, "predict": predict,
+            "export": export}[args.command](args)
   except (ValueError, OSError) as error:  # OSError: missing, a directory,
     # unreadable or unwritable paths
     print(f"tf-sdca {args.command}: error: {error}", file=sys.stderr)
@@ -289,8 +292,14 @@ def _kept_options(args):
         "out to continue as it was trained)")
 
 
-def train(args):
-  """`tf-sdca train`."""
+def train(args, start_tensorflow=None):
+  """`tf-sdca train`.
+
+  `start_tensorflow` (optional, as `run`'s; given only while TensorFlow is
+  not imported) is called after the arguments are checked, while a new
+  cache is built in a child process (`cache.load_or_build`'s
+  `alongside`): the text parser needs no TensorFlow, so the first pass
+  does not wait for its import."""
   _kept_options(args)
   if losses.is_multiclass(args.loss) and distributed_command.wanted(args):
     if getattr(args, "num_classes", None) is None:
@@ -309,6 +318,8 @@ def train(args):
                          "permutation"),
                     options.PROCESSES, options.COMMAND_LINE,
                     "--local-cluster or TF_CONFIG")
+    if start_tensorflow is not None:
+      start_tensorflow()
     return distributed_command.train(args)
   distributed_command.guard_single_process_resume(args)
   # The weight table's width, bounded before any directory or memory is
@@ -321,7 +332,6 @@ def train(args):
         f"past the {limit:,} whose table fits this machine's memory; give "
         f"at most --bucket-bits {limit.bit_length() - 1}")
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
-  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   os.makedirs(args.model_dir, exist_ok=True)
   exists = model_files.has_model(args.model_dir)
   if exists and not (args.resume or args.overwrite):
@@ -342,17 +352,20 @@ def train(args):
   if multiclass and args.format != "libsvm":
     raise ValueError(f"--loss {args.loss} trains on LIBSVM files with class "
                      "labels (--format libsvm); Criteo labels are binary")
-  maxima = []  # the Criteo counts' maxima of each chunk of a new cache
 
   def chunk_maxima(pieces):
-    maxima.append(model_files.criteo_count_maxima(
-        [piece["dense"] for piece in pieces]))
+    return model_files.criteo_count_maxima(
+        [piece["dense"] for piece in pieces])
 
   arrays, info = cache.load_or_build(
       args.data, args.format, args.cache_dir or os.path.join(
           args.model_dir, "cache"), args.bucket_bits, args.skip_bad_lines,
       verbose, max_features=limit if args.format == "libsvm" else None,
-      on_chunk=chunk_maxima if args.format == "criteo" else None)
+      on_chunk=chunk_maxima if args.format == "criteo" else None,
+      alongside=start_tensorflow)
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  # The Criteo counts' maxima of each chunk of a new cache.
+  maxima = info.get("chunk_results", [])
   if info["bad_lines"]:
     print(f"skipped {info['bad_lines']:,} malformed line(s); first: "
           f"{info['first_bad_lines'][0]}")

@@ -10,12 +10,15 @@ One engine under `InMemorySdca`, `keras.LinearModel`'s in-memory fits,
   columns; `[rows, K]` for a multiclass loss), the duals by row, ASDCA's
   iterate, as numpy arrays, with `state_dict()` for checkpoints;
 - the **epochs**: `run_epochs`, the loop of a fit (one op call per epoch,
-  the exact objective and duality gap after each, progress, the gap stop,
-  a callback; `epochs_of` gives the same epochs one by one to a door that
+  or several per `TfSdca>PackedEpochs` call where nothing runs between
+  them, `_FusedEpochs`; the exact objective and duality gap after each,
+  progress, the gap stop, a callback; `epochs_of` gives the same epochs
+  one by one to a door that
   drives its own loop, Keras' `fit`), with output averaging (`IterateAverage`) and extrapolation
   (`Extrapolation`) as hooks; the seed schedule (`epoch_seed`); the one
-  Python caller of `TfSdca>PackedSolve` and `TfSdca>AsdcaSolve`
-  (`packed_pass`, `asdca_pass`, `objective_parts`); and the one evaluator
+  Python caller of `TfSdca>PackedSolve`, `TfSdca>PackedEpochs` and
+  `TfSdca>AsdcaSolve` (`packed_pass`, `_FusedEpochs`, `asdca_pass`,
+  `objective_parts`); and the one evaluator
   of the objective and duality gap from the ops' sums (`objective_and_gap`).
 
 The options a door takes are checked by `tf_sdca.options` before they get
@@ -352,6 +355,13 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
            if TRAIN_AHEAD and _TrainAhead.applies(
                problem, config, train_epoch, average, second_order)
            else None)
+  # Else, where nothing runs between the epochs, several per op call.
+  fused = (_FusedEpochs(state, problem, config, epochs, tol, gap_every,
+                        extrapolation, initial_epoch, start_time,
+                        evaluate_all=bool(verbose))
+           if ahead is None and FUSED_EPOCHS and _FusedEpochs.applies(
+               problem, config, train_epoch, extrapolation, average,
+               second_order, read) else None)
 
   def progress_bar(epoch):
     if not verbose:
@@ -364,6 +374,8 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
     epoch = initial_epoch
     while epoch < epochs:
       trained = None if ahead is None else ahead.take(epoch)
+      if fused is not None:
+        trained, fused_parts = fused.take(epoch)
       if trained is None:
         rng = np.random.default_rng([config.seed, epoch])
         bar = progress_bar(epoch)
@@ -399,6 +411,8 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
       if (ahead is not None and epoch + 1 < epochs and
           not (extrapolation is not None and extrapolation.chooses_next)):
         parts = ahead.evaluate_and_train(epoch + 1)
+      elif fused is not None:
+        parts = fused_parts
       else:
         parts = state.pass_over(problem, epoch, config, passes=0)
       try:
@@ -450,6 +464,8 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
           with ahead.as_of_epoch():
             yield epoch
       if stop:
+        if fused is not None:
+          fused.check_stopped()
         break
       epoch += 1
   finally:
@@ -461,6 +477,126 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
 # evaluated where it can (`_TrainAhead`); False runs every epoch's steps one
 # after the other (the same results: tests/test_train_ahead.py).
 TRAIN_AHEAD = True
+
+
+# Whether `epochs_of` runs several epochs per op call where nothing runs
+# between them (`_FusedEpochs`); False: one call per epoch (the same
+# results: tests/test_fused_epochs.py).
+FUSED_EPOCHS = True
+
+# A fused call runs about this long (its epochs sized by the last call's
+# time per epoch), so that an interrupt waits at most about that.
+FUSED_SECONDS = 0.05
+
+
+class _FusedEpochs:
+  """Runs `epochs_of`'s epochs several per op call (`TfSdca>PackedEpochs`)
+  where nothing runs between them: the epochs' passes, the extrapolation
+  (`Extrapolation`'s heavy ball, its restarts) and the exact objective
+  (where `epochs_of` evaluates it) inside the call, stopping at the epoch
+  whose gap is below `tol` as the epochs one by one would; the bookkeeping
+  (history, the gap stop, warnings) then runs on each epoch's objective
+  parts as it does after a call per epoch, so the weights, duals, history
+  and extrapolation are the same bits (tests/test_fused_epochs.py). On data
+  sets of a few thousand rows an op call per epoch, the evaluation's and
+  the extrapolation's numpy work cost several times the epoch itself.
+
+  Only for one training thread over packed rows, with no `train_epoch`,
+  average, block step or reader between the epochs (a callback, Keras'
+  loop), and not extrapolating the Poisson loss (progress is printed per
+  epoch as each call returns, within FUSED_SECONDS of the epoch); where
+  `_TrainAhead` applies it runs instead. The first calls run 4 epochs (or
+  up to the epoch after which momentum 'auto' chooses its beta), later
+  ones about FUSED_SECONDS each. An error inside a call (a step out of range)
+  raises with the state where the call started.
+  """
+
+  def __init__(self, state, problem, config, epochs, tol, gap_every,
+               extrapolation, initial_epoch, start_time, evaluate_all=False):
+    self._state = state
+    self._problem = problem
+    self._config = config
+    self._epochs = epochs
+    self._tol = -1.0 if tol is None else float(tol)
+    self._gap_every = gap_every
+    self._evaluate_all = evaluate_all  # (progress prints every epoch's)
+    self._extrapolation = extrapolation
+    self._first = initial_epoch if start_time is not None else None
+    self._start_time = start_time
+    self._size = 4
+    self._done = collections.deque()  # (seconds, parts or None) by epoch
+    self._epoch = initial_epoch  # the next epoch to run
+
+  @staticmethod
+  def applies(problem, config, train_epoch, extrapolation, average,
+              second_order, reads):
+    return (train_epoch is None and average is None and
+            second_order is None and not reads and
+            config.visit_order != "asdca" and
+            (extrapolation is None or config.loss != "poisson_loss") and
+            isinstance(problem, Problem) and problem.num_threads <= 1)
+
+  def take(self, epoch):
+    """(training seconds, objective parts or None where not evaluated) of
+    `epoch`, whose result the state then holds once the last epoch run
+    is taken."""
+    if not self._done:
+      self._run(epoch)
+    return self._done.popleft()
+
+  def check_stopped(self):
+    """At the stop: no epoch was run past it."""
+    if self._done:
+      raise RuntimeError(
+          f"TfSdca>PackedEpochs ran {len(self._done)} epoch(s) past the "
+          "stop: its gap test differs from objective_and_gap's")
+
+  def _run(self, epoch):
+    if epoch != self._epoch:
+      raise RuntimeError(f"fused epochs at {self._epoch}, asked for {epoch}")
+    extrapolation = self._extrapolation
+    count = min(self._size, self._epochs - epoch)
+    evaluate = [self._evaluate_all or epoch + k + 1 == self._epochs or
+                bool(self._gap_every and
+                     (epoch + k + 1) % self._gap_every == 0)
+                for k in range(count)]
+    beta, previous, last_dual, restart = -1.0, None, -np.inf, False
+    if extrapolation is not None:
+      undecided = extrapolation.undecided_epochs
+      if undecided:
+        count = min(count, undecided)
+      if extrapolation.reads_gaps:
+        evaluate = [True] * count
+      beta, point, last_dual, restart = extrapolation.fused_inputs()
+      if point is not None:
+        previous = (aliased(point[1]),
+                    aliased(np.ascontiguousarray(point[0]).reshape(-1)))
+    state, config = self._state, self._config
+    start = time.perf_counter()
+    w, duals, parts, seconds, prev_w, prev_duals = sdca_ops.packed_epochs(
+        self._problem.rows, aliased(state.weight_table()),
+        aliased(np.ascontiguousarray(state.duals, np.float64).reshape(-1)),
+        epoch_seed(config.seed, epoch), np.asarray(evaluate[:count]),
+        self._tol, config.loss, config.l1, config.l2,
+        visit_order=config.visit_order, gamma=config.gamma,
+        num_classes=config.num_classes, hinge_step=config.hinge_step,
+        beta=beta, previous=previous, last_dual=last_dual, restart=restart)
+    wall = time.perf_counter() - start
+    shape = state.duals.shape
+    state.install_table(w)
+    state.duals = duals.numpy().reshape(shape)
+    if extrapolation is not None:
+      extrapolation.fused_previous(
+          (prev_duals.numpy().reshape(shape), prev_w.numpy()))
+    parts, seconds = parts.numpy(), seconds.numpy()
+    for k in range(seconds.shape[0]):
+      elapsed = float(seconds[k])
+      if epoch + k == self._first:  # the fit's first epoch: preparing too
+        elapsed += start - self._start_time
+      self._done.append((elapsed, parts[k] if evaluate[k] else None))
+    self._epoch = epoch + seconds.shape[0]
+    per_epoch = wall / max(seconds.shape[0], 1)
+    self._size = max(1, int(FUSED_SECONDS / max(per_epoch, 1e-9)))
 
 
 class _TrainAhead:
@@ -651,8 +787,9 @@ def row_norms(n, csr=None, dense=None):
   no rows or all-zero rows."""
   if n == 0:
     return RowNorms(0.0, 0.0)
-  rows = np.unique(np.linspace(0, n - 1, min(n, NORM_SPREAD_ROWS)).astype(
-      np.int64))
+  # (All of them when n <= NORM_SPREAD_ROWS: linspace's step is then 1.)
+  rows = (np.arange(n) if n <= NORM_SPREAD_ROWS else np.unique(
+      np.linspace(0, n - 1, NORM_SPREAD_ROWS).astype(np.int64)))
   norms = np.zeros(len(rows))
   if csr is not None:
     indptr, _, values = csr
@@ -665,10 +802,11 @@ def row_norms(n, csr=None, dense=None):
       offsets = np.arange(lengths.sum()) - np.repeat(
           np.cumsum(lengths) - lengths, lengths)
       entries = np.repeat(starts, lengths) + offsets
-      # (Only the sampled entries in float64: converting all of them
-      # first took 25 ms of a fit on 40M entries.)
-      squares = np.asarray(values[entries], np.float64) ** 2
-      np.add.at(norms, np.repeat(np.arange(len(rows)), lengths), squares)
+      squares = np.asarray(values)[entries].astype(np.float64) ** 2
+      # (bincount adds each row's squares in order from 0, as np.add.at
+      # did: the same bits, without add.at's ~1 ms on 2,000 text rows.)
+      norms += np.bincount(np.repeat(np.arange(len(rows)), lengths),
+                           weights=squares, minlength=len(rows))
   if dense is not None:
     norms += (np.asarray(dense[rows], np.float64) ** 2).sum(axis=1)
   mean = norms.mean()
@@ -1331,6 +1469,24 @@ class Extrapolation:
   def beta(self):
     """The extrapolation used (with 'auto': 0 until it is chosen)."""
     return self._beta
+
+  @property
+  def undecided_epochs(self):
+    """With 'auto': the plain epochs still to read before beta is chosen
+    (0 once chosen, or without 'auto')."""
+    return max(0, self._plain - len(self._gaps)) if self._auto else 0
+
+  def fused_inputs(self):
+    """What `TfSdca>PackedEpochs` needs to start epochs as `start_epoch`
+    does: (beta, the previous point (duals, table) or None, the last dual
+    objective, whether a restart is due)."""
+    return self._beta, self._previous, self._last_dual, self._restart
+
+  def fused_previous(self, point):
+    """After a `TfSdca>PackedEpochs` call: the point its last epoch
+    started from (what `start_epoch` would have kept). Its dual objectives
+    still go to `end_epoch`."""
+    self._previous = point
 
   def end_epoch(self, dual_objective, relative_gap=None):
     """Records the dual objective at the point the epoch reached (and, for

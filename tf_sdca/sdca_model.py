@@ -368,24 +368,34 @@ def _floats(x):
 # one batch, 0.75 up to 1.3x; twenty Criteo-shaped batches: 0.75 matches one
 # batch, 0.5 is 14x above it after 20 epochs; two batches: 0.25), at most
 # 0.8 (the held rows, f / (1 - f) batches of them, then 4 batches).
+# The hinge holds more, f = B / (B + 4): its duals rest at a bound and the
+# rows that move must spread further. Measured (bench/bench_defaults.py's
+# streamed door, l2 = mean |x_i|^2, passes to 1e-6 of P*, median of seeds
+# 0-4), B / (B + 6) -> B / (B + 4): four batches breast_cancer 69 -> 66,
+# anes96 34 -> 29, spector 34 -> 25, fair 198 -> 190; eight batches 124 ->
+# 56, 24 -> 32, 48 -> 31, 252 -> 143 (g3doc/sdca_model.md). The smooth
+# hinge's medians are within 1-2 passes at 0.4-0.6 and keep B / (B + 6).
 _AUTO_CARRY_BATCHES = 6.0
+_AUTO_CARRY_BATCHES_BY_LOSS = {"hinge_loss": 4.0}
 _AUTO_CARRY_MAX = 0.8
 
 
-def _auto_carry_over(examples_stored, batch_rows):
+def _auto_carry_over(examples_stored, batch_rows, loss_type=None):
   """carry_over='auto''s share for a batch of `batch_rows` rows when the
   dual table holds `examples_stored` examples (B = their ratio: the
-  batches of an epoch, once the first epoch has filled the table).
+  batches of an epoch, once the first epoch has filled the table):
+  B / (B + 6), B / (B + 4) for the hinge loss, at most 0.8.
 
   0 while B < 2: one batch given again and again (an estimator's input_fn
   returning its tensors, a dataset of one batch) is visited whole, in a
   fresh order, by every call, and held rows would only delay a share of
   it (breast_cancer, f = 0.5: 86 passes against 40); a stream's second
   call, with one batch in the table, holds nothing either."""
+  spread = _AUTO_CARRY_BATCHES_BY_LOSS.get(loss_type, _AUTO_CARRY_BATCHES)
   batches = tf.cast(examples_stored, tf.float64) / tf.cast(
       tf.maximum(batch_rows, 1), tf.float64)
   return tf.where(batches < 2.0, tf.constant(0.0, tf.float64),
-                  tf.minimum(batches / (batches + _AUTO_CARRY_BATCHES),
+                  tf.minimum(batches / (batches + spread),
                              _AUTO_CARRY_MAX))
 
 
@@ -574,7 +584,9 @@ class SdcaModel(tf.Module):
       twenty batches of Criteo-shaped rows 270x one batch's suboptimality
       after 20 epochs. Held rows need about one batch's passes when f fits
       the B batches of an epoch, f ~ B / (B + 6): 0.25 for two, 0.5 for
-      six, 0.75 for twenty; 'auto' takes that f (at most 0.8) with B = the
+      six, 0.75 for twenty; 'auto' takes that f (B / (B + 4) for the
+      hinge loss, whose rows resting at a bound leave fewer to move; at
+      most 0.8) with B = the
       examples in the dual table / the batch's rows, and 0 while B < 2 (one
       batch given again: held rows would only delay a share of it). Each
       call costs more, as every held row is rewritten per call: 1.0-1.46x
@@ -867,7 +879,7 @@ class SdcaModel(tf.Module):
       if share == "auto":
         share = _auto_carry_over(
             tf.add_n([t.size() for t in self._tables]),
-            tf.size(keys, out_type=tf.int64))
+            tf.size(keys, out_type=tf.int64), self._options["loss_type"])
       examples, keys, held = self._held.take(
           examples, keys, share, self._options["seed"],
           self._calls.read_value())

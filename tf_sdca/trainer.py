@@ -5,7 +5,9 @@ data fits in memory: no example-id hashing (the dual of row `i` lives at
 `duals[i]`, float64, 8 bytes per example), weights kept as float64 numpy
 arrays (no drift from float32 accumulation), the rows validated and packed
 once per `fit` (`TfSdca>PackRows`: one contiguous record per row, ~192 bytes
-for a Criteo row) and one `TfSdca>PackedSolve` call per epoch, which visits
+for a Criteo row) and one `TfSdca>PackedSolve` call per epoch (or, where
+nothing runs between the epochs, several per `TfSdca>PackedEpochs` call:
+`tf_sdca.engine`), which visits
 every row once in a random order (or as `visit_order` says) and returns the
 new weights, the duals and the exact duality gap; with `num_threads > 1` that
 many threads share the epoch lock-free (see `tf_sdca.pack_rows`). With

@@ -134,6 +134,103 @@ class MulticlassHingeLoss final : public MulticlassLoss {
   }
 
   bool Shrinkable() const override { return true; }
+  bool ClassShrinkable() const override {
+    return step_ == HingeStep::kProjection;
+  }
+
+  int ActiveStep(int label, const double* dual, const double* scores,
+                 double q, int* active, int count, double* gap,
+                 bool* at_bound, double* margin, double* new_dual,
+                 double* work) const override {
+    const int k = num_classes();
+    double* p = work;            // [k]: p_j of the active classes
+    double* v = work + k;        // [count]
+    double* kept_v = work + 2 * k;
+    double least = INFINITY;     // the smallest s_k of the support
+    for (int a = 0; a < count; ++a) {
+      const int j = active[a];
+      p[j] = std::clamp((j == label ? 1.0 : 0.0) - dual[j], 0.0, 1.0);
+      if (p[j] > 0.0) least = std::min(least, Violation(scores, label, j));
+    }
+    int left = 0;
+    for (int a = 0; a < count; ++a) {
+      const int j = active[a];
+      if (p[j] == 0.0 && Violation(scores, label, j) < least) continue;
+      active[left++] = j;
+    }
+    count = left;
+    int vertex = -1;
+    double top = -INFINITY, mean = 0.0;
+    for (int a = 0; a < count; ++a) {
+      const int j = active[a];
+      const double s = Violation(scores, label, j);
+      top = std::max(top, s);
+      mean += p[j] * s;
+      if (p[j] == 1.0) vertex = j;
+    }
+    const int m = vertex >= 0 ? vertex : label;
+    double other = -INFINITY, own = -INFINITY;
+    for (int a = 0; a < count; ++a) {
+      const int j = active[a];
+      if (j != m) other = std::max(other, Violation(scores, label, j));
+      else own = Violation(scores, label, j);
+    }
+    *gap = std::max(top - mean, 0.0);
+    *at_bound = vertex >= 0;
+    *margin = other - own;
+    // UpdateBlock's projection over the active classes.
+    for (int j = 0; j < k; ++j) new_dual[j] = dual[j];
+    top = -INFINITY;
+    for (int a = 0; a < count; ++a) {
+      const int j = active[a];
+      v[a] = q * p[j] + Violation(scores, label, j);
+      top = std::max(top, v[a]);
+    }
+    int kept = 0;
+    double sum = 0.0;
+    for (int a = 0; a < count; ++a) {
+      if (v[a] >= top - q) {
+        kept_v[kept++] = v[a];
+        sum += v[a];
+      }
+    }
+    double tau = (sum - q) / kept;
+    for (;;) {
+      int still = 0;
+      double rest = 0.0;
+      for (int a = 0; a < kept; ++a) {
+        if (kept_v[a] > tau) {
+          kept_v[still++] = kept_v[a];
+          rest += kept_v[a];
+        }
+      }
+      if (still == kept || still == 0) break;
+      kept = still;
+      tau = (rest - q) / kept;
+    }
+    double total = 0.0;
+    for (int a = 0; a < count; ++a) {
+      v[a] = std::max(v[a] - tau, 0.0);
+      total += v[a];
+    }
+    if (!(total > 0.0 && std::isfinite(total))) {
+      // (UpdateBlock's fallback: the vertex of the largest q p + D + z.)
+      int best = 0;
+      for (int a = 1; a < count; ++a) {
+        if (q * p[active[a]] + Violation(scores, label, active[a]) >
+            q * p[active[best]] + Violation(scores, label, active[best])) {
+          best = a;
+        }
+      }
+      for (int a = 0; a < count; ++a) v[a] = a == best ? 1.0 : 0.0;
+      total = 1.0;
+    }
+    for (int a = 0; a < count; ++a) {
+      const int j = active[a];
+      new_dual[j] = (j == label ? 1.0 : 0.0) - v[a] / total;
+    }
+    return count;
+  }
   bool BlockViolation(int label, const double* dual, const double* scores,
                       double* gap, bool* at_bound,
                       double* margin) const override {

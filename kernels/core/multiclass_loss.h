@@ -79,6 +79,24 @@ class MulticlassLoss {
     return false;
   }
 
+  // LIBLINEAR's per-class shrinking of a Shrinkable loss whose step can be
+  // taken on some classes only (the multiclass hinge's projection): true
+  // when ActiveStep applies.
+  virtual bool ClassShrinkable() const { return false; }
+  // Over the `count` classes `active` only (the others at p_j = 0, their
+  // scores not read): first drops from `active` (returning their new count)
+  // the classes at p_j = 0 whose s_j is below every s_k of the support
+  // (p_k > 0), which the step leaves at 0 (LIBLINEAR's Crammer-Singer
+  // shrinking); then BlockViolation's gap, vertex and margin over the
+  // classes left, and the block step over them (new_dual of the others is
+  // their dual). For q > 0.
+  virtual int ActiveStep(int label, const double* dual, const double* scores,
+                         double q, int* active, int count, double* gap,
+                         bool* at_bound, double* margin, double* new_dual,
+                         double* work) const {
+    return count;
+  }
+
  private:
   const int num_classes_;
 };

@@ -1052,9 +1052,67 @@ std::string BlockDualError(int64_t i, const double* block, int64_t num_classes,
 
 }  // namespace
 
+template <int K>
+void PackedRows::FixedBlockScores(const char* record, const double* weights,
+                                  double* z) const {
+  // The accumulators in registers (K known, not aliasing the weights); the
+  // same sums in the same order as the loop over num_classes.
+  double acc[K];
+  for (int j = 0; j < K; ++j) acc[j] = 0.0;
+  if (num_threads_ > 1) {
+    ForEachClassRow(record, K, weights, [&](const double* row, double v) {
+      for (int j = 0; j < K; ++j) acc[j] += v * row[j];
+    });
+  } else {
+    // ForEachClassRow's visits, and the dense columns' zeros too (no
+    // branch): 0 x a finite weight adds +-0 to a sum that is never -0, so
+    // the sums are the same bits.
+    const Header* h = reinterpret_cast<const Header*>(record);
+    const int64_t nnz = h->nnz;
+    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
+    const float* values = reinterpret_cast<const float*>(ids + nnz);
+    for (int64_t e = 0; e < nnz; ++e) {
+      const double* row = weights + static_cast<int64_t>(ids[e]) * K;
+      const double v = has_values_ ? values[e] : 1.0;
+      for (int j = 0; j < K; ++j) acc[j] += v * row[j];
+    }
+    const float* x = has_values_ ? values + nnz : values;
+    const double* dense = weights + num_sparse_features_ * K;
+    for (int64_t c = 0; c < dense_dim_; ++c) {
+      const double v = x[c];
+      const double* row = dense + c * K;
+      for (int j = 0; j < K; ++j) acc[j] += v * row[j];
+    }
+  }
+  for (int j = 0; j < K; ++j) z[j] = acc[j];
+}
+
 void PackedRows::BlockScores(const char* record, int64_t num_classes,
                              const double* weights, double shrinkage,
                              double* z) const {
+  if (shrinkage == 0.0) {
+    switch (num_classes) {
+#define TF_SDCA_FIXED_SCORES(K) \
+  case K:                       \
+    return FixedBlockScores<K>(record, weights, z);
+      TF_SDCA_FIXED_SCORES(2)
+      TF_SDCA_FIXED_SCORES(3)
+      TF_SDCA_FIXED_SCORES(4)
+      TF_SDCA_FIXED_SCORES(5)
+      TF_SDCA_FIXED_SCORES(6)
+      TF_SDCA_FIXED_SCORES(7)
+      TF_SDCA_FIXED_SCORES(8)
+      TF_SDCA_FIXED_SCORES(9)
+      TF_SDCA_FIXED_SCORES(10)
+      TF_SDCA_FIXED_SCORES(11)
+      TF_SDCA_FIXED_SCORES(12)
+      TF_SDCA_FIXED_SCORES(16)
+      TF_SDCA_FIXED_SCORES(20)
+#undef TF_SDCA_FIXED_SCORES
+      default:
+        break;
+    }
+  }
   std::fill(z, z + num_classes, 0.0);
   ForEachClassRow(record, num_classes, weights,
                   [&](const double* row, double v) {
@@ -1065,6 +1123,26 @@ void PackedRows::BlockScores(const char* record, int64_t num_classes,
                     } else {
                       for (int64_t j = 0; j < num_classes; ++j) {
                         z[j] += v * row[j];
+                      }
+                    }
+                  });
+}
+
+void PackedRows::ActiveBlockScores(const char* record, int64_t num_classes,
+                                   const double* weights, double shrinkage,
+                                   const int* active, int count,
+                                   double* z) const {
+  for (int a = 0; a < count; ++a) z[active[a]] = 0.0;
+  ForEachClassRow(record, num_classes, weights,
+                  [&](const double* row, double v) {
+                    if (shrinkage > 0.0) {
+                      for (int a = 0; a < count; ++a) {
+                        z[active[a]] += v * ShrinkL1(row[active[a]],
+                                                     shrinkage);
+                      }
+                    } else {
+                      for (int a = 0; a < count; ++a) {
+                        z[active[a]] += v * row[active[a]];
                       }
                     }
                   });
@@ -1106,6 +1184,10 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
   // for the binary losses.
   const bool shrink =
       options.order == VisitOrder::kShrinking && loss.Shrinkable();
+  // And LIBLINEAR's shrinking of a row's classes: a class at p_j = 0 whose
+  // score is below every class's in the row's support is left out of the
+  // row's scores and steps (ActiveStep) until every row comes back.
+  const bool shrink_classes = shrink && loss.ClassShrinkable();
   std::unique_lock<std::mutex> shrinking_lock;
   if (shrink) {
     shrinking_lock = std::unique_lock<std::mutex>(shrinking_->mutex);
@@ -1115,7 +1197,14 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
       shrinking_->full_spread = std::numeric_limits<double>::infinity();
       shrinking_->since_full = 0;
     }
+    if (shrink_classes &&
+        static_cast<int64_t>(shrinking_->class_shrunk.size()) !=
+            n * num_classes) {
+      shrinking_->class_shrunk.assign(n * num_classes, 0);
+      shrinking_->class_since_full = -1;
+    }
   }
+  std::vector<int> active(num_classes);
   WithPartitionScaling(options, num_slots() * num_classes, weights, [&] {
     std::vector<int64_t> visit(n);
     // 'shrinking': each pass is n steps' work, passes over the rows not
@@ -1162,10 +1251,41 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
         const Header* h = reinterpret_cast<const Header*>(record);
         const double s = h->weight;
         if (s <= 0.0) continue;
-        BlockScores(record, num_classes, weights, shrinkage, z.data());
         const int label = static_cast<int>(h->label);
         double* alpha = duals + h->row * num_classes;
-        if (shrink) {
+        const double q = sigma * s * h->norm * inv_l2;
+        uint8_t* out = shrink_classes && q > 0.0
+                           ? shrinking_->class_shrunk.data() +
+                                 h->row * num_classes
+                           : nullptr;
+        int num_active = 0;
+        if (out != nullptr) {
+          for (int64_t j = 0; j < num_classes; ++j) {
+            if (!out[j]) active[num_active++] = static_cast<int>(j);
+          }
+        }
+        if (out != nullptr && num_active < num_classes) {
+          ActiveBlockScores(record, num_classes, weights, shrinkage,
+                            active.data(), num_active, z.data());
+        } else {
+          BlockScores(record, num_classes, weights, shrinkage, z.data());
+        }
+        if (out != nullptr) {
+          double gap, margin;
+          bool at_bound;
+          const int left = loss.ActiveStep(
+              label, alpha, z.data(), q, active.data(), num_active, &gap,
+              &at_bound, &margin, next.data(), work.data());
+          if (left < num_active) {
+            std::fill(out, out + num_classes, 1);
+            for (int a = 0; a < left; ++a) out[active[a]] = 0;
+          }
+          if (at_bound && margin < -shrinking_->high) {
+            shrinking_->shrunk[h->row] = 1;
+            continue;
+          }
+          largest_gap = std::max(largest_gap, gap);
+        } else if (shrink) {
           double gap, margin;
           bool at_bound;
           loss.BlockViolation(label, alpha, z.data(), &gap, &at_bound,
@@ -1176,8 +1296,10 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
           }
           largest_gap = std::max(largest_gap, gap);
         }
-        loss.UpdateBlock(label, alpha, z.data(), sigma * s * h->norm * inv_l2,
-                         next.data(), work.data());
+        if (out == nullptr) {
+          loss.UpdateBlock(label, alpha, z.data(), q, next.data(),
+                           work.data());
+        }
         if (dual_error != nullptr && blocks_valid &&
             !loss.DualInDomain(next.data(), label)) {
           blocks_valid = false;
@@ -1210,6 +1332,19 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
         if (count < n && (largest_gap <= 0.1 * state.full_spread ||
                           state.since_full >= 10 * n)) {
           std::fill(state.shrunk.begin(), state.shrunk.end(), 0);
+          std::fill(state.class_shrunk.begin(), state.class_shrunk.end(), 0);
+          state.class_since_full = -1;
+        } else if (shrink_classes) {
+          if (state.class_since_full < 0) {
+            state.class_full_gap = largest_gap;
+            state.class_since_full = count;
+          } else if (state.class_since_full += count,
+                     largest_gap <= 0.1 * state.class_full_gap ||
+                         state.class_since_full >= 3 * n) {
+            std::fill(state.class_shrunk.begin(), state.class_shrunk.end(),
+                      0);
+            state.class_since_full = -1;
+          }
         }
         state.high = largest_gap > 0.0
                          ? largest_gap

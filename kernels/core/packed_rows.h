@@ -242,6 +242,9 @@ class PackedRows {
   int64_t num_appended() const { return num_appended_; }
   // All reserved rows appended (Solve, Evaluate and CheckDuals need it).
   bool complete() const { return num_appended_ == num_examples_; }
+  // Every row's label as the loss converted it (multiclass: the class id),
+  // by row.
+  const std::vector<double>& labels() const { return labels_; }
 
   int64_t num_examples() const { return num_examples_; }
   int64_t num_sparse_features() const { return num_sparse_features_; }
@@ -439,6 +442,15 @@ class PackedRows {
                        Weight* weights, const Fn& fn) const;
   // z = W^T x of the one-thread record at `record`, W the [num_slots(),
   // num_classes] table shrunk by `shrinkage` on the fly.
+  // BlockScores for K classes, no l1.
+  template <int K>
+  void FixedBlockScores(const char* record, const double* weights,
+                        double* z) const;
+  // BlockScores of the `count` classes `active` only (the others' z not
+  // written).
+  void ActiveBlockScores(const char* record, int64_t num_classes,
+                         const double* weights, double shrinkage,
+                         const int* active, int count, double* z) const;
   void BlockScores(const char* record, int64_t num_classes,
                    const double* weights, double shrinkage, double* z) const;
   // x_i . shrink(w) of row i, shrinking by `shrinkage` on the fly.
@@ -473,6 +485,14 @@ class PackedRows {
   struct ShrinkingState {
     std::mutex mutex;  // one solve at a time uses the state
     std::vector<uint8_t> shrunk;  // [n]; empty until the first such pass
+    // [n * K]: the classes of each row shrunk (a multiclass loss's
+    // ClassShrinkable step), empty otherwise.
+    std::vector<uint8_t> class_shrunk;
+    // The largest row gap of the first pass after the classes came back,
+    // and the steps since: every class comes back once the rows' largest
+    // gap falls under a tenth of it, or after 3 n steps.
+    double class_full_gap = 0.0;
+    int64_t class_since_full = -1;  // -1: the classes just came back
     double high, low;             // the thresholds of the next pass
     double full_spread;           // max - min projected gradient, all rows
     // Steps since the last pass over all rows: after 10 n of them every row

@@ -370,4 +370,15 @@ void ParseLibsvm(const char* begin, const char* end, const char* block,
   out->num_lines = line;
 }
 
+int64_t CountLines(const char* begin, const char* end) {
+  int64_t lines = 0;
+  for (const char* p = begin;
+       (p = static_cast<const char*>(std::memchr(p, '\n', end - p))) !=
+       nullptr;
+       ++p) {
+    ++lines;
+  }
+  return lines + (begin < end && end[-1] != '\n');
+}
+
 }  // namespace tf_sdca

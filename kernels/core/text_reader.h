@@ -16,6 +16,7 @@
 #define TF_SDCA_KERNELS_CORE_TEXT_READER_H_
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -83,6 +84,20 @@ void ParseCriteo(const char* begin, const char* end, const char* block,
 // but whitespace and a comment give no row.
 void ParseLibsvm(const char* begin, const char* end, const char* block,
                  LibsvmRows* out);
+
+// The lines of [begin, end): its '\n's, and one more for a last line
+// without one.
+int64_t CountLines(const char* begin, const char* end);
+
+// Copies each range's vector `member` into `out` (flat), in order,
+// converted to Out.
+template <typename Rows, typename T, typename Out>
+void Join(const std::vector<Rows>& rows, std::vector<T> Rows::*member,
+          Out* out) {
+  for (const Rows& r : rows) {
+    out = std::copy((r.*member).begin(), (r.*member).end(), out);
+  }
+}
 
 }  // namespace tf_sdca
 

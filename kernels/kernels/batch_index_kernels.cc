@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -279,25 +280,46 @@ class HoldRowsOp : public OpKernel {
     std::vector<int64_t> held_at(h, -1);
     int64_t m = b;
     {
+      // The batch's keys as a set: open addressing over the keys themselves
+      // (one read per probe, prefetched ahead), INT64_MIN marking an empty
+      // bucket (ExampleKeys never gives it; a batch holding it says so in
+      // a flag), instead of positions into the keys (two dependent reads
+      // per probe): 1.6 -> 1.3-1.4 ms for a 50k-row batch and 165k held
+      // rows, in the loops of bench_sdca_model.py.
+      constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();
+      constexpr int64_t kAhead = 8;
       uint64_t buckets = 16;
       while (buckets < 2 * static_cast<uint64_t>(b)) buckets <<= 1;
       const uint64_t mask = buckets - 1;
-      std::vector<int64_t> at(buckets, -1);
+      std::vector<int64_t> set(buckets, kEmpty);
+      bool has_empty_key = false;
       const int64_t* keys = batch.keys;
       for (int64_t i = 0; i < b; ++i) {
-        uint64_t slot = static_cast<uint64_t>(keys[i]) & mask;
-        while (at[slot] >= 0) slot = (slot + 1) & mask;
-        at[slot] = i;
+        if (i + kAhead < b) {
+          __builtin_prefetch(&set[static_cast<uint64_t>(keys[i + kAhead]) &
+                                  mask]);
+        }
+        const int64_t key = keys[i];
+        if (key == kEmpty) {
+          has_empty_key = true;
+          continue;
+        }
+        uint64_t slot = static_cast<uint64_t>(key) & mask;
+        while (set[slot] != kEmpty && set[slot] != key) {
+          slot = (slot + 1) & mask;
+        }
+        set[slot] = key;
       }
       for (int64_t i = 0; i < h; ++i) {
-        uint64_t slot = static_cast<uint64_t>(held.keys[i]) & mask;
-        bool back = false;
-        while (at[slot] >= 0) {
-          if (keys[at[slot]] == held.keys[i]) {
-            back = true;
-            break;
-          }
-          slot = (slot + 1) & mask;
+        if (i + kAhead < h) {
+          __builtin_prefetch(
+              &set[static_cast<uint64_t>(held.keys[i + kAhead]) & mask]);
+        }
+        const int64_t key = held.keys[i];
+        bool back = key == kEmpty && has_empty_key;
+        for (uint64_t slot = static_cast<uint64_t>(key) & mask;
+             !back && set[slot] != kEmpty; slot = (slot + 1) & mask) {
+          back = set[slot] == key;
         }
         if (!back) held_at[i] = m++;
       }
@@ -305,14 +327,25 @@ class HoldRowsOp : public OpKernel {
     // floor(fraction * m) < m rows held: every call visits one.
     const int64_t k = static_cast<int64_t>(
         std::floor(static_cast<double>(fraction) * static_cast<double>(m)));
-    std::vector<int64_t> pick(m);
-    for (int64_t r = 0; r < m; ++r) pick[r] = r;
     Rng rng(MixSeed(static_cast<uint64_t>(seed_), 0x486f6c64526f7773ULL,
                     static_cast<uint64_t>(call.scalar<int64_t>()())));
     std::vector<char> hold(m, 0);
-    for (int64_t j = 0; j < k; ++j) {  // a partial Fisher-Yates shuffle
-      std::swap(pick[j], pick[j + rng.Below(m - j)]);
-      hold[pick[j]] = 1;
+    auto draw = [&](auto* pick) {  // a partial Fisher-Yates shuffle
+      pick->resize(m);
+      for (int64_t r = 0; r < m; ++r) (*pick)[r] = r;
+      for (int64_t j = 0; j < k; ++j) {
+        std::swap((*pick)[j], (*pick)[j + rng.Below(m - j)]);
+        hold[(*pick)[j]] = 1;
+      }
+    };
+    // The same draw on int32 rows where they fit: half the memory to
+    // shuffle (217k merged rows: 0.85 MiB, cache-resident).
+    if (m <= std::numeric_limits<int32_t>::max()) {
+      std::vector<int32_t> pick;
+      draw(&pick);
+    } else {
+      std::vector<int64_t> pick;
+      draw(&pick);
     }
     // Each merged row's index on its side.
     std::vector<int64_t> index(m);
@@ -501,16 +534,24 @@ class HoldRowsOp : public OpKernel {
             TensorShape({counts[side], d}));
       }
       if (!context->status().ok()) return;
-      for (int from_held = 0; from_held < 2; ++from_held) {
-        const Side& src = from_held ? held : batch;
-        const float* x = src.dense[g]->flat<float>().data();
-        for (int64_t i = 0; i < src.n; ++i) {
+      // By chunks of the source rows (the batch's, then the held ones), in
+      // parallel: each row has its own place on its side.
+      const float* x[2] = {batch.dense[g]->flat<float>().data(),
+                           held.dense[g]->flat<float>().data()};
+      const int64_t rows = b + h;
+      const int64_t row_chunks = std::max<int64_t>(
+          1, std::min<int64_t>(workers->num_threads, rows / 4096));
+      parallel_for(row_chunks, [&](int64_t c) {
+        for (int64_t e = rows * c / row_chunks;
+             e < rows * (c + 1) / row_chunks; ++e) {
+          const bool from_held = e >= b;
+          const int64_t i = from_held ? e - b : e;
           const int64_t r = merged(from_held, i);
           if (r < 0) continue;
-          std::copy(x + i * d, x + (i + 1) * d,
-                    dense_out[hold[r]] + index[r] * d);
+          const float* row = x[from_held] + i * d;
+          std::copy(row, row + d, dense_out[hold[r]] + index[r] * d);
         }
-      }
+      });
     }
   }
 

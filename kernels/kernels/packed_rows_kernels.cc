@@ -6,6 +6,7 @@
 // the weights and duals. TfSdca>AsdcaSolve (accelerated mini-batch SDCA,
 // kernels/core/asdca.h) solves the same packed rows.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -410,7 +411,9 @@ class AppendRowsOp : public OpKernel {
 
 class PackedSolveOp : public OpKernel {
  public:
-  explicit PackedSolveOp(OpKernelConstruction* context) : OpKernel(context) {
+  explicit PackedSolveOp(OpKernelConstruction* context)
+      : OpKernel(context),
+        epochs_(context->def().op() == "TfSdca>PackedEpochs") {
     OP_REQUIRES_OK(context, ReadEpochAttrs(context, &options_, &loss_,
                                            &compute_objective_, &multiclass_));
     OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type_));
@@ -493,6 +496,7 @@ class PackedSolveOp : public OpKernel {
                 multiclass_ || rows->CheckDuals(TensorBuffer<double>(duals),
                                                 *loss_, &error),
                 InvalidArgument(error));
+    if (epochs_) return ComputeEpochs(context, *rows, weights, duals, seed);
     double* w;
     double* alpha;
     Tensor* objective;
@@ -509,37 +513,249 @@ class PackedSolveOp : public OpKernel {
     SolverOptions options = options_;
     options.seed = static_cast<uint64_t>(seed.scalar<int64_t>()());
     WatchCancellation(context, &options);
-    if (multiclass_) {
-      if (options.num_inner_iterations > 0) {
-        std::string dual_error;
-        rows->SolveBlocks(options, *multiclass_, w, alpha, &dual_error);
-        OP_REQUIRES_OK(context,
-                       CancelledStatus(options, "TfSdca>PackedSolve"));
-        OP_REQUIRES_OK(context,
-                       CheckEpochResult(multiclass_->Name(), w,
-                                        weights.dim_size(0), dual_error));
-      }
-      if (!compute_objective_) return WriteObjective(nullptr, objective);
-      const ObjectiveParts parts = rows->EvaluateBlocks(
-          options, *multiclass_, w, alpha, ObjectiveThreads(context),
-          DevicePool(context));
-      return WriteObjective(&parts, objective);
-    }
-    if (options.num_inner_iterations > 0) {
-      rows->Solve(options, w, alpha);
-      OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>PackedSolve"));
-      std::string dual_error;
-      rows->CheckDuals(alpha, *loss_, &dual_error);
-      OP_REQUIRES_OK(context, CheckEpochResult(loss_->Name(), w,
-                                               rows->num_slots(), dual_error));
-    }
+    OP_REQUIRES_OK(context, Passes(options, *rows, w, alpha,
+                                   weights.dim_size(0)));
     if (!compute_objective_) return WriteObjective(nullptr, objective);
-    const ObjectiveParts parts = rows->Evaluate(
-        options, w, alpha, ObjectiveThreads(context), DevicePool(context));
+    const ObjectiveParts parts = Evaluate(context, options, *rows, w, alpha);
     WriteObjective(&parts, objective);
   }
 
  private:
+  // TfSdca>PackedEpochs: the epochs `evaluate` lists, epoch e a
+  // PackedSolve call with the seed `seed + e` (the engine's epoch_seed of
+  // consecutive epochs) and, where `evaluate[e]`, the objective after it;
+  // stops after the first evaluated epoch whose relative gap is below
+  // `tol` or whose gap is invalid (the engine's objective_and_gap, the same
+  // float64 arithmetic, so the same epoch as calls one by one).
+  void ComputeEpochs(OpKernelContext* context, const PackedRows& rows,
+                     const Tensor& weights, const Tensor& duals,
+                     const Tensor& seed) {
+    const Tensor& evaluate = context->input(4);
+    const Tensor& tol_tensor = context->input(5);
+    OP_REQUIRES(context, evaluate.dims() == 1,
+                InvalidArgument("evaluate must be a vector, got shape ",
+                                evaluate.shape().DebugString()));
+    OP_REQUIRES(context, tol_tensor.dims() == 0,
+                InvalidArgument("tol must be a scalar, got shape ",
+                                tol_tensor.shape().DebugString()));
+    const int64_t num_epochs = evaluate.NumElements();
+    OP_REQUIRES(context, num_epochs <= kMaxPasses,
+                InvalidArgument("evaluate lists ", num_epochs,
+                                " epochs, more than the limit of ",
+                                kMaxPasses, " per call"));
+    const auto flags = evaluate.flat<bool>();
+    const double tol = tol_tensor.scalar<double>()();
+    // The engine's Extrapolation (heavy ball with restarts), when beta >= 0.
+    const double beta = context->input(6).scalar<double>()();
+    const Tensor& previous_weights = context->input(7);
+    const Tensor& previous_duals = context->input(8);
+    double last_dual = context->input(9).scalar<double>()();
+    bool restart = context->input(10).scalar<bool>()();
+    const bool extrapolate = beta >= 0.0;
+    bool has_previous = previous_duals.NumElements() > 0;
+    OP_REQUIRES(context,
+                !extrapolate || loss_type_ != "poisson_loss",
+                InvalidArgument("beta >= 0: extrapolation is not available "
+                                "for poisson_loss in TfSdca>PackedEpochs"));
+    OP_REQUIRES(context,
+                !has_previous ||
+                    (previous_weights.NumElements() == weights.NumElements() &&
+                     previous_duals.NumElements() == duals.NumElements()),
+                InvalidArgument("previous_weights and previous_duals have ",
+                                previous_weights.NumElements(), " and ",
+                                previous_duals.NumElements(),
+                                " entries; weights and duals have ",
+                                weights.NumElements(), " and ",
+                                duals.NumElements()));
+    const int64_t num_weights = weights.NumElements();
+    const int64_t num_duals = duals.NumElements();
+    std::vector<double> prev_w, prev_a;
+    if (extrapolate && has_previous) {
+      const double* pw = TensorBuffer<double>(previous_weights);
+      const double* pa = TensorBuffer<double>(previous_duals);
+      prev_w.assign(pw, pw + num_weights);
+      prev_a.assign(pa, pa + num_duals);
+    }
+    Tensor* w_out;
+    Tensor* duals_out;
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(0, weights.shape(), &w_out));
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(1, duals.shape(), &duals_out));
+    double* w = w_out->flat<double>().data();
+    double* alpha = duals_out->flat<double>().data();
+    const double* w_in = TensorBuffer<double>(weights);
+    std::copy(w_in, w_in + weights.NumElements(), w);
+    std::string error;
+    if (multiclass_) {
+      OP_REQUIRES(context,
+                  rows.CopyBlockDuals(TensorBuffer<double>(duals),
+                                      *multiclass_, alpha, &error),
+                  InvalidArgument(error));
+    } else {
+      const double* a_in = TensorBuffer<double>(duals);
+      std::copy(a_in, a_in + duals.NumElements(), alpha);
+    }
+    SolverOptions options = options_;
+    WatchCancellation(context, &options);
+    const uint64_t first_seed =
+        static_cast<uint64_t>(seed.scalar<int64_t>()());
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double l1 = options.l1, l2 = options.l2;
+    std::vector<double> objective, seconds;
+    for (int64_t e = 0; e < num_epochs; ++e) {
+      options.seed = first_seed + static_cast<uint64_t>(e);
+      const auto start = std::chrono::steady_clock::now();
+      if (extrapolate) {
+        if (!has_previous || restart) {
+          prev_w.assign(w, w + num_weights);
+          prev_a.assign(alpha, alpha + num_duals);
+        } else {
+          const double step = std::min(
+              beta, 0.9 * ExtrapolationLimit(rows, alpha, prev_a.data(),
+                                             num_duals));
+          Extrapolate(step, alpha, prev_a.data(), num_duals);
+          Extrapolate(step, w, prev_w.data(), num_weights);
+        }
+        has_previous = true;
+      }
+      OP_REQUIRES_OK(context, Passes(options, rows, w, alpha,
+                                     weights.dim_size(0)));
+      seconds.push_back(std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - start)
+                            .count());
+      if (!compute_objective_ || !flags(e)) {
+        objective.insert(objective.end(), 4, nan);
+        continue;
+      }
+      const ObjectiveParts p = Evaluate(context, options, rows, w, alpha);
+      objective.insert(objective.end(), {p.primal_loss, p.dual_loss,
+                                         p.l2_norm_sq, p.l1_norm});
+      // tf_sdca.engine.objective_and_gap and the relative gap, in its
+      // order of operations.
+      const double primal =
+          p.primal_loss + 0.5 * l2 * p.l2_norm_sq + l1 * p.l1_norm;
+      double gap =
+          p.primal_loss + p.dual_loss + l2 * p.l2_norm_sq + l1 * p.l1_norm;
+      const double scale = std::fabs(p.primal_loss) + std::fabs(p.dual_loss) +
+                           l2 * p.l2_norm_sq + l1 * p.l1_norm;
+      if (!(std::isfinite(primal) && std::isfinite(gap) &&
+            gap >= -1e-9 * scale)) {
+        break;  // the engine raises at this epoch
+      }
+      gap = std::max(gap, 0.0);
+      const double dual = primal - gap;
+      restart = dual < last_dual;
+      last_dual = dual;
+      if (gap / std::max(std::fabs(primal), 1e-300) < tol) break;
+    }
+    Tensor* previous_out;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                4, TensorShape({static_cast<int64_t>(
+                                       prev_w.size())}),
+                                &previous_out));
+    std::copy(prev_w.begin(), prev_w.end(),
+              previous_out->flat<double>().data());
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                5, TensorShape({static_cast<int64_t>(
+                                       prev_a.size())}),
+                                &previous_out));
+    std::copy(prev_a.begin(), prev_a.end(),
+              previous_out->flat<double>().data());
+    const int64_t run = static_cast<int64_t>(seconds.size());
+    Tensor* objective_out;
+    Tensor* seconds_out;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                2, TensorShape({run, 4}), &objective_out));
+    OP_REQUIRES_OK(context, context->allocate_output(3, TensorShape({run}),
+                                                     &seconds_out));
+    std::copy(objective.begin(), objective.end(),
+              objective_out->flat<double>().data());
+    std::copy(seconds.begin(), seconds.end(),
+              seconds_out->flat<double>().data());
+  }
+
+  // tf_sdca.losses.extrapolation_limit: the largest step <= 1e300 along
+  // alpha - previous keeping every dual in its loss's domain (in its
+  // arithmetic: the same bits).
+  double ExtrapolationLimit(const PackedRows& rows, const double* alpha,
+                            const double* previous, int64_t num_duals) const {
+    const std::vector<double>& labels = rows.labels();
+    const int64_t num_classes = multiclass_ ? multiclass_->num_classes() : 1;
+    const bool sign = loss_type_ == "logistic_loss" ||
+                      loss_type_ == "hinge_loss" ||
+                      loss_type_ == "smooth_hinge_loss";
+    const bool bounded = multiclass_ || sign || loss_type_ == "absolute_loss";
+    if (!bounded) return 1e300;
+    double room = std::numeric_limits<double>::infinity();
+    for (int64_t k = 0; k < num_duals; ++k) {
+      double value = alpha[k], step = alpha[k] - previous[k];
+      double low = -1.0, high = 1.0;
+      if (multiclass_) {
+        const bool is_label =
+            k % num_classes == static_cast<int64_t>(labels[k / num_classes]);
+        low = is_label ? 0.0 : -1.0;
+        high = is_label ? 1.0 : 0.0;
+      } else if (sign) {
+        const double s = labels[k] > 0 ? 1.0 : -1.0;
+        value = value * s;
+        step = step * s;
+        low = 0.0;
+      }
+      const double r = step > 0 ? (high - value) / step
+                       : step < 0 ? (low - value) / step
+                                  : std::numeric_limits<double>::infinity();
+      room = r < room ? r : room;
+    }
+    return std::min(1e300, room);
+  }
+
+  // x <- x + step (x - previous), previous <- the old x (step > 0; else
+  // only previous <- x): Extrapolation.start_epoch on one array.
+  static void Extrapolate(double step, double* x, double* previous,
+                          int64_t size) {
+    for (int64_t k = 0; k < size; ++k) {
+      const double old = x[k];
+      if (step > 0.0) x[k] = old + step * (old - previous[k]);
+      previous[k] = old;
+    }
+  }
+
+  // One epoch call's passes from (w, alpha), checked (the error for the
+  // caller: the epoch's outputs are then not returned).
+  Status Passes(const SolverOptions& options, const PackedRows& rows,
+                double* w, double* alpha, int64_t num_weights) const {
+    if (options.num_inner_iterations == 0) return absl::OkStatus();
+    std::string dual_error;
+    if (multiclass_) {
+      rows.SolveBlocks(options, *multiclass_, w, alpha, &dual_error);
+      TF_RETURN_IF_ERROR(CancelledStatus(options, Name()));
+      return CheckEpochResult(multiclass_->Name(), w, num_weights,
+                              dual_error);
+    }
+    rows.Solve(options, w, alpha);
+    TF_RETURN_IF_ERROR(CancelledStatus(options, Name()));
+    rows.CheckDuals(alpha, *loss_, &dual_error);
+    return CheckEpochResult(loss_->Name(), w, rows.num_slots(), dual_error);
+  }
+
+  ObjectiveParts Evaluate(OpKernelContext* context,
+                          const SolverOptions& options,
+                          const PackedRows& rows, const double* w,
+                          const double* alpha) const {
+    if (multiclass_) {
+      return rows.EvaluateBlocks(options, *multiclass_, w, alpha,
+                                 ObjectiveThreads(context),
+                                 DevicePool(context));
+    }
+    return rows.Evaluate(options, w, alpha, ObjectiveThreads(context),
+                         DevicePool(context));
+  }
+
+  const char* Name() const {
+    return epochs_ ? "TfSdca>PackedEpochs" : "TfSdca>PackedSolve";
+  }
+
   // The threads (chunks) that evaluate the objective: `objective_threads`,
   // or the device's (0).
   int64_t ObjectiveThreads(OpKernelContext* context) const {
@@ -556,6 +772,7 @@ class PackedSolveOp : public OpKernel {
   float gamma_ = 1.0f;
   bool compute_objective_ = true;
   int objective_threads_ = 0;
+  bool epochs_ = false;  // TfSdca>PackedEpochs
 };
 
 }  // namespace
@@ -567,6 +784,8 @@ REGISTER_KERNEL_BUILDER(Name("TfSdca>NewPackedRows").Device(DEVICE_CPU),
 REGISTER_KERNEL_BUILDER(Name("TfSdca>AppendRows").Device(DEVICE_CPU),
                         AppendRowsOp);
 REGISTER_KERNEL_BUILDER(Name("TfSdca>PackedSolve").Device(DEVICE_CPU),
+                        PackedSolveOp);
+REGISTER_KERNEL_BUILDER(Name("TfSdca>PackedEpochs").Device(DEVICE_CPU),
                         PackedSolveOp);
 
 namespace {

@@ -73,29 +73,6 @@ std::vector<Rows> ParseRanges(OpKernelContext* context, const Tensor& bytes,
   return ::tensorflow::OkStatus();
 }
 
-// The lines of [begin, end): its '\n's, and one more for a last line
-// without one.
-int64_t CountLines(const char* begin, const char* end) {
-  int64_t lines = 0;
-  for (const char* p = begin;
-       (p = static_cast<const char*>(std::memchr(p, '\n', end - p))) !=
-       nullptr;
-       ++p) {
-    ++lines;
-  }
-  return lines + (begin < end && end[-1] != '\n');
-}
-
-// Copies each range's vector `member` into `out` (flat), in order,
-// converted to Out.
-template <typename Rows, typename T, typename Out>
-void Join(const std::vector<Rows>& rows, std::vector<T> Rows::*member,
-          Out* out) {
-  for (const Rows& r : rows) {
-    out = std::copy((r.*member).begin(), (r.*member).end(), out);
-  }
-}
-
 // The row lines, bad lines and line count, shifted from range to block
 // numbering; outputs `first`..`first + 3`.
 template <typename Rows>

@@ -542,6 +542,81 @@ num_parts, part: every pass visits only part `part` of num_parts equal
 The objective uses the CPU device's threads.
 )doc");
 
+// TfSdca>PackedEpochs: PackedSolve's epochs in one call.
+Status PackedEpochsShapeFn(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(RankNamed(c, 0, 0, "rows", &unused));
+  TF_RETURN_IF_ERROR(EpochShapes(c, 1));
+  TF_RETURN_IF_ERROR(RankNamed(c, 4, 1, "evaluate", &unused));
+  TF_RETURN_IF_ERROR(RankNamed(c, 5, 0, "tol", &unused));
+  c->set_output(2, c->Matrix(c->UnknownDim(), 4));
+  c->set_output(3, c->Vector(c->UnknownDim()));
+  for (int k = 6; k <= 10; ++k) {
+    TF_RETURN_IF_ERROR(RankNamed(
+        c, k, k == 7 || k == 8 ? 1 : 0,
+        k == 6   ? "beta"
+        : k == 7 ? "previous_weights"
+        : k == 8 ? "previous_duals"
+        : k == 9 ? "last_dual"
+                 : "restart",
+        &unused));
+  }
+  c->set_output(4, c->Vector(c->UnknownDim()));
+  c->set_output(5, c->Vector(c->UnknownDim()));
+  return absl::OkStatus();
+}
+
+static ::tensorflow::InitOnStartupMarker const register_packed_epochs =
+    ::tensorflow::InitOnStartupMarker{} <<
+    EpochCall(OpDefBuilderWrapper("TfSdca>PackedEpochs").Input("rows: resource"))
+    .Input("evaluate: bool")
+    .Input("tol: double")
+    .Input("beta: double")
+    .Input("previous_weights: double")
+    .Input("previous_duals: double")
+    .Input("last_dual: double")
+    .Input("restart: bool")
+    .Output("seconds: double")
+    .Output("out_previous_weights: double")
+    .Output("out_previous_duals: double")
+    .Attr("num_parts: int >= 1 = 1")
+    .Attr("part: int >= 0 = 0")
+    .Attr("objective_threads: int >= 0 = 0")
+    .SetIsStateful()
+    .SetShapeFn(PackedEpochsShapeFn)
+    .Doc(R"doc(
+Runs consecutive epochs of TfSdca>PackedSolve in one call.
+
+Epoch e (from 0) is what a PackedSolve call with the seed `seed + e` from
+the previous epoch's outputs does (bit for bit), and where `evaluate[e]`
+(and compute_objective) the objective after it; the call stops after the
+first evaluated epoch whose relative duality gap gap / max(|primal|, 1e-300)
+is below `tol` or whose gap is not finite or below zero beyond float64
+rounding (the arithmetic of tf_sdca.engine.objective_and_gap, l1 and l2 as
+the float attributes hold them). For small data sets, where an op call per
+epoch costs more than the epoch.
+
+evaluate: [E] bool, E the most epochs to run.
+tol: scalar; stop below this relative gap (< 0: never).
+out_weights, out_duals: after the last epoch run.
+objective: [R, 4], R the epochs run: PackedSolve's parts after each (NaN
+  rows for the epochs not evaluated).
+seconds: [R], each epoch's passes in seconds (not its objective).
+beta: >= 0: each epoch starts as tf_sdca.engine.Extrapolation's heavy ball
+  with this beta does (x + beta_r (x - x_prev), beta_r = min(beta, 0.9 times
+  the largest step keeping the duals in their domain), no step after an
+  evaluated epoch whose dual objective fell below the one before or without
+  a previous point), the same bits; < 0: none. Not for poisson_loss.
+previous_weights, previous_duals: x_prev, where the epoch before the first
+  one here ended ([0]: none).
+last_dual, restart: the dual objective of the last evaluated epoch before
+  this call (-inf: none), and whether it fell.
+out_previous_weights, out_previous_duals: x_prev for the epoch after the
+  last one run: where the last epoch run started before its step ([0]
+  without extrapolation).
+The other inputs and attributes are PackedSolve's.
+)doc");
+
 REGISTER_OP("TfSdca>ShrinkL1")
     .Input("weights: float")
     .Output("shrunk_weights: float")

@@ -18,11 +18,15 @@ Bytes per row on disk: Criteo 160 (label 4, 13 float32 log-counts, 26 int32
 ids); LIBSVM 4 + 8 per non-zero (int32 index, float32 value) + 8 (row
 pointer).
 """
+import functools
 import json
 import os
+import pickle
 import re
+import signal
 import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -77,7 +81,7 @@ def _save(path, pieces):
 
 def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
                   skip_bad_lines=False, verbose=1, max_features=None,
-                  on_chunk=None):
+                  on_chunk=None, alongside=None):
   """Returns the data of `paths` from the cache, building it if needed.
 
   Args:
@@ -92,12 +96,22 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     on_chunk: when the cache is built, called with each chunk as it is
       written (the list of its pieces, dicts of the stored arrays, valid
       during the call): a caller can take what it needs of the rows while
-      they are in memory instead of reading the cache back.
+      they are in memory instead of reading the cache back. What it
+      returns comes back in `info["chunk_results"]`, a list in the chunks'
+      order (absent when the cache was read): the build may run in another
+      process (`alongside`).
+    alongside: a function run in this process while the cache is built in
+      a forked child (`tf-sdca train` imports TensorFlow meanwhile: the
+      parser needs none of it); run in any case before this returns, after
+      the check of an existing cache (whose warnings go to stderr) and
+      before a build's errors are raised. Fork only while this process
+      runs no other threads (the CLI before TensorFlow's import).
 
   Returns:
     (arrays, info): arrays are read-only memory maps, one per stored array,
     concatenated over chunks only when asked (`concatenate`); info is the
-    manifest (`rows`, `bad_lines`, `parse_seconds`, ...).
+    manifest (`rows`, `bad_lines`, `parse_seconds`, ...), and
+    `chunk_results` when the cache was built with `on_chunk`.
 
   Raises:
     ValueError: for a malformed line (with file and line), unless
@@ -108,6 +122,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
                 bucket_bits=bucket_bits if fmt == "criteo" else None,
                 skip_bad_lines=bool(skip_bad_lines))
   manifest_path = os.path.join(cache_dir, "manifest.json")
+  loaded = None
   if os.path.exists(manifest_path):
     try:
       try:
@@ -118,16 +133,41 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
       if not isinstance(manifest, dict):
         raise ValueError(f"{manifest_path} is not a JSON object")
       if all(manifest.get(k) == v for k, v in wanted.items()):
-        return _load(cache_dir, manifest), manifest
+        loaded = _load(cache_dir, manifest), manifest
     except (ValueError, OSError, EOFError, KeyError, TypeError) as error:
       # (UnicodeDecodeError and JSONDecodeError are ValueErrors; KeyError
       # and TypeError: a manifest of the wrong shape)
       print(f"warning: the cache in {cache_dir} is damaged ({error}); "
             "rebuilding it from the source files", file=sys.stderr)
+  if loaded is not None:
+    if alongside is not None:
+      alongside()
+    return loaded
   _clear(cache_dir)
+  build = functools.partial(_build, paths, fmt, cache_dir, bucket_bits,
+                            skip_bad_lines, verbose, max_features, on_chunk,
+                            wanted)
+  if alongside is None:
+    manifest, results = build()
+  elif not hasattr(os, "fork"):
+    alongside()
+    manifest, results = build()
+  else:
+    manifest, results = _build_in_child(build, alongside)
+  if on_chunk is not None:
+    manifest = dict(manifest, chunk_results=results)
+  return _load(cache_dir, manifest), manifest
+
+
+def _build(paths, fmt, cache_dir, bucket_bits, skip_bad_lines, verbose,
+           max_features, on_chunk, wanted):
+  """`load_or_build`'s build of a new cache in the empty `cache_dir`: (the
+  manifest, on_chunk's results)."""
+  manifest_path = os.path.join(cache_dir, "manifest.json")
   bad_lines = criteo_reader.BadLines()
   start = time.perf_counter()
   chunk_rows = []
+  results = []
   for i, pieces in enumerate(_chunks(paths, fmt, bucket_bits,
                                      skip_bad_lines, bad_lines,
                                      max_features)):
@@ -135,7 +175,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
       _save(os.path.join(cache_dir, f"part-{i:05d}-{name}.npy"),
             [piece[name] for piece in pieces])
     if on_chunk is not None:
-      on_chunk(pieces)
+      results.append(on_chunk(pieces))
     chunk_rows.append(sum(int(piece["labels"].shape[0]) for piece in pieces))
     files.kill_point(f"cache-part-{i}")
     if verbose:
@@ -152,7 +192,64 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
   with open(temporary, "w") as f:
     json.dump(manifest, f)
   os.replace(temporary, manifest_path)
-  return _load(cache_dir, manifest), manifest
+  return manifest, results
+
+
+class _ChildTraceback(Exception):
+  """The traceback of an error raised in the child that built the cache."""
+
+
+def _build_in_child(build, alongside):
+  """`build()` in a forked child process while `alongside()` runs in this
+  one: its result, or its error raised here.
+
+  A child, not a thread: `alongside` (TensorFlow's import) holds the GIL
+  for seconds, and a thread that gives the GIL up for every read, parse
+  and write waits for it each time; a child shares nothing with it but the
+  cores. A child killed by a signal (SIGKILL, the OOM killer) ends this
+  process by the same signal: the build is part of the command."""
+  read_end, write_end = os.pipe()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  pid = os.fork()
+  if pid == 0:  # the child: build, send the result, end
+    try:
+      os.close(read_end)
+      try:
+        reply = ("result", build())
+      except BaseException as error:  # pylint: disable=broad-except
+        # (KeyboardInterrupt too: a Ctrl-C reaches both processes)
+        reply = ("error", error, traceback.format_exc())
+      try:
+        data = pickle.dumps(reply)
+      except Exception:  # pylint: disable=broad-except
+        data = pickle.dumps(("error", RuntimeError(str(reply[1])),
+                             reply[2]))
+      with os.fdopen(write_end, "wb") as f:
+        f.write(data)
+      sys.stdout.flush()
+    finally:
+      os._exit(0)  # pylint: disable=protected-access
+  os.close(write_end)
+  reader = os.fdopen(read_end, "rb")
+  try:
+    alongside()
+    data = reader.read()
+    status = os.waitpid(pid, 0)[1]
+    pid = None
+  except BaseException:  # a failed import, a Ctrl-C: the build stops too
+    if pid is not None:
+      os.kill(pid, signal.SIGKILL)  # the cache stays without its manifest
+      os.waitpid(pid, 0)
+    raise
+  finally:
+    reader.close()
+  if os.WIFSIGNALED(status):
+    os.kill(os.getpid(), os.WTERMSIG(status))
+  reply = pickle.loads(data)
+  if reply[0] == "error":
+    raise reply[1] from _ChildTraceback(reply[2])
+  return reply[1]
 
 
 _OWN_FILE = re.compile(r"(part-\d{5}-[a-z]+\.npy|manifest\.json(\.tmp)?)$")

@@ -16,23 +16,25 @@ Per row the reader produces:
     a missing token gets its field's own bucket. All 26 fields share one
     table of `2^bucket_bits` weights.
 
-Files are parsed natively (`TfSdca>ParseCriteo`) in blocks of whole lines,
-on several threads, so a file is never held whole in memory;
-`parse_criteo_lines` computes the same features with TensorFlow string ops
-(the serving graph's parser).
+Files are parsed natively (`tf_sdca.data.text_parser`, without TensorFlow)
+in blocks of whole lines, on several threads, so a file is never held whole
+in memory; `parse_criteo_lines` computes the same features with TensorFlow
+string ops (the serving graph's parser). TensorFlow is imported by the
+functions that use it, not by this module: `tf-sdca train` reads its files
+while TensorFlow is being imported.
 
 Example:
   >>> from tf_sdca.data import criteo
   >>> for chunk in criteo.read_criteo(["day_0.txt"], bucket_bits=20):
   ...   chunk["labels"], chunk["dense"], chunk["ids"]
 """
+import os
 import re
 
 import numpy as np
-import tensorflow as tf
 
 from tf_sdca.data import text_files
-from tf_sdca.ops import sdca_ops
+from tf_sdca.data import text_parser
 
 NUM_FIELDS = 40
 NUM_INTEGER = 13
@@ -44,9 +46,6 @@ NUM_CATEGORICAL = 26
 _LINE_PATTERN = (r"[01](\t-?[0-9]{0,18}){%d}(\t[0-9a-fA-F]{0,16}){%d}"
                  % (NUM_INTEGER, NUM_CATEGORICAL))
 _FILLER_LINE = "0" + "\t" * (NUM_FIELDS - 1)
-_DEFAULTS = ([tf.constant([], tf.int32)] +
-             [tf.constant([0], tf.int64)] * NUM_INTEGER +
-             [tf.constant([""])] * NUM_CATEGORICAL)
 
 
 def parse_criteo_lines(lines, bucket_bits=20):
@@ -61,9 +60,13 @@ def parse_criteo_lines(lines, bucket_bits=20):
     `[B, 26]`, `bad` bool `[B]` (malformed lines, whose other columns are
     zeros; `diagnose_criteo_line` says what is wrong).
   """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   good = tf.strings.regex_full_match(lines, _LINE_PATTERN)
+  defaults = ([tf.constant([], tf.int32)] +
+              [tf.constant([0], tf.int64)] * NUM_INTEGER +
+              [tf.constant([""])] * NUM_CATEGORICAL)
   # decode_csv fails a whole batch on one bad line: give it a filler.
-  cols = tf.io.decode_csv(tf.where(good, lines, _FILLER_LINE), _DEFAULTS,
+  cols = tf.io.decode_csv(tf.where(good, lines, _FILLER_LINE), defaults,
                           field_delim="\t", na_value="")
   counts = tf.stack(cols[1:1 + NUM_INTEGER], axis=1)
   dense = tf.cast(tf.math.log1p(tf.cast(tf.maximum(counts, 0), tf.float64)),
@@ -109,6 +112,7 @@ def criteo_dataset(paths, batch_size=65536, bucket_bits=20,
   """`read_criteo` as a `tf.data.Dataset` of chunk dicts (`labels`,
   `dense`, `ids`), read in a background thread by `from_generator` and
   prefetched."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if not 1 <= bucket_bits <= 62:
     raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
   spec = dict(labels=tf.TensorSpec([None], tf.float32),
@@ -136,8 +140,8 @@ def read_criteo(paths, batch_size=65536, bucket_bits=20,
                 skip_bad_lines=False, bad_lines=None):
   """Streams numpy chunks of parsed Criteo rows.
 
-  The text is parsed natively (`TfSdca>ParseCriteo`, on the CPU device's
-  threads) in blocks of whole lines; the rows and their features are those
+  The text is parsed natively (`tf_sdca.data.text_parser`, on one thread
+  per core) in blocks of whole lines; the rows and their features are those
   of `parse_criteo_lines`, in the files' order.
 
   Args:
@@ -159,34 +163,30 @@ def read_criteo(paths, batch_size=65536, bucket_bits=20,
       or damaged gzip file.
   """
   for pieces in criteo_chunk_pieces(paths, batch_size, bucket_bits,
-                                    skip_bad_lines, bad_lines, tf.int64):
-    # (Copies: the pieces are read-only views of the parser's outputs.)
+                                    skip_bad_lines, bad_lines, np.int64):
+    # (Copies: a piece is a view of a whole parsed block.)
     yield {k: (pieces[0][k].copy() if len(pieces) == 1 else
                np.concatenate([p[k] for p in pieces])) for k in pieces[0]}
 
 
 def criteo_chunk_pieces(paths, batch_size=65536, bucket_bits=20,
                         skip_bad_lines=False, bad_lines=None,
-                        ids_type=tf.int64):
+                        ids_type=np.int64):
   """`read_criteo`'s chunks, each as a list of pieces (dicts of `labels`,
   `dense`, `ids`: views of the parsed blocks, possibly empty) that hold its
-  rows in order, with `ids` as `ids_type` (tf.int32 for bucket_bits <= 31:
+  rows in order, with `ids` as `ids_type` (np.int32 for bucket_bits <= 31:
   the type the cache stores): what `tf_sdca.data.cache` writes, with no
-  copy of the parsed arrays (the pieces are read-only). Arguments and
-  errors as `read_criteo`'s."""
+  copy of the parsed arrays. Arguments and errors as `read_criteo`'s."""
   if not 1 <= bucket_bits <= 62:
     raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
   paths = [str(p) for p in paths]
   for path in paths:
-    if not tf.io.gfile.exists(path):
+    if not os.path.exists(path):
       raise FileNotFoundError(f"no such file: {path}")
   bad_lines = BadLines() if bad_lines is None else bad_lines
 
   def parse(block):
-    out = sdca_ops.parse_criteo(block, bucket_bits, ids_type=ids_type)
-    # Read-only views of the outputs (`.numpy()` would copy them: ~1 GB
-    # more written per 10M rows, into fresh pages).
-    return {k: np.asarray(memoryview(v)) for k, v in out.items()}
+    return text_parser.parse_criteo(block, bucket_bits, ids_type=ids_type)
 
   def message(path, line, raw):
     text = raw.replace(b"\r", b"").decode("utf-8", errors="replace")

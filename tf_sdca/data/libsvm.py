@@ -6,17 +6,17 @@ and increasing, an optional `# comment` at the end; a ranking file's
 loss). Gzip files are read as they are. Labels are read as written (the command line maps them to a
 loss's domain, e.g. `y > 0` -> 1 for the classification losses).
 
-The reader parses the files natively (`TfSdca>ParseLibsvm`) in blocks of
-whole lines and streams chunks of rows in CSR form, so a file is never held
-whole; `libsvm_dataset` wraps it as a `tf.data.Dataset`. `_parse_line`
-words the error of a line the native parser rejects.
+The reader parses the files natively (`tf_sdca.data.text_parser`, without
+TensorFlow) in blocks of whole lines and streams chunks of rows in CSR form,
+so a file is never held whole; `libsvm_dataset` wraps it as a
+`tf.data.Dataset` (the only function here that imports TensorFlow).
+`_parse_line` words the error of a line the native parser rejects.
 """
 import numpy as np
-import tensorflow as tf
 
 from tf_sdca.data import text_files
+from tf_sdca.data import text_parser
 from tf_sdca.data.criteo import BadLines
-from tf_sdca.ops import sdca_ops
 
 
 def _finite32(value):
@@ -80,12 +80,6 @@ def _message(path, number, raw):
           "ASCII 'label index:value ...'")
 
 
-def _parse_block(block):
-  # Read-only views (`.numpy()` would copy); the chunks are new arrays.
-  return {k: np.asarray(memoryview(v))
-          for k, v in sdca_ops.parse_libsvm(block).items()}
-
-
 def _past_limit(out, path, first_line, max_features):
   """ValueError for the first index of a parsed block at or past
   `max_features`, naming the file and line."""
@@ -103,8 +97,8 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
                 bad_lines=None, max_features=None):
   """Streams CSR chunks of LIBSVM files.
 
-  The text is parsed natively (`TfSdca>ParseLibsvm`, on the CPU device's
-  threads) in blocks of whole lines; the rows come in the files' order.
+  The text is parsed natively (`tf_sdca.data.text_parser`, on one thread
+  per core) in blocks of whole lines; the rows come in the files' order.
 
   Args:
     paths: files, read in order.
@@ -150,7 +144,7 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
 
   for path in (str(p) for p in paths):
     first_line = 0
-    for block, out in text_files.parsed_blocks(path, _parse_block):
+    for block, out in text_files.parsed_blocks(path, text_parser.parse_libsvm):
       text_files.bad_line_messages(
           out, block, first_line,
           lambda number, raw, path=path: _message(path, number, raw),
@@ -167,6 +161,7 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
 def libsvm_dataset(paths, chunk_rows=65536, skip_bad_lines=False):
   """`read_libsvm` as a `tf.data.Dataset` of CSR-chunk dicts (parsed in a
   background thread by `from_generator`; prefetched)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   spec = dict(labels=tf.TensorSpec([None], tf.float32),
               indptr=tf.TensorSpec([None], tf.int64),
               indices=tf.TensorSpec([None], tf.int64),

@@ -128,7 +128,7 @@ def line_blocks(path, block_bytes=None):
 def parsed_blocks(path, parse, block_bytes=None):
   """Yields (block, parse(block)) for `line_blocks(path)`, the next block
   parsed on a background thread while the caller stores the current one
-  (the parse ops run on TensorFlow's threads, without the GIL)."""
+  (the native parser runs on its own threads, without the GIL)."""
   yield from prefetched((block, parse(block))
                         for block in line_blocks(path, block_bytes))
 

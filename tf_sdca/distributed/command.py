@@ -77,10 +77,15 @@ def _workers(text):
 
 
 def wanted(args):
-  """Whether `tf-sdca train` must run across processes."""
+  """Whether `tf-sdca train` must run across processes (without importing
+  TensorFlow where TF_CONFIG is unset: `train` reads its files while it is
+  imported)."""
+  if getattr(args, "local_cluster", None):
+    return True
+  if not os.environ.get("TF_CONFIG"):
+    return False
   from tf_sdca.distributed import cluster  # pylint: disable=import-outside-toplevel
-  return bool(getattr(args, "local_cluster", None)) or (
-      cluster.cluster_spec_from_env() is not None)
+  return cluster.cluster_spec_from_env() is not None
 
 
 def guard_single_process_resume(args):

@@ -117,7 +117,8 @@ Constructor arguments (`LinearModel(...)`):
   carry_over: 'auto' (the default) or a share f in [0, 1) for fits on a
     streamed `tf.data.Dataset`: each step holds back a random f of its
     rows for the next step (`tf_sdca.SdcaModel`'s option; 'auto': f = B /
-    (B + 6), at most 0.8, for B >= 2 batches an epoch, 0 for one). A
+    (B + 6), B / (B + 4) for the hinge loss, at most 0.8, for B >= 2
+    batches an epoch, 0 for one). A
     dataset of the same consecutive batches every epoch otherwise needs
     2-2.5x the epochs of one batch, or far more with many batches; held
     rows bring it to about those of one batch, at ~1.4-2x the time per

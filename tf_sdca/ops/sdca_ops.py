@@ -745,6 +745,62 @@ def packed_solve(rows, weights, duals, seed, loss_type, l1, l2,
         objective_threads=int(objective_threads), **attrs)
 
 
+_NO_POINT = (np.zeros(0), np.zeros(0))
+
+
+def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
+                  l2, visit_order="permutation", gamma=1.0, num_classes=1,
+                  hinge_step="projection", beta=-1.0, previous=None,
+                  last_dual=-np.inf, restart=False, name=None):
+  """Consecutive `packed_solve` epochs in one call (`TfSdca>PackedEpochs`),
+  for data sets so small that a call per epoch costs more than the epoch.
+
+  Epoch e (from 0) is, bit for bit, a `packed_solve` call with the seed
+  `seed + e` from the previous epoch's outputs, followed, where
+  `evaluate[e]`, by the objective parts at its result. The call stops
+  after the first evaluated epoch whose relative duality gap (gap /
+  max(|primal|, 1e-300), as `tf_sdca.engine.objective_and_gap` computes
+  them) is below `tol` (< 0: never), or whose gap is invalid (not finite,
+  or below zero beyond rounding).
+
+  With `beta >= 0` each epoch starts as `tf_sdca.engine.Extrapolation`'s
+  heavy ball with that beta starts it (the same bits): from `x + beta_r (x
+  - x_prev)`, `beta_r` = min(beta, 0.9 times the largest step keeping the
+  duals in their domain), or from x after an evaluated epoch whose dual
+  objective fell below the one before (a restart) or without `previous`.
+  Not for poisson_loss.
+
+  Args:
+    evaluate: bool `[E]`, E the most epochs to run.
+    tol: float; the relative gap to stop below.
+    beta: the extrapolation (< 0: none).
+    previous: `(weights, duals)` where the epoch before the first one here
+      ended (x_prev), or None.
+    last_dual, restart: the dual objective of the last evaluated epoch
+      before this call, and whether it fell (a restart is due).
+    The others: `packed_solve`'s.
+
+  Returns:
+    `(weights, duals, objective, seconds, previous_weights,
+    previous_duals)`: after the last epoch run, R of them; `objective`
+    float64 `[R, 4]` (`packed_solve`'s parts after each, NaN for an epoch
+    not evaluated), `seconds` `[R]` each epoch's passes; with `beta >= 0`
+    x_prev for the next epoch (where the last one started before its
+    extrapolation), else `[0]`.
+  """
+  _check_options(loss_type, l1, l2, 1, 1, visit_order, gamma, 0, num_classes)
+  check_hinge_step(loss_type, hinge_step)
+  with tf.name_scope(name or "packed_epochs"):
+    state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2, 1, 1,
+                               visit_order, gamma, True, num_classes,
+                               hinge_step)
+    # (The scalars as they are: the op's fast path converts them.)
+    return load_ops().tf_sdca_packed_epochs(
+        rows, *state, _tensor(evaluate, tf.bool, "evaluate"), float(tol),
+        float(beta), *(previous if previous is not None else _NO_POINT),
+        float(last_dual), bool(restart), **attrs)
+
+
 def check_asdca_options(loss_type, batch_size, theta):
   """Raises ValueError unless ASDCA can run `loss_type` with `batch_size`
   rows per step and `theta` (None: the paper's)."""
