@@ -83,6 +83,8 @@ def test_auto_momentum_trains_no_epoch_it_drops(monkeypatch):
     return original(self, problem, epoch, config, passes)
 
   monkeypatch.setattr(engine.State, "pass_over", count)
+  # The epochs one by one (not several per op call) for the reference.
+  monkeypatch.setattr(engine, "FUSED_EPOCHS", False)
   fits = []
   for ahead in (False, True):
     monkeypatch.setattr(engine, "TRAIN_AHEAD", ahead)
