@@ -66,30 +66,7 @@ class MulticlassHingeLoss final : public MulticlassLoss {
     // others. Among those, Michelot's fixed point instead of a sort: tau =
     // (sum of the kept - q) / their count, dropping the v_j <= tau, until
     // none drops (tau only rises; the largest v_j is never dropped).
-    int kept = 0;
-    double sum = 0.0;
-    for (int j = 0; j < k; ++j) {
-      if (v[j] >= top - q) {
-        kept_v[kept++] = v[j];
-        sum += v[j];
-      }
-    }
-    double tau = (sum - q) / kept;
-    for (;;) {
-      int still = 0;
-      double rest = 0.0;
-      for (int j = 0; j < kept; ++j) {
-        if (kept_v[j] > tau) {
-          kept_v[still++] = kept_v[j];
-          rest += kept_v[j];
-        }
-      }
-      // None above tau: q is lost in the v_j's rounding (the fallback
-      // below takes the vertex).
-      if (still == kept || still == 0) break;
-      kept = still;
-      tau = (rest - q) / kept;
-    }
+    const double tau = SimplexThreshold(v, k, top, q, kept_v);
     double total = 0.0;
     for (int j = 0; j < k; ++j) {
       v[j] = std::max(v[j] - tau, 0.0);
@@ -186,28 +163,7 @@ class MulticlassHingeLoss final : public MulticlassLoss {
       v[a] = q * p[j] + Violation(scores, label, j);
       top = std::max(top, v[a]);
     }
-    int kept = 0;
-    double sum = 0.0;
-    for (int a = 0; a < count; ++a) {
-      if (v[a] >= top - q) {
-        kept_v[kept++] = v[a];
-        sum += v[a];
-      }
-    }
-    double tau = (sum - q) / kept;
-    for (;;) {
-      int still = 0;
-      double rest = 0.0;
-      for (int a = 0; a < kept; ++a) {
-        if (kept_v[a] > tau) {
-          kept_v[still++] = kept_v[a];
-          rest += kept_v[a];
-        }
-      }
-      if (still == kept || still == 0) break;
-      kept = still;
-      tau = (rest - q) / kept;
-    }
+    const double tau = SimplexThreshold(v, count, top, q, kept_v);
     double total = 0.0;
     for (int a = 0; a < count; ++a) {
       v[a] = std::max(v[a] - tau, 0.0);
@@ -259,6 +215,38 @@ class MulticlassHingeLoss final : public MulticlassLoss {
   }
 
  private:
+  // tau with sum_j max(v_j - tau, 0) = q over v[0, n), whose largest is
+  // `top`: Michelot's fixed point on the v_j >= top - q (copied to
+  // `kept_v`, n doubles of scratch), tau = (their sum - q) / their count,
+  // dropping the v_j <= tau until none drops. None above tau: q is lost in
+  // the v_j's rounding (the callers' fallback takes the vertex).
+  static double SimplexThreshold(const double* v, int n, double top,
+                                 double q, double* kept_v) {
+    int kept = 0;
+    double sum = 0.0;
+    for (int j = 0; j < n; ++j) {
+      if (v[j] >= top - q) {
+        kept_v[kept++] = v[j];
+        sum += v[j];
+      }
+    }
+    double tau = (sum - q) / kept;
+    for (;;) {
+      int still = 0;
+      double rest = 0.0;
+      for (int j = 0; j < kept; ++j) {
+        if (kept_v[j] > tau) {
+          kept_v[still++] = kept_v[j];
+          rest += kept_v[j];
+        }
+      }
+      if (still == kept || still == 0) break;
+      kept = still;
+      tau = (rest - q) / kept;
+    }
+    return tau;
+  }
+
   // The reference's sequential dual ascent steps, for q > 0: with p = e_y -
   // dual and s_k = D_k + z_k, f(p + t d) = f(p) + t d.s - q t^2 |d|^2 / 2
   // along one feasible direction d, maximised exactly over t.
