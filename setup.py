@@ -27,13 +27,11 @@ SOURCES = [
     "kernels/kernels/batch_index_kernels.cc",
     "kernels/kernels/example_state_kernels.cc",
     "kernels/kernels/packed_rows_kernels.cc",
-    "kernels/kernels/text_reader_kernels.cc",
     "kernels/core/asdca.cc",
     "kernels/core/loss.cc",
     "kernels/core/multiclass_loss.cc",
     "kernels/core/packed_rows.cc",
     "kernels/core/packed_rows_threads.cc",
-    "kernels/core/text_reader.cc",
 ]
 # The text parser without TensorFlow (tf_sdca/data/text_parser.py).
 TEXT_READER_SOURCES = [

@@ -1,4 +1,4 @@
-"""The native Criteo and LIBSVM readers (TfSdca>ParseCriteo / ParseLibsvm)
+"""The native Criteo and LIBSVM readers (`tf_sdca.data.text_parser`)
 against the readers they replaced (tests/reference_readers.py): the same
 rows, features and chunks bit for bit, plain and gzip, in one block or many,
 and on 10M generated rows (slow: `pytest --run-slow`; 60k rows otherwise);
@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from tf_sdca import cli, files, model_files
-from tf_sdca.data import cache, criteo, libsvm, text_files
+from tf_sdca.data import cache, criteo, libsvm, text_files, text_parser
 from tf_sdca.data import generate_criteo_arrays, write_criteo_tsv
 from tf_sdca.trainer import InMemorySdca
 
@@ -278,25 +278,6 @@ def test_damaged_gzip_is_a_one_line_error_naming_the_file(tmp_path):
     list(libsvm.read_libsvm([str(path)]))
 
 
-def test_the_ops_check_their_inputs_and_take_empty_text():
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
-  from tf_sdca.ops._loader import load_ops  # pylint: disable=import-outside-toplevel
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"text must be a vector of bytes, got shape "
-                     r"\[1,3\]"):
-    load_ops().tf_sdca_parse_libsvm(tf.zeros([1, 3], tf.uint8))
-  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
-                     match=r"bucket_bits must be in \[1, 62\], got 63"):
-    load_ops().tf_sdca_parse_criteo(tf.zeros([3], tf.uint8), bucket_bits=63)
-  with pytest.raises(ValueError, match=r"bucket_bits must be in \[1, 62\]"):
-    sdca_ops.parse_criteo(b"", 0)
-  out = sdca_ops.parse_criteo(b"", 20)
-  assert out["ids"].shape == (0, 26) and int(out["num_lines"]) == 0
-  out = sdca_ops.parse_libsvm(b"\n\n# only comments\n")
-  assert out["labels"].shape == (0,) and int(out["num_lines"]) == 3
-
-
 @pytest.mark.parametrize("rows", [
     60_000, pytest.param(10_000_000, marks=pytest.mark.slow)])
 def test_generated_rows_read_as_the_reference_at_scale(tmp_path, rows):
@@ -369,28 +350,23 @@ def test_a_highly_compressed_gzip_inflates_a_block_at_a_time(tmp_path,
 
 @pytest.mark.parametrize("bucket_bits", [20, 31])
 def test_int32_ids_are_the_int64_ids(criteo_text, bucket_bits):
-  """ParseCriteo's ids_type int32 (what the cache stores) holds the int64
-  ids exactly, up to 31 bits; the reader before gives the same ids."""
-  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
-  from tf_sdca.ops._loader import load_ops  # pylint: disable=import-outside-toplevel
+  """The parser's int32 ids (what the cache stores) hold the int64 ids
+  exactly, up to 31 bits; the reader before gives the same ids."""
   path, _ = criteo_text
   with open(path, "rb") as f:
     text = f.read()
-  wide = sdca_ops.parse_criteo(text, bucket_bits)
-  narrow = sdca_ops.parse_criteo(text, bucket_bits, ids_type=tf.int32)
-  assert narrow["ids"].dtype == tf.int32
-  expected = wide["ids"].numpy()
+  wide = text_parser.parse_criteo(text, bucket_bits)
+  narrow = text_parser.parse_criteo(text, bucket_bits, ids_type=np.int32)
+  assert narrow["ids"].dtype == np.int32
+  expected = wide["ids"]
   assert expected.max() >= 2 ** (bucket_bits - 1)  # the top bit is used
-  np.testing.assert_array_equal(narrow["ids"].numpy(), expected)
+  np.testing.assert_array_equal(narrow["ids"], expected)
   (chunk,) = list(reference_readers.read_criteo([path], 65536, bucket_bits))
   np.testing.assert_array_equal(expected, chunk["ids"])
   for key in ("labels", "dense", "lines", "bad_lines", "num_lines"):
-    np.testing.assert_array_equal(narrow[key].numpy(), wide[key].numpy())
+    np.testing.assert_array_equal(narrow[key], wide[key])
   with pytest.raises(ValueError, match="ids_type"):
-    sdca_ops.parse_criteo(text, 32, ids_type=tf.int32)
-  with pytest.raises(tf.errors.InvalidArgumentError, match="bucket_bits <= 31"):
-    load_ops().tf_sdca_parse_criteo(tf.zeros([3], tf.uint8), bucket_bits=32,
-                                    ids_type=tf.int32)
+    text_parser.parse_criteo(text, 32, ids_type=np.int32)
 
 
 @pytest.fixture(scope="module")

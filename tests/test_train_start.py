@@ -15,12 +15,13 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tf_sdca import cli, model_files
 from tf_sdca.data import generate_criteo_arrays, text_files, text_parser
 from tf_sdca.data import write_criteo_tsv
-from tf_sdca.ops import sdca_ops
+
+sys.path.insert(0, os.path.dirname(__file__))
+import reference_readers  # pylint: disable=wrong-import-position
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -115,26 +116,29 @@ def _assert_same_outputs(got, expected):
 
 @pytest.mark.parametrize("bucket_bits,ids_type", [
     (20, np.int32), (20, np.int64), (31, np.int32), (62, np.int64)])
-def test_the_parser_library_gives_the_ops_outputs_to_the_byte(
+def test_the_parser_library_gives_the_tensorflow_parser_rows_to_the_byte(
     bucket_bits, ids_type):
   text = _criteo_text()
   got = text_parser.parse_criteo(text, bucket_bits, ids_type)
   assert got["bad_lines"].tolist() == [7, 8, 2999]
-  _assert_same_outputs(got, sdca_ops.parse_criteo(
-      text, bucket_bits, ids_type=tf.as_dtype(ids_type)))
+  _assert_same_outputs(got, reference_readers.parse_criteo_text(
+      text, bucket_bits, ids_type))
+  _assert_same_outputs(text_parser.parse_criteo(b"", 20),
+                       reference_readers.parse_criteo_text(b"", 20))
 
 
-def test_the_parser_library_reads_libsvm_as_the_op():
+def test_the_parser_library_reads_libsvm_as_the_python_reader():
   text = _libsvm_text()
   got = text_parser.parse_libsvm(text)
   assert got["bad_lines"].tolist() == [3]
   assert got["values"][0] == np.float32(1e-40) != 0  # a subnormal, kept
-  _assert_same_outputs(got, sdca_ops.parse_libsvm(text))
-  _assert_same_outputs(text_parser.parse_libsvm(b""),
-                       sdca_ops.parse_libsvm(b""))
+  _assert_same_outputs(got, reference_readers.parse_libsvm_text(text))
+  for text in (b"", b"\n\n# only comments\n"):
+    _assert_same_outputs(text_parser.parse_libsvm(text),
+                         reference_readers.parse_libsvm_text(text))
 
 
-def test_the_parser_library_refuses_what_the_op_refuses():
+def test_the_parser_library_refuses_bad_arguments():
   with pytest.raises(ValueError, match=r"bucket_bits must be in \[1, 62\], "
                      "got 63"):
     text_parser.parse_criteo(b"", 63)
