@@ -300,3 +300,13 @@ except ChildProcessError:
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout == "raised: no TensorFlow here\nno child left\n"
   assert "manifest.json" not in os.listdir(cache_dir)
+
+
+def test_a_missing_library_is_an_import_error_saying_how_to_build_it():
+  from tf_sdca import native_library  # pylint: disable=import-outside-toplevel
+  assert native_library.path_of("_text_reader.so") == os.path.join(
+      ROOT, "tf_sdca", "_text_reader.so")
+  with pytest.raises(ImportError, match=r"tf_sdca/_absent\.so is missing: "
+                     r"build it with `pip install --no-build-isolation -e "
+                     r"\.` .* after installing TensorFlow$"):
+    native_library.path_of("_absent.so", " after installing TensorFlow")

@@ -24,6 +24,8 @@ import threading
 
 import numpy as np
 
+from tf_sdca import native_library
+
 _LIBRARY = "_text_reader.so"
 # TensorFlow's framework library and its `util::Fingerprint64(const char*,
 # size_t)` (exported, not declared by any header the pip package ships).
@@ -52,13 +54,7 @@ def load():
   global _library, _fingerprint
   with _lock:
     if _library is None:
-      path = os.path.join(os.path.dirname(os.path.dirname(
-          os.path.abspath(__file__))), _LIBRARY)
-      if not os.path.exists(path):
-        raise ImportError(
-            f"{path} is missing: build it with `pip install "
-            "--no-build-isolation -e .` (or `python setup.py build_ext "
-            "--inplace`)")
+      path = native_library.path_of(_LIBRARY)
       # (Loaded RTLD_LOCAL, as TensorFlow's import loads it: made global,
       # the BoringSSL inside it would stand in for OpenSSL's symbols in
       # Python's own _hashlib, which crashes. TensorFlow's import finds it

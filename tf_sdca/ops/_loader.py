@@ -1,7 +1,7 @@
 """Loads the op library once, with a clear message when it is missing."""
-import os
-
 import tensorflow as tf
+
+from tf_sdca import native_library
 
 _LIBRARY = "_sdca_ops.so"
 _BUILT_WITH_TF = "2.21.0"
@@ -13,13 +13,8 @@ def load_ops():
     """Returns the module of generated op wrappers of `_sdca_ops.so`."""
     global _ops
     if _ops is None:
-        path = os.path.join(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__))), _LIBRARY)
-        if not os.path.exists(path):
-            raise ImportError(
-                f"{path} is missing: build it with `pip install "
-                "--no-build-isolation -e .` (or `python setup.py build_ext "
-                "--inplace`) after installing TensorFlow")
+        path = native_library.path_of(_LIBRARY,
+                                      " after installing TensorFlow")
         try:
             _ops = tf.load_op_library(path)
         except tf.errors.NotFoundError as e:
