@@ -82,12 +82,42 @@ void FillVisitOrder(VisitOrder order, int64_t begin, int64_t end,
         running += 0.5 * scores[begin + k] + 0.5 * uniform;
         cumulative[k] = running;
       }
-      for (int64_t k = 0; k < n; ++k) {
+      // Each draw inverts the cumulative scores: the first k with
+      // cumulative[k] > u (std::upper_bound's k). A guide table (Chen and
+      // Asau, 1974) finds it in about one step: cell j of n holds the k of
+      // the threshold cell * j, and a draw u >= cell * j scans forward from
+      // it. A binary search over the n rows took log2 n mispredicted
+      // branches a draw, most of an adaptive pass over short rows (fair's
+      // 6,366 rows of 9 columns: 2.5-4x a permutation pass). The same k,
+      // so the same rows, as the binary search; it stays where the scores'
+      // sum is not a positive finite number.
+      const double cell = running / n;
+      if (!(cell > 0.0) || !std::isfinite(running)) {
+        for (int64_t k = 0; k < n; ++k) {
+          const double u = rng->Uniform() * running;
+          const int64_t pick =
+              std::upper_bound(cumulative.begin(), cumulative.end(), u) -
+              cumulative.begin();
+          out[k] = item(begin + std::min(pick, n - 1));
+        }
+        return;
+      }
+      std::vector<int64_t> guide(n);
+      for (int64_t j = 0, k = 0; j < n; ++j) {
+        const double threshold = cell * static_cast<double>(j);
+        while (k < n && cumulative[k] <= threshold) ++k;
+        guide[j] = k;
+      }
+      for (int64_t d = 0; d < n; ++d) {
         const double u = rng->Uniform() * running;
-        const int64_t pick =
-            std::upper_bound(cumulative.begin(), cumulative.end(), u) -
-            cumulative.begin();
-        out[k] = item(begin + std::min(pick, n - 1));
+        const double q = u / cell;
+        int64_t j = q < static_cast<double>(n) ? static_cast<int64_t>(q)
+                                               : n - 1;
+        // (u / cell rounded up past a threshold: step back below u.)
+        while (j > 0 && cell * static_cast<double>(j) > u) --j;
+        int64_t pick = guide[j];
+        while (pick < n && cumulative[pick] <= u) ++pick;
+        out[d] = item(begin + std::min(pick, n - 1));
       }
       return;
     }
