@@ -40,6 +40,8 @@ def _watch_evaluations(monkeypatch, ahead):
   """Training ahead on or off; returns the list that gets, for each exact
   gap evaluated, whether it ran on the main thread."""
   monkeypatch.setattr(engine, "TRAIN_AHEAD", ahead)
+  # (The cases' rows are few: train them ahead all the same.)
+  monkeypatch.setattr(engine, "AHEAD_MIN_ENTRIES", 0)
   threads = []
 
   def spy(*args):
@@ -209,6 +211,7 @@ def test_a_callback_sees_the_epoch_it_is_called_for(monkeypatch, momentum):
   saved = {}
   for ahead in (False, True):
     monkeypatch.setattr(engine, "TRAIN_AHEAD", ahead)
+    monkeypatch.setattr(engine, "AHEAD_MIN_ENTRIES", 0)
     states = saved[ahead] = []
     model = InMemorySdca(loss="logistic", l2=0.3, momentum=momentum)
 
