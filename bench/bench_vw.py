@@ -2,7 +2,7 @@
 
   python bench/bench_vw.py [--rows 1000000] [--passes 1,2,3,5,8]
                            [--learning-rates 0.3,0.5,1]
-                           [--epochs 1,2,3,5,8] [--l2 10,30] [--threads 2]
+                           [--epochs 1,2,3,5,8] [--l2 10,30] [--threads 1,2]
                            [--dir /tmp/tf_sdca_bench_vw] [--keep] [--json F]
 
 Needs `pip install vowpalwabbit==9.11.9` (bench/requirements.txt; never a
@@ -24,7 +24,8 @@ last is held out. Then:
      clock from the process's start to its exit (start-up, parsing, the
      cache and writing the model included);
   3. runs `tf-sdca train TRAIN_FILES --bucket-bits 20 --threads T --epochs
-     E --tol 0 --l2 L --quiet` over the grid of epochs x l2, each a fresh
+     E --tol 0 --l2 L --quiet` over the grid of epochs x l2 x threads, each
+     a fresh
      process into a fresh model directory, timed the same way (start-up
      importing TensorFlow, parsing the text into the cache, packing, the
      epochs with their exact duality gap, checkpoints); the two tools'
@@ -38,8 +39,11 @@ last is held out. Then:
      inside the process, to where `train` first imports the cache module).
 
 Both use 2^20 hash buckets (VW's one table for both namespaces; ours 2^20
-buckets for the tokens plus 14 dense weights) and both run two threads
-(VW parses in a thread of its own beside the learner; ours `--threads 2`).
+buckets for the tokens plus 14 dense weights). Both use two cores: VW
+parses in a thread of its own beside the learner; ours trains on
+`--threads` T: with 1 (the default) each epoch's exact gap is evaluated on
+the second core while the next epoch trains, with 2 two lock-free threads
+train and the gap follows each epoch; the grid takes both.
 """
 import argparse
 import json
@@ -251,7 +255,9 @@ def main(argv=None):
                       default=[0.3, 0.5, 1.0])
   parser.add_argument("--epochs", type=_ints, default=[1, 2, 3, 5, 8])
   parser.add_argument("--l2", type=_floats, default=[10.0, 30.0])
-  parser.add_argument("--threads", type=int, default=2)
+  parser.add_argument("--threads", type=_ints, default=[1, 2],
+                      help="ours' training threads (a grid, as VW's "
+                      "learning rates)")
   parser.add_argument("--startup-repeats", type=int, default=3)
   parser.add_argument("--dir", default="/tmp/tf_sdca_bench_vw")
   parser.add_argument("--json", default=None, help="write the runs here")
@@ -320,11 +326,11 @@ def main(argv=None):
                 seconds=seconds, cpu_seconds=cpu, rss_mb=rss,
                 log_loss=log_loss(labels, vw_scores(test_vw, model, work))))
 
-  def ours_job(l2, epochs):
+  def ours_job(l2, epochs, threads):
     seconds, _, rss, cpu, started = ours_fit(train, model_dir, epochs, l2,
-                                             args.threads)
+                                             threads)
     parse, epoch_seconds, history = ours_phases(model_dir)
-    record(dict(tool="ours", setting=f"l2={l2:g}", k=epochs,
+    record(dict(tool="ours", setting=f"l2={l2:g},t={threads}", k=epochs,
                 seconds=seconds, cpu_seconds=cpu, rss_mb=rss,
                 startup_seconds=started[0], startup_cpu_seconds=started[1], parse_seconds=parse,
                 epoch_seconds=epoch_seconds,
@@ -335,8 +341,8 @@ def main(argv=None):
   # falls on both.
   jobs = [[(vw_job, (rate, passes)) for rate in args.learning_rates
            for passes in args.passes],
-          [(ours_job, (l2, epochs)) for l2 in args.l2
-           for epochs in args.epochs]]
+          [(ours_job, (l2, epochs, threads)) for l2 in args.l2
+           for threads in args.threads for epochs in args.epochs]]
   for i in range(max(len(j) for j in jobs)):
     for queue in jobs:
       if i < len(queue):
