@@ -455,6 +455,14 @@ class PackedRows {
                    const double* weights, double shrinkage, double* z) const;
   // x_i . shrink(w) of row i, shrinking by `shrinkage` on the fly.
   double Margin(int64_t i, const double* weights, double shrinkage) const;
+  // Evaluate's row sums over rows [begin, end) of one-thread records, for
+  // the concrete loss: kGroup rows' margins at a time, each summed in
+  // Margin's order (the same bits), their add chains side by side.
+  template <class Loss, bool kHasL1, bool kHasValues>
+  void RowLossesOneThread(const Loss& loss, const double* weights,
+                          const double* duals, double shrinkage,
+                          int64_t begin, int64_t end, double* primal,
+                          double* dual) const;
   // The one-thread passes of Solve (with `record` as there).
   void SolveOneThread(const SolverOptions& options, double* weights,
                       double* duals, StateRecord* record) const;
