@@ -796,6 +796,17 @@ def row_norms(n, csr=None, dense=None):
     starts, ends = indptr[rows], indptr[rows + 1]
     if values is None:
       norms += ends - starts
+    elif (n <= NORM_SPREAD_ROWS and 0 <= indptr[0] and
+          indptr[n] <= np.size(values)):
+      # Every row: their entries are [indptr[0], indptr[n]) in order, the
+      # same squares added in the same order as the gather below, without
+      # its index arrays (a third of a fit on 2,000 text rows; bad indptr
+      # fails in np.repeat as there, or takes the gather).
+      lengths = ends - starts
+      squares = np.asarray(values)[indptr[0]:indptr[n]].astype(
+          np.float64) ** 2
+      norms += np.bincount(np.repeat(np.arange(len(rows)), lengths),
+                           weights=squares, minlength=len(rows))
     else:
       lengths = ends - starts
       # Each sampled row's entries: its start repeated, plus 0, 1, ...
