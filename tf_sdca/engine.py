@@ -331,7 +331,8 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
               tol=None, verbose=0, read=False, train_epoch=None,
               extrapolation=None, average=None, average_from=None,
               start_time=None, describe_slow=None, explain_error=None,
-              gap_every=1, second_order=None, warn_slow=True):
+              gap_every=1, second_order=None, warn_slow=True,
+              read_state=True):
   """The epochs of `run_epochs` one by one, for a door that drives its own
   loop (`tf_sdca.keras.LinearModel.fit`): a generator that fills the
   per-epoch lists of `history` (a dict with `loss`, `duality_gap` and
@@ -341,7 +342,12 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
   ahead is put aside); a reader that stops there (`close()`) leaves it so.
   It ends after `epochs`, or after the first evaluated epoch whose gap is
   below `tol`. `warn_slow=False`: no slow-progress warning (a door that
-  watches the gaps itself). The other arguments are `run_epochs`'.
+  watches the gaps itself). `read_state=False`: the reader reads only
+  the history (every epoch evaluated) and stops only where the generator
+  ends, so that epochs may run several per op call (`_FusedEpochs`): the
+  state is then that of the last epoch run, up to FUSED_SECONDS of epochs
+  past the one yielded, and at the end the last epoch's. The other
+  arguments are `run_epochs`'.
   """
   if average is not None:
     history.update(last_loss=[], last_duality_gap=[])
@@ -358,10 +364,10 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
   # Else, where nothing runs between the epochs, several per op call.
   fused = (_FusedEpochs(state, problem, config, epochs, tol, gap_every,
                         extrapolation, initial_epoch, start_time,
-                        evaluate_all=bool(verbose))
+                        evaluate_all=bool(verbose) or read)
            if ahead is None and FUSED_EPOCHS and _FusedEpochs.applies(
                problem, config, train_epoch, extrapolation, average,
-               second_order, read) else None)
+               second_order, read and read_state) else None)
 
   def progress_bar(epoch):
     if not verbose:

@@ -397,9 +397,22 @@ class LinearModel(keras.Model):
     if not self._training.on_engine:
       return super().make_train_function(force)
 
+    tracker = self._loss_tracker
+    # Keras' Mean of one scalar: its update_state adds the value to `total`
+    # and 1 to `count` (the same bits in 2 ops instead of ~10; a step is a
+    # few of the ~1 ms Keras spends per epoch on data sets that train in
+    # 0.03 ms per epoch).
+    plain_mean = (type(tracker) is keras.metrics.Mean and  # pylint: disable=unidiomatic-typecheck
+                  tracker.dtype == "float32")
+
     def train_function(iterator):
       del iterator  # a step is an epoch over the packed rows
-      self._loss_tracker.update_state(self._training.engine_step(self._sdca))
+      objective = self._training.engine_step(self._sdca)
+      if plain_mean:
+        tracker.total.assign_add(objective)
+        tracker.count.assign_add(1.0)
+      else:
+        tracker.update_state(objective)
       return self._packed_metrics()
 
     self.train_function = train_function
@@ -584,9 +597,13 @@ class LinearModel(keras.Model):
     # captures one fit's packed rows.
     if not streamed or self._training.mode != fitting.BATCHES:
       self.train_function = None
+    # Nothing reads the model between the epochs of a packed fit without
+    # callbacks of the user's, validation or compiled metrics.
+    unread = (not streamed and not callbacks and validation_data is None
+              and self._training.packed.metric_inputs is None)
     callbacks = self._training.callbacks(
         self._sdca, train if streamed else None, tol, initial_epoch, epochs,
-        callbacks)
+        callbacks, unread=unread)
     try:
       return super().fit(
           train, epochs=epochs, verbose=verbose, callbacks=callbacks,
