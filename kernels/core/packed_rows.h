@@ -458,11 +458,14 @@ class PackedRows {
   // Evaluate's row sums over rows [begin, end) of one-thread records, for
   // the concrete loss: kGroup rows' margins at a time, each summed in
   // Margin's order (the same bits), their add chains side by side.
+  // With `norms` (all rows in one call), the norms' sums of Evaluate as
+  // well, their add chains beside the rows' (the same order: the same
+  // bits).
   template <class Loss, bool kHasL1, bool kHasValues>
   void RowLossesOneThread(const Loss& loss, const double* weights,
                           const double* duals, double shrinkage,
                           int64_t begin, int64_t end, double* primal,
-                          double* dual) const;
+                          double* dual, ObjectiveParts* norms) const;
   // The one-thread passes of Solve (with `record` as there).
   void SolveOneThread(const SolverOptions& options, double* weights,
                       double* duals, StateRecord* record) const;
