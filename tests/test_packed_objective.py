@@ -104,3 +104,59 @@ def test_objective_parts_are_the_sums_in_order(loss, n, values, dense_dim,
   eff = np.sign(w) * np.maximum(np.abs(w) - l1 / l2, 0.0)
   assert got[2] == pytest.approx(np.sum(eff * eff), rel=1e-12)
   assert got[3] == pytest.approx(np.sum(np.abs(eff)), rel=1e-12)
+
+
+def _multiclass_reference(data, vocab, k, w, duals, labels):
+  l2_sq = l1_abs = 0.0
+  for v in w:
+    l2_sq += float(v) * float(v)
+    l1_abs += abs(float(v))
+  ptr, ids = data["row_ptr"], data["feature_ids"]
+  vals, dense = data["feature_values"], data["dense_features"]
+  p = q = 0.0
+  for i in range(len(labels)):
+    s = float(data["example_weights"][i])
+    if s <= 0.0:
+      continue
+    z = [0.0] * k
+    for e in range(ptr[i], ptr[i + 1]):
+      v = float(vals[e]) if vals.size else 1.0
+      for j in range(k):
+        z[j] += v * float(w[ids[e] * k + j])
+    for c in range(dense.shape[1]):
+      v = float(dense[i, c])
+      for j in range(k):
+        z[j] += v * float(w[(vocab + c) * k + j])
+    y = int(labels[i])
+    top = max((0.0 if j == y else 1.0) + z[j] for j in range(k))
+    p += s * (top - z[y])
+    q += s * -min(max(float(duals[i, y]), 0.0), 1.0)
+  return p, q, l2_sq, l1_abs
+
+
+@pytest.mark.parametrize("n,k,values,dense_dim", [
+    (101, 10, True, 4), (64, 3, False, 2), (33, 13, True, 1)])
+def test_multiclass_objective_parts_are_the_sums_in_order(n, k, values,
+                                                           dense_dim):
+  """The Crammer-Singer parts: rows scored two at a time (K of the
+  compiled sizes) or one by one (K = 13), the same bits."""
+  data, vocab, _, _, _ = _problem(n, "hinge_loss", values, dense_dim,
+                                  seed=7 * n + k)
+  rng = np.random.default_rng(n)
+  labels = rng.integers(0, k, size=n)
+  data["example_labels"] = labels.astype(np.float32)
+  w = rng.normal(size=(vocab + dense_dim) * k)
+  w[rng.random(w.size) < 0.3] = 0.0
+  # Duals on each row's simplex: alpha_y = t in [0, 1], the others <= 0
+  # summing to -t.
+  t = rng.uniform(0.0, 1.0, size=n)
+  duals = -rng.dirichlet(np.ones(k), size=n) * t[:, None]
+  duals[np.arange(n), labels] = 0.0
+  duals[np.arange(n), labels] = -duals.sum(axis=1)
+  rows = pack_rows(**data, num_sparse_features=vocab,
+                   loss_type="multiclass_hinge_loss", num_classes=k)
+  _, _, parts = packed_solve(rows, w, duals.ravel(), seed=0,
+                             loss_type="multiclass_hinge_loss", l1=0.0,
+                             l2=0.5, num_passes=0, num_classes=k)
+  got = tuple(float(v) for v in parts.numpy())
+  assert got == _multiclass_reference(data, vocab, k, w, duals, labels)

@@ -1238,6 +1238,77 @@ void PackedRows::FixedBlockScores(const char* record, const double* weights,
   for (int j = 0; j < K; ++j) z[j] = acc[j];
 }
 
+template <int K>
+void PackedRows::FixedBlockScoresPair(const char* a, const char* b,
+                                      const double* weights, double* za,
+                                      double* zb) const {
+  double acc_a[K], acc_b[K];
+  for (int j = 0; j < K; ++j) acc_a[j] = acc_b[j] = 0.0;
+  const Header* ha = reinterpret_cast<const Header*>(a);
+  const Header* hb = reinterpret_cast<const Header*>(b);
+  const int64_t nnz_a = ha->nnz, nnz_b = hb->nnz;
+  const int32_t* ids_a = reinterpret_cast<const int32_t*>(ha + 1);
+  const int32_t* ids_b = reinterpret_cast<const int32_t*>(hb + 1);
+  const float* values_a = reinterpret_cast<const float*>(ids_a + nnz_a);
+  const float* values_b = reinterpret_cast<const float*>(ids_b + nnz_b);
+  const bool has_values = has_values_;
+  auto sparse = [&](const int32_t* ids, const float* values, int64_t e,
+                    double* acc) __attribute__((always_inline)) {
+    const double* row = weights + static_cast<int64_t>(ids[e]) * K;
+    const double v = has_values ? values[e] : 1.0;
+    for (int j = 0; j < K; ++j) acc[j] += v * row[j];
+  };
+  const int64_t common = std::min(nnz_a, nnz_b);
+  for (int64_t e = 0; e < common; ++e) {
+    sparse(ids_a, values_a, e, acc_a);
+    sparse(ids_b, values_b, e, acc_b);
+  }
+  for (int64_t e = common; e < nnz_a; ++e) sparse(ids_a, values_a, e, acc_a);
+  for (int64_t e = common; e < nnz_b; ++e) sparse(ids_b, values_b, e, acc_b);
+  const float* x_a = has_values ? values_a + nnz_a : values_a;
+  const float* x_b = has_values ? values_b + nnz_b : values_b;
+  const double* dense = weights + num_sparse_features_ * K;
+  for (int64_t c = 0; c < dense_dim_; ++c) {
+    const double va = x_a[c], vb = x_b[c];
+    const double* row = dense + c * K;
+    for (int j = 0; j < K; ++j) {
+      acc_a[j] += va * row[j];
+      acc_b[j] += vb * row[j];
+    }
+  }
+  for (int j = 0; j < K; ++j) {
+    za[j] = acc_a[j];
+    zb[j] = acc_b[j];
+  }
+}
+
+bool PackedRows::BlockScoresPair(const char* a, const char* b,
+                                 int64_t num_classes, const double* weights,
+                                 double* za, double* zb) const {
+  switch (num_classes) {
+#define TF_SDCA_PAIR_SCORES(K)                          \
+  case K:                                               \
+    FixedBlockScoresPair<K>(a, b, weights, za, zb);     \
+    return true;
+    TF_SDCA_PAIR_SCORES(2)
+    TF_SDCA_PAIR_SCORES(3)
+    TF_SDCA_PAIR_SCORES(4)
+    TF_SDCA_PAIR_SCORES(5)
+    TF_SDCA_PAIR_SCORES(6)
+    TF_SDCA_PAIR_SCORES(7)
+    TF_SDCA_PAIR_SCORES(8)
+    TF_SDCA_PAIR_SCORES(9)
+    TF_SDCA_PAIR_SCORES(10)
+    TF_SDCA_PAIR_SCORES(11)
+    TF_SDCA_PAIR_SCORES(12)
+    TF_SDCA_PAIR_SCORES(16)
+    TF_SDCA_PAIR_SCORES(20)
+#undef TF_SDCA_PAIR_SCORES
+    default:
+      return false;
+  }
+}
+
 void PackedRows::BlockScores(const char* record, int64_t num_classes,
                              const double* weights, double shrinkage,
                              double* z) const {
@@ -1523,11 +1594,36 @@ ObjectiveParts PackedRows::EvaluateBlocks(
   const int64_t num_classes = loss.num_classes();
   const double shrinkage = options.l1 / options.l2;
   AddNorms(weights, num_slots() * num_classes, shrinkage, &parts);
+  // One-thread records without L1: two rows' scores at a time (each row's
+  // sums in its order, its loss added in row order: the same bits), their
+  // add chains side by side (digits' 64 pixels x 10 classes: ~0.6x the
+  // time of an evaluation).
+  const bool pairs = num_threads_ == 1 && shrinkage == 0.0;
   SumLosses(num_examples_, chunks, parallel_for,
             [&](int64_t begin, int64_t end, double* primal, double* dual) {
-              std::vector<double> z(num_classes);
+              std::vector<double> z(num_classes), z2(num_classes);
               double p = 0.0, q = 0.0;
               for (int64_t i = begin; i < end; ++i) {
+                if (pairs && i + 1 < end) {
+                  const char* a = buffer_.get() + offsets_[i];
+                  const char* b = buffer_.get() + offsets_[i + 1];
+                  const Header* ha = reinterpret_cast<const Header*>(a);
+                  const Header* hb = reinterpret_cast<const Header*>(b);
+                  const double sa = ha->weight, sb = hb->weight;
+                  if (sa > 0.0 && sb > 0.0 &&
+                      BlockScoresPair(a, b, num_classes, weights, z.data(),
+                                      z2.data())) {
+                    const int la = static_cast<int>(ha->label);
+                    p += sa * loss.PrimalLoss(z.data(), la);
+                    q += sa * loss.DualLoss(duals + i * num_classes, la);
+                    const int lb = static_cast<int>(hb->label);
+                    p += sb * loss.PrimalLoss(z2.data(), lb);
+                    q += sb * loss.DualLoss(duals + (i + 1) * num_classes,
+                                            lb);
+                    ++i;
+                    continue;
+                  }
+                }
                 if (num_threads_ == 1) {  // (split records: hot ids cached)
                   PrefetchAhead<Header>(buffer_.get(), offsets_.data(), i,
                                         end, PrefetchLines(), weights, duals,

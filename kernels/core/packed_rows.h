@@ -446,6 +446,17 @@ class PackedRows {
   template <int K>
   void FixedBlockScores(const char* record, const double* weights,
                         double* z) const;
+  // FixedBlockScores of two one-thread records (shrinkage 0), their sums
+  // side by side, each in its own order (the same bits): for
+  // EvaluateBlocks, whose K accumulators per row wait on their adds.
+  template <int K>
+  void FixedBlockScoresPair(const char* a, const char* b,
+                            const double* weights, double* za,
+                            double* zb) const;
+  // The pair for K in FixedBlockScores' list; false (nothing written)
+  // for another K.
+  bool BlockScoresPair(const char* a, const char* b, int64_t num_classes,
+                       const double* weights, double* za, double* zb) const;
   // BlockScores of the `count` classes `active` only (the others' z not
   // written).
   void ActiveBlockScores(const char* record, int64_t num_classes,
