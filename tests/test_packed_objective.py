@@ -3,7 +3,8 @@ what every epoch's gap is made of) against a reference that adds the same
 numbers in the op's order in Python floats: bit for bit, for the hinge and
 the squared loss, with and without values, L1, dense columns, example
 weights of 0 (rows left out), row counts that are not a multiple of the
-rows summed side by side, and more rows than one block of sums (16,384)."""
+rows summed side by side, and more rows than one block of sums (16,384);
+and the Crammer-Singer loss's, rows scored two at a time or one by one."""
 import numpy as np
 import pytest
 
