@@ -177,3 +177,20 @@ def test_hinge_reaches_liblinear_with_the_gap_certificate(monkeypatch, name):
         0.5 * np.sum(v * v))
   assert theirs >= ours * (1.0 - gap) - 1e-6 * ours
   assert ours <= theirs + 2e-6 * ours
+
+
+def test_a_keras_epoch_cap_keeps_an_epoch_per_step(monkeypatch):
+  """keras.config.max_epochs below `epochs` stops Keras' loop before the
+  engine's end: the epochs are then run one per step, the model the last
+  logged epoch's."""
+  keras.config.set_max_epochs(5)
+  try:
+    model, (history,), calls = _fit(monkeypatch, True, "heart", "hinge",
+                                    ((40, None),))
+  finally:
+    keras.config.set_max_epochs(None)
+  assert not calls and len(history["loss"]) == 5
+  five, (history5,), _ = _fit(monkeypatch, True, "heart", "hinge",
+                              ((5, None),))
+  assert history == history5
+  assert _same(model.get_weights(), five.get_weights())

@@ -604,9 +604,12 @@ class LinearModel(keras.Model):
     if not streamed or self._training.mode != fitting.BATCHES:
       self.train_function = None
     # Nothing reads the model between the epochs of a packed fit without
-    # callbacks of the user's, validation or compiled metrics.
+    # callbacks of the user's, validation or compiled metrics (and Keras
+    # runs all its epochs: no keras.config.max_epochs cap below them).
+    cap = getattr(keras.config, "max_epochs", lambda: None)()
     unread = (not streamed and not callbacks and validation_data is None
-              and self._training.packed.metric_inputs is None)
+              and self._training.packed.metric_inputs is None and
+              (not cap or cap >= epochs))
     callbacks = self._training.callbacks(
         self._sdca, train if streamed else None, tol, initial_epoch, epochs,
         callbacks, unread=unread)
