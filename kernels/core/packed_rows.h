@@ -446,6 +446,17 @@ class PackedRows {
   template <int K>
   void FixedBlockScores(const char* record, const double* weights,
                         double* z) const;
+  // FixedBlockScores of two one-thread records (shrinkage 0), their sums
+  // side by side, each in its own order (the same bits): for
+  // EvaluateBlocks, whose K accumulators per row wait on their adds.
+  template <int K>
+  void FixedBlockScoresPair(const char* a, const char* b,
+                            const double* weights, double* za,
+                            double* zb) const;
+  // The pair for K in FixedBlockScores' list; false (nothing written)
+  // for another K.
+  bool BlockScoresPair(const char* a, const char* b, int64_t num_classes,
+                       const double* weights, double* za, double* zb) const;
   // BlockScores of the `count` classes `active` only (the others' z not
   // written).
   void ActiveBlockScores(const char* record, int64_t num_classes,
@@ -455,6 +466,17 @@ class PackedRows {
                    const double* weights, double shrinkage, double* z) const;
   // x_i . shrink(w) of row i, shrinking by `shrinkage` on the fly.
   double Margin(int64_t i, const double* weights, double shrinkage) const;
+  // Evaluate's row sums over rows [begin, end) of one-thread records, for
+  // the concrete loss: kGroup rows' margins at a time, each summed in
+  // Margin's order (the same bits), their add chains side by side.
+  // With `norms` (all rows in one call), the norms' sums of Evaluate as
+  // well, their add chains beside the rows' (the same order: the same
+  // bits).
+  template <class Loss, bool kHasL1, bool kHasValues>
+  void RowLossesOneThread(const Loss& loss, const double* weights,
+                          const double* duals, double shrinkage,
+                          int64_t begin, int64_t end, double* primal,
+                          double* dual, ObjectiveParts* norms) const;
   // The one-thread passes of Solve (with `record` as there).
   void SolveOneThread(const SolverOptions& options, double* weights,
                       double* duals, StateRecord* record) const;

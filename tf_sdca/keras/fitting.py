@@ -276,14 +276,16 @@ class TrainingState:
 
   # ------------------------------------------------------------------ fit
   def callbacks(self, sdca, streamed, tol, initial_epoch, epochs,
-                callbacks):
+                callbacks, unread=False):
     """Starts a fit of `epochs` (Keras' count, from `initial_epoch`),
     packed (`use_packed` done) or on the `streamed` dataset (None: packed),
     and returns its callbacks: the user's `callbacks` after the gap's
     logger and stop at `tol`; averaging continues or starts the model's
     mean. A packed fit without
     ASDCA or averaging runs the engine's epochs (`engine_step`, then
-    `end_fit`)."""
+    `end_fit`); with `unread` (nothing reads the model between its epochs:
+    no callbacks of the user's, validation or compiled metrics) they write
+    the model's variables once, at the end (`_EngineEpochs`)."""
     m = self._model
     packed = streamed is None
     if packed:
@@ -291,7 +293,8 @@ class TrainingState:
       if self._on_engine():
         self._run = _EngineEpochs(
             m, self.packed, sdca, epochs - initial_epoch, tol, self.config(),
-            self.visit_order(), self.momentum_state, self._keep_momentum)
+            self.visit_order(), self.momentum_state, self._keep_momentum,
+            write_at_end=unread and WRITE_AT_END)
         measure = self._run.measure
     else:
       total = None
@@ -466,6 +469,18 @@ class TrainingState:
       self.pending_state = loaded["state"]
 
 
+# Whether a packed fit on the engine's epochs that nothing reads between
+# its epochs (`TrainingState.callbacks`' `unread`) writes the model's
+# variables only after its last epoch, and lets the engine run its epochs
+# several per op call where it can (`engine.epochs_of`'s `read_state`:
+# each Keras step then logs its epoch from the history), False: after
+# every epoch, one epoch per step; the same variables, duals and History
+# at the end (tests/test_keras_engine_writes.py). Writing the weight
+# table, the duals and the shrunk weights into the variables is ~10
+# TensorFlow ops per Keras step, an epoch's op calls two more.
+WRITE_AT_END = True
+
+
 class _EngineEpochs:
   """The epochs of an in-memory fit on the engine (`engine.epochs_of` over
   the packed rows, with momentum's extrapolation and the gap beside the
@@ -483,11 +498,19 @@ class _EngineEpochs:
     momentum_state: `(example keys, Extrapolation.state())` of the model's
       last fit with momentum, or None.
     keep_momentum: called at the end with the state to keep (or None).
+    write_at_end: write the variables (the packed table and duals, the
+      model's weights) at `close` from the point the last step left (the
+      arrays the engine replaces, never changes in place), not at every
+      step, and let the engine fuse epochs: for a fit where nothing reads
+      the model in between and only the engine's end or `tol` stops it
+      (the gap's logger stops at the epoch the engine stops at).
   """
 
   def __init__(self, model, packed, sdca, epochs, tol, config, visit_order,
-               momentum_state, keep_momentum):
+               momentum_state, keep_momentum, write_at_end=False):
     m = model
+    self._write_at_end = write_at_end
+    self._unwritten = None  # (sdca, table, duals) of the last step
     p = self._packed = packed
     self._l1, self._l2 = m.l1, m.l2
     self._keep_momentum = keep_momentum
@@ -520,17 +543,23 @@ class _EngineEpochs:
         self.history, state, p.problem, config, n,
         first + max(int(epochs), 0), first, tol, read=True,
         extrapolation=self._extrapolation, second_order=p.block_step,
-        warn_slow=False)
+        warn_slow=False, read_state=not write_at_end)
 
   def step(self, sdca):
     epoch = next(self._epochs)
     sdca.calls.assign(epoch + 1)
-    state, p = self._state, self._packed
-    table = state.weight_table()
-    p.table.assign(table)
-    p.duals.assign(state.duals.reshape(-1))
-    state_lib.write_weights(sdca, tf.constant(table), self._l1, self._l2)
+    state = self._state
+    if self._write_at_end:
+      self._unwritten = (sdca, state.weight_table(), state.duals)
+    else:
+      self._write(sdca, state.weight_table(), state.duals)
     return tf.constant(self.history["loss"][-1], tf.float32)
+
+  def _write(self, sdca, table, duals):
+    p = self._packed
+    p.table.assign(table)
+    p.duals.assign(duals.reshape(-1))
+    state_lib.write_weights(sdca, tf.constant(table), self._l1, self._l2)
 
   def measure(self):
     """(objective per unit weight, relative gap) of the last epoch."""
@@ -538,6 +567,9 @@ class _EngineEpochs:
 
   def close(self):
     self._epochs.close()
+    unwritten, self._unwritten = self._unwritten, None
+    if unwritten is not None:
+      self._write(*unwritten)
     if self._extrapolation is not None:
       state = self._extrapolation.state()
       self._keep_momentum(
