@@ -795,12 +795,16 @@ double PackedRows::Margin(int64_t i, const double* weights,
       if (has_values_) values = stored;
       x = has_values_ ? stored + nnz : stored;
     }
+    if (values == nullptr) units = nnz;
     const double* wd = weights + num_sparse_features_;
     auto sum = [&](auto effective) {
-      for (int64_t e = 0; e < nnz; ++e) {
-        const int32_t slot = e < cold ? ids[e] : hot_ids_[ids[e]];
-        wx += (values == nullptr || e < units ? 1.0 : values[e]) *
-              effective(weights[slot]);
+      auto slot = [&](int64_t e) {
+        return e < cold ? ids[e] : hot_ids_[ids[e]];
+      };
+      int64_t e = 0;
+      for (; e < units; ++e) wx += 1.0 * effective(weights[slot(e)]);
+      for (; e < nnz; ++e) {
+        wx += static_cast<double>(values[e]) * effective(weights[slot(e)]);
       }
       for (int64_t c = 0; c < dense_dim_; ++c) wx += x[c] * effective(wd[c]);
     };
