@@ -549,6 +549,8 @@ class PackedRows {
   std::unique_ptr<char[], FreeBuffer> buffer_;
   int64_t buffer_bytes_ = 0;   // allocated (an upper bound until complete)
   int64_t records_end_ = 0;    // bytes of the records appended so far
+  // Values of 1.0 the records appended so far keep none of (Entries).
+  int64_t units_not_stored_ = 0;
   int64_t num_ids_ = 0;        // reserved sparse entries
   int64_t num_appended_ = 0;
   int64_t ids_appended_ = 0;
