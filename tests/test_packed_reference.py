@@ -1,6 +1,7 @@
 """TfSdca>PackRows / TfSdca>PackedSolve, the engine every door solves on: a
 cyclic pass equals a float64 reference of SDCA step by step (every loss, L1,
-values, weights, CoCoA+), the duality gap goes to zero, the objective parts
+values, weights, CoCoA+; values of 1.0 leading a row, which records do
+not store), the duality gap goes to zero, the objective parts
 are exact, InMemorySdca's doors (one thread, two threads, mini-batches)
 reach one optimum, repeated ids, and every bad input."""
 import warnings
@@ -106,6 +107,33 @@ def test_cyclic_pass_matches_float64_reference(loss, l1, partitions,
     np.testing.assert_allclose(
         parts.numpy(), _objective_parts(problem, loss, w_out.numpy(),
                                         a_out.numpy(), l1, l2, use_values),
+        rtol=1e-9, atol=1e-9)
+    w, a = w_out.numpy(), a_out.numpy()
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("l1", [0.0, 0.3])
+def test_leading_values_of_one_match_float64_reference(loss, l1):
+  # Records keep no value for a row's leading run of 1.0: runs of every
+  # length 0-6 of the 6 entries, and ones after a run (stored).
+  problem = make_problem(loss, n=28, per_row=6, seed=4)
+  for i in range(28):
+    problem["values"][i, :i % 7] = 1.0
+  problem["values"][::3, 5] = 1.0
+  problem["values"][1::4, 3] = 1.0
+  l2 = 0.7
+  m = problem["vocab"] + problem["dense"].shape[1]
+  w = np.random.default_rng(2).normal(size=m) * 0.1
+  a = np.zeros(28)
+  for _ in range(2):
+    w_ref, a_ref = _reference_pass(problem, loss, w, a, l1, l2)
+    w_out, a_out, parts = _call(problem, w, a, loss_type=loss, l1=l1, l2=l2,
+                                visit_order="cyclic")
+    np.testing.assert_allclose(a_out.numpy(), a_ref, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(w_out.numpy(), w_ref, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        parts.numpy(), _objective_parts(problem, loss, w_out.numpy(),
+                                        a_out.numpy(), l1, l2),
         rtol=1e-9, atol=1e-9)
     w, a = w_out.numpy(), a_out.numpy()
 

@@ -94,8 +94,7 @@ void AsdcaPasses(const PackedRows& rows, const SolverOptions& options,
   // Calls fn(slot, x) for row r's features (sparse, then dense columns).
   auto for_each_feature = [&](const PackedRows::RowView& r, auto&& fn) {
     for (int32_t e = 0; e < r.nnz; ++e) {
-      fn(static_cast<int64_t>(r.ids[e]),
-         r.values != nullptr ? static_cast<double>(r.values[e]) : 1.0);
+      fn(static_cast<int64_t>(r.ids[e]), r.Value(e));
     }
     for (int64_t c = 0; c < dd; ++c) {
       fn(num_sparse + c, static_cast<double>(r.dense[c]));

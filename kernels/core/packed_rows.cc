@@ -163,14 +163,13 @@ class PackedPass {
       const double s = h->weight;
       if (s <= 0.0) continue;
       const int64_t nnz = h->nnz;
-      const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-      const float* values = reinterpret_cast<const float*>(ids + nnz);
-      const float* x = kHasValues ? values + nnz : values;
+      const PackedRows::Entries entries = PackedRows::EntriesOf(
+          reinterpret_cast<const char*>(h), kHasValues);
       double wx;
       const double dual_before = duals[h->row];
       const double coef = step_.template Take<kRecord>(
-          ids, values, nnz, x, dd, h->label, s, h->norm, duals + h->row, w,
-          wd, &wx);
+          entries.ids, entries.values, entries.units, nnz, entries.dense, dd,
+          h->label, s, h->norm, duals + h->row, w, wd, &wx);
       if (shrinking != nullptr) {
         shrinking->See(loss_, h->label, dual_before, wx, h->row);
       }
@@ -373,7 +372,9 @@ int64_t PackedRows::PrefetchLines() const {
   // to 6 lines, and prefetching only its first 4 halved the rows/s of a
   // pass. Capped, because the hardware prefetcher follows a long (dense)
   // record by itself.
-  const int64_t mean = buffer_bytes_ / std::max<int64_t>(num_examples_, 1);
+  // (Less the values of 1.0 that records with values keep none of.)
+  const int64_t mean = (buffer_bytes_ - 4 * units_not_stored_) /
+                       std::max<int64_t>(num_examples_, 1);
   return std::clamp<int64_t>((mean + 62) / 64 + 1, 4, 8);
 }
 
@@ -489,6 +490,14 @@ int64_t RecordSize(int64_t header, int64_t per_entry, int64_t nnz,
 // allocation.
 constexpr int64_t kTailBytes = 256;
 
+// The leading entries of values[0, nnz) that are exactly 1.0f (a one-thread
+// record stores no value for them).
+int64_t LeadingUnits(const float* values, int64_t nnz) {
+  int64_t e = 0;
+  while (e < nnz && values[e] == 1.0f) ++e;
+  return e;
+}
+
 }  // namespace
 
 bool PackedRows::Reserve(const Shape& shape, int num_threads,
@@ -515,7 +524,7 @@ bool PackedRows::Reserve(const Shape& shape, int num_threads,
     thread_sync_ = num_threads_ >= 3 ? ThreadSync::kFresh : ThreadSync::kScaled;
   }
   if (num_threads_ == 1) thread_sync_ = ThreadSync::kScaled;
-  num_appended_ = ids_appended_ = records_end_ = 0;
+  num_appended_ = ids_appended_ = records_end_ = units_not_stored_ = 0;
   hot_ids_.clear();
   slot_scales_.clear();
   merge_ranges_.clear();
@@ -528,7 +537,9 @@ bool PackedRows::Reserve(const Shape& shape, int num_threads,
   // Each record's padding to 8 bytes adds at most 4 (its parts are
   // multiples of 4): an upper bound, exact but for those 4 bytes a row.
   const int64_t header = split ? sizeof(SplitHeader) : sizeof(Header);
-  buffer_bytes_ = n * (RecordSize(header, 0, 0, dense_dim_) + 4) +
+  // (A one-thread record with values also holds its count of units.)
+  const int64_t units = !split && has_values_ ? 4 : 0;
+  buffer_bytes_ = n * (RecordSize(header, 0, 0, dense_dim_) + units + 4) +
                   (has_values_ ? 8 : 4) * num_ids_ + kTailBytes;
   buffer_.reset();  // before an arena's block may be handed out again
   char* memory = arena_ != nullptr ? arena_->Take(buffer_bytes_)
@@ -576,7 +587,10 @@ bool PackedRows::Append(const ResidentData& d, int64_t chunks,
   const bool split = num_threads_ > 1;
   const int64_t per_entry = has_values_ ? 8 : 4;
   const int64_t header = split ? sizeof(SplitHeader) : sizeof(Header);
+  // One thread with values: the units' count, and no value for them.
+  const bool units = !split && has_values_;
   int64_t end = records_end_;
+  int64_t units_not_stored = units_not_stored_;
   for (int64_t i = 0; i < n && out.tellp() == 0; ++i) {
     const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - d.row_ptr[i] : 0;
     if (nnz > std::numeric_limits<int32_t>::max()) {
@@ -584,7 +598,14 @@ bool PackedRows::Append(const ResidentData& d, int64_t chunks,
           << " sparse entries, more than 2^31 - 1";
     }
     offsets_[first_row + i] = end;
-    end += (RecordSize(header, per_entry, nnz, dense_dim_) + 7) & ~int64_t{7};
+    const int64_t leading =
+        units && nnz > 0 ? LeadingUnits(d.values + d.row_ptr[i], nnz) : 0;
+    units_not_stored += leading;
+    const int64_t bytes =
+        units ? RecordSize(header + 4, per_entry, nnz, dense_dim_) -
+                    4 * leading
+              : RecordSize(header, per_entry, nnz, dense_dim_);
+    end += (bytes + 7) & ~int64_t{7};
   }
   if (out.tellp() != 0) {
     *error = out.str();
@@ -634,11 +655,19 @@ bool PackedRows::Append(const ResidentData& d, int64_t chunks,
       }
       // (Empty parts may come with null pointers: memcpy must not see them,
       // even for 0 bytes.)
-      if (nnz > 0) {
-        std::memcpy(p, d.ids + first, 4 * nnz);
-        if (has_values_) std::memcpy(p + 4 * nnz, d.values + first, 4 * nnz);
+      if (nnz > 0) std::memcpy(p, d.ids + first, 4 * nnz);
+      p += 4 * nnz;
+      if (units) {
+        const int64_t u = nnz > 0 ? LeadingUnits(d.values + first, nnz) : 0;
+        const int32_t count = static_cast<int32_t>(u);
+        std::memcpy(p, &count, 4);
+        p += 4;
+        if (nnz > u) std::memcpy(p, d.values + first + u, 4 * (nnz - u));
+        p += 4 * (nnz - u);
+      } else if (has_values_) {
+        if (nnz > 0) std::memcpy(p, d.values + first, 4 * nnz);
+        p += 4 * nnz;
       }
-      p += per_entry * nnz;
       if (dense_dim_ > 0) {
         std::memcpy(p, d.dense + i * dense_dim_, 4 * dense_dim_);
       }
@@ -651,6 +680,7 @@ bool PackedRows::Append(const ResidentData& d, int64_t chunks,
   num_appended_ += n;
   ids_appended_ += num_ids;
   records_end_ = end;
+  units_not_stored_ = units_not_stored;
   if (n > 0 && complete()) {
     std::memset(buffer_.get() + records_end_, 0, kTailBytes);
     if (split) SplitRecords(chunks, parallel_for);
@@ -780,13 +810,31 @@ double PackedRows::Margin(int64_t i, const double* weights,
   double wx = 0.0;
   VisitRecord(i, [&](const auto* h, int64_t nnz, int64_t cold) {
     const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-    const float* values = reinterpret_cast<const float*>(ids + nnz);
-    const float* x = has_values_ ? values + nnz : values;
+    // Entry e's value: 1.0 without values or for e < units.
+    const float* values = nullptr;
+    const float* x;
+    int64_t units = 0;
+    if (num_threads_ == 1) {
+      const Entries entries =
+          EntriesOf(reinterpret_cast<const char*>(h), has_values_);
+      values = entries.values;
+      units = entries.units;
+      x = entries.dense;
+    } else {
+      const float* stored = reinterpret_cast<const float*>(ids + nnz);
+      if (has_values_) values = stored;
+      x = has_values_ ? stored + nnz : stored;
+    }
+    if (values == nullptr) units = nnz;
     const double* wd = weights + num_sparse_features_;
     auto sum = [&](auto effective) {
-      for (int64_t e = 0; e < nnz; ++e) {
-        const int32_t slot = e < cold ? ids[e] : hot_ids_[ids[e]];
-        wx += (has_values_ ? values[e] : 1.0) * effective(weights[slot]);
+      auto slot = [&](int64_t e) {
+        return e < cold ? ids[e] : hot_ids_[ids[e]];
+      };
+      int64_t e = 0;
+      for (; e < units; ++e) wx += 1.0 * effective(weights[slot(e)]);
+      for (; e < nnz; ++e) {
+        wx += static_cast<double>(values[e]) * effective(weights[slot(e)]);
       }
       for (int64_t c = 0; c < dense_dim_; ++c) wx += x[c] * effective(wd[c]);
     };
@@ -1163,18 +1211,30 @@ void PackedRows::ForEachClassRow(const char* record, int64_t num_classes,
   // its hot ids as indices into hot_ids_.
   const Header* h = reinterpret_cast<const Header*>(record);
   int64_t nnz = h->nnz, cold = nnz;
-  const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-  if (num_threads_ > 1) {
+  // Entry e's value: 1.0 without values or for e < units.
+  const int32_t* ids;
+  const float* values;
+  const float* x;
+  int64_t units = 0;
+  if (num_threads_ == 1) {
+    const Entries entries = EntriesOf(record, has_values_);
+    ids = entries.ids;
+    values = entries.values;
+    x = entries.dense;
+    units = entries.units;
+  } else {
     const SplitHeader* split = reinterpret_cast<const SplitHeader*>(record);
     cold = split->num_cold;
     nnz = cold + split->num_hot;
     ids = reinterpret_cast<const int32_t*>(split + 1);
+    const float* stored = reinterpret_cast<const float*>(ids + nnz);
+    values = has_values_ ? stored : nullptr;
+    x = has_values_ ? stored + nnz : stored;
   }
-  const float* values = reinterpret_cast<const float*>(ids + nnz);
-  const float* x = has_values_ ? values + nnz : values;
   for (int64_t e = 0; e < nnz; ++e) {
     const int64_t id = e < cold ? ids[e] : hot_ids_[ids[e]];
-    fn(weights + id * num_classes, has_values_ ? values[e] : 1.0);
+    fn(weights + id * num_classes,
+       values == nullptr || e < units ? 1.0 : values[e]);
   }
   for (int64_t c = 0; c < dense_dim_; ++c) {
     if (x[c] != 0.0f) {
@@ -1220,14 +1280,16 @@ void PackedRows::FixedBlockScores(const char* record, const double* weights,
     // the sums are the same bits.
     const Header* h = reinterpret_cast<const Header*>(record);
     const int64_t nnz = h->nnz;
-    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-    const float* values = reinterpret_cast<const float*>(ids + nnz);
+    const Entries entries = EntriesOf(record, has_values_);
+    const int32_t* ids = entries.ids;
     for (int64_t e = 0; e < nnz; ++e) {
       const double* row = weights + static_cast<int64_t>(ids[e]) * K;
-      const double v = has_values_ ? values[e] : 1.0;
+      const double v = has_values_ && e >= entries.units
+                           ? static_cast<double>(entries.values[e])
+                           : 1.0;
       for (int j = 0; j < K; ++j) acc[j] += v * row[j];
     }
-    const float* x = has_values_ ? values + nnz : values;
+    const float* x = entries.dense;
     const double* dense = weights + num_sparse_features_ * K;
     for (int64_t c = 0; c < dense_dim_; ++c) {
       const double v = x[c];

@@ -80,17 +80,38 @@ class RowStep {
     return kHasL1 ? ShrinkL1(w, shrinkage_) : w;
   }
 
-  // Adds sum_e values[e] * w[ids[e]] over e in [0, nnz).
+  // Entry e's value: 1.0 for e < units (a one-thread record keeps no value
+  // for its leading entries of value 1.0f, PackedRows::Entries), else
+  // values[e].
+  __attribute__((always_inline))
+  static double Value(const float* __restrict values, int64_t units,
+                      int64_t e) {
+    if (!kHasValues) return 1.0;
+    return e < units ? 1.0 : values[e];
+  }
+
+  // Adds sum_e values[e] * w[ids[e]] over e in [0, nnz) (Value).
   template <class Access>
   __attribute__((always_inline))
   void AddSparse(const int32_t* __restrict ids,
                  const float* __restrict values, int64_t nnz,
-                 const double* w, Sums* sums) const {
+                 const double* w, Sums* sums, int64_t units = 0) const {
     auto term = [&](int64_t e) {
-      return (kHasValues ? values[e] : 1.0) *
-             Effective(Access::Load(w + ids[e]));
+      return Value(values, units, e) * Effective(Access::Load(w + ids[e]));
     };
     int64_t e = 0;
+    if (kHasValues) {
+      // The groups of four units first: 1.0 * w is w, the same bits.
+      auto unit = [&](int64_t e) {
+        return Effective(Access::Load(w + ids[e]));
+      };
+      for (; e + 3 < nnz && e + 3 < units; e += 4) {
+        sums->s0 += unit(e);
+        sums->s1 += unit(e + 1);
+        sums->s2 += unit(e + 2);
+        sums->s3 += unit(e + 3);
+      }
+    }
     for (; e + 3 < nnz; e += 4) {
       sums->s0 += term(e);
       sums->s1 += term(e + 1);
@@ -152,9 +173,13 @@ class RowStep {
   __attribute__((always_inline))
   void ApplySparse(const int32_t* __restrict ids,
                    const float* __restrict values, int64_t nnz, double coef,
-                   double* w) const {
-    for (int64_t e = 0; e < nnz; ++e) {
-      Access::Add(w + ids[e], coef * (kHasValues ? values[e] : 1.0));
+                   double* w, int64_t units = 0) const {
+    int64_t e = 0;
+    if (kHasValues) {
+      for (; e < nnz && e < units; ++e) Access::Add(w + ids[e], coef);
+    }
+    for (; e < nnz; ++e) {
+      Access::Add(w + ids[e], coef * Value(values, units, e));
     }
   }
 
@@ -164,25 +189,26 @@ class RowStep {
     for (int64_t c = 0; c < dd; ++c) wd[c] += coef * x[c];
   }
 
-  // The whole step on a row with sparse entries ids/values[0, nnz) and
-  // dense part x[0, dd), one thread owning the sparse weights w and the
-  // dense weights wd. Returns Update's coefficient; *margin is the margin
-  // the step saw.
+  // The whole step on a row with sparse entries ids/values[0, nnz) (the
+  // first `units` of value 1.0) and dense part x[0, dd), one thread owning
+  // the sparse weights w and the dense weights wd. Returns Update's
+  // coefficient; *margin is the margin the step saw.
   template <bool kFloat32Duals = false>
   __attribute__((always_inline))
   double Take(const int32_t* __restrict ids, const float* __restrict values,
-              int64_t nnz, const float* __restrict x, int64_t dd,
+              int64_t units, int64_t nnz, const float* __restrict x,
+              int64_t dd,
               double label, double s, double norm, double* dual,
               double* __restrict w, double* __restrict wd,
               double* margin) const {
     Sums sums;
-    AddSparse<PlainAccess>(ids, values, nnz, w, &sums);
+    AddSparse<PlainAccess>(ids, values, nnz, w, &sums, units);
     AddDense(x, dd, wd, &sums);
     *margin = sums.Total();
     const double coef =
         Update<kFloat32Duals>(label, s, norm, *margin, dual);
     if (coef == 0.0 || (kFloat32Duals && std::isnan(coef))) return coef;
-    ApplySparse<PlainAccess>(ids, values, nnz, coef, w);
+    ApplySparse<PlainAccess>(ids, values, nnz, coef, w, units);
     ApplyDense(x, dd, coef, wd);
     return coef;
   }
