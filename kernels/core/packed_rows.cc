@@ -1082,29 +1082,35 @@ void PackedRows::RowLossesOneThread(const Loss& loss, const double* weights,
     const float* values[kGroup];
     const float* x[kGroup];
     int64_t nnz[kGroup];
+    int64_t units[kGroup];
     double wx[kGroup];
     int64_t common = std::numeric_limits<int64_t>::max();
     for (int g = 0; g < kGroup; ++g) {
       h[g] = reinterpret_cast<const Header*>(buffer + offsets_[i + g]);
+      const Entries entries = EntriesOf(buffer + offsets_[i + g], kHasValues);
       nnz[g] = h[g]->nnz;
-      ids[g] = reinterpret_cast<const int32_t*>(h[g] + 1);
-      values[g] = reinterpret_cast<const float*>(ids[g] + nnz[g]);
-      x[g] = kHasValues ? values[g] + nnz[g] : values[g];
+      ids[g] = entries.ids;
+      values[g] = entries.values;
+      units[g] = entries.units;
+      x[g] = entries.dense;
       wx[g] = 0.0;
       common = std::min(common, nnz[g]);
     }
+    // Entry e's value: 1.0 without values or for e < units (none stored).
+    auto value = [&](int g, int64_t e) __attribute__((always_inline)) {
+      return kHasValues && e >= units[g] ? static_cast<double>(values[g][e])
+                                         : 1.0;
+    };
     for (int64_t e = 0; e < common; ++e) {
       for (int g = 0; g < kGroup; ++g) {
-        wx[g] += (kHasValues ? values[g][e] : 1.0) *
-                 effective(weights[ids[g][e]]);
+        wx[g] += value(g, e) * effective(weights[ids[g][e]]);
       }
       norm_step();
       norm_step();
     }
     for (int g = 0; g < kGroup; ++g) {
       for (int64_t e = common; e < nnz[g]; ++e) {
-        wx[g] += (kHasValues ? values[g][e] : 1.0) *
-                 effective(weights[ids[g][e]]);
+        wx[g] += value(g, e) * effective(weights[ids[g][e]]);
       }
     }
     for (int64_t c = 0; c < dd; ++c) {
@@ -1116,13 +1122,16 @@ void PackedRows::RowLossesOneThread(const Loss& loss, const double* weights,
   }
   for (; i < end; ++i) {
     const Header* h = reinterpret_cast<const Header*>(buffer + offsets_[i]);
+    const Entries entries = EntriesOf(buffer + offsets_[i], kHasValues);
     const int64_t nnz = h->nnz;
-    const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
-    const float* values = reinterpret_cast<const float*>(ids + nnz);
-    const float* x = kHasValues ? values + nnz : values;
+    const int32_t* ids = entries.ids;
+    const float* x = entries.dense;
     double wx = 0.0;
     for (int64_t e = 0; e < nnz; ++e) {
-      wx += (kHasValues ? values[e] : 1.0) * effective(weights[ids[e]]);
+      const double v = kHasValues && e >= entries.units
+                           ? static_cast<double>(entries.values[e])
+                           : 1.0;
+      wx += v * effective(weights[ids[e]]);
     }
     for (int64_t c = 0; c < dd; ++c) wx += x[c] * effective(wd[c]);
     add(h, wx, i);
@@ -1309,26 +1318,26 @@ void PackedRows::FixedBlockScoresPair(const char* a, const char* b,
   const Header* ha = reinterpret_cast<const Header*>(a);
   const Header* hb = reinterpret_cast<const Header*>(b);
   const int64_t nnz_a = ha->nnz, nnz_b = hb->nnz;
-  const int32_t* ids_a = reinterpret_cast<const int32_t*>(ha + 1);
-  const int32_t* ids_b = reinterpret_cast<const int32_t*>(hb + 1);
-  const float* values_a = reinterpret_cast<const float*>(ids_a + nnz_a);
-  const float* values_b = reinterpret_cast<const float*>(ids_b + nnz_b);
   const bool has_values = has_values_;
-  auto sparse = [&](const int32_t* ids, const float* values, int64_t e,
-                    double* acc) __attribute__((always_inline)) {
-    const double* row = weights + static_cast<int64_t>(ids[e]) * K;
-    const double v = has_values ? values[e] : 1.0;
+  const Entries ea = EntriesOf(a, has_values), eb = EntriesOf(b, has_values);
+  // Entry e's value: 1.0 without values or for e < units (none stored).
+  auto sparse = [&](const Entries& en, int64_t e, double* acc)
+                    __attribute__((always_inline)) {
+    const double* row = weights + static_cast<int64_t>(en.ids[e]) * K;
+    const double v = has_values && e >= en.units
+                         ? static_cast<double>(en.values[e])
+                         : 1.0;
     for (int j = 0; j < K; ++j) acc[j] += v * row[j];
   };
   const int64_t common = std::min(nnz_a, nnz_b);
   for (int64_t e = 0; e < common; ++e) {
-    sparse(ids_a, values_a, e, acc_a);
-    sparse(ids_b, values_b, e, acc_b);
+    sparse(ea, e, acc_a);
+    sparse(eb, e, acc_b);
   }
-  for (int64_t e = common; e < nnz_a; ++e) sparse(ids_a, values_a, e, acc_a);
-  for (int64_t e = common; e < nnz_b; ++e) sparse(ids_b, values_b, e, acc_b);
-  const float* x_a = has_values ? values_a + nnz_a : values_a;
-  const float* x_b = has_values ? values_b + nnz_b : values_b;
+  for (int64_t e = common; e < nnz_a; ++e) sparse(ea, e, acc_a);
+  for (int64_t e = common; e < nnz_b; ++e) sparse(eb, e, acc_b);
+  const float* x_a = ea.dense;
+  const float* x_b = eb.dense;
   const double* dense = weights + num_sparse_features_ * K;
   for (int64_t c = 0; c < dense_dim_; ++c) {
     const double va = x_a[c], vb = x_b[c];
