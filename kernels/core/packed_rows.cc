@@ -1079,42 +1079,34 @@ void PackedRows::RowLossesOneThread(const Loss& loss, const double* weights,
   for (; i + kGroup <= end; i += kGroup) {
     const Header* h[kGroup];
     const int32_t* ids[kGroup];
-    const float* values[kGroup];
-    const float* x[kGroup];
+    Entries entries[kGroup];
     int64_t nnz[kGroup];
-    int64_t units[kGroup];
     double wx[kGroup];
     int64_t common = std::numeric_limits<int64_t>::max();
     for (int g = 0; g < kGroup; ++g) {
       h[g] = reinterpret_cast<const Header*>(buffer + offsets_[i + g]);
-      const Entries entries = EntriesOf(buffer + offsets_[i + g], kHasValues);
+      entries[g] = EntriesOf(buffer + offsets_[i + g], kHasValues);
       nnz[g] = h[g]->nnz;
-      ids[g] = entries.ids;
-      values[g] = entries.values;
-      units[g] = entries.units;
-      x[g] = entries.dense;
+      ids[g] = entries[g].ids;
       wx[g] = 0.0;
       common = std::min(common, nnz[g]);
     }
-    // Entry e's value: 1.0 without values or for e < units (none stored).
-    auto value = [&](int g, int64_t e) __attribute__((always_inline)) {
-      return kHasValues && e >= units[g] ? static_cast<double>(values[g][e])
-                                         : 1.0;
-    };
     for (int64_t e = 0; e < common; ++e) {
       for (int g = 0; g < kGroup; ++g) {
-        wx[g] += value(g, e) * effective(weights[ids[g][e]]);
+        wx[g] += entries[g].Value(e) * effective(weights[ids[g][e]]);
       }
       norm_step();
       norm_step();
     }
     for (int g = 0; g < kGroup; ++g) {
       for (int64_t e = common; e < nnz[g]; ++e) {
-        wx[g] += value(g, e) * effective(weights[ids[g][e]]);
+        wx[g] += entries[g].Value(e) * effective(weights[ids[g][e]]);
       }
     }
     for (int64_t c = 0; c < dd; ++c) {
-      for (int g = 0; g < kGroup; ++g) wx[g] += x[g][c] * effective(wd[c]);
+      for (int g = 0; g < kGroup; ++g) {
+        wx[g] += entries[g].dense[c] * effective(wd[c]);
+      }
       norm_step();
       norm_step();
     }
@@ -1128,10 +1120,7 @@ void PackedRows::RowLossesOneThread(const Loss& loss, const double* weights,
     const float* x = entries.dense;
     double wx = 0.0;
     for (int64_t e = 0; e < nnz; ++e) {
-      const double v = kHasValues && e >= entries.units
-                           ? static_cast<double>(entries.values[e])
-                           : 1.0;
-      wx += v * effective(weights[ids[e]]);
+      wx += entries.Value(e) * effective(weights[ids[e]]);
     }
     for (int64_t c = 0; c < dd; ++c) wx += x[c] * effective(wd[c]);
     add(h, wx, i);
@@ -1293,9 +1282,7 @@ void PackedRows::FixedBlockScores(const char* record, const double* weights,
     const int32_t* ids = entries.ids;
     for (int64_t e = 0; e < nnz; ++e) {
       const double* row = weights + static_cast<int64_t>(ids[e]) * K;
-      const double v = has_values_ && e >= entries.units
-                           ? static_cast<double>(entries.values[e])
-                           : 1.0;
+      const double v = entries.Value(e);
       for (int j = 0; j < K; ++j) acc[j] += v * row[j];
     }
     const float* x = entries.dense;
@@ -1318,15 +1305,11 @@ void PackedRows::FixedBlockScoresPair(const char* a, const char* b,
   const Header* ha = reinterpret_cast<const Header*>(a);
   const Header* hb = reinterpret_cast<const Header*>(b);
   const int64_t nnz_a = ha->nnz, nnz_b = hb->nnz;
-  const bool has_values = has_values_;
-  const Entries ea = EntriesOf(a, has_values), eb = EntriesOf(b, has_values);
-  // Entry e's value: 1.0 without values or for e < units (none stored).
+  const Entries ea = EntriesOf(a, has_values_), eb = EntriesOf(b, has_values_);
   auto sparse = [&](const Entries& en, int64_t e, double* acc)
                     __attribute__((always_inline)) {
     const double* row = weights + static_cast<int64_t>(en.ids[e]) * K;
-    const double v = has_values && e >= en.units
-                         ? static_cast<double>(en.values[e])
-                         : 1.0;
+    const double v = en.Value(e);
     for (int j = 0; j < K; ++j) acc[j] += v * row[j];
   };
   const int64_t common = std::min(nnz_a, nnz_b);

@@ -432,6 +432,10 @@ class PackedRows {
     const float* values;
     int32_t units;
     const float* dense;
+    double Value(int64_t e) const {
+      return values == nullptr || e < units ? 1.0
+                                            : static_cast<double>(values[e]);
+    }
   };
   static Entries EntriesOf(const char* record, bool has_values) {
     const Header* h = reinterpret_cast<const Header*>(record);
