@@ -141,3 +141,29 @@ def test_the_rule_reads_the_bound_of_each_loss():
                                  row_norms=even, l2=1e-3) == "permutation"
   assert options.visit_order_for("poisson", None, options.STREAMED) == (
       "permutation")
+
+
+@pytest.mark.parametrize("n", [7, 2000, engine.NORM_SPREAD_ROWS + 901])
+def test_row_norms_add_each_rows_squares_in_order(n):
+  # Every row read (n <= NORM_SPREAD_ROWS) or evenly spaced rows: each
+  # |x_i|^2 is its squares added one after the other from 0, the bits the
+  # order choice was measured with, on rows of 0 to 120 entries of values
+  # over six decades.
+  rng = np.random.default_rng(n)
+  lengths = rng.integers(0, 121, n)
+  lengths[::5] = 0
+  indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+  values = (rng.standard_normal(indptr[-1]) *
+            10.0 ** rng.uniform(-3, 3, indptr[-1])).astype(np.float32)
+  indices = rng.integers(0, 50, indptr[-1]).astype(np.int64)
+  rows = (np.arange(n) if n <= engine.NORM_SPREAD_ROWS else np.unique(
+      np.linspace(0, n - 1, engine.NORM_SPREAD_ROWS).astype(np.int64)))
+  expected = np.zeros(len(rows))
+  for k, i in enumerate(rows):
+    total = 0.0
+    for v in values[indptr[i]:indptr[i + 1]]:
+      total += float(v) ** 2
+    expected[k] = total
+  norms = engine.row_norms(n, (indptr, indices, values))
+  assert norms.largest == expected.max()
+  assert norms.spread == float(expected.std() / expected.mean())

@@ -34,6 +34,7 @@ import time
 import warnings
 
 import numpy as np
+import scipy.sparse
 import tensorflow as tf
 
 from tf_sdca import averaging
@@ -797,6 +798,20 @@ NORM_SPREAD_ROWS = 4096
 RowNorms = collections.namedtuple("RowNorms", ["spread", "largest"])
 
 
+def _row_sums(squares, lengths):
+  """Each row's sum of its consecutive `lengths` entries of `squares`, added
+  one after the other from 0 in order: the bits np.bincount(row of each
+  entry, weights=squares) gives (as np.add.at did before it), as a product
+  with a CSR matrix of one column (scipy's row loop adds them so), in a
+  third of bincount's time (on 2,000 text rows of ~44 entries 0.15 ms
+  against 0.44 ms, the most of a fit's set-up after packing)."""
+  indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+  matrix = scipy.sparse.csr_matrix(
+      (squares, np.zeros(squares.size, np.int32), indptr),
+      shape=(len(lengths), 1))
+  return matrix @ np.ones(1)
+
+
 def row_norms(n, csr=None, dense=None):
   """The `RowNorms` of the rows' squared norms |x_i|^2 on up to
   NORM_SPREAD_ROWS rows evenly spaced through the `n` rows (CSR arrays
@@ -813,30 +828,25 @@ def row_norms(n, csr=None, dense=None):
   if csr is not None:
     indptr, _, values = csr
     starts, ends = indptr[rows], indptr[rows + 1]
+    lengths = ends - starts
     if values is None:
-      norms += ends - starts
-    elif (n <= NORM_SPREAD_ROWS and 0 <= indptr[0] and
-          indptr[n] <= np.size(values)):
-      # Every row: their entries are [indptr[0], indptr[n]) in order, the
-      # same squares added in the same order as the gather below, without
-      # its index arrays (a third of a fit on 2,000 text rows; bad indptr
-      # fails in np.repeat as there, or takes the gather).
-      lengths = ends - starts
-      squares = np.asarray(values)[indptr[0]:indptr[n]].astype(
-          np.float64) ** 2
-      norms += np.bincount(np.repeat(np.arange(len(rows)), lengths),
-                           weights=squares, minlength=len(rows))
+      norms += lengths
     else:
-      lengths = ends - starts
-      # Each sampled row's entries: its start repeated, plus 0, 1, ...
-      offsets = np.arange(lengths.sum()) - np.repeat(
-          np.cumsum(lengths) - lengths, lengths)
-      entries = np.repeat(starts, lengths) + offsets
-      squares = np.asarray(values)[entries].astype(np.float64) ** 2
-      # (bincount adds each row's squares in order from 0, as np.add.at
-      # did: the same bits, without add.at's ~1 ms on 2,000 text rows.)
-      norms += np.bincount(np.repeat(np.arange(len(rows)), lengths),
-                           weights=squares, minlength=len(rows))
+      if (n <= NORM_SPREAD_ROWS and 0 <= indptr[0] and
+          indptr[n] <= np.size(values)):
+        # Every row: their entries are [indptr[0], indptr[n]) in order, the
+        # same squares in the same order as the gather below, without its
+        # index arrays (bad indptr fails in the row sums as there, or takes
+        # the gather).
+        squares = np.asarray(values)[indptr[0]:indptr[n]].astype(
+            np.float64) ** 2
+      else:
+        # Each sampled row's entries: its start repeated, plus 0, 1, ...
+        offsets = np.arange(lengths.sum()) - np.repeat(
+            np.cumsum(lengths) - lengths, lengths)
+        entries = np.repeat(starts, lengths) + offsets
+        squares = np.asarray(values)[entries].astype(np.float64) ** 2
+      norms += _row_sums(squares, lengths)
   if dense is not None:
     norms += (np.asarray(dense[rows], np.float64) ** 2).sum(axis=1)
   mean = norms.mean()
