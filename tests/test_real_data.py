@@ -268,3 +268,10 @@ def test_negative_or_non_finite_gap_is_an_error_not_convergence():
   # A converged gap that float64 rounding put a few ulps below zero is 0.
   primal, gap = parts_to_gap([3.0, -4.0 - 4e-15, 1.0, 0.0])
   assert gap == 0.0 and primal == pytest.approx(3.5)
+  # The op's parts come as a float64 array: the same values, the same
+  # errors.
+  parts = [96.5, -90.25, 12.375, 40.0]
+  assert parts_to_gap(np.array(parts)) == parts_to_gap(parts) == (
+      96.5 + 0.5 * 12.375, 96.5 - 90.25 + 12.375)
+  with pytest.raises(FloatingPointError, match="invalid duality gap inf"):
+    parts_to_gap(np.array([np.inf, -5.0, 1.0, 0.0]))

@@ -1358,12 +1358,19 @@ def objective_and_gap(parts, loss, l1, l2):
     FloatingPointError: for a non-finite gap or one below zero by more
       than rounding.
   """
+  # (Python floats and math.isfinite: the same values and tests as numpy
+  # scalars and np.isfinite, 1.2 us a call against 2.9: an epoch of a few
+  # hundred rows, heart_scale's 270, takes about as long as its
+  # bookkeeping.)
   l1, l2 = float(np.float32(l1)), float(np.float32(l2))
-  loss_sum, dual_sum, norm_sq, norm_1 = (float(v) for v in parts)
+  loss_sum, dual_sum, norm_sq, norm_1 = (
+      parts.tolist() if isinstance(parts, np.ndarray) else
+      (float(v) for v in parts))
   primal = loss_sum + 0.5 * l2 * norm_sq + l1 * norm_1
   gap = loss_sum + dual_sum + l2 * norm_sq + l1 * norm_1
   scale = abs(loss_sum) + abs(dual_sum) + l2 * norm_sq + l1 * norm_1
-  if not (np.isfinite(primal) and np.isfinite(gap) and gap >= -1e-9 * scale):
+  if not (math.isfinite(primal) and math.isfinite(gap) and
+          gap >= -1e-9 * scale):
     raise FloatingPointError(
         f"{loss}: invalid duality gap {gap!r} (loss sum {loss_sum!r}, "
         f"dual loss sum {dual_sum!r}, |w|^2 {norm_sq!r}, |w|_1 "
