@@ -967,6 +967,13 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
       if (shrink) {
         // LIBLINEAR's outer-iteration end, with its stopping tolerance
         // relative: 0.1 of the spread of the last pass over all rows.
+        // Measured against tighter rules (hinge, l2 = 1, epochs to
+        // LIBLINEAR's objective over seeds 0-5, momentum 'auto'): 0.001
+        // took 2,000 text-like rows 14-17 -> 13-14 epochs but heart_scale
+        // 43-53 -> 50-59 (digits even / odd 35-41 either way); no return
+        // before 20 n steps 12-13 on the text rows but heart_scale 45-69,
+        // digits 37-48. LIBLINEAR's own rule (an absolute tolerance, its
+        // eps) took ~14 n steps on the text rows in a reimplementation.
         steps += std::max<int64_t>(count, 1);
         ShrinkingState& state = *shrinking_;
         const double spread =
