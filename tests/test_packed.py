@@ -190,6 +190,29 @@ def test_bad_data_is_named_when_packing(change, message, traced):
     run()
 
 
+@pytest.mark.parametrize("position,field,value,message", [
+    (2500, "feature_ids", 25, r"feature_ids\[2500\] = 25 is outside "),
+    (1030, "feature_ids", -3, r"feature_ids\[1030\] = -3 is outside "),
+    (0, "feature_ids", 2**31 - 1,
+     r"feature_ids\[0\] = 2147483647 is outside "),
+    (2049, "feature_values", np.nan, r"feature_values\[2049\] = nan must"),
+    (-1, "feature_values", -np.inf, r"feature_values\[2999\] = -inf must"),
+])
+def test_the_first_bad_entry_of_many_is_named(position, field, value,
+                                              message):
+  # 3,000 sparse entries (a bad one in the first, a later or the last
+  # block of the blocks checked at a time, or in the tail): the error
+  # names it, and with two bad ids the first.
+  problem = make_problem("logistic_loss", n=1000)
+  data = {k: v.copy() for k, v in _data(problem).items()}
+  assert data["feature_ids"].size == 3000
+  data[field][position] = value
+  if field == "feature_ids":
+    data[field][2990] = 30  # a later bad id is not the one named
+  with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+    pack_rows(**data, num_sparse_features=25, loss_type="logistic_loss")
+
+
 @pytest.mark.parametrize("call,message", [
     (dict(weights=np.zeros(27)),
      r"weights has 27 entries; the packed rows need 28 \(25 sparse \+ 3 "

@@ -271,7 +271,23 @@ bool ValidateRowPtr(const ResidentData& d, int64_t num_ids,
 bool PrepareResidentRows(const ResidentData& d, int64_t begin, int64_t end,
                          double* norms, std::string* error) {
   if (d.row_ptr != nullptr) {
-    const int64_t lo = d.row_ptr[begin], hi = d.row_ptr[end];
+    int64_t lo = d.row_ptr[begin];
+    const int64_t hi = d.row_ptr[end];
+    // Blocks tested branch-free first (the loops vectorise; a test and
+    // branch per entry took ~0.1 ms of packing 88k text entries), the
+    // first bad entry then found from the first bad block.
+    constexpr int64_t kBlock = 1024;
+    const uint64_t limit = static_cast<uint64_t>(d.num_sparse_features);
+    int64_t values_from = lo;
+    for (; lo + kBlock <= hi; lo += kBlock) {
+      uint32_t bad = 0;
+      for (int64_t k = lo; k < lo + kBlock; ++k) {
+        // (A negative id is a huge unsigned one.)
+        bad |= static_cast<uint32_t>(
+            static_cast<uint64_t>(static_cast<int64_t>(d.ids[k])) >= limit);
+      }
+      if (bad != 0) break;
+    }
     for (int64_t k = lo; k < hi; ++k) {
       if (d.ids[k] < 0 || d.ids[k] >= d.num_sparse_features) {
         std::ostringstream out;
@@ -282,7 +298,16 @@ bool PrepareResidentRows(const ResidentData& d, int64_t begin, int64_t end,
       }
     }
     if (d.values != nullptr) {
-      for (int64_t k = lo; k < hi; ++k) {
+      for (; values_from + kBlock <= hi; values_from += kBlock) {
+        uint32_t bad = 0;
+        for (int64_t k = values_from; k < values_from + kBlock; ++k) {
+          uint32_t bits;
+          std::memcpy(&bits, d.values + k, sizeof(bits));
+          bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+        }
+        if (bad != 0) break;
+      }
+      for (int64_t k = values_from; k < hi; ++k) {
         if (!std::isfinite(d.values[k])) {
           *error = Describe("feature_values", k, d.values[k], "must be finite");
           return false;
@@ -328,16 +353,22 @@ void PackedRows::FreeBuffer::operator()(char* p) const {
 
 namespace {
 
-// `bytes` of records; on Linux 2 MiB-aligned with 2 MiB pages requested
-// (where the kernel's transparent huge pages allow them on request): they
-// spare the TLB misses of visiting records in a random order.
+// `bytes` of records; on Linux, from 8 MiB, 2 MiB-aligned with 2 MiB pages
+// requested (where the kernel's transparent huge pages allow them on
+// request): they spare the TLB misses of visiting records in a random
+// order. Fewer bytes take 4 KiB pages, whose TLB entries cover them: a
+// huge page is zeroed whole when first touched (on 2,000 text rows, 0.8
+// MB of records, ~1.3 MB more to clear per fit).
 char* AllocateRecords(int64_t bytes) {
   char* memory = nullptr;
 #ifdef __linux__
   constexpr int64_t kHugePage = int64_t{1} << 21;
-  const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  memory = static_cast<char*>(std::aligned_alloc(kHugePage, rounded));
-  if (memory != nullptr) madvise(memory, rounded, MADV_HUGEPAGE);
+  constexpr int64_t kHugeFrom = int64_t{1} << 23;
+  if (bytes >= kHugeFrom) {
+    const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    memory = static_cast<char*>(std::aligned_alloc(kHugePage, rounded));
+    if (memory != nullptr) madvise(memory, rounded, MADV_HUGEPAGE);
+  }
 #endif
   if (memory == nullptr) memory = static_cast<char*>(std::malloc(bytes));
   return memory;
