@@ -353,7 +353,7 @@ void PackedRows::FreeBuffer::operator()(char* p) const {
 
 namespace {
 
-// `bytes` of records; on Linux, from 8 MiB, 2 MiB-aligned with 2 MiB pages
+// `bytes` of records; on Linux, from 4 MiB, 2 MiB-aligned with 2 MiB pages
 // requested (where the kernel's transparent huge pages allow them on
 // request): they spare the TLB misses of visiting records in a random
 // order. Fewer bytes take 4 KiB pages, whose TLB entries cover them: a
@@ -363,7 +363,7 @@ char* AllocateRecords(int64_t bytes) {
   char* memory = nullptr;
 #ifdef __linux__
   constexpr int64_t kHugePage = int64_t{1} << 21;
-  constexpr int64_t kHugeFrom = int64_t{1} << 23;
+  constexpr int64_t kHugeFrom = int64_t{1} << 22;
   if (bytes >= kHugeFrom) {
     const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
     memory = static_cast<char*>(std::aligned_alloc(kHugePage, rounded));
