@@ -198,3 +198,20 @@ def test_autograph_calls_the_op_loader_unconverted(capfd):
   out, err = capfd.readouterr()
   assert "could not transform" not in out + err
   assert "do_not_convert" not in out + err
+
+
+def test_plugins_where_tensorflow_loads_them_take_the_real_import(tmp_path):
+  # TensorFlow's `__init__` loads the libraries in `tensorflow-plugins`
+  # under each site-packages directory; the stand-in does not: with one
+  # there (empty here), the real import runs.
+  plugins = tmp_path / "site-packages" / "tensorflow-plugins"
+  plugins.mkdir(parents=True)
+  script = f"""
+import sys
+sys.path.append({str(tmp_path / "site-packages")!r})
+from tf_sdca import tensorflow_import
+tf = tensorflow_import.import_tensorflow_lazily()
+print(type(tf).__name__, "tensorflow.python.data" in sys.modules,
+      tf is sys.modules["tensorflow"])
+"""
+  assert _python(script).split() == ["module", "True", "True"]

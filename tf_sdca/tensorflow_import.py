@@ -38,6 +38,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 import types
 
 # The module TensorFlow's `__init__` imports eagerly at its end, which
@@ -130,11 +131,15 @@ _REGISTERING = (
 
 # TensorFlow's `__init__.py` (set by `import_tensorflow_lazily`).
 _ROOT_INIT = [None]
+# Held while the real import replaces the stand-in (the epochs' thread may
+# read a name beside the main thread).
+_REAL_IMPORT = threading.Lock()
 
 
 def _real(name):
   """The real API module `name` (TensorFlow imported for it, once)."""
-  tf = import_tensorflow()
+  with _REAL_IMPORT:
+    tf = import_tensorflow()
   if name == "tensorflow":
     return tf
   return importlib.import_module(name)
@@ -148,8 +153,18 @@ def _needs_real_import(tf_dir):
   if os.environ.get("TF_PLUGGABLE_DEVICE_LIBRARY_PATH") or \
       os.environ.get("TF_USE_MODULAR_FILESYSTEM", "0") in ("true", "1"):
     return True
-  return any(os.path.exists(os.path.join(p, "tensorflow-plugins"))
-             for p in sys.path if "site-packages" in p)
+  # (the directories `__init__` looks in for them)
+  import site  # pylint: disable=import-outside-toplevel
+  import sysconfig  # pylint: disable=import-outside-toplevel
+  dirs = [p for p in sys.path if "site-packages" in p]
+  if site.ENABLE_USER_SITE and site.USER_SITE is not None:
+    dirs.append(site.USER_SITE)
+  dirs += site.getsitepackages()
+  dirs += [sysconfig.get_path(name, scheme)
+           for scheme in sysconfig.get_scheme_names()
+           for name in ("purelib", "platlib")]
+  return any(os.path.exists(os.path.join(d, "tensorflow-plugins"))
+             for d in dirs if d)
 
 
 def import_tensorflow_lazily():
