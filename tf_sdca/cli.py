@@ -27,6 +27,7 @@ reports on the other 10% against the ground truth.
 """
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -35,33 +36,8 @@ import time
 
 from tf_sdca import commands
 from tf_sdca import model_files
+from tf_sdca import tensorflow_import
 from tf_sdca.data import text_parser
-
-
-# The module TensorFlow's `__init__` imports eagerly at its end, which
-# imports Keras and, through Keras's scikit-learn wrappers, scikit-learn:
-# about a third of `import tensorflow` (1.0 of 3.0 s on the 2-core machine).
-_EAGER_KERAS = "keras.src.optimizers"
-
-
-def _import_tensorflow():
-  """Imports TensorFlow without its eager import of Keras: TensorFlow's
-  `__init__` wraps that import in `except ImportError: pass`, so a None
-  entry in `sys.modules` skips it; the entry is removed again, and
-  `tf.keras` still loads Keras on first use (the commands that show a
-  progress bar). Skipped too is what that import registers at start-up,
-  Keras's optimizers for loading SavedModels that hold them, which no
-  command loads."""
-  if "tensorflow" in sys.modules or _EAGER_KERAS in sys.modules:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return tf
-  sys.modules[_EAGER_KERAS] = None
-  try:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  finally:
-    if sys.modules.get(_EAGER_KERAS, 0) is None:
-      del sys.modules[_EAGER_KERAS]
-  return tf
 
 
 def _quietly(function):
@@ -87,18 +63,20 @@ def _quietly(function):
     os.close(saved)
 
 
-def _start_tensorflow():
-  """Imports TensorFlow (without Keras: `_import_tensorflow`), probes the
-  devices (which log) and loads the op."""
-  tf = _import_tensorflow()
+def _start_tensorflow(lazily=False):
+  """Imports TensorFlow (without Keras: `tensorflow_import`; `lazily`: its
+  runtime, each API name imported on first use), probes the devices (which
+  log) and loads the op."""
+  tf = (tensorflow_import.import_tensorflow_lazily() if lazily else
+        tensorflow_import.import_tensorflow())
   from tf_sdca.ops import load_ops  # pylint: disable=import-outside-toplevel
   tf.config.list_physical_devices()
   load_ops()
 
 
-def _start_tensorflow_quietly():
+def _start_tensorflow_quietly(lazily=False):
   """`_start_tensorflow`, `_quietly`."""
-  _quietly(_start_tensorflow)
+  _quietly(lambda: _start_tensorflow(lazily))
 
 
 class _PlainText:
@@ -265,7 +243,14 @@ def _run_command(argv):
     _quietly(text_parser.load)
     if args.command == "demo":
       return _demo(args, start_tensorflow=_start_tensorflow_quietly)
-    return commands.run(args, start_tensorflow=_start_tensorflow_quietly)
+    # Without progress bars (Keras's) and in one process (neither
+    # --local-cluster nor TF_CONFIG), `train` uses a few of TensorFlow's
+    # modules: only those are imported
+    # (`tensorflow_import.import_tensorflow_lazily`).
+    lazily = bool(args.quiet and not getattr(args, "local_cluster", None)
+                  and not os.environ.get("TF_CONFIG"))
+    return commands.run(args, start_tensorflow=functools.partial(
+        _start_tensorflow_quietly, lazily))
   _start_tensorflow_quietly()
   if args.command == "demo":
     return _demo(args)
