@@ -83,6 +83,9 @@ class SparseFeatureColumn(
       # takes a batch as its argument: those pass through unchanged.
       if value is None or isinstance(value, tf.TypeSpec):
         return value
+      if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
+        # (One aligned copy where tf.convert_to_tensor makes two.)
+        value = sdca_ops.to_tensor(value, tf.as_dtype(value.dtype), name)
       return tf.cast(tf.convert_to_tensor(value, name=name), dtype)
 
     with tf.name_scope("SparseFeatureColumn"):
@@ -360,7 +363,7 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
 
 
 def _floats(x):
-  return tf.convert_to_tensor(x, tf.float32)
+  return sdca_ops.to_tensor(x, tf.float32)
 
 
 # carry_over='auto': f = B / (B + 6) for a stream of B batches an epoch

@@ -1,12 +1,20 @@
 // Maps the int64 feature ids of a sparse group to their position in the
 // group's `sparse_indices` input.
 //
-// When the ids are small compared with their count (hashed features: ids in
-// [0, 2^k)) a direct table is used, one array read per lookup; otherwise an
-// open-addressing hash table. Both are built once per op call.
+// Ascending ids (as SdcaModel's TfSdca>DistinctIds gives them) take a rank
+// bitmap: a bit per id in [0, max id], each 64-bit word beside the count of
+// ids below it, so that a position is that count plus the set bits below
+// the id in its word (16 bytes per 64 ids: 256 KiB for a 2^20-row table,
+// which stays in the core's L2 cache, where a direct table of int32
+// positions takes 4 MiB). Otherwise, when the ids are small compared with
+// their count (hashed features: ids in [0, 2^k)) a direct table is used,
+// one array read per lookup, else an open-addressing hash table. All are
+// built once per op call and give the same positions. (setup.py builds with
+// -mpopcnt on x86: one instruction per lookup rather than a libgcc call.)
 #ifndef TF_SDCA_KERNELS_KERNELS_FEATURE_INDEX_MAP_H_
 #define TF_SDCA_KERNELS_KERNELS_FEATURE_INDEX_MAP_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +31,11 @@ class FeatureIndexMap {
   // Hints the cache about a coming Find(id) (direct tables only: hashed
   // lookups probe a data-dependent chain).
   void Prefetch(int64_t id) const {
+    if (ranked_) {
+      const uint64_t word = static_cast<uint64_t>(id) >> 6;
+      if (word < words_.size()) __builtin_prefetch(words_.data() + word);
+      return;
+    }
     if (direct_ && id >= 0 && id < static_cast<int64_t>(table_.size())) {
       __builtin_prefetch(table_.data() + id);
     }
@@ -30,6 +43,14 @@ class FeatureIndexMap {
 
   // Position of `id`, or -1.
   int64_t Find(int64_t id) const {
+    if (ranked_) {
+      const uint64_t word = static_cast<uint64_t>(id) >> 6;
+      if (word >= words_.size()) return -1;  // (a negative id too)
+      const Word& w = words_[word];
+      const uint64_t bit = uint64_t{1} << (id & 63);
+      if ((w.bits & bit) == 0) return -1;
+      return w.rank + __builtin_popcountll(w.bits & (bit - 1));
+    }
     if (direct_) {
       if (id < 0 || id >= static_cast<int64_t>(table_.size())) return -1;
       return table_[id];
@@ -53,6 +74,15 @@ class FeatureIndexMap {
     return x;
   }
 
+  // One word of the rank bitmap: ids 64 * i .. 64 * i + 63, and how many
+  // ids lie below them.
+  struct Word {
+    uint64_t bits;
+    int64_t rank;
+  };
+
+  bool ranked_ = false;
+  std::vector<Word> words_;
   bool direct_ = false;
   uint64_t mask_ = 0;
   std::vector<int32_t> table_;  // position, -1 = empty
@@ -64,6 +94,28 @@ inline bool FeatureIndexMap::Build(const int64_t* ids, int64_t n,
   if (n >= (int64_t{1} << 31)) {
     *error = " has " + std::to_string(n) + " ids; at most 2^31 - 1 supported";
     return false;
+  }
+  // Strictly ascending and >= 0 (a negative id is then the first): the
+  // rank bitmap, while it takes at most 32 bytes per id or 4 MiB.
+  bool ascending = n == 0 || ids[0] >= 0;
+  for (int64_t k = 1; ascending && k < n; ++k) {
+    ascending = ids[k] > ids[k - 1];
+  }
+  if (ascending) {
+    const int64_t words = n == 0 ? 0 : ids[n - 1] / 64 + 1;
+    if (words <= std::max<int64_t>(2 * n, int64_t{1} << 18)) {
+      ranked_ = true;
+      words_.assign(words, Word{0, 0});
+      for (int64_t k = 0; k < n; ++k) {
+        words_[ids[k] >> 6].bits |= uint64_t{1} << (ids[k] & 63);
+      }
+      int64_t below = 0;
+      for (Word& w : words_) {
+        w.rank = below;
+        below += __builtin_popcountll(w.bits);
+      }
+      return true;
+    }
   }
   int64_t max_id = -1;
   for (int64_t k = 0; k < n; ++k) {

@@ -1,0 +1,71 @@
+"""Numpy arrays given to the ops eagerly become tensors through one aligned
+copy (`sdca_ops.to_tensor`, DLPack) instead of `tf.convert_to_tensor`'s two:
+the tensors must hold the same values and dtypes, never share the caller's
+array, and a model trained from numpy batches must give the bits it gives
+from the same batches as tensors."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_sdca
+from tf_sdca.ops import sdca_ops
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.float32,
+                                   np.float64, np.uint8])
+@pytest.mark.parametrize("shape", [(10,), (70000,), (30000, 7)])
+def test_to_tensor_equals_convert_to_tensor(dtype, shape):
+  rng = np.random.default_rng(0)
+  value = (rng.normal(size=shape) * 100).astype(dtype)
+  for array in (value, value[::2] if value.ndim == 1 else value[:, ::3]):
+    tensor = sdca_ops.to_tensor(array, tf.as_dtype(dtype))
+    reference = tf.convert_to_tensor(array, tf.as_dtype(dtype))
+    assert tensor.dtype == reference.dtype
+    np.testing.assert_array_equal(tensor.numpy(), reference.numpy())
+    before = array.copy()
+    array[...] = 0  # the tensor owns its copy
+    np.testing.assert_array_equal(tensor.numpy(), before)
+    array[...] = before
+
+
+def test_a_dtype_change_goes_through_convert_to_tensor():
+  value = np.linspace(0, 1, 70000)  # float64 into a float32 tensor
+  tensor = sdca_ops.to_tensor(value, tf.float32)
+  np.testing.assert_array_equal(
+      tensor.numpy(), tf.convert_to_tensor(value, tf.float32).numpy())
+
+
+def test_numpy_and_tensor_batches_train_to_the_same_bits():
+  rng = np.random.default_rng(3)
+  rows, per_row, table = 3000, 8, 5000
+  batches = []
+  for b in range(3):
+    batches.append(dict(
+        example_indices=np.repeat(np.arange(rows, dtype=np.int64), per_row),
+        feature_ids=np.concatenate([rng.choice(table, per_row, replace=False)
+                                    for _ in range(rows)]).astype(np.int64),
+        dense=rng.normal(size=(rows, 3)).astype(np.float32),
+        weights=np.ones(rows, np.float32),
+        labels=(rng.random(rows) < 0.4).astype(np.float32),
+        ids=np.arange(b * rows, (b + 1) * rows, dtype=np.int64)))
+
+  def train(as_tensors):
+    sparse, dense = tf.Variable(tf.zeros([table])), tf.Variable(tf.zeros([3]))
+    model = tf_sdca.SdcaModel(
+        None, dict(sparse_features_weights=[sparse],
+                   dense_features_weights=[dense]),
+        dict(loss_type="logistic_loss", symmetric_l2_regularization=1.0))
+    for _ in range(3):
+      for b in batches:
+        b = {k: tf.constant(v) for k, v in b.items()} if as_tensors else b
+        examples = dict(
+            sparse_features=[tf_sdca.SparseFeatureColumn(
+                b["example_indices"], b["feature_ids"])],
+            dense_features=[b["dense"]], example_weights=b["weights"],
+            example_labels=b["labels"], example_ids=b["ids"])
+        model.update_weights(model.minimize(examples=examples))
+    return sparse.numpy(), dense.numpy()
+
+  for ours, theirs in zip(train(False), train(True)):
+    np.testing.assert_array_equal(ours, theirs)
+  assert np.abs(train(False)[0]).max() > 0
