@@ -1479,8 +1479,14 @@ class Extrapolation:
         self._loss, self._signs, duals.reshape(-1), change.reshape(-1),
         self._beta, 0.9)
     if beta > 0.0:
-      self._set_point(duals + beta * change,
-                      table + beta * (table - previous[1]))
+      # duals + beta * change and table + beta * (table - previous), each
+      # in the one new array (the sum's operands swapped: the same bits).
+      change *= beta
+      change += duals
+      step = table - previous[1]
+      step *= beta
+      step += table
+      self._set_point(change, step)
 
   def plan(self, restart=None):
     """What the next `start_epoch(restart)` does: the beta it extrapolates

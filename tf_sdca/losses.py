@@ -336,10 +336,17 @@ def extrapolation_limit(loss, labels, duals, change):
     high = np.asarray(labels, np.float64)
   else:
     return 1e300
+  # Each dual's room (high - value) / step where step > 0, (low - value) /
+  # step where step < 0, none where step is 0: the same quotients as one
+  # np.where of both, in one array written in place (over 4M duals the
+  # temporaries of the two cost 3-4x the arithmetic: ~60 ms a call).
+  up = step > 0
+  moving = up | (step < 0)
+  room = np.where(up, high, low)
+  room -= value
   with np.errstate(divide="ignore", invalid="ignore"):
-    room = np.where(step > 0, (high - value) / step,
-                    np.where(step < 0, (low - value) / step, np.inf))
-  return float(min(1e300, np.min(room, initial=np.inf)))
+    np.divide(room, step, out=room)
+  return float(min(1e300, np.min(room, where=moving, initial=np.inf)))
 
 
 # `capped_extrapolation`'s margin: its check without the exact limit
@@ -363,7 +370,8 @@ def capped_extrapolation(loss, signs, duals, change, beta, share):
   loss = op_name(loss)
   if loss in _UNIT_DOMAIN and beta > 0.0 and share > 0.0:
     far = (beta / share) * (1.0 + 1e-9)
-    point = duals + far * change
+    point = change * far  # duals + far * change, in one new array
+    point += duals
     point *= signs
     if point.min() >= _INSIDE and point.max() <= 1.0 - _INSIDE:
       return beta

@@ -40,6 +40,32 @@ inline double AdaptiveScore(const DualLossUpdater& loss, double l2, double s,
   return std::isfinite(p) ? p : 0.0;
 }
 
+// Fisher-Yates over out[0, n): for k = n - 1 down to 1, swaps out[k] with
+// out[rng->Below(k + 1)]. The draws do not depend on what out holds, so
+// they are made kShuffleAhead swaps early and each drawn slot prefetched:
+// over millions of rows (an int64 per row: 32 MB at 4M rows, past the
+// caches) every swap's random slot was a cache miss waited on in turn, a
+// pass's order took ~7% of the epoch; with the misses overlapped ~3x less
+// time. The same draws and swaps, so the same order, bit for bit.
+inline void Shuffle(Rng* rng, int64_t n, int64_t* out) {
+  constexpr int64_t kShuffleAhead = 32;  // a power of two
+  int64_t drawn[kShuffleAhead];
+  int64_t next = n - 1;  // the k whose draw comes next
+  auto draw = [&] {
+    const int64_t j = static_cast<int64_t>(
+        rng->Below(static_cast<uint64_t>(next + 1)));
+    drawn[next & (kShuffleAhead - 1)] = j;
+    __builtin_prefetch(out + j, 1);
+    --next;
+  };
+  for (int64_t i = 0; i < kShuffleAhead && next > 0; ++i) draw();
+  for (int64_t k = n - 1; k > 0; --k) {
+    const int64_t j = drawn[k & (kShuffleAhead - 1)];
+    if (next > 0) draw();
+    std::swap(out[k], out[j]);
+  }
+}
+
 // Writes the rows of [begin, end) that one pass visits, in visiting order,
 // to out[0, end - begin), each as item(row) (the row itself, or where its
 // record lies):
@@ -65,9 +91,7 @@ void FillVisitOrder(VisitOrder order, int64_t begin, int64_t end,
     case VisitOrder::kPermutation:
     case VisitOrder::kShrinking:
       for (int64_t k = 0; k < n; ++k) out[k] = item(begin + k);
-      for (int64_t k = n - 1; k > 0; --k) {
-        std::swap(out[k], out[rng->Below(k + 1)]);
-      }
+      Shuffle(rng, n, out);
       return;
     case VisitOrder::kUniform:
       for (int64_t k = 0; k < n; ++k) out[k] = item(begin + rng->Below(n));
