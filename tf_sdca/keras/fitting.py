@@ -231,10 +231,14 @@ class TrainingState:
                                   self._model.num_classes)
 
   def use_packed(self, packed):
-    """Makes `packed` (from `pack`) the rows of this fit; returns its
-    training data: one element per step, a step being a whole epoch."""
+    """Makes `packed` (from `pack`) the rows of this fit."""
     self.packed = packed
     self.gap_data = None
+
+  @staticmethod
+  def packed_steps():
+    """The training data of a packed fit run by Keras' loop: one element
+    per step, a step being a whole epoch."""
     return tf.data.Dataset.from_tensors(0).repeat()
 
   def epoch(self, sdca):
@@ -325,12 +329,32 @@ class TrainingState:
     """Whether the fit under way runs the engine's epochs."""
     return self._run is not None
 
+  @property
+  def writes_at_end(self):
+    """Whether the fit under way runs the engine's epochs and writes the
+    model's variables after the last (`engine_epochs` can run them)."""
+    return self._run is not None and self._run.write_at_end
+
   def engine_step(self, sdca):
     """The step of a fit on the engine's epochs: its next epoch (trained,
     evaluated, the next one trained beside the evaluation where the
     engine does so), the weights then written into the variables of
     `sdca`. Returns the objective per unit weight (float32)."""
     return self._run.step(sdca)
+
+  def engine_epochs(self, sdca):
+    """All the epochs of a fit on the engine's epochs whose variables are
+    written at the end (`callbacks`' `unread`), in one go: the engine runs
+    them to its end or `tol`, fused several per op call where it can.
+    Returns their logged objectives per unit weight (float32, one per
+    epoch, for the Keras loss tracker); `show_epoch(i)` then makes the
+    gap's logger measure the i-th of them."""
+    return self._run.run_all(sdca)
+
+  def show_epoch(self, index):
+    """Makes the gap's logger of a fit run by `engine_epochs` measure its
+    `index`-th epoch."""
+    self._run.shown = index
 
   def end_fit(self):
     """After a fit on the engine's epochs (also when it raised): the state
@@ -481,6 +505,17 @@ class TrainingState:
 WRITE_AT_END = True
 
 
+# Whether such a fit that prints nothing either (verbose=0) runs all its
+# epochs in one go and then shows each epoch's logs to the callbacks (the
+# gap's logger, History), not in Keras' loop of a step per epoch
+# (`LinearModel._fit_in_one_go`; the same History, variables and duals:
+# tests/test_keras_one_go.py). Keras' loop costs ~0.4 ms per epoch (its
+# metrics' resets and results, the callbacks' hooks) and ~10 ms per fit
+# (its data iterator, callbacks), against epochs of 0.02-1 ms on small
+# data sets.
+ONE_GO = True
+
+
 class _EngineEpochs:
   """The epochs of an in-memory fit on the engine (`engine.epochs_of` over
   the packed rows, with momentum's extrapolation and the gap beside the
@@ -509,8 +544,9 @@ class _EngineEpochs:
   def __init__(self, model, packed, sdca, epochs, tol, config, visit_order,
                momentum_state, keep_momentum, write_at_end=False):
     m = model
-    self._write_at_end = write_at_end
+    self.write_at_end = write_at_end
     self._unwritten = None  # (sdca, table, duals) of the last step
+    self.shown = -1  # the epoch `measure` reports (-1: the last one run)
     p = self._packed = packed
     self._l1, self._l2 = m.l1, m.l2
     self._keep_momentum = keep_momentum
@@ -549,11 +585,26 @@ class _EngineEpochs:
     epoch = next(self._epochs)
     sdca.calls.assign(epoch + 1)
     state = self._state
-    if self._write_at_end:
+    if self.write_at_end:
       self._unwritten = (sdca, state.weight_table(), state.duals)
     else:
       self._write(sdca, state.weight_table(), state.duals)
     return tf.constant(self.history["loss"][-1], tf.float32)
+
+  def run_all(self, sdca):
+    """`step` until the engine ends (write_at_end only), the count of
+    steps written once; returns the epochs' objectives (float32)."""
+    if not self.write_at_end:
+      raise RuntimeError("the epochs of a fit read between its epochs run "
+                         "one a step")
+    state, epoch = self._state, None
+    try:
+      for epoch in self._epochs:
+        self._unwritten = (sdca, state.weight_table(), state.duals)
+    finally:
+      if epoch is not None:
+        sdca.calls.assign(epoch + 1)
+    return np.asarray(self.history["loss"], np.float32)
 
   def _write(self, sdca, table, duals):
     p = self._packed
@@ -562,8 +613,10 @@ class _EngineEpochs:
     state_lib.write_weights(sdca, tf.constant(table), self._l1, self._l2)
 
   def measure(self):
-    """(objective per unit weight, relative gap) of the last epoch."""
-    return self.history["loss"][-1], self.history["duality_gap"][-1]
+    """(objective per unit weight, relative gap) of the last epoch (or
+    after `run_all`, of the `shown`-th)."""
+    return (self.history["loss"][self.shown],
+            self.history["duality_gap"][self.shown])
 
   def close(self):
     self._epochs.close()

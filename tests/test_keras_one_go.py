@@ -1,0 +1,247 @@
+"""Keras' in-memory fit where nothing reads or prints anything between its
+epochs (no callbacks of the user's, validation or compiled metrics;
+verbose=0) runs all its epochs in one go and then shows each epoch's logs
+to the gap's logger and History (`fitting.ONE_GO`): the History, the
+weights, the packed duals, the loss tracker and a continued fit are those
+of Keras' loop of a step per epoch, bit for bit, as is the state an error
+mid-fit leaves; fits with callbacks, validation or a progress bar still run
+Keras' loop, and their callbacks see every epoch."""
+import warnings
+
+import keras
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits, load_wine
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC
+
+from sdca_testutil import heart_scale
+from tf_sdca.keras import LinearModel
+from tf_sdca.keras import fitting
+from tf_sdca.ops import sdca_ops
+
+
+def _data(name):
+  if name == "heart":
+    x, y = heart_scale()
+    return np.asarray(x, np.float32), (y > 0).astype(np.float32), None
+  if name == "digits":
+    x, y = load_digits(return_X_y=True)
+    return (x / 16.0).astype(np.float32), y, 10
+  x, y = load_wine(return_X_y=True)
+  return StandardScaler().fit_transform(x).astype(np.float32), y, 3
+
+
+def _same(a, b):
+  return [np.asarray(v).tobytes() for v in a] == [
+      np.asarray(v).tobytes() for v in b]
+
+
+def _flat(state):
+  """The arrays of a nested dict / list, with their keys, in order."""
+  if isinstance(state, dict):
+    return [item for key in sorted(state)
+            for item in [key] + _flat(state[key])]
+  if isinstance(state, (list, tuple)):
+    return [item for value in state for item in _flat(value)]
+  return [np.asarray(state)]
+
+
+def _fit(monkeypatch, one_go, name, loss, fits, callbacks=None, verbose=0,
+         **options):
+  """Runs `fits` ((epochs, tol, initial_epoch), ...) on one model; returns
+  the model, the History objects, the warnings' messages and how many fits
+  ran in one go."""
+  monkeypatch.setattr(fitting, "ONE_GO", one_go)
+  went = []
+  original = LinearModel._fit_in_one_go  # pylint: disable=protected-access
+
+  def spy(self, *args):
+    went.append(1)
+    return original(self, *args)
+
+  monkeypatch.setattr(LinearModel, "_fit_in_one_go", spy)
+  x, y, k = _data(name)
+  model = LinearModel(loss=loss, l2=1.0, use_bias=False, num_classes=k,
+                      **options)
+  histories = []
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for epochs, tol, initial in fits:
+      histories.append(model.fit(x, y, epochs=epochs, tol=tol,
+                                 initial_epoch=initial, verbose=verbose,
+                                 callbacks=callbacks))
+  monkeypatch.undo()
+  return model, histories, [str(w.message) for w in caught], len(went)
+
+
+CASES = {
+    # name: (data, loss, fits, model options)
+    "hinge heart_scale": ("heart", "hinge", ((62, None, 0),), {}),
+    "hinge heart_scale tol": ("heart", "hinge", ((300, 1e-3, 0),), {}),
+    "hinge heart_scale continued": (
+        "heart", "hinge", ((7, None, 0), (16, None, 7), (5, None, 0)), {}),
+    "multiclass hinge wine tol": ("wine", "multiclass_hinge",
+                                  ((300, 1e-5, 0),), {}),
+    "multiclass hinge digits": ("digits", "multiclass_hinge",
+                                ((30, None, 0),), {}),
+    "hinge heart_scale permutation": ("heart", "hinge", ((20, None, 0),),
+                                      dict(visit_order="permutation")),
+    "logistic heart_scale tol": ("heart", "logistic", ((50, 1e-9, 0),), {}),
+    "smooth hinge wine momentum": ("heart", "smooth_hinge",
+                                   ((25, None, 0),), dict(momentum=0.5)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_one_go_is_kerass_loop_bit_for_bit(monkeypatch, case):
+  name, loss, fits, options = CASES[case]
+  loop, loop_histories, loop_warned, loop_went = _fit(
+      monkeypatch, False, name, loss, fits, **options)
+  go, go_histories, go_warned, go_went = _fit(monkeypatch, True, name, loss,
+                                              fits, **options)
+  assert loop_went == 0 and go_went == len(fits)
+  for a, b in zip(loop_histories, go_histories):
+    assert a.history == b.history
+    assert a.epoch == b.epoch and a.params == b.params
+    assert set(a.history) == {"loss", "duality_gap"}
+  assert go.history is go_histories[-1]
+  assert _same(loop.get_weights(), go.get_weights())
+  assert loop.duality_gap() == go.duality_gap()
+  assert _same(_flat(loop.sdca_state()), _flat(go.sdca_state()))
+  # Keras' loss tracker holds the last epoch's objective (float32), once.
+  tracked = {m: {k: np.asarray(v).tobytes()
+                 for k, v in model.get_metrics_result().items()}
+             for m, model in (("loop", loop), ("go", go))}
+  assert tracked["loop"] == tracked["go"]
+  assert float(go.get_metrics_result()["loss"]) == pytest.approx(
+      go_histories[-1].history["loss"][-1], rel=1e-6)
+  assert loop.stop_training == go.stop_training
+  # The slow-progress warnings, in the same order.
+  assert loop_warned == go_warned
+  first = fits[0]
+  if first[1] is not None:  # stopped by tol at the engine's epoch
+    gaps = go_histories[0].history["duality_gap"]
+    assert gaps[-1] < first[1] and all(g >= first[1] for g in gaps[:-1])
+    assert go.stop_training
+  else:
+    assert len(go_histories[0].history["loss"]) == first[0] - first[2]
+
+
+def test_one_go_reaches_liblinears_optimum_on_digits(monkeypatch):
+  """Crammer-Singer on digits (pixels / 16), l2 = 1 (C = 1), no bias: the
+  fit in one go stops at a gap below 1e-5, which certifies its objective
+  against LIBLINEAR's at a tight tolerance."""
+  model, (history,), _, went = _fit(monkeypatch, True, "digits",
+                                    "multiclass_hinge", ((3000, 1e-5, 0),))
+  assert went == 1
+  gap = history.history["duality_gap"][-1]
+  assert gap < 1e-5
+  x, y, k = _data("digits")
+  rows = np.arange(len(y))
+
+  def objective(w):
+    z = x.astype(np.float64) @ w
+    return ((1.0 - np.eye(k)[y] + z).max(axis=1) - z[rows, y]).sum() + (
+        0.5 * np.sum(w * w))
+
+  ours = objective(np.asarray(model.get_weights()[0], np.float64))
+  assert ours / len(y) == pytest.approx(history.history["loss"][-1],
+                                        rel=1e-6)
+  svc = LinearSVC(C=1.0, loss="hinge", dual=True, fit_intercept=False,
+                  tol=1e-8, max_iter=100000, multi_class="crammer_singer")
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    svc.fit(x, y)
+  theirs = objective(svc.coef_.T.astype(np.float64))
+  assert theirs >= ours * (1.0 - gap) - 1e-7 * ours
+  assert ours <= theirs * (1.0 + 2e-5)
+
+
+def test_an_error_mid_fit_leaves_the_same_state(monkeypatch):
+  """An error in the engine's second op call (an interrupt, say) leaves the
+  model at the last epoch the first call ran, with its count of steps, in
+  one go as in Keras' loop."""
+  states = {}
+  for one_go in (False, True):
+    calls = []
+    original = sdca_ops.packed_epochs
+
+    def failing(*args, **kwargs):
+      calls.append(1)
+      if len(calls) == 2:
+        raise KeyboardInterrupt
+      return original(*args, **kwargs)
+
+    monkeypatch.setattr(fitting, "ONE_GO", one_go)
+    monkeypatch.setattr(sdca_ops, "packed_epochs", failing)
+    x, y, _ = _data("heart")
+    model = LinearModel(loss="hinge", l2=1.0, use_bias=False)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      with pytest.raises(KeyboardInterrupt):
+        model.fit(x, y, epochs=40, verbose=0)
+    monkeypatch.undo()
+    assert len(calls) == 2
+    states[one_go] = (model.get_weights(), _flat(model.sdca_state()),
+                      model.duality_gap())
+  assert _same(states[False][0], states[True][0])
+  assert _same(states[False][1], states[True][1])
+  assert states[False][2] == states[True][2]
+  # The first call ran 4 epochs: the model is then 4 epochs in, not 0.
+  four = LinearModel(loss="hinge", l2=1.0, use_bias=False)
+  x, y, _ = _data("heart")
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    four.fit(x, y, epochs=4, verbose=0)
+  assert _same(four.get_weights(), states[True][0])
+
+
+def test_callbacks_validation_and_progress_run_kerass_loop(monkeypatch):
+  """A callback sees every epoch (its logs are the History's); with
+  validation data or verbose=2 the fit runs Keras' loop too, with the same
+  History."""
+  seen = []
+
+  class Watch(keras.callbacks.Callback):
+
+    def on_epoch_end(self, epoch, logs=None):
+      seen.append((epoch, dict(logs), self.model.get_weights()[0].copy()))
+
+  model, (history,), _, went = _fit(monkeypatch, True, "heart", "hinge",
+                                    ((6, None, 0),), callbacks=[Watch()])
+  assert went == 0
+  assert [e for e, _, _ in seen] == list(range(6))
+  assert [logs["duality_gap"] for _, logs, _ in seen] == (
+      history.history["duality_gap"])
+  assert np.array_equal(seen[-1][2], model.get_weights()[0])
+  assert not np.array_equal(seen[0][2], seen[-1][2])
+  plain, (plain_history,), _, plain_went = _fit(
+      monkeypatch, True, "heart", "hinge", ((6, None, 0),))
+  assert plain_went == 1
+  assert plain_history.history == history.history
+  assert _same(plain.get_weights(), model.get_weights())
+  _, (shown,), _, shown_went = _fit(monkeypatch, True, "heart", "hinge",
+                                    ((6, None, 0),), verbose=2)
+  assert shown_went == 0 and shown.history == plain_history.history
+
+
+def test_early_stopping_stops_where_a_shorter_fit_ends(monkeypatch):
+  """EarlyStopping on the logged gap (a callback: Keras' loop) stops after
+  `patience` epochs without a fall of min_delta; the model is then that
+  many epochs' fit in one go, bit for bit."""
+  stop = keras.callbacks.EarlyStopping(monitor="duality_gap", mode="min",
+                                       patience=2, min_delta=1e-3)
+  model, (history,), _, went = _fit(monkeypatch, True, "heart", "hinge",
+                                    ((200, None, 0),), callbacks=[stop])
+  assert went == 0
+  gaps = history.history["duality_gap"]
+  epochs = len(gaps)
+  assert 3 <= epochs < 200
+  best = min(gaps[:-2])
+  assert gaps[-1] > best - 1e-3 and gaps[-2] > best - 1e-3
+  short, (short_history,), _, short_went = _fit(
+      monkeypatch, True, "heart", "hinge", ((epochs, None, 0),))
+  assert short_went == 1
+  assert short_history.history == history.history
+  assert _same(short.get_weights(), model.get_weights())
