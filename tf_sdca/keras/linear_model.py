@@ -148,6 +148,7 @@ Example:
   >>> probabilities = model.predict(x, verbose=0)
 """
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tf_sdca import losses
@@ -407,6 +408,32 @@ class LinearModel(keras.Model):
     self.train_function = train_function
     return train_function
 
+  def _track_last(self, objective):
+    """Keras' metrics as its loop leaves them after an epoch that logged
+    the float32 `objective`: reset, then the loss tracker given it."""
+    tracker = self._loss_tracker
+    sums = self._tracker_sums()
+    if sums is not None and [m is tracker for m in self.metrics] == [True]:
+      # Reset (0) and added to: 0 + objective, in float32 as the
+      # variable's add computes it, and a count of 1.
+      sums[0].assign(np.float32(0.0) + objective)
+      sums[1].assign(1.0)
+      return
+    self.reset_metrics()
+    self._loss_tracking()(tf.constant(objective))
+
+  def _tracker_sums(self):
+    """The float32 variables `(total, count)` under Keras' loss tracker
+    when it is Keras' Mean of them, else None."""
+    tracker = self._loss_tracker
+    if (type(tracker) is keras.metrics.Mean and  # pylint: disable=unidiomatic-typecheck
+        tracker.dtype == "float32"):
+      sums = (tracker.total.value, tracker.count.value)
+      if all(isinstance(v, tf.Variable) and v.dtype == tf.float32
+             for v in sums):
+        return sums
+    return None
+
   def _loss_tracking(self):
     """`objective -> None`: adds a float32 scalar to Keras' loss tracker
     (its `update_state`)."""
@@ -416,16 +443,13 @@ class LinearModel(keras.Model):
     # variables under them (the same bits; Keras' update_state and even its
     # variables' assign_add take ~10 ops each, a tenth of the ~1 ms Keras
     # spends per epoch on data sets that train in 0.03 ms per epoch).
-    if (type(tracker) is keras.metrics.Mean and  # pylint: disable=unidiomatic-typecheck
-        tracker.dtype == "float32"):
-      sums = (tracker.total.value, tracker.count.value)
-      if all(isinstance(v, tf.Variable) and v.dtype == tf.float32
-             for v in sums):
+    sums = self._tracker_sums()
+    if sums is not None:
 
-        def add(objective):
-          sums[0].assign_add(objective)
-          sums[1].assign_add(1.0)
-        return add
+      def add(objective):
+        sums[0].assign_add(objective)
+        sums[1].assign_add(1.0)
+      return add
     return tracker.update_state
 
   def _packed_step(self):
@@ -651,7 +675,6 @@ class LinearModel(keras.Model):
     self.stop_training = False
     self._eval_epoch_iterator = None
     self.make_train_function()
-    track = self._loss_tracking()
     callbacks.on_train_begin()
     objectives = self._training.engine_epochs(self._sdca)
     logs = None
@@ -666,8 +689,7 @@ class LinearModel(keras.Model):
       if self.stop_training:
         break
     if objectives.shape[0]:
-      self.reset_metrics()
-      track(tf.constant(objectives[-1]))
+      self._track_last(objectives[-1])
     callbacks.on_train_end(logs=logs)
     return self.history
 
