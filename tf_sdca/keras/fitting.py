@@ -3,8 +3,10 @@
 The model keeps its configuration, its Keras weights and the
 `tf_sdca.SdcaModel` over them; `TrainingState` is the plain-Python rest of
 its training. For each `fit` it packs in-memory rows once and runs the
-engine's epochs over them, one a Keras step (`_EngineEpochs`; ASDCA's and
-averaging fits: one `TfSdca>PackedSolve` call a traced step), or leaves
+engine's epochs over them, one a Keras step (`_EngineEpochs`; all in one
+go, `engine_epochs`, where nothing reads or prints anything between them;
+ASDCA's and averaging fits: one `TfSdca>PackedSolve` call a traced step),
+or leaves
 them for streamed batches (`SdcaModel`, one batch a step), and gives the
 callbacks that fit runs with (`tf_sdca.keras.callbacks`: the gap's logging
 and stop, averaging). Between fits it holds what the next fit, `duality_gap`, `save`
@@ -510,9 +512,9 @@ WRITE_AT_END = True
 # gap's logger, History), not in Keras' loop of a step per epoch
 # (`LinearModel._fit_in_one_go`; the same History, variables and duals:
 # tests/test_keras_one_go.py). Keras' loop costs ~0.4 ms per epoch (its
-# metrics' resets and results, the callbacks' hooks) and ~10 ms per fit
-# (its data iterator, callbacks), against epochs of 0.02-1 ms on small
-# data sets.
+# metrics' resets and results, the callbacks' hooks) and ~6 ms per fit
+# (its data iterator, the loss tracker's updates), against epochs of
+# 0.02-1 ms on small data sets.
 ONE_GO = True
 
 

@@ -667,7 +667,7 @@ class LinearModel(keras.Model):
     each epoch's logs in order, as Keras' loop of a step per epoch shows
     them; the loss tracker ends as that loop leaves it (the last epoch's
     objective). The History, weights and duals are that loop's, bit for
-    bit, without its ~0.4 ms of Keras per epoch and ~10 ms per fit
+    bit, without its ~0.4 ms of Keras per epoch and ~6 ms per fit
     (tests/test_keras_one_go.py)."""
     callbacks = keras.callbacks.CallbackList(
         callbacks, add_history=True, add_progbar=False, verbose=0,
