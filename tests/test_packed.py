@@ -379,3 +379,38 @@ def test_parts_are_refused_where_a_pass_is_no_order_cut_up():
                      match="num_parts = 2 needs rows packed for one thread, "
                            "not 2"):
     raw(threaded, *state, num_parts=2, **attrs)
+
+
+@pytest.mark.parametrize("num_classes", [None, 3])
+def test_a_table_past_the_weight_prefetch_size_trains_the_same_bits(
+    num_classes):
+  # One-thread passes prefetch a row's weights only for tables of at least
+  # 4 MiB (PackedRows::PrefetchWeights); the same rows in a table of 2^19
+  # slots (4 MiB binary) and in one of 2^12 must give the same bits: the
+  # unused slots stay 0 and add +0 to the norms. Binary hinge and
+  # Crammer-Singer, the shrinking order, 4 epochs.
+  from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(3)
+  n, per_row = 300, 12
+  ids = np.stack([rng.choice(1 << 12, per_row, replace=False)
+                  for _ in range(n)]).astype(np.int64)
+  values = rng.uniform(0.1, 1.0, (n, per_row)).astype(np.float32)
+  labels = (rng.integers(0, 3, n) if num_classes else
+            rng.integers(0, 2, n)).astype(np.float32)
+  indptr = np.arange(0, n * per_row + 1, per_row, dtype=np.int64)
+  results = []
+  for num_features in (1 << 12, 1 << 19):
+    model = InMemorySdca(
+        loss="multiclass_hinge" if num_classes else "hinge", l2=0.5,
+        num_classes=num_classes)
+    history = model.fit(labels, indptr=indptr, indices=ids.ravel(),
+                        values=values.ravel(), num_features=num_features,
+                        epochs=4, verbose=0)
+    assert history["duality_gap"][-1] < 0.5
+    results.append((np.asarray(model.sparse_weights), model.duals,
+                    history["loss"], history["duality_gap"]))
+  (w_small, a_small, l_small, g_small), (w_big, a_big, l_big, g_big) = results
+  np.testing.assert_array_equal(w_big[:1 << 12], w_small)
+  assert not np.any(w_big[1 << 12:])
+  np.testing.assert_array_equal(a_big, a_small)
+  assert l_big == l_small and g_big == g_small

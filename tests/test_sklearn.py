@@ -168,6 +168,31 @@ def test_dataframe_input_sets_feature_names():
     model.predict(x)
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int8, np.uint8, np.bool_])
+def test_integer_labels_take_label_encoders_classes_and_order(dtype):
+  # Integer and boolean labels are encoded by np.unique without
+  # LabelEncoder: the same classes_, and the same rows' targets as string
+  # labels in the same sorted order (which take LabelEncoder's path).
+  x, y = _wine()
+  values = {np.bool_: [True, False, True], np.uint8: [7, 200, 3]}.get(
+      dtype, [-5, 9, 2])
+  labels = np.array(values, dtype)[y]  # (bool: two classes)
+  order = np.unique(labels)
+  names = np.array([f"class {r}" for r in range(len(order))], object)
+  as_names = names[np.searchsorted(order, labels)]
+  for loss in ("hinge", "logistic"):
+    ours = SDCAClassifier(loss=loss, random_state=0).fit(x, labels)
+    named = SDCAClassifier(loss=loss, random_state=0).fit(x, as_names)
+    np.testing.assert_array_equal(ours.classes_, order)
+    assert ours.classes_.dtype == labels.dtype
+    np.testing.assert_array_equal(ours.coef_, named.coef_)
+    np.testing.assert_array_equal(ours.predict(x),
+                                  order[np.searchsorted(names,
+                                                        named.predict(x))])
+  with pytest.raises(ValueError, match="Unknown label type"):
+    SDCAClassifier().fit(x, labels + 0.5)
+
+
 def test_predict_proba_only_where_the_loss_has_probabilities():
   x, y = _wine()
   assert hasattr(SDCAClassifier(), "predict_proba")

@@ -72,13 +72,30 @@ def _positive(name, value, door, strict=True):
   return float(value)
 
 
+def _encode_classes(y):
+  """(classes_, each label's index in them) of validated labels y, as
+  `check_classification_targets` and `LabelEncoder().fit_transform` give
+  them. Integer or boolean labels in one dimension are always 'binary' or
+  'multiclass' targets and LabelEncoder sorts them with np.unique: that
+  path alone, in ~10 us where the two took ~250 us on a few thousand rows
+  (a fixed cost of every fit, a fifth of a LIBLINEAR-sized one on
+  heart_scale)."""
+  if isinstance(y, np.ndarray) and y.ndim == 1 and y.dtype.kind in "biu":
+    classes, codes = np.unique(y, return_inverse=True)
+    return classes, codes.reshape(-1)
+  check_classification_targets(y)
+  encoder = LabelEncoder()
+  codes = encoder.fit_transform(y)
+  return encoder.classes_, codes
+
+
 def _threads(n_jobs, n):
   """n_jobs as scikit-learn spells it (None: 1, -1: all cores) -> the
   engine's lock-free threads."""
-  cores = os.cpu_count() or 1
   if n_jobs is None:
-    jobs = 1
-  elif n_jobs < 0:
+    return 1  # (whatever the cores: os.cpu_count took ~14 us a fit)
+  cores = os.cpu_count() or 1
+  if n_jobs < 0:
     jobs = max(1, cores + 1 + n_jobs)
   else:
     jobs = max(1, int(n_jobs))
@@ -319,13 +336,12 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
   def fit(self, X, y, sample_weight=None):
     """Fits on X `[n, d]` (array, scipy.sparse or DataFrame), labels y."""
     X, y = self._validate(X, y)
-    check_classification_targets(y)
-    encoder = LabelEncoder().fit(y)
+    classes, codes = _encode_classes(y)
     if (self.warm_start and getattr(self, "classes_", None) is not None and
-        not np.array_equal(encoder.classes_, self.classes_)):
+        not np.array_equal(classes, self.classes_)):
       self.duals_ = None
-    self.classes_ = encoder.classes_
-    self._train(X, encoder.transform(y), sample_weight)
+    self.classes_ = classes
+    self._train(X, codes, sample_weight)
     self._seen = None  # fit starts the rows of partial_fit afresh
     return self
 

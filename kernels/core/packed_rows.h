@@ -270,6 +270,11 @@ class PackedRows {
   int64_t FrequentSyncInterval() const;
   // Cache lines of a record each pass prefetches ahead of its visit.
   int64_t PrefetchLines() const;
+  // `weights` where a one-thread pass prefetches the weights of a row's ids
+  // ahead of its visit (a table of num_slots() x `stride` doubles of at
+  // least kPrefetchWeightsFrom bytes), else null (PrefetchAhead).
+  const double* PrefetchWeights(const double* weights,
+                                int64_t stride = 1) const;
   // Bytes held (records, row offsets, labels, hot ids).
   int64_t bytes() const;
 

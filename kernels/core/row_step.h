@@ -228,7 +228,8 @@ class RowStep {
 //
 // With `stride` K > 1 (the multiclass losses' [slots, K] table and [n, K]
 // duals) each slot's and the dual block's first lines (up to 4) are
-// prefetched.
+// prefetched. With `w` null only the record and the dual are
+// (PackedRows::PrefetchWeights: a table the caches hold).
 template <class Header, class Ids>
 __attribute__((always_inline)) inline void PrefetchAhead(
     const char* buffer, const int64_t* visit, int64_t k, int64_t count,
@@ -251,13 +252,17 @@ __attribute__((always_inline)) inline void PrefetchAhead(
     const int32_t* ids = reinterpret_cast<const int32_t*>(h + 1);
     const int32_t num_ids = ids_of(h);
     if (stride == 1) {
-      for (int32_t e = 0; e < num_ids; ++e) __builtin_prefetch(w + ids[e], 1);
+      if (w != nullptr) {
+        for (int32_t e = 0; e < num_ids; ++e) {
+          __builtin_prefetch(w + ids[e], 1);
+        }
+      }
       __builtin_prefetch(duals + h->row, 1);
       return;
     }
     // Bytes from a block's start to the start of its last line to fetch.
     const int64_t span = std::min<int64_t>(8 * (stride - 1), 192);
-    for (int32_t e = 0; e < num_ids; ++e) {
+    for (int32_t e = 0; e < num_ids && w != nullptr; ++e) {
       const char* slot = reinterpret_cast<const char*>(w + ids[e] * stride);
       for (int64_t b = 0; b <= span; b += 64) __builtin_prefetch(slot + b, 1);
       __builtin_prefetch(slot + span, 1);
