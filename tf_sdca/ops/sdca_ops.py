@@ -817,9 +817,36 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
     x_prev for the next epoch (where the last one started before its
     extrapolation), else `[0]`.
   """
+  return _packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type,
+                        l1, l2, visit_order, gamma, num_classes, hinge_step,
+                        beta, previous, last_dual, restart,
+                        name or "packed_epochs")
+
+
+def extrapolated_pass(rows, weights, duals, seed, loss_type, l1, l2, beta,
+                      previous, visit_order="permutation", gamma=1.0,
+                      num_classes=1, hinge_step="projection", name=None):
+  """One `packed_solve` pass from the heavy ball's start `x + beta_r (x -
+  x_prev)` (`packed_epochs` of one epoch, not evaluated, without a restart:
+  `tf_sdca.engine.Extrapolation.start_epoch`'s step in C++, the same bits).
+
+  Returns:
+    `(weights, duals, previous_weights, previous_duals)`: after the pass,
+    and x, the point it extrapolated from (x_prev of the next epoch).
+  """
+  w, d, _, _, prev_w, prev_d = _packed_epochs(
+      rows, weights, duals, seed, np.zeros(1, bool), -1.0, loss_type, l1, l2,
+      visit_order, gamma, num_classes, hinge_step, beta, previous, -np.inf,
+      False, name or "extrapolated_pass")
+  return w, d, prev_w, prev_d
+
+
+def _packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
+                   l2, visit_order, gamma, num_classes, hinge_step, beta,
+                   previous, last_dual, restart, name):
   _check_options(loss_type, l1, l2, 1, 1, visit_order, gamma, 0, num_classes)
   check_hinge_step(loss_type, hinge_step)
-  with tf.name_scope(name or "packed_epochs"):
+  with tf.name_scope(name):
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2, 1, 1,
                                visit_order, gamma, True, num_classes,
                                hinge_step)
