@@ -472,3 +472,19 @@ class Model:
                  self.state[:, 2].astype(np.float64).sum() +
                  self.l2 * (w @ w) + self.l1 * np.abs(w).sum()) /
                 self.p["weights"].astype(np.float64).sum())
+
+
+def flat_arrays(state):
+  """The arrays of a nested dict / list, with their keys, in order."""
+  if isinstance(state, dict):
+    return [item for key in sorted(state)
+            for item in [key] + flat_arrays(state[key])]
+  if isinstance(state, (list, tuple)):
+    return [item for value in state for item in flat_arrays(value)]
+  return [np.asarray(state)]
+
+
+def same_bytes(a, b):
+  """Whether two lists of arrays are equal to the byte."""
+  return [np.asarray(v).tobytes() for v in a] == [
+      np.asarray(v).tobytes() for v in b]

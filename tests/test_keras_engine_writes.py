@@ -15,7 +15,7 @@ from sklearn.datasets import load_wine
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
-from sdca_testutil import heart_scale
+from sdca_testutil import flat_arrays, heart_scale, same_bytes
 from tf_sdca.keras import LinearModel
 from tf_sdca.keras import fitting
 from tf_sdca.ops import sdca_ops
@@ -61,21 +61,6 @@ def _fit(monkeypatch, at_end, name, loss, fits=((40, None),), callbacks=None,
   return model, histories, calls
 
 
-def _flat(state):
-  """The arrays of a nested dict / list, with their keys, in order."""
-  if isinstance(state, dict):
-    return [item for key in sorted(state)
-            for item in [key] + _flat(state[key])]
-  if isinstance(state, (list, tuple)):
-    return [item for value in state for item in _flat(value)]
-  return [np.asarray(state)]
-
-
-def _same(a, b):
-  return [np.asarray(v).tobytes() for v in a] == [
-      np.asarray(v).tobytes() for v in b]
-
-
 CASES = {
     # name: (data, loss, fits, model options)
     "hinge heart_scale": ("heart", "hinge", ((40, None),), {}),
@@ -97,11 +82,11 @@ def test_written_at_the_end_as_every_epoch(monkeypatch, case):
                                         fits, **options)
   end, end_history, end_calls = _fit(monkeypatch, True, name, loss, fits,
                                      **options)
-  assert _same(each.get_weights(), end.get_weights())
+  assert same_bytes(each.get_weights(), end.get_weights())
   assert each_history == end_history
   # The packed rows' table and duals were written too: the same gap.
   assert each.duality_gap() == end.duality_gap()
-  assert _same(_flat(each.sdca_state()), _flat(end.sdca_state()))
+  assert same_bytes(flat_arrays(each.sdca_state()), flat_arrays(end.sdca_state()))
   # One epoch per step before; the shrinking orders' epochs are fused now
   # (the others train the next epoch beside the gap: no fused calls).
   assert not each_calls
@@ -129,7 +114,7 @@ def test_a_callback_sees_every_epochs_weights(monkeypatch):
     seen[at_end] = weights
     assert not calls  # an epoch per step: the callback reads each
     assert np.array_equal(weights[-1], model.get_weights()[0])
-  assert _same(seen[False], seen[True])
+  assert same_bytes(seen[False], seen[True])
   assert len(seen[True]) == 6
   assert not np.array_equal(seen[True][0], seen[True][-1])
 
@@ -193,4 +178,4 @@ def test_a_keras_epoch_cap_keeps_an_epoch_per_step(monkeypatch):
   five, (history5,), _ = _fit(monkeypatch, True, "heart", "hinge",
                               ((5, None),))
   assert history == history5
-  assert _same(model.get_weights(), five.get_weights())
+  assert same_bytes(model.get_weights(), five.get_weights())

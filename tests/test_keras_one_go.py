@@ -15,7 +15,7 @@ from sklearn.datasets import load_digits, load_wine
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
-from sdca_testutil import heart_scale
+from sdca_testutil import flat_arrays, heart_scale, same_bytes
 from tf_sdca.keras import LinearModel
 from tf_sdca.keras import fitting
 from tf_sdca.ops import sdca_ops
@@ -30,21 +30,6 @@ def _data(name):
     return (x / 16.0).astype(np.float32), y, 10
   x, y = load_wine(return_X_y=True)
   return StandardScaler().fit_transform(x).astype(np.float32), y, 3
-
-
-def _same(a, b):
-  return [np.asarray(v).tobytes() for v in a] == [
-      np.asarray(v).tobytes() for v in b]
-
-
-def _flat(state):
-  """The arrays of a nested dict / list, with their keys, in order."""
-  if isinstance(state, dict):
-    return [item for key in sorted(state)
-            for item in [key] + _flat(state[key])]
-  if isinstance(state, (list, tuple)):
-    return [item for value in state for item in _flat(value)]
-  return [np.asarray(state)]
 
 
 def _fit(monkeypatch, one_go, name, loss, fits, callbacks=None, verbose=0,
@@ -106,9 +91,9 @@ def test_one_go_is_kerass_loop_bit_for_bit(monkeypatch, case):
     assert a.epoch == b.epoch and a.params == b.params
     assert set(a.history) == {"loss", "duality_gap"}
   assert go.history is go_histories[-1]
-  assert _same(loop.get_weights(), go.get_weights())
+  assert same_bytes(loop.get_weights(), go.get_weights())
   assert loop.duality_gap() == go.duality_gap()
-  assert _same(_flat(loop.sdca_state()), _flat(go.sdca_state()))
+  assert same_bytes(flat_arrays(loop.sdca_state()), flat_arrays(go.sdca_state()))
   # Keras' loss tracker holds the last epoch's objective (float32), once.
   tracked = {m: {k: np.asarray(v).tobytes()
                  for k, v in model.get_metrics_result().items()}
@@ -183,10 +168,10 @@ def test_an_error_mid_fit_leaves_the_same_state(monkeypatch):
         model.fit(x, y, epochs=40, verbose=0)
     monkeypatch.undo()
     assert len(calls) == 2
-    states[one_go] = (model.get_weights(), _flat(model.sdca_state()),
+    states[one_go] = (model.get_weights(), flat_arrays(model.sdca_state()),
                       model.duality_gap())
-  assert _same(states[False][0], states[True][0])
-  assert _same(states[False][1], states[True][1])
+  assert same_bytes(states[False][0], states[True][0])
+  assert same_bytes(states[False][1], states[True][1])
   assert states[False][2] == states[True][2]
   # The first call ran 4 epochs: the model is then 4 epochs in, not 0.
   four = LinearModel(loss="hinge", l2=1.0, use_bias=False)
@@ -194,7 +179,7 @@ def test_an_error_mid_fit_leaves_the_same_state(monkeypatch):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     four.fit(x, y, epochs=4, verbose=0)
-  assert _same(four.get_weights(), states[True][0])
+  assert same_bytes(four.get_weights(), states[True][0])
 
 
 def test_callbacks_validation_and_progress_run_kerass_loop(monkeypatch):
@@ -220,7 +205,7 @@ def test_callbacks_validation_and_progress_run_kerass_loop(monkeypatch):
       monkeypatch, True, "heart", "hinge", ((6, None, 0),))
   assert plain_went == 1
   assert plain_history.history == history.history
-  assert _same(plain.get_weights(), model.get_weights())
+  assert same_bytes(plain.get_weights(), model.get_weights())
   _, (shown,), _, shown_went = _fit(monkeypatch, True, "heart", "hinge",
                                     ((6, None, 0),), verbose=2)
   assert shown_went == 0 and shown.history == plain_history.history
@@ -244,4 +229,4 @@ def test_early_stopping_stops_where_a_shorter_fit_ends(monkeypatch):
       monkeypatch, True, "heart", "hinge", ((epochs, None, 0),))
   assert short_went == 1
   assert short_history.history == history.history
-  assert _same(short.get_weights(), model.get_weights())
+  assert same_bytes(short.get_weights(), model.get_weights())
