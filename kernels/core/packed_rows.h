@@ -326,9 +326,10 @@ class PackedRows {
   // change (CoCoA+ adding: the caller sums the changes of K workers). With
   // num_threads() > 1 the threads run on their own std::threads; each takes
   // a contiguous share of the pass's permutation (kPermutation), of the rows
-  // in order (kCyclic), or draws with replacement from its own contiguous
-  // block of rows (kUniform; kAdaptive with the block's adaptive
-  // probabilities), so that no two threads update the same dual.
+  // in order (kCyclic), or draws with replacement from its own share of a
+  // random permutation of the rows, new each pass (kUniform; kAdaptive with
+  // the share's adaptive probabilities), so that no two threads update the
+  // same dual.
   //
   // kShrinking (one thread; with threads it is kPermutation) visits fresh
   // permutations of the rows not shrunk, LIBLINEAR's shrinking for boxed
