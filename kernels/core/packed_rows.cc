@@ -922,7 +922,9 @@ void PackedRows::AdaptiveScores(const SolverOptions& options,
 void PackedRows::Solve(const SolverOptions& options, double* weights,
                        double* duals, StateRecord* record) const {
   if (num_examples_ == 0) return;
-  if (num_threads_ > 1) return SolveSplit(options, false, weights, duals);
+  if (num_threads_ > 1) {
+    return SolveSplit(options, Interleave::kThreads, weights, duals);
+  }
   SolveOneThread(options, weights, duals, record);
 }
 
@@ -1098,7 +1100,18 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
 void PackedRows::SolveLockstep(const SolverOptions& options, double* weights,
                                double* duals) const {
   if (num_examples_ == 0) return;
-  if (num_threads_ > 1) return SolveSplit(options, true, weights, duals);
+  if (num_threads_ > 1) {
+    return SolveSplit(options, Interleave::kLockstep, weights, duals);
+  }
+  SolveOneThread(options, weights, duals, nullptr);
+}
+
+void PackedRows::SolveSequential(const SolverOptions& options,
+                                 double* weights, double* duals) const {
+  if (num_examples_ == 0) return;
+  if (num_threads_ > 1) {
+    return SolveSplit(options, Interleave::kSequential, weights, duals);
+  }
   SolveOneThread(options, weights, duals, nullptr);
 }
 
@@ -1510,7 +1523,7 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
   const int64_t n = num_examples_;
   if (n == 0) return;
   if (num_threads_ > 1) {
-    SolveBlocksSplit(options, loss, /*lockstep=*/false, weights, duals);
+    SolveBlocksSplit(options, loss, Interleave::kThreads, weights, duals);
     if (dual_error != nullptr) CheckBlockDuals(duals, loss, dual_error);
     return;
   }
@@ -1715,7 +1728,7 @@ void PackedRows::SolveBlocksLockstep(const SolverOptions& options,
                                      const MulticlassLoss& loss,
                                      double* weights, double* duals) const {
   if (num_threads_ > 1) {
-    SolveBlocksSplit(options, loss, /*lockstep=*/true, weights, duals);
+    SolveBlocksSplit(options, loss, Interleave::kLockstep, weights, duals);
   } else {
     SolveBlocks(options, loss, weights, duals);
   }

@@ -197,6 +197,9 @@ class PackedRows {
     kAuto,
   };
   static constexpr int64_t kFreshSyncInterval = 1024;
+  // How the threads' shares of a pass run: on std::threads, in lockstep
+  // (SolveLockstep) or one after another (SolveSequential).
+  enum class Interleave { kThreads, kLockstep, kSequential };
   void set_thread_sync(ThreadSync sync) { requested_sync_ = sync; }
   // The mode the rows were packed for (kAuto resolved; kScaled with one
   // thread, where it does not matter).
@@ -323,9 +326,10 @@ class PackedRows {
   // change (CoCoA+ adding: the caller sums the changes of K workers). With
   // num_threads() > 1 the threads run on their own std::threads; each takes
   // a contiguous share of the pass's permutation (kPermutation), of the rows
-  // in order (kCyclic), or draws with replacement from its own contiguous
-  // block of rows (kUniform; kAdaptive with the block's adaptive
-  // probabilities), so that no two threads update the same dual.
+  // in order (kCyclic), or draws with replacement from its own share of a
+  // random permutation of the rows, new each pass (kUniform; kAdaptive with
+  // the share's adaptive probabilities), so that no two threads update the
+  // same dual.
   //
   // kShrinking (one thread; with threads it is kPermutation) visits fresh
   // permutations of the rows not shrunk, LIBLINEAR's shrinking for boxed
@@ -355,6 +359,14 @@ class PackedRows {
   // count on a machine with fewer cores.
   void SolveLockstep(const SolverOptions& options, double* weights,
                      double* duals) const;
+
+  // Like Solve, but with num_threads() > 1 the threads' shares of each pass
+  // run one after another on the calling thread, each whole (Begin, its
+  // rows, End): the timing of threads on a loaded machine, where each runs
+  // its share within a time slice of its core while the other waits.
+  // Deterministic: for tests that such timing converges as one thread does.
+  void SolveSequential(const SolverOptions& options, double* weights,
+                       double* duals) const;
 
   // The objective parts at (weights, duals). Rows are summed in blocks of
   // 16384, `chunks` runs of blocks through `parallel_for` (any pool: they
@@ -528,10 +540,10 @@ class PackedRows {
   // into the hot index of each id (-1: cold); *uses gets the rows using
   // each private slot [hot ids | dense columns].
   void ChooseHotIds(std::vector<int64_t>* uses);
-  void SolveSplit(const SolverOptions& options, bool lockstep,
+  void SolveSplit(const SolverOptions& options, Interleave interleave,
                   double* weights, double* duals) const;
   void SolveBlocksSplit(const SolverOptions& options,
-                        const MulticlassLoss& loss, bool lockstep,
+                        const MulticlassLoss& loss, Interleave interleave,
                         double* weights, double* duals) const;
   // Fills slot_scales_ from the rows' use of each private slot.
   void ChooseSlotScales(const std::vector<int64_t>& uses);

@@ -57,29 +57,35 @@ __attribute__((always_inline)) inline void MergeDue(
 }
 
 // Runs the threads' shares of one pass (each a SplitPass or BlockSplitPass:
-// Begin, Visit(k) for its k < count(), End), on `run_threads` or, with
-// `lockstep`, interleaved on the calling thread: every share's k-th step
-// reads before any share's k-th change of the shared table is written
-// (Visit<true> + ApplyDeferred). Every kCancelCheckRows rows a cancelled
-// solve ends the shares (merged as at their end).
+// Begin, Visit(k) for its k < count(), End), on `run_threads`, or on the
+// calling thread: kLockstep interleaved, every share's k-th step reading
+// before any share's k-th change of the shared table is written
+// (Visit<true> + ApplyDeferred); kSequential one share after another.
+// Every kCancelCheckRows rows a cancelled solve ends the shares (merged as
+// at their end).
 template <class Pass>
 void RunShares(const std::vector<std::unique_ptr<Pass>>& passes,
-               bool lockstep, const SolverOptions& options,
-               const ParallelFor& run_threads) {
+               PackedRows::Interleave interleave,
+               const SolverOptions& options, const ParallelFor& run_threads) {
   auto cancelled = [&options](int64_t k) {
     return (k & (kCancelCheckRows - 1)) == kCancelCheckRows - 1 &&
            options.Cancelled();
   };
-  if (!lockstep) {
-    run_threads(static_cast<int64_t>(passes.size()), [&](int64_t t) {
-      Pass& p = *passes[t];
-      p.Begin();
-      for (int64_t k = 0; k < p.count(); ++k) {
-        if (cancelled(k)) break;
-        p.Visit(k);
-      }
-      p.End();
-    });
+  auto run_share = [&](int64_t t) {
+    Pass& p = *passes[t];
+    p.Begin();
+    for (int64_t k = 0; k < p.count(); ++k) {
+      if (cancelled(k)) break;
+      p.Visit(k);
+    }
+    p.End();
+  };
+  if (interleave == PackedRows::Interleave::kThreads) {
+    run_threads(static_cast<int64_t>(passes.size()), run_share);
+    return;
+  }
+  if (interleave == PackedRows::Interleave::kSequential) {
+    for (size_t t = 0; t < passes.size(); ++t) run_share(t);
     return;
   }
   int64_t longest = 0;
@@ -436,10 +442,22 @@ class BlockSplitPass {
   std::vector<int64_t> deferred_changed_;
   std::vector<double> deferred_delta_;
 };
+// The rows in a random order for pass `pass` (the permutation order's
+// stream, unused by the orders that draw), cut by the caller into the
+// threads' shares: each thread then draws within a random share of the
+// rows instead of a block of consecutive ones.
+void RandomShares(uint64_t seed, int pass, int64_t n,
+                  std::vector<int64_t>* rows) {
+  rows->resize(n);
+  Rng rng = PassRng(seed, 0, pass);
+  FillVisitOrder(VisitOrder::kPermutation, 0, n, nullptr, &rng,
+                 [](int64_t i) { return i; }, rows->data());
+}
 }  // namespace
 
-void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
-                            double* weights, double* duals) const {
+void PackedRows::SolveSplit(const SolverOptions& options,
+                            Interleave interleave, double* weights,
+                            double* duals) const {
   const int64_t n = num_examples_;
   const int64_t threads = std::min<int64_t>(num_threads_, n);
   const int64_t num_hot = static_cast<int64_t>(hot_ids_.size());
@@ -449,8 +467,8 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
   auto first_row = [&](int64_t t) { return n * t / threads; };
   auto offset_of = [this](int64_t i) { return offsets_[i]; };
   WithPartitionScaling(options, num_slots(), weights, [&] {
-    std::vector<int64_t> visit;
-    std::vector<double> scores;
+    std::vector<int64_t> visit, rows;
+    std::vector<double> scores, share_scores;
     std::vector<double> shared_hot(num_hot + dense_dim_);
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
       if (options.Cancelled()) break;  // the hot weights are written back
@@ -466,19 +484,28 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
                        visit.data());
         order = visit.data();
       } else if (options.order != VisitOrder::kCyclic) {
-        // Each thread draws within its own block of rows.
+        // Each thread draws within its own share of the rows, a random one
+        // each pass (RandomShares): contiguous blocks of rows, on a data
+        // set sorted by some feature or the label, made threads that run
+        // one after another (a loaded machine) alternate between two
+        // halves of it with their own optimum, and the gap fell 10-25x
+        // slower per epoch than one thread's.
+        RandomShares(options.seed, pass, n, &rows);
         if (options.order == VisitOrder::kAdaptive) {
           scores.resize(n);
+          share_scores.resize(n);
           run_threads(threads, [&](int64_t t) {
             AdaptiveScores(options, weights, duals, first_row(t),
                            first_row(t + 1), scores.data());
           });
+          for (int64_t j = 0; j < n; ++j) share_scores[j] = scores[rows[j]];
         }
         visit.resize(n);
+        auto offset_at = [&](int64_t j) { return offsets_[rows[j]]; };
         for (int64_t t = 0; t < threads; ++t) {
           Rng rng = PassRng(options.seed, t + 1, pass);
           FillVisitOrder(options.order, first_row(t), first_row(t + 1),
-                         scores.data(), &rng, offset_of,
+                         share_scores.data(), &rng, offset_at,
                          visit.data() + first_row(t));
         }
         order = visit.data();
@@ -510,7 +537,7 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
                        first_row(t + 1) - first_row(t),
                        SyncInterval() * t / threads));
                  }
-                 RunShares(passes, lockstep, options, run_threads);
+                 RunShares(passes, interleave, options, run_threads);
                });
       for (int64_t h = 0; h < num_hot; ++h) {
         weights[hot_ids_[h]] = shared_hot[h];
@@ -522,8 +549,9 @@ void PackedRows::SolveSplit(const SolverOptions& options, bool lockstep,
 }
 
 void PackedRows::SolveBlocksSplit(const SolverOptions& options,
-                                  const MulticlassLoss& loss, bool lockstep,
-                                  double* weights, double* duals) const {
+                                  const MulticlassLoss& loss,
+                                  Interleave interleave, double* weights,
+                                  double* duals) const {
   const int64_t n = num_examples_;
   const int64_t threads = std::min<int64_t>(num_threads_, n);
   const int64_t num_hot = static_cast<int64_t>(hot_ids_.size());
@@ -534,17 +562,20 @@ void PackedRows::SolveBlocksSplit(const SolverOptions& options,
   auto offset_of = [this](int64_t i) { return offsets_[i]; };
   using Pass = BlockSplitPass<SplitHeader>;
   WithPartitionScaling(options, num_slots() * k, weights, [&] {
-    std::vector<int64_t> visit;
+    std::vector<int64_t> visit, rows;
     std::vector<double> shared_hot((num_hot + dense_dim_) * k);
     for (int pass = 0; pass < options.num_inner_iterations; ++pass) {
       if (options.Cancelled()) break;  // the hot weights are written back
       const int64_t* order = offsets_.data();  // kCyclic
       if (options.order == VisitOrder::kUniform) {
+        // Within random shares of the rows, as SolveSplit's.
+        RandomShares(options.seed, pass, n, &rows);
+        auto offset_at = [&](int64_t j) { return offsets_[rows[j]]; };
         visit.resize(n);
         for (int64_t t = 0; t < threads; ++t) {
           Rng rng = PassRng(options.seed, t + 1, pass);
           FillVisitOrder(options.order, first_row(t), first_row(t + 1),
-                         nullptr, &rng, offset_of,
+                         nullptr, &rng, offset_at,
                          visit.data() + first_row(t));
         }
         order = visit.data();
@@ -588,7 +619,7 @@ void PackedRows::SolveBlocksSplit(const SolverOptions& options,
             loss, shared, order + first_row(t),
             first_row(t + 1) - first_row(t), SyncInterval() * t / threads));
       }
-      RunShares(passes, lockstep, options, run_threads);
+      RunShares(passes, interleave, options, run_threads);
       for (int64_t h = 0; h < num_hot; ++h) {
         std::copy(shared_hot.begin() + h * k, shared_hot.begin() + (h + 1) * k,
                   weights + static_cast<int64_t>(hot_ids_[h]) * k);

@@ -19,8 +19,9 @@
 
 namespace tf_sdca {
 
-// The draws of pass `pass` of `stream`: stream 0 is a whole pass's order,
-// stream t + 1 lock-free thread t's draws from its own block of rows.
+// The draws of pass `pass` of `stream`: stream 0 is a whole pass's order
+// (with lock-free threads that draw: the permutation cut into their
+// shares), stream t + 1 lock-free thread t's draws from its share.
 inline Rng PassRng(uint64_t seed, uint64_t stream, int pass) {
   return Rng(MixSeed(seed, stream, static_cast<uint64_t>(pass)));
 }

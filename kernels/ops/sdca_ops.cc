@@ -499,8 +499,8 @@ are one table: the sparse ids index its first rows directly, the dense
 columns follow. The duals are a float64 vector indexed by row. Rows packed
 with num_threads > 1 are solved by that many threads (see TfSdca>PackRows):
 each takes a share of the pass's permutation ('permutation'), of the rows in
-order ('cyclic'), or draws from its own block of rows ('uniform',
-'adaptive').
+order ('cyclic'), or draws from its own share of a random permutation of
+the rows, new each pass ('uniform', 'adaptive').
 
 rows: the handle from TfSdca>PackRows, or from TfSdca>NewPackedRows once
   every row is appended.
