@@ -4,8 +4,13 @@ verbose=0) runs all its epochs in one go and then shows each epoch's logs
 to the gap's logger and History (`fitting.ONE_GO`): the History, the
 weights, the packed duals, the loss tracker and a continued fit are those
 of Keras' loop of a step per epoch, bit for bit, as is the state an error
-mid-fit leaves; fits with callbacks, validation or a progress bar still run
-Keras' loop, and their callbacks see every epoch."""
+mid-fit leaves. With Keras' progress bar (verbose 'auto', 1 or 2) it runs
+its epochs in runs of about `fitting.PROGRESS_SECONDS` and prints each run's
+epochs as Keras' loop prints them (but the timings). Fits with callbacks or
+validation still run Keras' loop, and their callbacks see every epoch."""
+import contextlib
+import io
+import re
 import warnings
 
 import keras
@@ -33,10 +38,10 @@ def _data(name):
 
 
 def _fit(monkeypatch, one_go, name, loss, fits, callbacks=None, verbose=0,
-         **options):
+         printed=None, **options):
   """Runs `fits` ((epochs, tol, initial_epoch), ...) on one model; returns
   the model, the History objects, the warnings' messages and how many fits
-  ran in one go."""
+  ran in one go; appends what they printed to the list `printed`."""
   monkeypatch.setattr(fitting, "ONE_GO", one_go)
   went = []
   original = LinearModel._fit_in_one_go  # pylint: disable=protected-access
@@ -52,10 +57,14 @@ def _fit(monkeypatch, one_go, name, loss, fits, callbacks=None, verbose=0,
   histories = []
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    for epochs, tol, initial in fits:
-      histories.append(model.fit(x, y, epochs=epochs, tol=tol,
-                                 initial_epoch=initial, verbose=verbose,
-                                 callbacks=callbacks))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+      for epochs, tol, initial in fits:
+        histories.append(model.fit(x, y, epochs=epochs, tol=tol,
+                                   initial_epoch=initial, verbose=verbose,
+                                   callbacks=callbacks))
+  if printed is not None:
+    printed.append(out.getvalue())
   monkeypatch.undo()
   return model, histories, [str(w.message) for w in caught], len(went)
 
@@ -208,7 +217,7 @@ def test_callbacks_validation_and_progress_run_kerass_loop(monkeypatch):
   assert same_bytes(plain.get_weights(), model.get_weights())
   _, (shown,), _, shown_went = _fit(monkeypatch, True, "heart", "hinge",
                                     ((6, None, 0),), verbose=2)
-  assert shown_went == 0 and shown.history == plain_history.history
+  assert shown_went == 1 and shown.history == plain_history.history
 
 
 def test_early_stopping_stops_where_a_shorter_fit_ends(monkeypatch):
@@ -230,3 +239,93 @@ def test_early_stopping_stops_where_a_shorter_fit_ends(monkeypatch):
   assert short_went == 1
   assert short_history.history == history.history
   assert same_bytes(short.get_weights(), model.get_weights())
+
+
+def _untimed(text):
+  """Keras' progress output without its timings (the seconds so far, the
+  time per step) and the padding and backspaces their widths set."""
+  text = re.sub(r"\d+(us|ms|s)/step", "T/step", text)
+  text = re.sub(r"\x1b\[1m\d+s\x1b\[0m", "Ts", text)
+  text = re.sub(r" - \d+s - ", " - Ts - ", text)
+  text = re.sub(r" +(?=\x08|\n|$)", "", text)
+  return re.sub(r"\x08+", "", text)
+
+
+PROGRESS_CASES = {
+    # name: (data, loss, fits, verbose, model options)
+    "hinge heart_scale 2": ("heart", "hinge", ((62, None, 0),), 2, {}),
+    "hinge heart_scale auto tol": ("heart", "hinge", ((300, 1e-3, 0),),
+                                   "auto", {}),
+    "hinge heart_scale 1 continued": (
+        "heart", "hinge", ((7, None, 0), (16, None, 7), (1, None, 0)), 1,
+        {}),
+    "multiclass hinge wine 2 tol": ("wine", "multiclass_hinge",
+                                    ((300, 1e-5, 0),), 2, {}),
+    "smooth hinge heart_scale 1 momentum": (
+        "heart", "smooth_hinge", ((25, None, 0),), 1, dict(momentum=0.5)),
+}
+
+
+@pytest.mark.parametrize("seconds", [fitting.PROGRESS_SECONDS, 0.0])
+@pytest.mark.parametrize("case", sorted(PROGRESS_CASES))
+def test_progress_in_one_go_prints_and_fits_as_kerass_loop(
+    monkeypatch, case, seconds):
+  """With Keras' progress bar the fit in one go (in runs of `seconds`; 0:
+  one epoch a run) gives the History, weights, duals and loss tracker of
+  Keras' loop bit for bit, and prints the same lines (an epoch's header,
+  its step's bar, its logs), but the timings."""
+  name, loss, fits, verbose, options = PROGRESS_CASES[case]
+  printed = []
+  loop, loop_histories, loop_warned, loop_went = _fit(
+      monkeypatch, False, name, loss, fits, verbose=verbose,
+      printed=printed, **options)
+  monkeypatch.setattr(fitting, "PROGRESS_SECONDS", seconds)
+  go, go_histories, go_warned, go_went = _fit(
+      monkeypatch, True, name, loss, fits, verbose=verbose, printed=printed,
+      **options)
+  assert loop_went == 0 and go_went == len(fits)
+  for a, b in zip(loop_histories, go_histories):
+    assert a.history == b.history
+    assert a.epoch == b.epoch and a.params == b.params
+  assert same_bytes(loop.get_weights(), go.get_weights())
+  assert same_bytes(flat_arrays(loop.sdca_state()),
+                    flat_arrays(go.sdca_state()))
+  assert {k: np.asarray(v).tobytes()
+          for k, v in loop.get_metrics_result().items()} == {
+              k: np.asarray(v).tobytes()
+              for k, v in go.get_metrics_result().items()}
+  assert loop_warned == go_warned
+  assert _untimed(printed[0]) == _untimed(printed[1])
+  # Every epoch is printed with its logged objective and gap.
+  epochs = sum(len(h.epoch) for h in go_histories)
+  lines = re.findall(r"loss: \S+ - duality_gap: \S+\n", printed[1])
+  assert len(lines) == epochs
+  last = go_histories[-1].history
+  assert lines[-1] == "loss: %.4f - duality_gap: %s\n" % (
+      last["loss"][-1], "%.4f" % last["duality_gap"][-1]
+      if last["duality_gap"][-1] > 1e-3 else
+      "%.4e" % last["duality_gap"][-1])
+
+
+def test_progress_is_printed_between_runs(monkeypatch):
+  """In runs of one epoch (PROGRESS_SECONDS 0) every epoch's line is
+  printed before the engine runs the next epoch."""
+  monkeypatch.setattr(fitting, "PROGRESS_SECONDS", 0.0)
+  monkeypatch.setattr(fitting, "ONE_GO", True)
+  seen = []
+  original = fitting.TrainingState.engine_epochs
+  out = io.StringIO()
+
+  def spy(self, sdca, seconds=None):
+    seen.append(out.getvalue().count("duality_gap:"))
+    return original(self, sdca, seconds)
+
+  monkeypatch.setattr(fitting.TrainingState, "engine_epochs", spy)
+  x, y, _ = _data("heart")
+  model = LinearModel(loss="hinge", l2=1.0, use_bias=False)
+  with contextlib.redirect_stdout(out):
+    history = model.fit(x, y, epochs=8, verbose=2)
+  assert len(history.epoch) == 8
+  # A call per epoch (each epoch printed before the next call), and a last
+  # that finds the engine ended.
+  assert seen == list(range(9))

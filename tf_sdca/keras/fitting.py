@@ -4,7 +4,8 @@ The model keeps its configuration, its Keras weights and the
 `tf_sdca.SdcaModel` over them; `TrainingState` is the plain-Python rest of
 its training. For each `fit` it packs in-memory rows once and runs the
 engine's epochs over them, one a Keras step (`_EngineEpochs`; all in one
-go, `engine_epochs`, where nothing reads or prints anything between them;
+go, `engine_epochs`, where nothing reads the model between them, the
+progress printed after runs of them;
 ASDCA's and averaging fits: one `TfSdca>PackedSolve` call a traced step),
 or leaves
 them for streamed batches (`SdcaModel`, one batch a step), and gives the
@@ -17,6 +18,8 @@ mean of an averaging fit and the training data's total weight.
 It reads the model's public options (`loss_type`, `l1`, `l2`, `seed`, ...)
 and is handed the model's `SdcaModel` and feature spec where it needs them.
 """
+import time
+
 import numpy as np
 import tensorflow as tf
 
@@ -344,18 +347,21 @@ class TrainingState:
     `sdca`. Returns the objective per unit weight (float32)."""
     return self._run.step(sdca)
 
-  def engine_epochs(self, sdca):
-    """All the epochs of a fit on the engine's epochs whose variables are
+  def engine_epochs(self, sdca, seconds=None):
+    """The epochs of a fit on the engine's epochs whose variables are
     written at the end (`callbacks`' `unread`), in one go: the engine runs
-    them to its end or `tol`, fused several per op call where it can.
-    Returns their logged objectives per unit weight (float32, one per
-    epoch, for the Keras loss tracker); `show_epoch(i)` then makes the
-    gap's logger measure the i-th of them."""
-    return self._run.run_all(sdca)
+    them to its end or `tol`, fused several per op call where it can; with
+    `seconds`, only until the first epoch that ends that long after the
+    call (the next call goes on from there, with the same results as one
+    call). Returns the logged objectives per unit weight of the epochs
+    this call ran (float32, one per epoch, for the Keras loss tracker; none
+    once the engine has ended); `show_epoch(i)` then makes the gap's
+    logger measure the fit's i-th epoch."""
+    return self._run.run_all(sdca, seconds)
 
   def show_epoch(self, index):
     """Makes the gap's logger of a fit run by `engine_epochs` measure its
-    `index`-th epoch."""
+    `index`-th epoch (counted from the fit's first)."""
     self._run.shown = index
 
   def end_fit(self):
@@ -507,15 +513,23 @@ class TrainingState:
 WRITE_AT_END = True
 
 
-# Whether such a fit that prints nothing either (verbose=0) runs all its
-# epochs in one go and then shows each epoch's logs to the callbacks (the
-# gap's logger, History), not in Keras' loop of a step per epoch
-# (`LinearModel._fit_in_one_go`; the same History, variables and duals:
+# Whether such a fit runs its epochs in one go and then shows each epoch's
+# logs to the callbacks (the gap's logger, History, Keras' progress bar),
+# not in Keras' loop of a step per epoch (`LinearModel._fit_in_one_go`;
+# the same History, variables, duals and printed progress:
 # tests/test_keras_one_go.py). Keras' loop costs ~0.4 ms per epoch (its
 # metrics' resets and results, the callbacks' hooks) and ~6 ms per fit
 # (its data iterator, the loss tracker's updates), against epochs of
 # 0.02-1 ms on small data sets.
 ONE_GO = True
+
+# A fit in one go that prints its progress (verbose 'auto', 1 or 2) runs
+# its epochs in runs of about this many seconds (to the first epoch that
+# ends after it; the engine's fused op calls take up to
+# `tf_sdca.engine.FUSED_SECONDS`), each run's epochs then shown to the
+# callbacks: the progress is printed at most about this late. A fit
+# without progress runs all its epochs in one run.
+PROGRESS_SECONDS = 0.1
 
 
 class _EngineEpochs:
@@ -593,20 +607,27 @@ class _EngineEpochs:
       self._write(sdca, state.weight_table(), state.duals)
     return tf.constant(self.history["loss"][-1], tf.float32)
 
-  def run_all(self, sdca):
-    """`step` until the engine ends (write_at_end only), the count of
-    steps written once; returns the epochs' objectives (float32)."""
+  def run_all(self, sdca, seconds=None):
+    """`step` until the engine ends (write_at_end only) or, given
+    `seconds`, until the first epoch that ends that long after the call
+    (pausing the engine's epochs between two of them changes nothing they
+    compute), the count of steps written once; returns the objectives of
+    the epochs it ran (float32)."""
     if not self.write_at_end:
       raise RuntimeError("the epochs of a fit read between its epochs run "
                          "one a step")
     state, epoch = self._state, None
+    first = len(self.history["loss"])
+    deadline = None if seconds is None else time.perf_counter() + seconds
     try:
       for epoch in self._epochs:
         self._unwritten = (sdca, state.weight_table(), state.duals)
+        if deadline is not None and time.perf_counter() >= deadline:
+          break
     finally:
       if epoch is not None:
         sdca.calls.assign(epoch + 1)
-    return np.asarray(self.history["loss"], np.float32)
+    return np.asarray(self.history["loss"][first:], np.float32)
 
   def _write(self, sdca, table, duals):
     p = self._packed

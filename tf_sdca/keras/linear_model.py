@@ -643,10 +643,11 @@ class LinearModel(keras.Model):
         self._sdca, train if streamed else None, tol, initial_epoch, epochs,
         callbacks, unread=unread)
     try:
-      if (unread and verbose == 0 and fitting.ONE_GO and
+      if (unread and fitting.ONE_GO and
           self._training.writes_at_end and epochs > initial_epoch and
           not self._initial_epoch and len(self.metrics) == 1):
-        return self._fit_in_one_go(callbacks, epochs, initial_epoch)
+        return self._fit_in_one_go(callbacks, epochs, initial_epoch,
+                                   verbose)
       if train is None:
         train = self._training.packed_steps()
       return super().fit(
@@ -658,38 +659,48 @@ class LinearModel(keras.Model):
     finally:
       self._training.end_fit()
 
-  def _fit_in_one_go(self, callbacks, epochs, initial_epoch):
+  def _fit_in_one_go(self, callbacks, epochs, initial_epoch, verbose):
     """Keras' `fit` loop for a packed fit on the engine's epochs that
-    nothing reads or prints between its epochs (no callbacks of the
-    user's, validation, compiled metrics; verbose=0): the engine runs all
-    its epochs first (`TrainingState.engine_epochs`, fused several per op
-    call where it can), then the callbacks (the gap's logger, History) see
-    each epoch's logs in order, as Keras' loop of a step per epoch shows
-    them; the loss tracker ends as that loop leaves it (the last epoch's
-    objective). The History, weights and duals are that loop's, bit for
-    bit, without its ~0.4 ms of Keras per epoch and ~6 ms per fit
+    nothing reads between its epochs (no callbacks of the user's,
+    validation, compiled metrics): the engine runs its epochs first
+    (`TrainingState.engine_epochs`, fused several per op call where it
+    can; with Keras' progress bar, `verbose` 'auto', 1 or 2, in runs of
+    about `fitting.PROGRESS_SECONDS`), then the callbacks (the gap's
+    logger, History, the progress bar) see each epoch's hooks and logs in
+    order, as Keras' loop of a step per epoch calls them; the loss tracker
+    ends as that loop leaves it (the last epoch's objective). The History,
+    weights, duals and printed progress (but its timings) are that loop's,
+    bit for bit, without its ~0.4 ms of Keras per epoch and ~6 ms per fit
     (tests/test_keras_one_go.py)."""
     callbacks = keras.callbacks.CallbackList(
-        callbacks, add_history=True, add_progbar=False, verbose=0,
-        epochs=epochs, steps=1, model=self)
+        callbacks, add_history=True, add_progbar=verbose != 0,
+        verbose=verbose, epochs=epochs, steps=1, model=self)
     self.stop_training = False
     self._eval_epoch_iterator = None
     self.make_train_function()
     callbacks.on_train_begin()
-    objectives = self._training.engine_epochs(self._sdca)
-    logs = None
-    for index, objective in enumerate(objectives):
-      epoch = initial_epoch + index
-      callbacks.on_epoch_begin(epoch)
-      # Keras' epoch logs (its loss tracker's result), which the gap's
-      # logger overwrites with the epoch's objective and gap.
-      logs = {"loss": float(objective)}
-      self._training.show_epoch(index)
-      callbacks.on_epoch_end(epoch, logs)
-      if self.stop_training:
+    seconds = None if verbose == 0 else fitting.PROGRESS_SECONDS
+    logs, index, objective = None, 0, None
+    while not self.stop_training:
+      objectives = self._training.engine_epochs(self._sdca, seconds)
+      for objective in objectives:
+        epoch = initial_epoch + index
+        callbacks.on_epoch_begin(epoch)
+        # The step's logs (the loss tracker's result after the epoch: its
+        # objective), then Keras' epoch logs, which the gap's logger
+        # overwrites with the epoch's objective and gap.
+        callbacks.on_train_batch_begin(0)
+        callbacks.on_train_batch_end(0, {"loss": float(objective)})
+        logs = {"loss": float(objective)}
+        self._training.show_epoch(index)
+        index += 1
+        callbacks.on_epoch_end(epoch, logs)
+        if self.stop_training:
+          break
+      if seconds is None or not objectives.shape[0]:
         break
-    if objectives.shape[0]:
-      self._track_last(objectives[-1])
+    if objective is not None:
+      self._track_last(objective)
     callbacks.on_train_end(logs=logs)
     return self.history
 
