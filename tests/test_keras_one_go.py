@@ -21,6 +21,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
 from sdca_testutil import flat_arrays, heart_scale, same_bytes
+from tf_sdca import engine
 from tf_sdca.keras import LinearModel
 from tf_sdca.keras import fitting
 from tf_sdca.ops import sdca_ops
@@ -263,6 +264,10 @@ PROGRESS_CASES = {
                                     ((300, 1e-5, 0),), 2, {}),
     "smooth hinge heart_scale 1 momentum": (
         "heart", "smooth_hinge", ((25, None, 0),), 1, dict(momentum=0.5)),
+    # The next epoch trained beside the last one's gap, on another thread
+    # (as the engine does for rows of 2^17 entries and more).
+    "logistic heart_scale 2 ahead": ("heart", "logistic", ((12, None, 0),),
+                                     2, dict(ahead=True)),
 }
 
 
@@ -275,10 +280,16 @@ def test_progress_in_one_go_prints_and_fits_as_kerass_loop(
   Keras' loop bit for bit, and prints the same lines (an epoch's header,
   its step's bar, its logs), but the timings."""
   name, loss, fits, verbose, options = PROGRESS_CASES[case]
+  options = dict(options)
+  ahead = options.pop("ahead", False)
+  if ahead:  # (`_fit` undoes it)
+    monkeypatch.setattr(engine, "AHEAD_MIN_ENTRIES", 0)
   printed = []
   loop, loop_histories, loop_warned, loop_went = _fit(
       monkeypatch, False, name, loss, fits, verbose=verbose,
       printed=printed, **options)
+  if ahead:
+    monkeypatch.setattr(engine, "AHEAD_MIN_ENTRIES", 0)
   monkeypatch.setattr(fitting, "PROGRESS_SECONDS", seconds)
   go, go_histories, go_warned, go_went = _fit(
       monkeypatch, True, name, loss, fits, verbose=verbose, printed=printed,
