@@ -133,6 +133,31 @@ struct ClickRows {
   }
 };
 
+// `d` (its squared norms written to `norms`) packed for `threads` into
+// `rows`, or the driver fails with the error.
+void PackOrFail(ResidentData d, double* norms, int threads, PackedRows* rows) {
+  std::string error;
+  if (!PrepareResidentRows(d, 0, d.num_examples, norms, &error)) Fail(error);
+  d.squared_norms = norms;
+  if (!rows->Pack(d, threads, 1, StdThreadParallelFor(1), &error)) {
+    Fail(error);
+  }
+}
+
+// The primal objective of (w, duals) on `rows` and its duality gap.
+struct PrimalGap {
+  double primal;
+  double gap;
+};
+PrimalGap PrimalAndGap(const PackedRows& rows, const SolverOptions& options,
+                       const std::vector<double>& w,
+                       const std::vector<double>& duals) {
+  const ObjectiveParts parts = rows.Evaluate(
+      options, w.data(), duals.data(), 1, StdThreadParallelFor(1));
+  return {parts.primal_loss + 0.5 * parts.l2_norm_sq,
+          parts.primal_loss + parts.dual_loss + parts.l2_norm_sq};
+}
+
 // Relative duality gap of ClickRows packed for `threads` after each of
 // `epochs` lockstep epochs (logistic, l2 = 1: weakly regularised, so a step
 // moves the weights a lot).
@@ -147,15 +172,8 @@ std::vector<double> LockstepGaps(ClickRows* c, int threads, int epochs) {
   d.dense_dim = ClickRows::kDense;
   d.labels = c->labels.data();
   d.example_weights = c->weights.data();
-  std::string error;
-  if (!PrepareResidentRows(d, 0, d.num_examples, c->norms.data(), &error)) {
-    Fail(error);
-  }
-  d.squared_norms = c->norms.data();
   PackedRows rows;
-  if (!rows.Pack(d, threads, 1, StdThreadParallelFor(1), &error)) {
-    Fail(error);
-  }
+  PackOrFail(d, c->norms.data(), threads, &rows);
   SolverOptions options;
   options.loss = loss.get();
   options.l2 = 1.0;
@@ -164,12 +182,8 @@ std::vector<double> LockstepGaps(ClickRows* c, int threads, int epochs) {
   for (int epoch = 0; epoch < epochs; ++epoch) {
     options.seed = static_cast<uint64_t>(epoch);
     rows.SolveLockstep(options, w.data(), duals.data());
-    const ObjectiveParts parts =
-        rows.Evaluate(options, w.data(), duals.data(), 1,
-                      StdThreadParallelFor(1));
-    const double primal = parts.primal_loss + 0.5 * parts.l2_norm_sq;
-    gaps.push_back((parts.primal_loss + parts.dual_loss + parts.l2_norm_sq) /
-                   primal);
+    const PrimalGap g = PrimalAndGap(rows, options, w, duals);
+    gaps.push_back(g.gap / g.primal);
     // >= 0 up to the rounding of sums of kRows terms.
     if (!(gaps.back() >= -1e-12)) {
       Fail("gap " + std::to_string(gaps.back()) + " at epoch " +
@@ -240,15 +254,8 @@ int EpochsToGap(SortedRows* c, int threads, VisitOrder order, int most) {
   d.dense_dim = SortedRows::kDense;
   d.labels = c->labels.data();
   d.example_weights = c->weights.data();
-  std::string error;
-  if (!PrepareResidentRows(d, 0, d.num_examples, c->norms.data(), &error)) {
-    Fail(error);
-  }
-  d.squared_norms = c->norms.data();
   PackedRows rows;
-  if (!rows.Pack(d, threads, 1, StdThreadParallelFor(1), &error)) {
-    Fail(error);
-  }
+  PackOrFail(d, c->norms.data(), threads, &rows);
   SolverOptions options;
   options.loss = loss.get();
   options.l2 = 1.0;
@@ -257,12 +264,8 @@ int EpochsToGap(SortedRows* c, int threads, VisitOrder order, int most) {
   for (int epoch = 0; epoch < most; ++epoch) {
     options.seed = static_cast<uint64_t>(epoch);
     rows.SolveSequential(options, w.data(), duals.data());
-    const ObjectiveParts parts =
-        rows.Evaluate(options, w.data(), duals.data(), 1,
-                      StdThreadParallelFor(1));
-    const double primal = parts.primal_loss + 0.5 * parts.l2_norm_sq;
-    if (parts.primal_loss + parts.dual_loss + parts.l2_norm_sq <
-        1e-8 * primal) {
+    const PrimalGap g = PrimalAndGap(rows, options, w, duals);
+    if (g.gap < 1e-8 * g.primal) {
       return epoch + 1;
     }
   }
