@@ -223,6 +223,15 @@ class State:
     return float(theta)
 
 
+def packed_epochs_run(problem, config, extrapolation):
+  """Whether `TfSdca>PackedEpochs` runs `problem`'s epochs under `config`
+  (with `extrapolation`'s heavy ball, or None): rows packed for one
+  thread, not ASDCA's order, no extrapolated Poisson."""
+  return (config.visit_order != "asdca" and
+          (extrapolation is None or config.loss != "poisson_loss") and
+          isinstance(problem, Problem) and problem.num_threads <= 1)
+
+
 def train_one_epoch(state, problem, epoch, config, extrapolation=None,
                     restart=None):
   """One epoch of `state` over `problem`: the extrapolated start
@@ -233,8 +242,7 @@ def train_one_epoch(state, problem, epoch, config, extrapolation=None,
   (tests/test_fused_epochs.py): on 4M Criteo-shaped rows numpy's cap and
   steps over the duals took 0.03-0.45 s of every epoch's ~0.6 s."""
   if (extrapolation is None or not extrapolation.plan(restart) > 0.0 or
-      not isinstance(problem, Problem) or problem.num_threads > 1 or
-      config.loss == "poisson_loss" or config.visit_order == "asdca"):
+      not packed_epochs_run(problem, config, extrapolation)):
     if extrapolation is not None:
       extrapolation.start_epoch(restart)
     state.pass_over(problem, epoch, config, passes=1)
@@ -582,9 +590,7 @@ class _FusedEpochs:
               second_order, reads):
     return (train_epoch is None and average is None and
             second_order is None and not reads and
-            config.visit_order != "asdca" and
-            (extrapolation is None or config.loss != "poisson_loss") and
-            isinstance(problem, Problem) and problem.num_threads <= 1)
+            packed_epochs_run(problem, config, extrapolation))
 
   def take(self, epoch):
     """(training seconds, objective parts or None where not evaluated) of
