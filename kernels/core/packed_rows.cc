@@ -1734,6 +1734,16 @@ void PackedRows::SolveBlocksLockstep(const SolverOptions& options,
   }
 }
 
+void PackedRows::SolveBlocksSequential(const SolverOptions& options,
+                                       const MulticlassLoss& loss,
+                                       double* weights, double* duals) const {
+  if (num_threads_ > 1) {
+    SolveBlocksSplit(options, loss, Interleave::kSequential, weights, duals);
+  } else {
+    SolveBlocks(options, loss, weights, duals);
+  }
+}
+
 ObjectiveParts PackedRows::EvaluateBlocks(
     const SolverOptions& options, const MulticlassLoss& loss,
     const double* weights, const double* duals, int64_t chunks,

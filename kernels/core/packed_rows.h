@@ -401,6 +401,11 @@ class PackedRows {
   void SolveBlocksLockstep(const SolverOptions& options,
                            const MulticlassLoss& loss, double* weights,
                            double* duals) const;
+  // SolveBlocks with the threads' shares one after another (as
+  // SolveSequential).
+  void SolveBlocksSequential(const SolverOptions& options,
+                             const MulticlassLoss& loss, double* weights,
+                             double* duals) const;
   // Evaluate for the multiclass losses: sums over rows of s_i phi_i(z_i)
   // and s_i phi_i*(-alpha_i), and the norms of the shrunk [num_slots(), K]
   // table.
