@@ -1724,24 +1724,28 @@ void PackedRows::SolveBlocks(const SolverOptions& options,
   });
 }
 
-void PackedRows::SolveBlocksLockstep(const SolverOptions& options,
-                                     const MulticlassLoss& loss,
-                                     double* weights, double* duals) const {
+void PackedRows::SolveBlocksInterleaved(const SolverOptions& options,
+                                        const MulticlassLoss& loss,
+                                        Interleave interleave,
+                                        double* weights, double* duals) const {
   if (num_threads_ > 1) {
-    SolveBlocksSplit(options, loss, Interleave::kLockstep, weights, duals);
+    SolveBlocksSplit(options, loss, interleave, weights, duals);
   } else {
     SolveBlocks(options, loss, weights, duals);
   }
 }
 
+void PackedRows::SolveBlocksLockstep(const SolverOptions& options,
+                                     const MulticlassLoss& loss,
+                                     double* weights, double* duals) const {
+  SolveBlocksInterleaved(options, loss, Interleave::kLockstep, weights, duals);
+}
+
 void PackedRows::SolveBlocksSequential(const SolverOptions& options,
                                        const MulticlassLoss& loss,
                                        double* weights, double* duals) const {
-  if (num_threads_ > 1) {
-    SolveBlocksSplit(options, loss, Interleave::kSequential, weights, duals);
-  } else {
-    SolveBlocks(options, loss, weights, duals);
-  }
+  SolveBlocksInterleaved(options, loss, Interleave::kSequential, weights,
+                         duals);
 }
 
 ObjectiveParts PackedRows::EvaluateBlocks(

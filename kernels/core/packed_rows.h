@@ -550,6 +550,11 @@ class PackedRows {
   void SolveBlocksSplit(const SolverOptions& options,
                         const MulticlassLoss& loss, Interleave interleave,
                         double* weights, double* duals) const;
+  // SolveBlocksSplit with `interleave` on threads, SolveBlocks on one.
+  void SolveBlocksInterleaved(const SolverOptions& options,
+                              const MulticlassLoss& loss,
+                              Interleave interleave, double* weights,
+                              double* duals) const;
   // Fills slot_scales_ from the rows' use of each private slot.
   void ChooseSlotScales(const std::vector<int64_t>& uses);
   // Once every row is appended with num_threads > 1: chooses the hot ids
