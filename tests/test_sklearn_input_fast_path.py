@@ -20,6 +20,12 @@ def _digits_binary():
   return (x[:400] / 16.0).astype(np.float32), (y[:400] % 2).astype(np.int64)
 
 
+def _matrix(x):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", PendingDeprecationWarning)
+    return np.asmatrix(x)
+
+
 def _fit(x, y, **kwargs):
   params = dict(loss="hinge", C=1.0, max_iter=40, random_state=3)
   params.update(kwargs)
@@ -41,7 +47,9 @@ def test_which_inputs_skip_the_check():
                            (bad, y), (x[:, :0], y), (x[:0], y[:0]),
                            (x, y[:-1]), (x, y[:, None]),
                            (x, np.where(y > 0, np.inf, 0.0)),
-                           (sp.csc_matrix(x), y), (x, y.astype(object))]:
+                           (sp.csc_matrix(x), y), (x, y.astype(object)),
+                           (_matrix(x), y), (np.ma.masked_array(x), y),
+                           (x, np.ma.masked_array(y))]:
     assert not tf_sklearn._checked_already(other_x, other_y)
 
 

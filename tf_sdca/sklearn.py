@@ -98,11 +98,13 @@ def _checked_already(X, y):
   text rows, a sixth of a LIBLINEAR-sized hinge fit on heart_scale; this
   test ~2-8 us). Anything else, including every input check_X_y rejects,
   takes its check and its messages."""
-  if isinstance(X, np.ndarray):
+  # (The types exactly: np.matrix, masked arrays and other subclasses take
+  # check_X_y, which rejects or converts them.)
+  if type(X) in (np.ndarray,):
     values = X
     if X.ndim != 2:
       return False
-  elif isinstance(X, (sp.csr_matrix, sp.csr_array)):
+  elif type(X) in (sp.csr_matrix, sp.csr_array):
     values = X.data
   else:
     return False
@@ -112,7 +114,7 @@ def _checked_already(X, y):
     return False
   if isinstance(y, str):  # "no_validation"
     return True
-  return (isinstance(y, np.ndarray) and y.shape == (n,) and
+  return (type(y) in (np.ndarray,) and y.shape == (n,) and
           (y.dtype.kind in "biu" or
            (y.dtype.kind == "f" and np.isfinite(y).all())))
 
