@@ -180,22 +180,17 @@ class _Weights(tf.Module):
     return [s.scatter_update(tf.IndexedSlices(v, i))
             for s, i, v in zip(self.slots, idx, vals)]
 
-  def update_variables(self, rows, shrink, values=None):
+  def update_variables(self, rows, shrink):
     """Writes shrink(slot) of global `rows` into the user's variables
-    (which may have shape [n] or [n, 1, ...]); `values`, when given, are
-    the slots' float64 values at `rows` (not gathered again)."""
+    (which may have shape [n] or [n, 1, ...])."""
     if len(self.slots) == 1:
       parts = [rows]
-      slot_values = [values]
     else:
       part, local = self._partition(rows)
       parts = tf.dynamic_partition(local, part, len(self.slots))
-      slot_values = (tf.dynamic_partition(values, part, len(self.slots))
-                     if values is not None else [None] * len(self.slots))
     out = []
-    for var, slot, idx, at in zip(self.variables_, self.slots, parts,
-                                  slot_values):
-      values = _shrink_l1(tf.gather(slot, idx) if at is None else at, shrink)
+    for var, slot, idx in zip(self.variables_, self.slots, parts):
+      values = _shrink_l1(tf.gather(slot, idx), shrink)
       values = tf.reshape(tf.cast(values, var.dtype),
                           [-1] + var.shape[1:].as_list())
       out.append(var.scatter_update(tf.IndexedSlices(values, idx)))
@@ -230,11 +225,10 @@ class _Weights(tf.Module):
     for 120k rows against 2.2 ms for ResourceScatterAdd.
 
     Returns:
-      (the assignment of the rows to write (after the update), (`rows`,
-      their new float64 values) for `update_variables`).
+      The assignment of the rows to write (after the update).
     """
-    values = start + tf.cast(delta, tf.float64)
-    with tf.control_dependencies(self.scatter_update(rows, values)):
+    with tf.control_dependencies(self.scatter_update(
+        rows, start + tf.cast(delta, tf.float64))):
       # Not deduplicated per step (a row written twice gets one value):
       # only a list longer than the table, after many steps without
       # update_weights, is.
@@ -242,7 +236,7 @@ class _Weights(tf.Module):
     pending = _static_or_cond(
         tf.size(pending, out_type=tf.int64) > self.size,
         lambda: tf.unique(pending)[0], lambda: pending)
-    return self.touched.assign(pending), (rows, values)
+    return self.touched.assign(pending)
 
   def assign_add_all(self, delta):
     """Adds `delta` (all rows, float64) to the slots."""
@@ -313,9 +307,6 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     self._shared_name = (f"{name}_{next(_TABLE_NAMES)}"
                          if tf.executing_eagerly() else "")
     self._resource_handle = self._create_resource()
-    # Called when a checkpoint restores the table (SdcaModel: the model's
-    # state changed under its last minimize call).
-    self.on_restore = None
 
   def _create_resource(self):
     return sdca_ops.example_state_table(self.width, self._shared_name,
@@ -362,8 +353,6 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     return {"table-keys": keys, "table-values": values}
 
   def _restore_from_tensors(self, restored_tensors):
-    if self.on_restore is not None:
-      self.on_restore()
     return self.replace(restored_tensors["table-keys"],
                         restored_tensors["table-values"])
 
@@ -371,12 +360,6 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     if self not in object_map:
       object_map[self] = _ExampleStateTable(self._name, self.width)
     object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
-
-
-def _written_by(write, *args):
-  """A tf.cond branch running `write(*args)` (a list of variable writes)."""
-  with tf.control_dependencies(write(*args)):
-    return tf.constant(0)
 
 
 def _floats(x):
@@ -666,9 +649,6 @@ class SdcaModel(tf.Module):
     self._examples = examples
     # The compiled steps of eager calls: not state, not checkpointed.
     self._functions = self._no_dependency({})
-    # The last graph minimize's train_op and, per sparse group, (rows
-    # pending before it, its rows, their new slot values): see _update_step.
-    self._written = self._no_dependency({})
     if examples is not None:
       self._check_examples(examples)
     with tf.init_scope():
@@ -676,8 +656,6 @@ class SdcaModel(tf.Module):
           _ExampleStateTable(name=f"sdca_example_state_{i}",
                              width=self._state_width)
           for i in range(self._options["num_table_shards"])]
-    for table in self._tables:
-      table.on_restore = self._forget_written
       # Mixed into the op's seed: each minimize call visits its batch in a
       # fresh order, even when the batch's duals repeat (all zero in a first
       # epoch). Checkpointed, so a resumed run visits the same orders.
@@ -875,25 +853,13 @@ class SdcaModel(tf.Module):
       # One call of the step compiled for the batch's structure, not ~40
       # ops dispatched one by one from Python; TensorFlow's executor also
       # overlaps the independent ones.
-      state, written = self._compiled("minimize", self._eager_minimize_step)(
+      state = self._compiled("minimize", self._minimize_step)(
           _batch_tensors(examples))
-      self._written["last"] = (state, written)
       if global_step is not None:
         global_step.assign_add(1)
       return state
     with tf.name_scope(name or "sdca_minimize"):
       return self._minimize_step(examples, global_step)
-
-  def _eager_minimize_step(self, examples):
-    """`_minimize_step` with what `update_weights` needs to write its rows
-    (see `_update_step`), for an eager call."""
-    state = self._minimize_step(examples)
-    return state, self._written.pop("last")[1]
-
-  def _forget_written(self):
-    """The state changed other than by `minimize` (restored, set): the
-    next `update_weights` gathers every pending row."""
-    self._written.pop("last", None)
 
   def _compiled(self, key, fn):
     """`fn` as a tf.function of this model, built once (traced per batch
@@ -965,12 +931,9 @@ class SdcaModel(tf.Module):
     updates = self._insert_state(keys, new_state, slots) + held
     with tf.control_dependencies([new_state]):
       updates.append(self._calls.assign_add(1))
-    written = []
     for weights, uniq, start, delta in zip(self._sparse, uniq_ids,
                                            start_values, d_sparse):
-      assign, parts = weights.apply_delta(uniq, start, delta)
-      updates.append(assign)
-      written.append(parts)
+      updates.append(weights.apply_delta(uniq, start, delta))
     for weights, delta in zip(self._dense, d_dense):
       updates += weights.assign_add_all(tf.cast(delta, tf.float64))
     if self._average_from is not None:
@@ -980,11 +943,7 @@ class SdcaModel(tf.Module):
       with tf.control_dependencies(updates):
         updates.append(global_step.assign_add(1))
     with tf.control_dependencies(updates):
-      train_op = tf.identity(new_state, name="train_op")
-    # update_weights(train_op) in the same graph writes this call's rows
-    # from the values just computed instead of gathering them again.
-    self._written["last"] = (train_op, written)
-    return train_op
+      return tf.identity(new_state, name="train_op")
 
   def _block_step_applies(self, examples):
     """Whether `second_order` takes the exact block step on this batch's
@@ -1068,32 +1027,16 @@ class SdcaModel(tf.Module):
       return an `Operation`, and automatic control dependencies already
       order the writes.
     """
-    last = self._written.pop("last", None)
-    written = last[1] if last is not None and last[0] is train_op else None
-    if self._average_from is not None or not self._sparse:
-      written = None
     if tf.executing_eagerly():
-      if written is None:
-        self._compiled("update_weights",
-                       functools.partial(self._update_step, group=False))()
-      else:
-        self._compiled("update_written", lambda written: self._update_step(
-            group=False, written=written))(written)
+      self._compiled("update_weights",
+                     functools.partial(self._update_step, group=False))()
       return None
     with tf.control_dependencies([train_op]):
-      return self._update_step(written=written)
+      return self._update_step()
 
-  def _update_step(self, group=True, written=None):
+  def _update_step(self, group=True):
     """The ops of `update_weights`; their grouped op, or None without
-    `group` (a compiled step cannot return an Operation).
-
-    `written`: when `train_op` is the last `minimize` call (of this graph,
-    or eagerly), per sparse group (its rows, their new slot values). When
-    the rows pending are that call's alone (as many as it wrote: they
-    include its rows, so they are its rows), its values are written
-    there instead of gathering them again (the same bits); otherwise,
-    e.g. after calls that `update_weights` did not follow, every pending
-    row is gathered."""
+    `group` (a compiled step cannot return an Operation)."""
     shrink = (self._options["symmetric_l1_regularization"] /
               self._options["symmetric_l2_regularization"])
     assigns = []
@@ -1109,18 +1052,10 @@ class SdcaModel(tf.Module):
         if weights in self._sparse:
           assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
       return tf.group(*assigns) if group else None
-    for g, weights in enumerate(self._sparse):
-      pending = weights.touched.read_value()
-      if written is None:
-        writes = weights.update_variables(pending, shrink)
-      else:
-        writes = [tf.cond(
-            tf.equal(tf.size(pending), tf.size(written[g][0])),
-            functools.partial(_written_by, weights.update_variables,
-                              written[g][0], shrink, written[g][1]),
-            functools.partial(_written_by, weights.update_variables, pending,
-                              shrink))]
-      with tf.control_dependencies(writes):
+    for weights in self._sparse:
+      rows = weights.touched.read_value()
+      written = weights.update_variables(rows, shrink)
+      with tf.control_dependencies(written):
         assigns.append(weights.touched.assign(tf.zeros([0], tf.int64)))
     for weights in self._dense:
       for var, slot in zip(weights.variables_, weights.slots):
@@ -1385,7 +1320,6 @@ class SdcaModel(tf.Module):
       mine = tf.equal(shard, i)
       table.replace(tf.boolean_mask(keys, mine),
                     tf.boolean_mask(values, mine))
-    self._forget_written()
     if "calls" in state:
       self._calls.assign(int(state["calls"]))
     if self._held is not None and "held" in state:
