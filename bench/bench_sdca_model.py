@@ -8,7 +8,13 @@ string or int64 example ids; ours is `SdcaModel` at its defaults
 (distinct ids, weight gather and scatter, state rows by position), the
 batch handed to both the same way; `--carry-over-cost` adds ours with
 `carry_over=0`, TensorFlow's semantics, to show what held rows cost per
-call. Then the peers below, on batches built once as tensors.
+call. Each shape also prints a second figure: the seconds each side's
+calls took until its weights first reached `SdcaOptimizerV2`'s final
+P(w)/n (after its last epoch), both checked on one grid of calls
+(`--objective-every`), and their ratio; `--profile-shapes N` runs
+TensorFlow's profiler over ours' next N calls in each shape (the time of
+each op type's kernels, and what is left outside them). Then the peers
+below, on batches built once as tensors.
 
 The same generated Criteo-shaped rows (13 dense + 26 hashed categorical
 features, 2^20 buckets, logistic loss, l2 = 1) are cut into consecutive
@@ -41,6 +47,7 @@ dispatch).
                                    [--epochs 3] [--profile-batches 5]
                                    [--dense-hash-table] [--carry-over-cost]
                                    [--shapes eager/numpy/string,...]
+                                   [--objective-every 5] [--profile-shapes N]
                                    [--no-shapes | --no-peers]
 """
 import argparse
@@ -233,7 +240,12 @@ class GraphPeer:
 
 def objective(peer, labels, dense, ids):
   """The training objective P(w)/n at the peer's weights (float64)."""
-  w_sparse, w_dense = (np.asarray(w, np.float64) for w in peer.weights())
+  return objective_at(peer.weights(), labels, dense, ids)
+
+
+def objective_at(weights, labels, dense, ids):
+  """P(w)/n at weights (sparse, dense), float64."""
+  w_sparse, w_dense = (np.asarray(w, np.float64) for w in weights)
   z = dense.astype(np.float64) @ w_dense + w_sparse[ids].sum(axis=1)
   y = 2.0 * labels - 1.0
   return float((np.logaddexp(0.0, -y * z).sum() +
@@ -432,6 +444,15 @@ class TheirsLoop:
     return self.w_sparse.numpy(), self.w_dense.numpy()
 
 
+def time_to(snapshots, target, labels, dense, ids):
+  """The time of the first (seconds, weights) snapshot whose P(w)/n is at
+  most `target` (None if none is)."""
+  for seconds, weights in snapshots:
+    if objective_at(weights, labels, dense, ids) <= target:
+      return seconds
+  return None
+
+
 def run_shapes(labels, dense, ids, table, args):
   """Every loop shape: ours at its defaults and theirs, alternating batch
   by batch in one process; with --carry-over-cost also ours with
@@ -442,7 +463,8 @@ def run_shapes(labels, dense, ids, table, args):
         f"run):")
   print(f"{'loop':12s}{'inputs':8s}{'ids':8s}{'ours':>9s}{'theirs':>9s}"
         f"{'vs TF':>8s}{'ours, carry_over=0':>20s}{'held rows cost':>16s}"
-        f"{'P(w)/n ours':>13s}{'theirs':>10s}")
+        f"{'P(w)/n ours':>13s}{'theirs':>10s}"
+        f"{'to TF P: ours s':>17s}{'theirs s':>10s}{'vs TF':>8s}")
   results = []
   for loop, inputs, id_kind in SHAPES:
     if args.shapes and f"{loop}/{inputs}/{id_kind}" not in args.shapes:
@@ -461,24 +483,49 @@ def run_shapes(labels, dense, ids, table, args):
       peer.step(batches[-1])
     peers = make()
     times = [0.0] * len(peers)
+    # For the time to TF's final objective: both sides' weights every
+    # --objective-every calls (the same grid for both) and after the last,
+    # with the time their calls took up to then (copied outside the timing;
+    # the objectives are computed after the loop).
+    at = ([], [])
+    calls = 0
     for _ in range(args.epochs):
       for b in batches:
         for i, peer in enumerate(peers):
           t0 = time.perf_counter()
           peer.step(b)
           times[i] += time.perf_counter() - t0
+        calls += 1
+        if (calls % args.objective_every == 0 or
+            calls == args.epochs * len(batches)):
+          for i in range(2):
+            at[i].append((times[i], [np.array(w, copy=True)
+                                     for w in peers[i].weights()]))
     steps = args.epochs * len(batches)
     ms = [1e3 * t / steps for t in times]
     plain = (f"{ms[2]:17.1f}{ms[0] / ms[2]:15.2f}x"
              if args.carry_over_cost else f"{'-':>17s}{'-':>16s}")
+    target = objective(peers[1], labels, dense, ids)
+    reach = [time_to(side, target, labels, dense, ids) for side in at]
+    to_tf = (f"{reach[0]:17.2f}{reach[1]:10.2f}{reach[1] / reach[0]:7.1f}x"
+             if None not in reach else f"{'not reached':>17s}{'':18s}")
     print(f"{loop:12s}{inputs:8s}{id_kind:8s}{ms[0]:9.1f}{ms[1]:9.1f}"
           f"{ms[1] / ms[0]:7.2f}x   {plain}"
           f"{objective(peers[0], labels, dense, ids):13.6f}"
-          f"{objective(peers[1], labels, dense, ids):10.6f}", flush=True)
+          f"{target:10.6f}{to_tf}", flush=True)
+    del at
     results.append((loop, inputs, id_kind, ms))
+    if args.profile_shapes:
+      with tempfile.TemporaryDirectory() as logdir:
+        wall, ops = profile_ops(peers[0], batches[:args.profile_shapes],
+                                logdir)
+      print_profile(f"ours, {loop}/{inputs}/{id_kind}", wall, ops,
+                    min(args.profile_shapes, len(batches)))
   print("(ours: SdcaModel at its defaults, carry_over='auto' holding rows "
         "once the table holds 2 batches; held rows cost: ours / ours with "
-        "carry_over=0)")
+        "carry_over=0; to TF P: the seconds each side's calls took until "
+        "its weights first reached SdcaOptimizerV2's final P(w)/n, both "
+        f"checked every {args.objective_every} calls and after the last)")
   return results
 
 
@@ -505,6 +552,13 @@ def main():
   parser.add_argument("--carry-over-cost", action="store_true",
                       help="loop shapes: also ours with carry_over=0, to "
                       "measure what the default's held rows cost per call")
+  parser.add_argument("--profile-shapes", type=int, default=0,
+                      help="loop shapes: TensorFlow's profiler over ours' "
+                      "next N calls after the timed epochs, per shape")
+  parser.add_argument("--objective-every", type=int, default=5,
+                      help="loop shapes: the grid, in calls, on which both "
+                      "sides' P(w)/n is checked for the time to "
+                      "SdcaOptimizerV2's final objective")
   parser.add_argument("--no-shapes", action="store_true",
                       help="skip the loop shapes (only the peers below)")
   parser.add_argument("--no-peers", action="store_true",
