@@ -633,7 +633,7 @@ class _EngineEpochs:
 
   def _write(self, sdca, table, duals):
     self._packed.set_arrays(table, duals)
-    state_lib.write_weights(sdca, tf.constant(table), self._l1, self._l2)
+    state_lib.write_weights(sdca, table, self._l1, self._l2)
 
   def measure(self):
     """(objective per unit weight, relative gap) of the last epoch (or

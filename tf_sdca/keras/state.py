@@ -149,17 +149,25 @@ def weight_table(sdca):
 
 
 def write_weights(sdca, table, l1, l2):
-  """Splits the float64 weight `table` into the slots of `sdca` and writes
-  the shrunk weights into its variables."""
+  """Splits the float64 weight `table` (a tensor, or a numpy array: then
+  split and shrunk in numpy, two ops a slot where slicing the tensor takes
+  six) into the slots of `sdca` and writes the shrunk weights into its
+  variables."""
   offset = 0
+  host = isinstance(table, np.ndarray)
   for group in sdca.weight_groups():
     for var, slot in zip(group.variables_, group.slots):
       size = slot.shape.num_elements()
-      part = tf.reshape(table[offset:offset + size], slot.shape)
+      if host:
+        part = table[offset:offset + size].reshape(slot.shape)
+        shrunk = losses.shrink_l1(part, l1, l2).reshape(var.shape)
+      else:
+        part = tf.reshape(table[offset:offset + size], slot.shape)
+        shrunk = tf.reshape(losses.shrink_l1(part, l1, l2), var.shape)
       offset += size
       slot.assign(part)
-      var.assign(tf.reshape(tf.cast(
-          losses.shrink_l1(part, l1, l2), var.dtype), var.shape))
+      # (float64 to the variable's type by TensorFlow's cast either way.)
+      var.assign(tf.cast(shrunk, var.dtype))
 
 
 def table_slots(sdca, table):
