@@ -198,7 +198,10 @@ class TrainingState:
               weights, num_sparse)
     table = state_lib.weight_table(sdca)
     csr = data_lib.merged_rows(n, sparse) if sparse else None
-    dense = np.concatenate(dense, axis=1) if dense else None
+    # (One dense block, e.g. a numpy array without a bias: packed from the
+    # features' own array, not a copy of it.)
+    dense = (None if not dense else dense[0] if len(dense) == 1 else
+             np.concatenate(dense, axis=1))
     norms = (engine.row_norms(n, csr, dense) if m.visit_order is None and
              losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES
              else None)
