@@ -340,3 +340,60 @@ def test_progress_is_printed_between_runs(monkeypatch):
   # A call per epoch (each epoch printed before the next call), and a last
   # that finds the engine ended.
   assert seen == list(range(9))
+
+
+class _Recorder(keras.callbacks.Callback):
+  """Records the hooks it overrides (the older `on_batch_end` among them)
+  and changes the epoch's logs as the gap's logger does."""
+
+  def __init__(self, seen):
+    super().__init__()
+    self.seen = seen
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self.seen.append(("epoch_begin", epoch, dict(logs)))
+
+  def on_batch_end(self, batch, logs=None):
+    self.seen.append(("batch_end", batch, dict(logs)))
+
+  def on_epoch_end(self, epoch, logs=None):
+    logs["duality_gap"] = 0.5 / (epoch + 1)
+    self.seen.append(("epoch_end", epoch, dict(logs)))
+
+
+def test_epoch_hooks_call_what_kerass_callback_list_calls():
+  """`EpochHooks` (the one-go fit's per-epoch hooks, on the callbacks that
+  override them, History's model attribute set once) leaves the callbacks
+  and the History as Keras' CallbackList does."""
+  from tf_sdca.keras import callbacks as callbacks_lib  # pylint: disable=import-outside-toplevel
+  model = LinearModel(loss="hinge", l2=1.0)
+  runs = []
+  for one_go in (False, True):
+    seen = []
+    callbacks = keras.callbacks.CallbackList(
+        [_Recorder(seen), keras.callbacks.Callback()], add_history=True,
+        add_progbar=False, epochs=3, steps=1, model=model)
+    callbacks.on_train_begin()
+    hooks = callbacks_lib.EpochHooks(callbacks) if one_go else None
+    for epoch in range(3):
+      loss = 1.0 / (epoch + 2)
+      logs = {"loss": loss}
+      if one_go:
+        hooks.epoch_begin(epoch)
+        hooks.batch_begin(0)
+        hooks.batch_end(0, {"loss": loss})
+        hooks.epoch_end(epoch, logs)
+      else:
+        callbacks.on_epoch_begin(epoch)
+        callbacks.on_train_batch_begin(0)
+        callbacks.on_train_batch_end(0, {"loss": loss})
+        callbacks.on_epoch_end(epoch, logs)
+      assert logs == {"loss": loss}  # (each hook given a copy)
+    if one_go:
+      hooks.finish()
+    history = model.history
+    runs.append((seen, history.epoch, history.history))
+    assert history is callbacks.callbacks[-1]
+  assert runs[0] == runs[1]
+  assert runs[1][2]["duality_gap"] == [0.5, 0.25, 0.5 / 3]
+  assert runs[1][2]["loss"] == [0.5, 1.0 / 3, 0.25]

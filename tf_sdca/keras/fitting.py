@@ -198,7 +198,10 @@ class TrainingState:
               weights, num_sparse)
     table = state_lib.weight_table(sdca)
     csr = data_lib.merged_rows(n, sparse) if sparse else None
-    dense = np.concatenate(dense, axis=1) if dense else None
+    # (One dense block, e.g. a numpy array without a bias: packed from the
+    # features' own array, not a copy of it.)
+    dense = (None if not dense else dense[0] if len(dense) == 1 else
+             np.concatenate(dense, axis=1))
     norms = (engine.row_norms(n, csr, dense) if m.visit_order is None and
              losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES
              else None)
@@ -305,6 +308,8 @@ class TrainingState:
             self.visit_order(), self.momentum_state, self._keep_momentum,
             write_at_end=unread and WRITE_AT_END)
         measure = self._run.measure
+      else:
+        self.packed.variables()  # (before the traced steps of `epoch`)
     else:
       total = None
 
@@ -568,11 +573,11 @@ class _EngineEpochs:
     self._keep_momentum = keep_momentum
     k = m.num_classes
     state = self._state = engine.State(k, k > 1)
-    table = p.table.numpy()
+    table, duals = p.arrays()
     state.sparse_weights = table  # the whole table, as one part
     state.install_table(table)
     n = p.keys.shape[0]
-    state.duals = p.duals.numpy().reshape((n, k) if k > 1 else (n,))
+    state.duals = duals.reshape((n, k) if k > 1 else (n,))
     momentum = second_order.momentum_with(
         p.block_step, m.momentum,
         options.momentum_for(m.momentum, visit_order, True, False, False))
@@ -630,10 +635,8 @@ class _EngineEpochs:
     return np.asarray(self.history["loss"][first:], np.float32)
 
   def _write(self, sdca, table, duals):
-    p = self._packed
-    p.table.assign(table)
-    p.duals.assign(duals.reshape(-1))
-    state_lib.write_weights(sdca, tf.constant(table), self._l1, self._l2)
+    self._packed.set_arrays(table, duals)
+    state_lib.write_weights(sdca, table, self._l1, self._l2)
 
   def measure(self):
     """(objective per unit weight, relative gap) of the last epoch (or

@@ -680,27 +680,29 @@ class LinearModel(keras.Model):
     self.make_train_function()
     callbacks.on_train_begin()
     seconds = None if verbose == 0 else fitting.PROGRESS_SECONDS
+    hooks = callbacks_lib.EpochHooks(callbacks)
     logs, index, objective = None, 0, None
     while not self.stop_training:
       objectives = self._training.engine_epochs(self._sdca, seconds)
-      for objective in objectives:
+      for objective in objectives.tolist():
         epoch = initial_epoch + index
-        callbacks.on_epoch_begin(epoch)
+        hooks.epoch_begin(epoch)
         # The step's logs (the loss tracker's result after the epoch: its
         # objective), then Keras' epoch logs, which the gap's logger
         # overwrites with the epoch's objective and gap.
-        callbacks.on_train_batch_begin(0)
-        callbacks.on_train_batch_end(0, {"loss": float(objective)})
-        logs = {"loss": float(objective)}
+        hooks.batch_begin(0)
+        hooks.batch_end(0, {"loss": objective})
+        logs = {"loss": objective}
         self._training.show_epoch(index)
         index += 1
-        callbacks.on_epoch_end(epoch, logs)
+        hooks.epoch_end(epoch, logs)
         if self.stop_training:
           break
       if seconds is None or not objectives.shape[0]:
         break
+    hooks.finish()
     if objective is not None:
-      self._track_last(objective)
+      self._track_last(np.float32(objective))
     callbacks.on_train_end(logs=logs)
     return self.history
 

@@ -37,14 +37,61 @@ class PackedRows:
     self.keys = keys
     self.example_weights = example_weights
     self.total_weight = float(example_weights.sum(dtype=np.float64))
-    self.duals = tf.Variable(duals, trainable=False, dtype=tf.float64)
-    self.table = tf.Variable(table, trainable=False, dtype=tf.float64)
-    self.parts = tf.Variable(np.full(4, np.nan), trainable=False,
-                             dtype=tf.float64)
+    # The float64 duals, weight table and objective parts: numpy arrays
+    # until something reads them as the variables `duals`, `table` and
+    # `parts` (created then; at once with `variables`, for the traced
+    # steps of `epoch`). A fit on the engine's epochs reads and writes the
+    # arrays (`arrays`, `set_arrays`): a fresh model's fit creates none of
+    # the three variables (~0.1 ms each).
+    self._arrays = {"duals": np.asarray(duals, np.float64),
+                    "table": np.asarray(table, np.float64),
+                    "parts": np.full(4, np.nan)}
+    self._variables = {}
     self.metric_inputs = metric_inputs
     # ASDCA's accelerated iterate (visit_order='asdca'), else None.
     self.iterate = (None if iterate is None else
                     tf.Variable(iterate, trainable=False, dtype=tf.float64))
+
+  def _variable(self, name):
+    if name not in self._variables:
+      with tf.init_scope():
+        self._variables[name] = tf.Variable(
+            self._arrays.pop(name), trainable=False, dtype=tf.float64)
+    return self._variables[name]
+
+  @property
+  def duals(self):
+    """The float64 duals `[n]` (`[n K]`: each row's K), a variable."""
+    return self._variable("duals")
+
+  @property
+  def table(self):
+    """The float64 weight table, a variable."""
+    return self._variable("table")
+
+  @property
+  def parts(self):
+    """The last epoch's float64 objective parts, a variable."""
+    return self._variable("parts")
+
+  def variables(self):
+    """Creates the variables `duals`, `table` and `parts` now."""
+    for name in ("duals", "table", "parts"):
+      self._variable(name)
+
+  def arrays(self):
+    """Copies of the float64 weight table and duals (numpy)."""
+    return tuple(np.array(self._arrays[name]) if name in self._arrays else
+                 self._variables[name].numpy() for name in ("table", "duals"))
+
+  def set_arrays(self, table, duals):
+    """Makes the float64 `table` and `duals` (any shape of their sizes)
+    the rows' weight table and duals (copied)."""
+    for name, value in (("table", table), ("duals", duals)):
+      if name in self._variables:
+        self._variables[name].assign(np.reshape(value, -1))
+      else:
+        self._arrays[name] = np.array(np.reshape(value, -1), np.float64)
 
   def epoch(self, seed, config, asdca):
     """One epoch over the rows (one `TfSdca>PackedSolve` call, ASDCA's when
@@ -102,17 +149,25 @@ def weight_table(sdca):
 
 
 def write_weights(sdca, table, l1, l2):
-  """Splits the float64 weight `table` into the slots of `sdca` and writes
-  the shrunk weights into its variables."""
+  """Splits the float64 weight `table` (a tensor, or a numpy array: then
+  split and shrunk in numpy, two ops a slot where slicing the tensor takes
+  six) into the slots of `sdca` and writes the shrunk weights into its
+  variables."""
   offset = 0
+  host = isinstance(table, np.ndarray)
   for group in sdca.weight_groups():
     for var, slot in zip(group.variables_, group.slots):
       size = slot.shape.num_elements()
-      part = tf.reshape(table[offset:offset + size], slot.shape)
+      if host:
+        part = table[offset:offset + size].reshape(slot.shape)
+        shrunk = losses.shrink_l1(part, l1, l2).reshape(var.shape)
+      else:
+        part = tf.reshape(table[offset:offset + size], slot.shape)
+        shrunk = tf.reshape(losses.shrink_l1(part, l1, l2), var.shape)
       offset += size
       slot.assign(part)
-      var.assign(tf.reshape(tf.cast(
-          losses.shrink_l1(part, l1, l2), var.dtype), var.shape))
+      # (float64 to the variable's type by TensorFlow's cast either way.)
+      var.assign(tf.cast(shrunk, var.dtype))
 
 
 def table_slots(sdca, table):
