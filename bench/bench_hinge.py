@@ -29,7 +29,11 @@ times a fresh model built, compiled and fitted (weights read back) in the
 call; "keras.LinearModel fit" times only `fit` (and reading the weights)
 on a model built and compiled before the clock, as a Keras user builds
 once (its weights, which need the data's sizes, are created by that
-`fit`). Prints seconds, epochs and ours /
+`fit`). Beside the Keras rows, for scale, "stock Keras Dense fit": one
+epoch, one full batch, of a stock `keras.Sequential` Dense layer (hinge /
+categorical hinge, SGD), built, compiled and fitted once before the clock:
+not a solver (it is nowhere near the objective), the fixed cost of any
+Keras `fit` call on these rows. Prints seconds, epochs and ours /
 LIBLINEAR, and for InMemorySdca where the time went (the op's passes
 against the rest: packing, the per-epoch gap and Python).
 """
@@ -148,6 +152,28 @@ def fit_keras_only(x, y, k, epochs, order):
   return w, epochs_run, None, time.perf_counter() - start
 
 
+def stock_keras_fit_seconds(x, y, k, repeats):
+  """The minimum of `repeats` timed `fit` calls of one epoch (one batch of
+  all rows) of a built, compiled stock Keras Dense model on (x, y)."""
+  import keras  # pylint: disable=import-outside-toplevel
+  dense = x  # (CSR as it is: Keras' TensorFlow backend takes scipy CSR)
+  labels = (np.asarray(y > 0, np.float32) if k == 1 else
+            keras.utils.to_categorical(y, k))
+  model = keras.Sequential([keras.Input((dense.shape[1],)),
+                            keras.layers.Dense(1 if k == 1 else k)])
+  model.compile(optimizer="sgd",
+                loss="hinge" if k == 1 else "categorical_hinge")
+  fit = lambda: model.fit(dense, labels, epochs=1, batch_size=dense.shape[0],
+                          verbose=0)
+  fit()  # traces
+  best = np.inf
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fit()
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
 def fit_sklearn(x, y, k, epochs, order):
   from tf_sdca.sklearn import SDCAClassifier  # pylint: disable=import-outside-toplevel
   kwargs = {} if order == "default" else dict(visit_order=order)
@@ -211,7 +237,13 @@ def main():
     print(f"{name}: {x.shape[0]} x {x.shape[1]}"
           f"{' sparse' if sp.issparse(x) else ''}; LIBLINEAR "
           f"{lib_seconds:.3f} s, P_L = {target:.8g}", flush=True)
-    for door in args.doors.split(","):
+    doors = args.doors.split(",")
+    if "keras" in doors or "keras_fit" in doors:
+      seconds = stock_keras_fit_seconds(x, y, k, max(args.repeats, 3))
+      print(f"  {'stock Keras Dense fit, 1 epoch':34s} {seconds:7.3f} s "
+            f"{1:5d} epochs  (not a solver: Keras' fixed cost of a fit; "
+            f"/ LIBLINEAR {seconds / lib_seconds:6.2f})", flush=True)
+    for door in doors:
       label, fit = DOORS[door]
       for order in args.orders.split(","):
         seconds, epochs, solve = time_to(
