@@ -209,3 +209,21 @@ def test_extrapolated_fit_reaches_its_certified_optimum():
   ours = objective(np.asarray(model.sparse_weights, np.float64))[0]
   assert abs(ours - best.fun) <= 1e-7 * abs(best.fun)
   assert history["loss"][-1] == pytest.approx(ours, rel=1e-7)
+
+
+@pytest.mark.parametrize("name", ["logistic auto",
+                                  "logistic fixed beta, cap binding"])
+def test_logistic_cap_per_dual_takes_fewer_epochs_to_the_same_optimum(
+    monkeypatch, name):
+  """The op's cap per dual against one beta capped for all duals (numpy's
+  `start_epoch`): both certified below a relative gap of 1e-8 at the same
+  objective, the op in fewer epochs (on these 3,000 rows 66 against 83
+  with 'auto', 145 against 290 at beta 0.9)."""
+  options, data, _ = CASES[name]
+  data = data()
+  fits = [_fit(monkeypatch, in_op, False, options, data,
+               dict(epochs=400, tol=1e-8)) for in_op in (False, True)]
+  (_, h1, _, _), (_, h2, _, _) = fits
+  assert h1["duality_gap"][-1] < 1e-8 and h2["duality_gap"][-1] < 1e-8
+  assert h2["loss"][-1] == pytest.approx(h1["loss"][-1], rel=1e-8)
+  assert len(h2["loss"]) < 0.85 * len(h1["loss"])
