@@ -818,7 +818,11 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
   - x_prev)`, `beta_r` = min(beta, 0.9 times the largest step keeping the
   duals in their domain), or from x after an evaluated epoch whose dual
   objective fell below the one before (a restart) or without `previous`.
-  Not for poisson_loss.
+  For logistic_loss (beta > 0) instead each dual's step beta (alpha -
+  alpha_prev) is capped at 0.9 of its own room to its domain's bound, and
+  the weights move by beta (w - w_prev) plus the cut duals' rows times
+  their cuts / l2 (the start is again a primal-dual pair; where no dual is
+  cut, the bits of beta_r = beta). Not for poisson_loss.
 
   Args:
     evaluate: bool `[E]`, E the most epochs to run.
