@@ -20,6 +20,7 @@
 #include "kernels/core/multiclass_loss.h"
 #include "kernels/core/packed_rows.h"
 #include "kernels/core/solver_options.h"
+#include "kernels/tests/sequential_shares.h"
 
 namespace {
 
@@ -344,13 +345,9 @@ void CheckSequentialSharesOnSortedRows() {
        {VisitOrder::kUniform, VisitOrder::kPermutation}) {
     const int one = SortedEpochsToGap(1, order, 300);
     const int two = SortedEpochsToGap(2, order, 300);
-    std::fprintf(stderr, "order %d: one thread %d epochs, two sequential %d\n",
-                 static_cast<int>(order), one, two);
-    if (one >= 300 || two > 1.5 * one + 2) {
-      Fail("order " + std::to_string(static_cast<int>(order)) +
-           ": two threads one after another took " + std::to_string(two) +
-           " epochs to a gap of 1e-8, one thread " + std::to_string(one));
-    }
+    const std::string error =
+        SequentialSharesFailure(order, one, two, 300);
+    if (!error.empty()) Fail(error);
   }
 }
 
