@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -145,25 +146,49 @@ void PackOrFail(ResidentData d, double* norms, int threads, PackedRows* rows) {
   }
 }
 
-// The primal objective of (w, duals) on `rows` and its duality gap.
+// The primal objective after an epoch and its duality gap.
 struct PrimalGap {
   double primal;
   double gap;
 };
-PrimalGap PrimalAndGap(const PackedRows& rows, const SolverOptions& options,
-                       const std::vector<double>& w,
-                       const std::vector<double>& duals) {
-  const ObjectiveParts parts = rows.Evaluate(
-      options, w.data(), duals.data(), 1, StdThreadParallelFor(1));
-  return {parts.primal_loss + 0.5 * parts.l2_norm_sq,
-          parts.primal_loss + parts.dual_loss + parts.l2_norm_sq};
-}
+
+// Logistic SDCA (l2 = 1) from zero on `d` packed for `threads`, in `order`:
+// Epoch(e, solve) runs epoch e (seed e) with `solve` and returns the primal
+// and gap of the weights and duals it leaves.
+class LogisticEpochs {
+ public:
+  using Solve = void (PackedRows::*)(const SolverOptions&, double*,
+                                     double*) const;
+  LogisticEpochs(const ResidentData& d, double* norms, int threads,
+                 VisitOrder order)
+      : loss_(MakeLossUpdater(LossType::kLogistic, 1.0)) {
+    PackOrFail(d, norms, threads, &rows_);
+    options_.loss = loss_.get();
+    options_.l2 = 1.0;
+    options_.order = order;
+    w_.assign(rows_.num_slots(), 0.0);
+    duals_.assign(d.num_examples, 0.0);
+  }
+  PrimalGap Epoch(int epoch, Solve solve) {
+    options_.seed = static_cast<uint64_t>(epoch);
+    (rows_.*solve)(options_, w_.data(), duals_.data());
+    const ObjectiveParts parts = rows_.Evaluate(
+        options_, w_.data(), duals_.data(), 1, StdThreadParallelFor(1));
+    return {parts.primal_loss + 0.5 * parts.l2_norm_sq,
+            parts.primal_loss + parts.dual_loss + parts.l2_norm_sq};
+  }
+
+ private:
+  std::unique_ptr<DualLossUpdater> loss_;
+  PackedRows rows_;
+  SolverOptions options_;
+  std::vector<double> w_, duals_;
+};
 
 // Relative duality gap of ClickRows packed for `threads` after each of
 // `epochs` lockstep epochs (logistic, l2 = 1: weakly regularised, so a step
 // moves the weights a lot).
 std::vector<double> LockstepGaps(ClickRows* c, int threads, int epochs) {
-  const auto loss = MakeLossUpdater(LossType::kLogistic, 1.0);
   ResidentData d;
   d.num_examples = ClickRows::kRows;
   d.num_sparse_features = ClickRows::kBuckets;
@@ -173,17 +198,10 @@ std::vector<double> LockstepGaps(ClickRows* c, int threads, int epochs) {
   d.dense_dim = ClickRows::kDense;
   d.labels = c->labels.data();
   d.example_weights = c->weights.data();
-  PackedRows rows;
-  PackOrFail(d, c->norms.data(), threads, &rows);
-  SolverOptions options;
-  options.loss = loss.get();
-  options.l2 = 1.0;
-  std::vector<double> w(rows.num_slots(), 0.0), duals(d.num_examples, 0.0);
+  LogisticEpochs run(d, c->norms.data(), threads, SolverOptions().order);
   std::vector<double> gaps;
   for (int epoch = 0; epoch < epochs; ++epoch) {
-    options.seed = static_cast<uint64_t>(epoch);
-    rows.SolveLockstep(options, w.data(), duals.data());
-    const PrimalGap g = PrimalAndGap(rows, options, w, duals);
+    const PrimalGap g = run.Epoch(epoch, &PackedRows::SolveLockstep);
     gaps.push_back(g.gap / g.primal);
     // >= 0 up to the rounding of sums of kRows terms.
     if (!(gaps.back() >= -1e-12)) {
@@ -248,24 +266,15 @@ struct SortedRows {
 // Solve on one thread or, with more, SolveSequential: the threads' shares
 // one after another, as threads on a loaded machine run them.
 int EpochsToGap(SortedRows* c, int threads, VisitOrder order, int most) {
-  const auto loss = MakeLossUpdater(LossType::kLogistic, 1.0);
   ResidentData d;
   d.num_examples = SortedRows::kRows;
   d.dense = c->dense.data();
   d.dense_dim = SortedRows::kDense;
   d.labels = c->labels.data();
   d.example_weights = c->weights.data();
-  PackedRows rows;
-  PackOrFail(d, c->norms.data(), threads, &rows);
-  SolverOptions options;
-  options.loss = loss.get();
-  options.l2 = 1.0;
-  options.order = order;
-  std::vector<double> w(rows.num_slots(), 0.0), duals(d.num_examples, 0.0);
+  LogisticEpochs run(d, c->norms.data(), threads, order);
   for (int epoch = 0; epoch < most; ++epoch) {
-    options.seed = static_cast<uint64_t>(epoch);
-    rows.SolveSequential(options, w.data(), duals.data());
-    const PrimalGap g = PrimalAndGap(rows, options, w, duals);
+    const PrimalGap g = run.Epoch(epoch, &PackedRows::SolveSequential);
     if (g.gap < 1e-8 * g.primal) {
       return epoch + 1;
     }
