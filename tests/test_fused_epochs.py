@@ -274,3 +274,106 @@ def test_progress_is_printed_per_epoch_when_fused(monkeypatch, capsys):
   assert epochs1 == epochs2 and len(epochs1) > 5
   assert losses1 == losses2 and len(losses1) == len(epochs1)
   assert _same(w1, w2)
+
+
+# Epochs trained ahead inside TfSdca>PackedEpochs (train_ahead='always'):
+# each epoch's objective evaluated on a second thread beside the next
+# epoch's training, that epoch undone where the verdict stops the call
+# (tol inside a call, with 'shrinking''s active rows put back) or restarts
+# the extrapolation (and run again).
+AHEAD_CASES = {
+    "hinge heart_scale shrinking, tol inside a call": (
+        dict(loss="hinge", l2=1.0), "heart", dict(epochs=200, tol=1e-3)),
+    "hinge text shrinking, beta 0.5 restarts, tol": (
+        dict(loss="hinge", l2=0.1, momentum=0.5), "text",
+        dict(epochs=100, tol=1e-5)),
+    "logistic text capped beta 0.8 restarts": (
+        dict(loss="logistic", l2=0.001, momentum=0.8), "text",
+        dict(epochs=100, tol=1e-12)),
+    "Crammer-Singer wine shrinking, beta 0.5 restarts, tol": (
+        dict(loss="multiclass_hinge", l2=1.0, num_classes=3, momentum=0.5),
+        "wine", dict(epochs=100, tol=1e-6)),
+    "Crammer-Singer digits shrinking, momentum auto, tol": (
+        dict(loss="multiclass_hinge", l2=1.0, num_classes=10), "digits",
+        dict(epochs=80, tol=0.01)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AHEAD_CASES))
+def test_epochs_trained_ahead_in_the_call_are_the_epochs_in_turn(
+    monkeypatch, case):
+  model_options, data, fit_options = AHEAD_CASES[case]
+  data = _data(data)
+  runs = []
+  for mode in ("never", "always"):
+    monkeypatch.setattr(engine, "FUSED_EPOCHS", True)
+    original = sdca_ops.packed_epochs
+    calls, restarts = [], []
+
+    def spy(*args, original=original, mode=mode, calls=calls, **kwargs):
+      calls.append(len(args[4]))
+      return original(*args, **dict(kwargs, train_ahead=mode))
+
+    end_epoch = engine.Extrapolation.end_epoch
+
+    def watch(self, *args, end_epoch=end_epoch, restarts=restarts):
+      end_epoch(self, *args)
+      restarts.append(self._restart)  # pylint: disable=protected-access
+
+    monkeypatch.setattr(sdca_ops, "packed_epochs", spy)
+    monkeypatch.setattr(engine.Extrapolation, "end_epoch", watch)
+    model = InMemorySdca(**model_options)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      history = model.fit(**data, verbose=0, **fit_options)
+    monkeypatch.undo()
+    runs.append((model, history, calls, restarts))
+  (serial, h1, _, restarts), (ahead, h2, calls, _) = runs
+  epochs = len(h1["loss"])
+  # Stopped at tol inside a call (not at its last epoch), several epochs
+  # per call; the momentum cases restarted inside calls.
+  assert len(calls) < epochs < fit_options["epochs"]
+  assert sum(calls) > epochs
+  if model_options.get("momentum"):
+    assert any(restarts[:-1])
+  assert len(h2["loss"]) == epochs
+  for key in ("loss", "duality_gap"):
+    assert _same(np.asarray(h1[key]), np.asarray(h2[key])), key
+  for part in ("sparse_weights", "dense_weights", "duals"):
+    a, b = getattr(serial, part), getattr(ahead, part)
+    assert (a is None) == (b is None)
+    if a is not None:
+      assert _same(np.ascontiguousarray(a), np.ascontiguousarray(b)), part
+  s1, s2 = serial.momentum_state, ahead.momentum_state
+  assert sorted(s1) == sorted(s2)
+  for key in s1:
+    assert np.array_equal(s1[key], s2[key]), key
+
+
+def test_packed_epochs_trained_ahead_resume_the_shrinking_marks():
+  """Two calls on the same packed rows ('shrinking' keeps its active rows in
+  them from call to call): the second starts from the marks the first left
+  at its stop, the epoch trained past it undone, as in turn."""
+  x, y = heart_scale()
+  outs = []
+  for mode in ("never", "always"):
+    rows = engine.Problem(
+        engine.RowChunks([(None, x, (y > 0).astype(np.float32),
+                           np.ones(len(y), np.float32))],
+                         len(y), 0, 13, None, False),
+        "hinge_loss", 1.0, 1).rows
+    w, d = np.zeros(13), np.zeros(len(y))
+    run = []
+    for call in range(2):
+      w, d, parts, _, _, _ = sdca_ops.packed_epochs(
+          rows, w, d, 10 * call, np.ones(30, bool), 1e-2, "hinge_loss", 0.0,
+          1.0, visit_order="shrinking", train_ahead=mode)
+      w, d = w.numpy(), d.numpy()
+      run.append((w, d, parts.numpy()))
+    outs.append(run)
+  assert outs[0][0][2].shape[0] < 30  # stopped at tol inside the call
+  for (w1, d1, p1), (w2, d2, p2) in zip(*outs):
+    assert _same(w1, w2) and _same(d1, d2) and _same(p1, p2)
+  with pytest.raises(ValueError, match="train_ahead"):
+    sdca_ops.packed_epochs(rows, w, d, 0, np.ones(2, bool), -1.0,
+                           "hinge_loss", 0.0, 1.0, train_ahead="sometimes")

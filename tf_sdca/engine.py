@@ -523,8 +523,10 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
 
 
 # Whether `run_epochs` trains the next epoch while an epoch's gap is
-# evaluated where it can (`_TrainAhead`); False runs every epoch's steps one
-# after the other (the same results: tests/test_train_ahead.py).
+# evaluated where it can (`_TrainAhead`, and inside `TfSdca>PackedEpochs`
+# calls, `_FusedEpochs`); False runs every epoch's steps one after the
+# other (the same results: tests/test_train_ahead.py,
+# tests/test_fused_epochs.py).
 TRAIN_AHEAD = True
 
 
@@ -636,7 +638,8 @@ class _FusedEpochs:
         self._tol, config.loss, config.l1, config.l2,
         visit_order=config.visit_order, gamma=config.gamma,
         num_classes=config.num_classes, hinge_step=config.hinge_step,
-        beta=beta, previous=previous, last_dual=last_dual, restart=restart)
+        beta=beta, previous=previous, last_dual=last_dual, restart=restart,
+        train_ahead="timed" if TRAIN_AHEAD else "never")
     wall = time.perf_counter() - start
     shape = state.duals.shape
     state.install_table(w)

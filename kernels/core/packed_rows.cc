@@ -1097,6 +1097,16 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
   });
 }
 
+void PackedRows::SaveShrinking(ShrinkingMarks* marks) const {
+  std::lock_guard<std::mutex> lock(shrinking_->mutex);
+  *marks = *shrinking_;  // (vectors assigned: their memory reused)
+}
+
+void PackedRows::RestoreShrinking(const ShrinkingMarks& marks) const {
+  std::lock_guard<std::mutex> lock(shrinking_->mutex);
+  static_cast<ShrinkingMarks&>(*shrinking_) = marks;
+}
+
 void PackedRows::SolveLockstep(const SolverOptions& options, double* weights,
                                double* duals) const {
   if (num_examples_ == 0) return;

@@ -333,7 +333,7 @@ class PackedRows {
   //
   // kShrinking (one thread; with threads it is kPermutation) visits fresh
   // permutations of the rows not shrunk, LIBLINEAR's shrinking for boxed
-  // duals (see ShrinkingState), until they took n steps: a pass is n
+  // duals (see ShrinkingMarks), until they took n steps: a pass is n
   // steps' work, as in the other orders, spent on the rows that can still
   // move (on heart_scale, 270 rows, hinge, l2 = 1: 41 epochs to
   // LIBLINEAR's objective against 473 visiting every row once, the rows
@@ -434,6 +434,41 @@ class PackedRows {
   // when it returns true.
   bool CopyBlockDuals(const double* from, const MulticlassLoss& loss,
                       double* to, std::string* error) const;
+
+  // What the order kShrinking carries from one solve on these rows to the
+  // next (Hsieh et al., "A Dual Coordinate Descent Method for Large-scale
+  // Linear SVM", ICML 2008, their Algorithm 3): a row whose dual sits at a
+  // bound of its box and whose gradient G pushes it out by more than the
+  // largest (smallest) projected gradient of the previous pass leaves the
+  // visits; when the projected gradients of the rows still visited span
+  // less than a tenth of those of the last pass over all rows, or after
+  // 10 n steps without such a pass, every row comes back and the
+  // thresholds are reset.
+  struct ShrinkingMarks {
+    std::vector<uint8_t> shrunk;  // [n]; empty until the first such pass
+    // [n * K]: the classes of each row shrunk (a multiclass loss's
+    // ClassShrinkable step), empty otherwise.
+    std::vector<uint8_t> class_shrunk;
+    // The largest row gap of the first pass after the classes came back,
+    // and the steps since: every class comes back once the rows' largest
+    // gap falls under a tenth of it, or after 3 n steps.
+    double class_full_gap = 0.0;
+    int64_t class_since_full = -1;  // -1: the classes just came back
+    // The thresholds of the next pass (set with `shrunk`).
+    double high = 0.0, low = 0.0;
+    double full_spread = 0.0;  // max - min projected gradient, all rows
+    // Steps since the last pass over all rows: after 10 n of them every row
+    // comes back whatever the spread (a spread of the rows still visited
+    // that cannot fall under a tenth of a stale full one, e.g. once the
+    // duals were reset behind the state's back, must not trap them).
+    int64_t since_full = 0;
+  };
+  // A copy of the marks (into *marks, reusing its memory), and the marks
+  // put back: for a caller that may drop the epochs it solved and go back
+  // to where they started (TfSdca>PackedEpochs trains an epoch while the
+  // gap that decides whether it runs is evaluated).
+  void SaveShrinking(ShrinkingMarks* marks) const;
+  void RestoreShrinking(const ShrinkingMarks& marks) const;
 
  private:
   struct Header {
@@ -562,32 +597,9 @@ class PackedRows {
   // ids cold) into the split layout.
   void SplitRecords(int64_t chunks, const ParallelFor& parallel_for);
 
-  // Shrinking (Hsieh et al., "A Dual Coordinate Descent Method for
-  // Large-scale Linear SVM", ICML 2008, their Algorithm 3): a row whose dual
-  // sits at a bound of its box and whose gradient G pushes it out by more
-  // than the largest (smallest) projected gradient of the previous pass
-  // leaves the visits; when the projected gradients of the rows still
-  // visited span less than a tenth of those of the last pass over all
-  // rows, or after 10 n steps without such a pass, every row comes back
-  // and the thresholds are reset.
-  struct ShrinkingState {
+  // The shrinking marks (ShrinkingMarks) and their lock.
+  struct ShrinkingState : ShrinkingMarks {
     std::mutex mutex;  // one solve at a time uses the state
-    std::vector<uint8_t> shrunk;  // [n]; empty until the first such pass
-    // [n * K]: the classes of each row shrunk (a multiclass loss's
-    // ClassShrinkable step), empty otherwise.
-    std::vector<uint8_t> class_shrunk;
-    // The largest row gap of the first pass after the classes came back,
-    // and the steps since: every class comes back once the rows' largest
-    // gap falls under a tenth of it, or after 3 n steps.
-    double class_full_gap = 0.0;
-    int64_t class_since_full = -1;  // -1: the classes just came back
-    double high, low;             // the thresholds of the next pass
-    double full_spread;           // max - min projected gradient, all rows
-    // Steps since the last pass over all rows: after 10 n of them every row
-    // comes back whatever the spread (a spread of the rows still visited
-    // that cannot fall under a tenth of a stale full one, e.g. once the
-    // duals were reset behind the state's back, must not trap them).
-    int64_t since_full = 0;
   };
 
   struct FreeBuffer {

@@ -74,7 +74,7 @@ inline void Shuffle(Rng* rng, int64_t n, int64_t* out) {
 //   kPermutation a uniformly random permutation (Fisher-Yates);
 //   kShrinking   the same: the caller passes only the rows not shrunk,
 //                and draws passes over them until they took n steps
-//                (PackedRows::Solve on one thread; see ShrinkingState);
+//                (PackedRows::Solve on one thread; see ShrinkingMarks);
 //   kUniform     end - begin draws with replacement;
 //   kAdaptive    end - begin draws with replacement, row i with probability
 //                half scores[i] / sum(scores) and half uniform, so that

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -409,6 +410,53 @@ class AppendRowsOp : public OpKernel {
   }
 };
 
+// Whether TfSdca>PackedEpochs evaluates an epoch's objective beside the
+// next epoch's training (ahead) or in turn, by what this call's epochs
+// cost: the results are the same either way, the time is not. Ahead saves
+// up to the evaluation's time per epoch where a core is free, but costs a
+// copy of the point, a hand-off between threads (~20-40 us on the
+// project's VM) and an undone epoch at each extrapolation restart; on a
+// machine whose cores are all busy the two threads share one core's time
+// and an epoch ahead took longer than one in turn (2,000 text-like rows,
+// Crammer-Singer: 3.6 ms against 3.2). So the first evaluated epoch of a
+// call runs in turn; ahead follows where its evaluation took at least
+// kMinEvaluation; an epoch ahead that cost more than the last one in turn
+// (passes and evaluation) sends the next kBackOff in turn, and every
+// kRefresh epochs ahead one runs in turn to measure again.
+class AheadChoice {
+ public:
+  static constexpr double kMinEvaluation = 50e-6;
+  static constexpr int kBackOff = 8;
+  static constexpr int kRefresh = 16;
+
+  // Whether the next evaluated epoch goes ahead.
+  bool Next() const {
+    return in_turn_left_ == 0 && evaluation_ >= kMinEvaluation;
+  }
+  // An epoch evaluated in turn: its passes' and its evaluation's seconds.
+  void InTurn(double passes, double evaluation) {
+    in_turn_ = passes + evaluation;
+    evaluation_ = evaluation;
+    if (in_turn_left_ > 0) --in_turn_left_;
+    ahead_ = 0;
+  }
+  // An epoch's evaluation beside the next one's passes (and an undone
+  // epoch run again): their seconds from the copy of the point on.
+  void Ahead(double seconds) {
+    if (seconds > in_turn_) {
+      in_turn_left_ = kBackOff;
+    } else if (++ahead_ >= kRefresh) {
+      in_turn_left_ = 1;
+    }
+  }
+
+ private:
+  double in_turn_ = 0.0;
+  double evaluation_ = 0.0;
+  int in_turn_left_ = 1;
+  int ahead_ = 0;
+};
+
 class PackedSolveOp : public OpKernel {
  public:
   explicit PackedSolveOp(OpKernelConstruction* context)
@@ -422,6 +470,9 @@ class PackedSolveOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("part", &options_.part));
     OP_REQUIRES_OK(context,
                    context->GetAttr("objective_threads", &objective_threads_));
+    if (epochs_) {
+      OP_REQUIRES_OK(context, context->GetAttr("train_ahead", &train_ahead_));
+    }
     OP_REQUIRES(context, options_.part < options_.num_parts,
                 InvalidArgument("part = ", options_.part,
                                 " is not below num_parts = ",
@@ -516,7 +567,9 @@ class PackedSolveOp : public OpKernel {
     OP_REQUIRES_OK(context, Passes(options, *rows, w, alpha,
                                    weights.dim_size(0)));
     if (!compute_objective_) return WriteObjective(nullptr, objective);
-    const ObjectiveParts parts = Evaluate(context, options, *rows, w, alpha);
+    const ObjectiveParts parts =
+        Evaluate(options, *rows, w, alpha, ObjectiveThreads(context),
+                 DevicePool(context));
     WriteObjective(&parts, objective);
   }
 
@@ -603,40 +656,70 @@ class PackedSolveOp : public OpKernel {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const double l1 = options.l1, l2 = options.l2;
     std::vector<double> objective, seconds;
-    for (int64_t e = 0; e < num_epochs; ++e) {
-      options.seed = first_seed + static_cast<uint64_t>(e);
-      const auto start = std::chrono::steady_clock::now();
-      if (extrapolate) {
-        if (!has_previous || restart) {
+    // Where the machine has a core beside the one training, epoch e's
+    // objective is evaluated there while epoch e + 1 trains (the pass reads
+    // and writes w and alpha in place; the evaluation reads a copy of epoch
+    // e's point): about the evaluation's time is saved per epoch (on 2,000
+    // text-like rows an evaluation takes nearly as long as the hinge's
+    // pass). Epoch e's verdict comes after epoch e + 1 started: where it
+    // stops the call (tol reached, an invalid gap), or restarts the
+    // extrapolation that epoch e + 1 started without (beta > 0), epoch
+    // e + 1 is undone (its point, extrapolation and 'shrinking' marks put
+    // back) and, for a restart, run again, so the results are those of the
+    // epochs one after another, bit for bit (tests/test_fused_epochs.py).
+    // ('always' also where the second thread has no core of its own: the
+    // same results, later.)
+    const bool always = train_ahead_ == "always";
+    const bool ahead =
+        num_epochs > 1 && rows.num_threads() == 1 && compute_objective_ &&
+        (always ||
+         (train_ahead_ == "timed" &&
+          context->device()->tensorflow_cpu_worker_threads()->num_threads >=
+              2 &&
+          std::thread::hardware_concurrency() >= 2));
+    // Only a restart changes how an epoch starts (beta = 0 starts where
+    // the last epoch ended either way).
+    const bool restart_matters = extrapolate && beta > 0.0;
+    const bool shrinking = options.order == VisitOrder::kShrinking;
+    const bool clipped =
+        beta > 0.0 && loss_type_ == "logistic_loss" && !multiclass_;
+    // The point of the epoch evaluated beside the next one (with
+    // extrapolation, once the next one started, in prev_w / prev_a, whose
+    // old values these then hold for an undo).
+    std::vector<double> saved_w, saved_a;
+    PackedRows::ShrinkingMarks marks;  // before the epoch trained ahead
+    // The start of an epoch (Extrapolation.start_epoch): in place, or with
+    // `beside` (w and alpha also in saved_w / saved_a), the copy taken as
+    // the next previous point (swapped with the old one, kept for an undo).
+    auto start_epoch = [&](bool restart_now, bool beside) {
+      if (!extrapolate) return;
+      if (!has_previous || restart_now) {
+        if (!beside) {
           prev_w.assign(w, w + num_weights);
           prev_a.assign(alpha, alpha + num_duals);
-        } else if (beta > 0.0 && loss_type_ == "logistic_loss" &&
-                   !multiclass_) {
-          ClippedExtrapolate(rows, beta, l2, alpha, prev_a.data(), num_duals,
-                             w, prev_w.data(), num_weights);
-        } else {
-          const double step = std::min(
-              beta, 0.9 * ExtrapolationLimit(rows, alpha, prev_a.data(),
-                                             num_duals));
-          Extrapolate(step, alpha, prev_a.data(), num_duals);
-          Extrapolate(step, w, prev_w.data(), num_weights);
         }
-        has_previous = true;
+      } else if (clipped) {
+        ClippedExtrapolate(rows, beta, l2, alpha, prev_a.data(), num_duals, w,
+                           prev_w.data(), num_weights, beside);
+      } else {
+        const double step = std::min(
+            beta,
+            0.9 * ExtrapolationLimit(rows, alpha, prev_a.data(), num_duals));
+        Extrapolate(step, alpha, prev_a.data(), num_duals, beside);
+        Extrapolate(step, w, prev_w.data(), num_weights, beside);
       }
-      OP_REQUIRES_OK(context, Passes(options, rows, w, alpha,
-                                     weights.dim_size(0)));
-      seconds.push_back(std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - start)
-                            .count());
-      if (!compute_objective_ || !flags(e)) {
-        objective.insert(objective.end(), 4, nan);
-        continue;
+      if (beside) {
+        prev_w.swap(saved_w);
+        prev_a.swap(saved_a);
       }
-      const ObjectiveParts p = Evaluate(context, options, rows, w, alpha);
+      has_previous = true;
+    };
+    // Epoch e's objective parts, recorded; whether the call stops after it
+    // (tf_sdca.engine.objective_and_gap and the relative gap, in its order
+    // of operations) and, if not, the restart due.
+    auto record = [&](const ObjectiveParts& p) {
       objective.insert(objective.end(), {p.primal_loss, p.dual_loss,
                                          p.l2_norm_sq, p.l1_norm});
-      // tf_sdca.engine.objective_and_gap and the relative gap, in its
-      // order of operations.
       const double primal =
           p.primal_loss + 0.5 * l2 * p.l2_norm_sq + l1 * p.l1_norm;
       double gap =
@@ -645,13 +728,90 @@ class PackedSolveOp : public OpKernel {
                            l2 * p.l2_norm_sq + l1 * p.l1_norm;
       if (!(std::isfinite(primal) && std::isfinite(gap) &&
             gap >= -1e-9 * scale)) {
-        break;  // the engine raises at this epoch
+        return true;  // the engine raises at this epoch
       }
       gap = std::max(gap, 0.0);
       const double dual = primal - gap;
       restart = dual < last_dual;
       last_dual = dual;
-      if (gap / std::max(std::fabs(primal), 1e-300) < tol) break;
+      return gap / std::max(std::fabs(primal), 1e-300) < tol;
+    };
+    const ParallelFor inline_for = [](int64_t count,
+                                      const std::function<void(int64_t)>& fn) {
+      for (int64_t k = 0; k < count; ++k) fn(k);
+    };
+    bool pending = false;  // the last epoch's objective not yet evaluated
+    AheadChoice choice;
+    auto ahead_from = std::chrono::steady_clock::now();
+    using Seconds = std::chrono::duration<double>;
+    for (int64_t e = 0; e < num_epochs; ++e) {
+      options.seed = first_seed + static_cast<uint64_t>(e);
+      const bool had_previous = has_previous;
+      if (pending && shrinking) rows.SaveShrinking(&marks);
+      auto start = std::chrono::steady_clock::now();
+      // Trained ahead of the last epoch's verdict, as if no restart were
+      // due (restarts are the rare epochs whose dual objective fell).
+      start_epoch(pending ? false : restart, pending);
+      Status status;
+      auto end = start;
+      if (pending) {
+        pending = false;
+        const double* point_w = extrapolate ? prev_w.data() : saved_w.data();
+        const double* point_a = extrapolate ? prev_a.data() : saved_a.data();
+        ObjectiveParts parts;
+        DevicePool(context)(2, [&](int64_t k) {
+          if (k == 0) {
+            status = Passes(options, rows, w, alpha, num_weights);
+            end = std::chrono::steady_clock::now();
+          } else {
+            parts = Evaluate(options, rows, point_w, point_a, 1, inline_for);
+          }
+        });
+        const bool stop = record(parts);
+        if (stop || (restart_matters && restart)) {
+          // Undone: the point epoch e - 1 ended at, the previous point and
+          // the marks as they were before epoch e started.
+          std::copy(point_w, point_w + num_weights, w);
+          std::copy(point_a, point_a + num_duals, alpha);
+          if (extrapolate) {
+            prev_w.swap(saved_w);
+            prev_a.swap(saved_a);
+            has_previous = had_previous;
+          }
+          if (shrinking) rows.RestoreShrinking(marks);
+          if (stop) break;
+          start = std::chrono::steady_clock::now();
+          start_epoch(restart, false);
+          status = Passes(options, rows, w, alpha, num_weights);
+          end = std::chrono::steady_clock::now();
+        }
+        choice.Ahead(Seconds(std::chrono::steady_clock::now() - ahead_from)
+                         .count());
+      } else {
+        status = Passes(options, rows, w, alpha, num_weights);
+        end = std::chrono::steady_clock::now();
+      }
+      OP_REQUIRES_OK(context, status);
+      seconds.push_back(std::chrono::duration<double>(end - start).count());
+      if (!compute_objective_ || !flags(e)) {
+        objective.insert(objective.end(), 4, nan);
+        continue;
+      }
+      if (ahead && e + 1 < num_epochs && (always || choice.Next())) {
+        ahead_from = std::chrono::steady_clock::now();
+        saved_w.assign(w, w + num_weights);
+        saved_a.assign(alpha, alpha + num_duals);
+        pending = true;
+        continue;
+      }
+      const auto evaluation = std::chrono::steady_clock::now();
+      const ObjectiveParts parts =
+          Evaluate(options, rows, w, alpha, ObjectiveThreads(context),
+                   DevicePool(context));
+      choice.InTurn(seconds.back(),
+                    Seconds(std::chrono::steady_clock::now() - evaluation)
+                        .count());
+      if (record(parts)) break;
     }
     Tensor* previous_out;
     OP_REQUIRES_OK(context, context->allocate_output(
@@ -729,13 +889,15 @@ class PackedSolveOp : public OpKernel {
   }
 
   // x <- x + step (x - previous), previous <- the old x (step > 0; else
-  // only previous <- x): Extrapolation.start_epoch on one array.
+  // only previous <- x): Extrapolation.start_epoch on one array. With
+  // `keep_previous`, previous is left as it was (the caller holds a copy of
+  // the old x and takes it as the next previous).
   static void Extrapolate(double step, double* x, double* previous,
-                          int64_t size) {
+                          int64_t size, bool keep_previous = false) {
     for (int64_t k = 0; k < size; ++k) {
       const double old = x[k];
       if (step > 0.0) x[k] = old + step * (old - previous[k]);
-      previous[k] = old;
+      if (!keep_previous) previous[k] = old;
     }
   }
 
@@ -748,11 +910,13 @@ class PackedSolveOp : public OpKernel {
   // beta. One beta capped for every dual at once (ExtrapolationLimit)
   // made the rows closest to their bounds stop the extrapolation of all
   // (on 1M Criteo-shaped rows 15 epochs to a relative suboptimality of
-  // 1e-4 against 17). previous <- the old points, as Extrapolate.
+  // 1e-4 against 17). previous <- the old points, as Extrapolate (with
+  // `keep_previous` left as they were).
   static void ClippedExtrapolate(const PackedRows& rows, double beta,
                                  double l2, double* alpha, double* previous,
                                  int64_t num_duals, double* w,
-                                 double* previous_w, int64_t num_weights) {
+                                 double* previous_w, int64_t num_weights,
+                                 bool keep_previous = false) {
     const std::vector<double>& labels = rows.labels();
     std::vector<double> cut;
     for (int64_t k = 0; k < num_duals; ++k) {
@@ -769,9 +933,9 @@ class PackedSolveOp : public OpKernel {
         next = capped;
       }
       alpha[k] = next;
-      previous[k] = old;
+      if (!keep_previous) previous[k] = old;
     }
-    Extrapolate(beta, w, previous_w, num_weights);
+    Extrapolate(beta, w, previous_w, num_weights, keep_previous);
     if (!cut.empty()) rows.AddBlockChanges(cut.data(), 1, 1.0 / l2, w);
   }
 
@@ -793,17 +957,17 @@ class PackedSolveOp : public OpKernel {
     return CheckEpochResult(loss_->Name(), w, rows.num_slots(), dual_error);
   }
 
-  ObjectiveParts Evaluate(OpKernelContext* context,
-                          const SolverOptions& options,
-                          const PackedRows& rows, const double* w,
-                          const double* alpha) const {
+  // The objective parts at (w, alpha), summed in `chunks` pieces through
+  // `parallel_for` (the same bits for any).
+  ObjectiveParts Evaluate(const SolverOptions& options, const PackedRows& rows,
+                          const double* w, const double* alpha,
+                          int64_t chunks,
+                          const ParallelFor& parallel_for) const {
     if (multiclass_) {
-      return rows.EvaluateBlocks(options, *multiclass_, w, alpha,
-                                 ObjectiveThreads(context),
-                                 DevicePool(context));
+      return rows.EvaluateBlocks(options, *multiclass_, w, alpha, chunks,
+                                 parallel_for);
     }
-    return rows.Evaluate(options, w, alpha, ObjectiveThreads(context),
-                         DevicePool(context));
+    return rows.Evaluate(options, w, alpha, chunks, parallel_for);
   }
 
   const char* Name() const {
@@ -826,6 +990,7 @@ class PackedSolveOp : public OpKernel {
   float gamma_ = 1.0f;
   bool compute_objective_ = true;
   int objective_threads_ = 0;
+  std::string train_ahead_;  // TfSdca>PackedEpochs' train_ahead
   bool epochs_ = false;  // TfSdca>PackedEpochs
 };
 

@@ -582,6 +582,7 @@ static ::tensorflow::InitOnStartupMarker const register_packed_epochs =
     .Attr("num_parts: int >= 1 = 1")
     .Attr("part: int >= 0 = 0")
     .Attr("objective_threads: int >= 0 = 0")
+    .Attr("train_ahead: {'timed', 'always', 'never'} = 'timed'")
     .SetIsStateful()
     .SetShapeFn(PackedEpochsShapeFn)
     .Doc(R"doc(
@@ -614,6 +615,13 @@ last_dual, restart: the dual objective of the last evaluated epoch before
 out_previous_weights, out_previous_duals: x_prev for the epoch after the
   last one run: where the last epoch run started before its step ([0]
   without extrapolation).
+train_ahead: where an epoch's objective is evaluated: on another thread
+  while the next epoch trains (ahead: that epoch undone where the objective
+  stops the call, and run again where it restarts the extrapolation), or
+  in turn. 'timed': ahead where the CPU device has 2 or more threads and
+  the machine 2 or more cores, for the epochs where this call measures it
+  faster; 'always': ahead (but the last epoch's); 'never': in turn. The
+  results are the same bits.
 The other inputs and attributes are PackedSolve's.
 )doc");
 

@@ -801,7 +801,8 @@ _NO_POINT = (np.zeros(0), np.zeros(0))
 def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
                   l2, visit_order="permutation", gamma=1.0, num_classes=1,
                   hinge_step="projection", beta=-1.0, previous=None,
-                  last_dual=-np.inf, restart=False, name=None):
+                  last_dual=-np.inf, restart=False, train_ahead="timed",
+                  name=None):
   """Consecutive `packed_solve` epochs in one call (`TfSdca>PackedEpochs`),
   for data sets so small that a call per epoch costs more than the epoch.
 
@@ -832,6 +833,12 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
       ended (x_prev), or None.
     last_dual, restart: the dual objective of the last evaluated epoch
       before this call, and whether it fell (a restart is due).
+    train_ahead: where each epoch's objective is evaluated: on another
+      thread while the next epoch trains (that epoch undone where the
+      objective stops the call, and run again where it restarts the
+      extrapolation), or in turn. 'timed': ahead on 2 or more cores, for
+      the epochs where the call measures it faster; 'always' (but the last
+      epoch); 'never'. The same results whichever.
     The others: `packed_solve`'s.
 
   Returns:
@@ -845,7 +852,7 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
   return _packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type,
                         l1, l2, visit_order, gamma, num_classes, hinge_step,
                         beta, previous, last_dual, restart,
-                        name or "packed_epochs")
+                        name or "packed_epochs", train_ahead=train_ahead)
 
 
 def extrapolated_pass(rows, weights, duals, seed, loss_type, l1, l2, beta,
@@ -868,9 +875,12 @@ def extrapolated_pass(rows, weights, duals, seed, loss_type, l1, l2, beta,
 
 def _packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
                    l2, visit_order, gamma, num_classes, hinge_step, beta,
-                   previous, last_dual, restart, name):
+                   previous, last_dual, restart, name, train_ahead="timed"):
   _check_options(loss_type, l1, l2, 1, 1, visit_order, gamma, 0, num_classes)
   check_hinge_step(loss_type, hinge_step)
+  if train_ahead not in ("timed", "always", "never"):
+    raise ValueError(f"train_ahead must be 'timed', 'always' or 'never', "
+                     f"got {train_ahead!r}")
   with tf.name_scope(name):
     state, attrs = _epoch_args(weights, duals, seed, loss_type, l1, l2, 1, 1,
                                visit_order, gamma, True, num_classes,
@@ -879,7 +889,7 @@ def _packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
     return load_ops().tf_sdca_packed_epochs(
         rows, *state, _tensor(evaluate, tf.bool, "evaluate"), float(tol),
         float(beta), *(previous if previous is not None else _NO_POINT),
-        float(last_dual), bool(restart), **attrs)
+        float(last_dual), bool(restart), train_ahead=train_ahead, **attrs)
 
 
 def check_asdca_options(loss_type, batch_size, theta):
