@@ -6,10 +6,14 @@
 // the weights and duals. TfSdca>AsdcaSolve (accelerated mini-batch SDCA,
 // kernels/core/asdca.h) solves the same packed rows.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -417,17 +421,29 @@ class AppendRowsOp : public OpKernel {
 // copy of the point, a hand-off between threads (~20-40 us on the
 // project's VM) and an undone epoch at each extrapolation restart; on a
 // machine whose cores are all busy the two threads share one core's time
-// and an epoch ahead took longer than one in turn (2,000 text-like rows,
-// Crammer-Singer: 3.6 ms against 3.2). So the first evaluated epoch of a
-// call runs in turn; ahead follows where its evaluation took at least
+// and an epoch ahead took longer than one in turn (2,000 text-like rows:
+// Crammer-Singer 1.7-2.0 ms against 1.55, the binary hinge's passes twice
+// as long beside an evaluation). So the first evaluated epoch of a call
+// runs in turn; ahead follows where its evaluation took at least
 // kMinEvaluation; an epoch ahead that cost more than the last one in turn
 // (passes and evaluation) sends the next kBackOff in turn, and every
-// kRefresh epochs ahead one runs in turn to measure again.
+// kRefresh epochs ahead one runs in turn to measure again. The counts
+// carry from one call to the next (Carry: a fit's calls on one kernel),
+// the costs are measured again in each.
 class AheadChoice {
  public:
   static constexpr double kMinEvaluation = 50e-6;
   static constexpr int kBackOff = 8;
   static constexpr int kRefresh = 16;
+
+  // A choice for a new call, with the counts of `last` (at least its
+  // first evaluated epoch in turn, to measure).
+  static AheadChoice Carry(const AheadChoice& last) {
+    AheadChoice next;
+    next.in_turn_left_ = std::max(1, last.in_turn_left_);
+    next.ahead_ = last.ahead_;
+    return next;
+  }
 
   // Whether the next evaluated epoch goes ahead.
   bool Next() const {
@@ -456,6 +472,42 @@ class AheadChoice {
   int in_turn_left_ = 1;
   int ahead_ = 0;
 };
+
+// Runs `evaluate` on one of the CPU device's threads while `train` runs
+// here, or here after `train` where no thread had taken it up by then: on
+// a machine whose cores are busy the task can wait a scheduler slice for a
+// core (~5 ms seen on the project's VM, against a 0.5 ms evaluation), and
+// the caller would wait with it. Whichever thread claims the task first
+// runs it; the task left in the pool, run later, finds it claimed and
+// returns without touching `evaluate` (gone by then).
+template <class Evaluate, class Train>
+void EvaluateBeside(OpKernelContext* context, const Evaluate& evaluate,
+                    const Train& train) {
+  struct Claim {
+    std::atomic<bool> taken{false};
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+  };
+  auto claim = std::make_shared<Claim>();
+  // (The task holds `claim` alive; `evaluate` it calls only after winning
+  // the claim, which the caller then waits on.)
+  context->device()->tensorflow_cpu_worker_threads()->workers->Schedule(
+      [claim, &evaluate] {
+        if (claim->taken.exchange(true)) return;
+        evaluate();
+        std::lock_guard<std::mutex> lock(claim->mutex);
+        claim->done = true;
+        claim->done_cv.notify_one();
+      });
+  train();
+  if (!claim->taken.exchange(true)) {
+    evaluate();
+    return;
+  }
+  std::unique_lock<std::mutex> lock(claim->mutex);
+  claim->done_cv.wait(lock, [&] { return claim->done; });
+}
 
 class PackedSolveOp : public OpKernel {
  public:
@@ -742,6 +794,10 @@ class PackedSolveOp : public OpKernel {
     };
     bool pending = false;  // the last epoch's objective not yet evaluated
     AheadChoice choice;
+    {
+      ::tensorflow::mutex_lock lock(choice_mutex_);
+      choice = AheadChoice::Carry(last_choice_);
+    }
     auto ahead_from = std::chrono::steady_clock::now();
     using Seconds = std::chrono::duration<double>;
     for (int64_t e = 0; e < num_epochs; ++e) {
@@ -759,13 +815,11 @@ class PackedSolveOp : public OpKernel {
         const double* point_w = extrapolate ? prev_w.data() : saved_w.data();
         const double* point_a = extrapolate ? prev_a.data() : saved_a.data();
         ObjectiveParts parts;
-        DevicePool(context)(2, [&](int64_t k) {
-          if (k == 0) {
-            status = Passes(options, rows, w, alpha, num_weights);
-            end = std::chrono::steady_clock::now();
-          } else {
-            parts = Evaluate(options, rows, point_w, point_a, 1, inline_for);
-          }
+        EvaluateBeside(context, [&] {
+          parts = Evaluate(options, rows, point_w, point_a, 1, inline_for);
+        }, [&] {
+          status = Passes(options, rows, w, alpha, num_weights);
+          end = std::chrono::steady_clock::now();
         });
         const bool stop = record(parts);
         if (stop || (restart_matters && restart)) {
@@ -812,6 +866,10 @@ class PackedSolveOp : public OpKernel {
                     Seconds(std::chrono::steady_clock::now() - evaluation)
                         .count());
       if (record(parts)) break;
+    }
+    {
+      ::tensorflow::mutex_lock lock(choice_mutex_);
+      last_choice_ = choice;
     }
     Tensor* previous_out;
     OP_REQUIRES_OK(context, context->allocate_output(
@@ -991,6 +1049,8 @@ class PackedSolveOp : public OpKernel {
   bool compute_objective_ = true;
   int objective_threads_ = 0;
   std::string train_ahead_;  // TfSdca>PackedEpochs' train_ahead
+  ::tensorflow::mutex choice_mutex_;
+  AheadChoice last_choice_ TF_GUARDED_BY(choice_mutex_);
   bool epochs_ = false;  // TfSdca>PackedEpochs
 };
 
