@@ -215,6 +215,29 @@ def test_repeated_ids_in_a_row_mean_their_sum():
   np.testing.assert_allclose(one[1].numpy(), two[1].numpy(), rtol=1e-6)
 
 
+def test_long_unsorted_rows_with_and_without_a_repeat_match_reference():
+  # 64 shuffled ids a row (the most packing checks for repeats without
+  # sorting), every other row repeating one of them far from its first
+  # place: the check hashes each row's ids to bits, and the ~12% of
+  # distinct rows whose 64 ids share a bit compare every pair, so both
+  # outcomes of that comparison are taken.
+  loss, n = "squared_loss", 40
+  # (Ids out of 2^16: small consecutive ids spread over the bits too evenly
+  # to share one; here 3 of the 20 distinct rows do.)
+  problem = make_problem(loss, n=n, vocab=1 << 16, per_row=64, seed=5)
+  rng = np.random.default_rng(6)
+  for i in range(0, n, 2):
+    first, again = sorted(rng.choice(64, 2, replace=False))
+    problem["ids"][i, again] = problem["ids"][i, first]
+  m = problem["vocab"] + problem["dense"].shape[1]
+  w, a = np.zeros(m), np.zeros(n)
+  w_ref, a_ref = _reference_pass(problem, loss, w, a, 0.0, 1.0)
+  w_out, a_out, _ = _call(problem, w, a, loss_type=loss,
+                          visit_order="cyclic")
+  np.testing.assert_allclose(a_out.numpy(), a_ref, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(w_out.numpy(), w_ref, rtol=1e-6, atol=1e-7)
+
+
 def test_only_objective_and_no_objective():
   problem = make_problem("logistic_loss", n=30)
   m = problem["vocab"] + 3

@@ -37,11 +37,43 @@ std::string Describe(const char* name, int64_t at, T value, const char* why) {
   return out.str();
 }
 
+// The ids a row has seen, hashed to one bit each of 2^14 (2 KiB, in L1
+// cache): a row whose ids set no bit twice has no repeated id (a repeated
+// id sets its bit twice). Rows of 40 hashed ids collide in ~5% of rows
+// (40 * 39 / 2 pairs over 2^14 bits), which then compare every pair.
+class IdFilter {
+ public:
+  // Whether ids[begin, end) set distinct bits; clears them again.
+  bool AllDistinctBits(const int32_t* ids, int64_t begin, int64_t end) {
+    uint64_t twice = 0;
+    for (int64_t k = begin; k < end; ++k) {
+      const uint32_t bit = Bit(ids[k]);
+      const uint64_t mask = uint64_t{1} << (bit & 63);
+      uint64_t& word = bits_[bit >> 6];
+      twice |= word & mask;
+      word |= mask;
+    }
+    for (int64_t k = begin; k < end; ++k) bits_[Bit(ids[k]) >> 6] = 0;
+    return twice == 0;
+  }
+
+ private:
+  static constexpr int kBits = 14;
+  // Fibonacci hashing: the top kBits bits of id * 2^32 / phi.
+  static uint32_t Bit(int32_t id) {
+    return (static_cast<uint32_t>(id) * 0x9E3779B1u) >> (32 - kBits);
+  }
+  uint64_t bits_[(1 << kBits) / 64] = {};
+};
+
 // True when ids[begin, end) has no repeated id. Strictly increasing rows
-// are checked in one scan; other short rows (hashed ids come unsorted) by
-// comparing every pair, which for a Criteo row of 26 ids is far cheaper than
-// sorting a copy.
-bool DistinctIds(const int32_t* ids, int64_t begin, int64_t end) {
+// are checked in one scan; other short rows (hashed ids come unsorted)
+// through `filter`, and where two of their ids share its bit by comparing
+// every pair, which for a Criteo row of 26 ids is far cheaper than sorting
+// a copy (the filter alone halves the check of 40-entry rows: 66 against
+// 132 ns a row, the most of packing them).
+bool DistinctIds(const int32_t* ids, int64_t begin, int64_t end,
+                 IdFilter* filter) {
   bool increasing = true;
   for (int64_t k = begin + 1; k < end && increasing; ++k) {
     increasing = ids[k] > ids[k - 1];
@@ -49,6 +81,7 @@ bool DistinctIds(const int32_t* ids, int64_t begin, int64_t end) {
   if (increasing) return true;
   constexpr int64_t kPairwiseLimit = 64;
   if (end - begin > kPairwiseLimit) return false;  // let the caller sort
+  if (filter->AllDistinctBits(ids, begin, end)) return true;
   // Branch-free inner loop (the compiler vectorises it).
   int repeated = 0;
   for (int64_t a = begin + 1; a < end; ++a) {
@@ -61,9 +94,9 @@ bool DistinctIds(const int32_t* ids, int64_t begin, int64_t end) {
 // Sum of squares of one row's sparse part, merging repeated ids (a repeated
 // id means the sum of its values). Rows without repeats, the common case,
 // need no merging.
-double SparseSquaredNorm(const ResidentData& d, int64_t i) {
+double SparseSquaredNorm(const ResidentData& d, int64_t i, IdFilter* filter) {
   const int64_t begin = d.row_ptr[i], end = d.row_ptr[i + 1];
-  if (DistinctIds(d.ids, begin, end)) {
+  if (DistinctIds(d.ids, begin, end, filter)) {
     if (d.values == nullptr) return static_cast<double>(end - begin);
     double sq = 0.0;
     for (int64_t k = begin; k < end; ++k) {
@@ -332,8 +365,9 @@ bool PrepareResidentRows(const ResidentData& d, int64_t begin, int64_t end,
       return false;
     }
   }
+  IdFilter filter;
   for (int64_t i = begin; i < end; ++i) {
-    double sq = d.row_ptr != nullptr ? SparseSquaredNorm(d, i) : 0.0;
+    double sq = d.row_ptr != nullptr ? SparseSquaredNorm(d, i, &filter) : 0.0;
     const float* x = d.dense + i * d.dense_dim;
     for (int64_t c = 0; c < d.dense_dim; ++c) {
       sq += static_cast<double>(x[c]) * x[c];
