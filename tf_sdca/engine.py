@@ -1366,6 +1366,7 @@ def _views_of(table, parts):
     size += part.shape[0]
   return size == table.shape[0] and table.dtype == np.float64
 
+
 def output_array(tensor):
   """An op's output tensor as a numpy array over its memory, which the
   array holds (`Tensor.numpy()` copies it: on 4M Criteo-shaped rows 0.34 s
