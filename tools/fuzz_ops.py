@@ -9,7 +9,7 @@ of its arguments: a wrong shape, dtype or rank, a negative or out-of-range
 id, an id past 2^31 or 2^32, NaN or inf in features, labels, example
 weights, weights or duals, a label outside the loss's domain, an absurd
 option, or an extreme but valid value (features, labels or example weights
-up to 1e38, l2 from 1e-30 to 1e30, a million passes). Each change is either
+up to 1e38, l2 from 1e-30 to 1e30, 100,000 passes). Each change is either
 *invalid* (the call must fail with an error naming the argument) or
 *extreme* (the call must train to finite outputs or fail with a clear
 error). The calls run, eagerly and inside a `tf.function`, in a child
@@ -291,7 +291,11 @@ MUTATIONS = {
         _reshape("weights", lambda s: (s[0] + 1,)),
         _reshape("duals", lambda s: (s[0] + 1,)),
         _reshape("duals", lambda s: (s[0], 1)),
-        _set_option("num_passes", -1), _set_option("num_passes", 10**6, "extreme"),
+        _set_option("num_passes", -1),
+        # 10^5 passes: a million took 23 s a call (a softmax over 6 rows at
+        # l2 = 1e-30), two thirds of the suite's fuzzing; 2^31 - 1, past the
+        # op's limit, is the boundary's check.
+        _set_option("num_passes", 10**5, "extreme"),
         _set_option("num_passes", 2**31 - 1, "extreme"),
         _set_option("l2", 0.0), _set_option("l2", float("nan")),
         _set_option("l2", 1e-30, "extreme"), _set_option("l2", 1e12, "extreme"),
