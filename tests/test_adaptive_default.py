@@ -143,18 +143,21 @@ def test_the_rule_reads_the_bound_of_each_loss():
       "permutation")
 
 
-@pytest.mark.parametrize("n", [7, 2000, engine.NORM_SPREAD_ROWS + 901])
-def test_row_norms_add_each_rows_squares_in_order(n):
+@pytest.mark.parametrize("n,first", [(7, 0), (2000, 0), (2000, 13),
+                                     (engine.NORM_SPREAD_ROWS + 901, 0)])
+def test_row_norms_add_each_rows_squares_in_order(n, first):
   # Every row read (n <= NORM_SPREAD_ROWS) or evenly spaced rows: each
   # |x_i|^2 is its squares added one after the other from 0, the bits the
   # order choice was measured with, on rows of 0 to 120 entries of values
-  # over six decades.
+  # over six decades; `first` > 0: rows whose entries start there (a slice
+  # of a larger CSR's indptr).
   rng = np.random.default_rng(n)
   lengths = rng.integers(0, 121, n)
   lengths[::5] = 0
-  indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+  indptr = first + np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
   values = (rng.standard_normal(indptr[-1]) *
             10.0 ** rng.uniform(-3, 3, indptr[-1])).astype(np.float32)
+  values[:first] = np.nan  # (before the rows: never read)
   indices = rng.integers(0, 50, indptr[-1]).astype(np.int64)
   rows = (np.arange(n) if n <= engine.NORM_SPREAD_ROWS else np.unique(
       np.linspace(0, n - 1, engine.NORM_SPREAD_ROWS).astype(np.int64)))
