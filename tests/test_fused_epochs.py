@@ -110,6 +110,15 @@ def _data(name):
   return dict(labels=y, dense=x)
 
 
+def _assert_same_model(one, other):
+  """The two models' weights and duals, bit for bit."""
+  for part in ("sparse_weights", "dense_weights", "duals"):
+    a, b = getattr(one, part), getattr(other, part)
+    assert (a is None) == (b is None)
+    if a is not None:
+      assert _same(np.ascontiguousarray(a), np.ascontiguousarray(b)), part
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fused_epochs_are_the_epochs_one_by_one(monkeypatch, case):
   model_options, data, fit_options = CASES[case]
@@ -122,11 +131,7 @@ def test_fused_epochs_are_the_epochs_one_by_one(monkeypatch, case):
   assert len(h1["loss"]) == len(h2["loss"])
   for key in ("loss", "duality_gap"):
     assert _same(np.asarray(h1[key]), np.asarray(h2[key])), key
-  for part in ("sparse_weights", "dense_weights", "duals"):
-    a, b = getattr(one, part), getattr(fused, part)
-    assert (a is None) == (b is None)
-    if a is not None:
-      assert _same(np.ascontiguousarray(a), np.ascontiguousarray(b)), part
+  _assert_same_model(one, fused)
   assert one.momentum_used == fused.momentum_used
   s1, s2 = one.momentum_state, fused.momentum_state
   assert (s1 is None) == (s2 is None)
@@ -343,11 +348,7 @@ def test_epochs_trained_ahead_in_the_call_are_the_epochs_in_turn(
   assert len(h2["loss"]) == epochs
   for key in ("loss", "duality_gap"):
     assert _same(np.asarray(h1[key]), np.asarray(h2[key])), key
-  for part in ("sparse_weights", "dense_weights", "duals"):
-    a, b = getattr(serial, part), getattr(ahead, part)
-    assert (a is None) == (b is None)
-    if a is not None:
-      assert _same(np.ascontiguousarray(a), np.ascontiguousarray(b)), part
+  _assert_same_model(serial, ahead)
   s1, s2 = serial.momentum_state, ahead.momentum_state
   assert sorted(s1) == sorted(s2)
   for key in s1:

@@ -889,19 +889,17 @@ class PackedSolveOp : public OpKernel {
       ::tensorflow::mutex_lock lock(choice_mutex_);
       last_choice_ = choice;
     }
-    Tensor* previous_out;
-    OP_REQUIRES_OK(context, context->allocate_output(
-                                4, TensorShape({static_cast<int64_t>(
-                                       prev_w.size())}),
-                                &previous_out));
-    std::copy(prev_w.begin(), prev_w.end(),
-              previous_out->flat<double>().data());
-    OP_REQUIRES_OK(context, context->allocate_output(
-                                5, TensorShape({static_cast<int64_t>(
-                                       prev_a.size())}),
-                                &previous_out));
-    std::copy(prev_a.begin(), prev_a.end(),
-              previous_out->flat<double>().data());
+    // x_prev for the epoch after the last one run (outputs 4 and 5).
+    auto output_vector = [context](int index,
+                                   const std::vector<double>& values) {
+      Tensor* out;
+      TF_RETURN_IF_ERROR(context->allocate_output(
+          index, TensorShape({static_cast<int64_t>(values.size())}), &out));
+      std::copy(values.begin(), values.end(), out->flat<double>().data());
+      return absl::OkStatus();
+    };
+    OP_REQUIRES_OK(context, output_vector(4, prev_w));
+    OP_REQUIRES_OK(context, output_vector(5, prev_a));
     const int64_t run = static_cast<int64_t>(seconds.size());
     Tensor* objective_out;
     Tensor* seconds_out;
