@@ -143,30 +143,37 @@ def test_the_rule_reads_the_bound_of_each_loss():
       "permutation")
 
 
-@pytest.mark.parametrize("n,first", [(7, 0), (2000, 0), (2000, 13),
-                                     (engine.NORM_SPREAD_ROWS + 901, 0)])
-def test_row_norms_add_each_rows_squares_in_order(n, first):
+@pytest.mark.parametrize("n,with_values", [
+    (7, True), (2000, True), (2000, False),
+    (engine.NORM_SPREAD_ROWS + 901, True)])
+def test_row_norms_add_each_rows_squares_in_order(n, with_values):
   # Every row read (n <= NORM_SPREAD_ROWS) or evenly spaced rows: each
-  # |x_i|^2 is its squares added one after the other from 0, the bits the
-  # order choice was measured with, on rows of 0 to 120 entries of values
-  # over six decades; `first` > 0: rows whose entries start there (a slice
-  # of a larger CSR's indptr).
+  # |x_i|^2 (its sparse part read by TfSdca>PackRows as it packs the rows)
+  # is its squares added one after the other from 0, a repeated id once per
+  # entry (ids here repeat in most rows), the bits the order choice was
+  # measured with, on rows of 0 to 120 entries of values over six decades
+  # (or of no values: 1 each).
   rng = np.random.default_rng(n)
   lengths = rng.integers(0, 121, n)
   lengths[::5] = 0
-  indptr = first + np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+  indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
   values = (rng.standard_normal(indptr[-1]) *
             10.0 ** rng.uniform(-3, 3, indptr[-1])).astype(np.float32)
-  values[:first] = np.nan  # (before the rows: never read)
   indices = rng.integers(0, 50, indptr[-1]).astype(np.int64)
   rows = (np.arange(n) if n <= engine.NORM_SPREAD_ROWS else np.unique(
       np.linspace(0, n - 1, engine.NORM_SPREAD_ROWS).astype(np.int64)))
+  assert np.array_equal(engine.norm_rows(n), rows)
   expected = np.zeros(len(rows))
   for k, i in enumerate(rows):
     total = 0.0
     for v in values[indptr[i]:indptr[i + 1]]:
-      total += float(v) ** 2
+      total += float(v) ** 2 if with_values else 1.0
     expected[k] = total
-  norms = engine.row_norms(n, (indptr, indices, values))
+  csr = (indptr, indices, values if with_values else None)
+  chunks = engine.RowChunks(
+      [(csr, None, np.zeros(n, np.float32), np.ones(n, np.float32))], n,
+      indptr[-1], 0, 50, with_values)
+  norms = engine.Problem(chunks, "logistic_loss", 1.0, 1,
+                         norms=True).row_norms
   assert norms.largest == expected.max()
   assert norms.spread == float(expected.std() / expected.mean())

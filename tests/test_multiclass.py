@@ -594,12 +594,14 @@ def test_num_classes_below_two_is_refused():
     load_ops().tf_sdca_pack_rows(
         *_empty_sparse(), np.zeros((1, 1), np.float32),
         np.ones(1, np.float32), np.zeros(1, np.float32),
+        np.zeros(0, np.int64),
         loss_type="softmax_loss", num_sparse_features=0, num_classes=1)
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="num_classes = 3 must be 1 for logistic_loss"):
     load_ops().tf_sdca_pack_rows(
         *_empty_sparse(), np.zeros((1, 1), np.float32),
         np.ones(1, np.float32), np.zeros(1, np.float32),
+        np.zeros(0, np.int64),
         loss_type="logistic_loss", num_sparse_features=0, num_classes=3)
 
 

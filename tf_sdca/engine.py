@@ -34,7 +34,6 @@ import time
 import warnings
 
 import numpy as np
-import scipy.sparse
 import tensorflow as tf
 
 from tf_sdca import averaging
@@ -838,68 +837,34 @@ NORM_SPREAD_ROWS = 4096
 RowNorms = collections.namedtuple("RowNorms", ["spread", "largest"])
 
 
-def _row_sums(squares, lengths, indptr=None):
-  """Each row's sum of its consecutive `lengths` entries of `squares`, added
-  one after the other from 0 in order: the bits np.bincount(row of each
-  entry, weights=squares) gives (as np.add.at did before it), as a product
-  with a CSR matrix of one column (scipy's row loop adds them so), in a
-  third of bincount's time (on 2,000 text rows of ~44 entries 0.15 ms
-  against 0.44 ms, the most of a fit's set-up after packing). `indptr`:
-  the rows' offsets into `squares` (from 0) where the caller has them.
-  (np.add.reduceat is faster but sums pairwise: other bits.)"""
-  if indptr is None:
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-  matrix = scipy.sparse.csr_matrix(
-      (squares, np.zeros(squares.size, np.int32), indptr),
-      shape=(len(lengths), 1))
-  return matrix @ np.ones(1)
+def norm_rows(n):
+  """The rows `row_norms` reads of `n`: all of them up to NORM_SPREAD_ROWS,
+  else NORM_SPREAD_ROWS evenly spaced through them."""
+  # (All of them when n <= NORM_SPREAD_ROWS: linspace's step is then 1.)
+  return (np.arange(n) if n <= NORM_SPREAD_ROWS else np.unique(
+      np.linspace(0, n - 1, NORM_SPREAD_ROWS).astype(np.int64)))
 
 
-def row_norms(n, csr=None, dense=None):
-  """The `RowNorms` of the rows' squared norms |x_i|^2 on up to
-  NORM_SPREAD_ROWS rows evenly spaced through the `n` rows (CSR arrays
-  `(indptr, indices, values or None)`, values 1 where None; `dense`
-  `[n, d]`): how widely the rows' scales spread, and the largest, which
-  with l2 bounds SDCA's passes (`options.visit_order_for`). Spread 0 for
-  no rows or all-zero rows."""
+def row_norms(n, sparse_norms=None, dense=None):
+  """The `RowNorms` of the rows' squared norms |x_i|^2 on the rows
+  `norm_rows(n)` of `n`: how widely the rows' scales spread, and the
+  largest, which with l2 bounds SDCA's passes (`options.visit_order_for`).
+  Spread 0 for no rows or all-zero rows.
+
+  Args:
+    n: the rows.
+    sparse_norms: float64, the sparse part of those rows' |x_i|^2 as
+      `TfSdca>PackRows` returns it for them (`Problem(norms=True)`: each
+      row's entries' squared values added in order, a repeated id once per
+      entry), or None without a sparse part.
+    dense: `[n, d]` all rows' dense part, or None.
+  """
   if n == 0:
     return RowNorms(0.0, 0.0)
-  # (All of them when n <= NORM_SPREAD_ROWS: linspace's step is then 1.)
-  rows = (np.arange(n) if n <= NORM_SPREAD_ROWS else np.unique(
-      np.linspace(0, n - 1, NORM_SPREAD_ROWS).astype(np.int64)))
+  rows = norm_rows(n)
   norms = np.zeros(len(rows))
-  if csr is not None:
-    indptr, _, values = csr
-    every_row = n <= NORM_SPREAD_ROWS and np.shape(indptr) == (n + 1,)
-    if every_row:
-      # (Slices: the same lengths as the gathers below, without their
-      # index arrays.)
-      starts, ends = indptr[:n], indptr[1:]
-    else:
-      starts, ends = indptr[rows], indptr[rows + 1]
-    lengths = ends - starts
-    if values is None:
-      norms += lengths
-    else:
-      row_starts = None  # (the rows' offsets into `squares`)
-      if every_row and 0 <= indptr[0] and indptr[n] <= np.size(values):
-        # Every row: their entries are [indptr[0], indptr[n]) in order, the
-        # same squares in the same order as the gather below, without its
-        # index arrays (bad indptr fails in the row sums as there, or takes
-        # the gather). np.square of float32 to float64: the bits of
-        # astype(np.float64) ** 2 (each value's double squared) in one
-        # pass, without the cast's temporary (on 2,000 text rows, as a fit
-        # calls it with the caches cold, ~0.1 ms against ~0.05).
-        squares = np.square(np.asarray(values)[indptr[0]:indptr[n]],
-                            dtype=np.float64)
-        row_starts = indptr - indptr[0]
-      else:
-        # Each sampled row's entries: its start repeated, plus 0, 1, ...
-        offsets = np.arange(lengths.sum()) - np.repeat(
-            np.cumsum(lengths) - lengths, lengths)
-        entries = np.repeat(starts, lengths) + offsets
-        squares = np.asarray(values)[entries].astype(np.float64) ** 2
-      norms += _row_sums(squares, lengths, row_starts)
+  if sparse_norms is not None:
+    norms += sparse_norms
   if dense is not None:
     norms += (np.asarray(dense[rows], np.float64) ** 2).sum(axis=1)
   mean = norms.mean()
@@ -1026,21 +991,49 @@ class Problem:
   """A problem's rows: a `RowChunks` validated and packed once for
   `TfSdca>PackedSolve`, chunk by
   chunk (`new_packed_rows`, then `append_rows` per chunk, each chunk's
-  numpy memory aliased by DLPack); `total_weight`: the sum of their example
-  weights; `labels`: with `keep_labels`, all rows' labels (else None)."""
+  numpy memory aliased by DLPack), or in one `pack_rows` call where the
+  `RowChunks` is one normalised chunk (a fit's arrays); `total_weight`: the
+  sum of their example weights; `labels`: with `keep_labels`, all rows'
+  labels (else None); `row_norms`: with `norms` (one normalised chunk
+  only), the rows' `RowNorms`, their sparse part read by the packing op
+  (else None)."""
 
   def __init__(self, chunks, loss, gamma, num_threads, num_classes=1,
-               keep_labels=False):
+               keep_labels=False, norms=False):
     n = chunks.num_examples
-    kept = []
     self.num_threads = num_threads
+    # Stored entries: the sparse ids and the dense values.
+    self.entries = int(chunks.num_ids) + n * int(chunks.dense_dim)
+    self.row_norms = None
+    whole = chunks.chunks
+    if (isinstance(whole, (list, tuple)) and len(whole) == 1 and
+        isinstance(whole[0], tuple) and whole[0][2].shape[0] == n):
+      # One chunk of arrays: one op call instead of two (each eager op
+      # dispatch costs ~0.1 ms with the caches cold, as a fit meets it).
+      csr, dense, labels, weights = whole[0]
+      sparse = sdca_ops.pack_rows(
+          *_op_inputs(csr, dense, labels, weights, chunks.num_features),
+          num_sparse_features=chunks.num_features or 0, loss_type=loss,
+          gamma=gamma, num_threads=num_threads, num_classes=num_classes,
+          norm_rows=aliased(norm_rows(n)) if norms else None)
+      if norms:
+        self.rows, sparse = sparse
+        self.row_norms = row_norms(
+            n, None if csr is None else output_array(sparse), dense)
+      else:
+        self.rows = sparse
+      self.total_weight = float(weights.sum(dtype=np.float64))
+      # (The normalised array itself: only read.)
+      self.labels = np.asarray(labels) if keep_labels else None
+      return
+    if norms:
+      raise ValueError("Problem(norms=True) needs one normalised chunk")
+    kept = []
     self.rows = sdca_ops.new_packed_rows(
         n, chunks.num_ids, chunks.dense_dim, chunks.num_features or 0, loss,
         gamma=gamma, num_threads=num_threads, has_values=chunks.has_values,
         num_classes=num_classes)
     self.total_weight = 0.0
-    # Stored entries: the sparse ids and the dense values.
-    self.entries = int(chunks.num_ids) + n * int(chunks.dense_dim)
     appended = 0
     for first, source, csr, dense, labels, weights in chunks.normalised():
       tensors = _op_inputs(csr, dense, labels, weights, chunks.num_features,
@@ -1308,13 +1301,15 @@ class ArrayRows:
     self.rows = None
     self.problem = None  # the `Problem`, once packed
 
-  def pack(self, num_features, loss, gamma, num_threads, num_classes=1):
+  def pack(self, num_features, loss, gamma, num_threads, num_classes=1,
+           norms=False):
     """Validates and packs the rows once for `num_threads` threads (and K
-    classes of a multiclass loss); epochs then go through
-    `TfSdca>PackedSolve`. The packed copy replaces the arrays."""
+    classes of a multiclass loss; with `norms`, the problem's `row_norms`);
+    epochs then go through `TfSdca>PackedSolve`. The packed copy replaces
+    the arrays."""
     del num_features  # given to the constructor
     self.problem = Problem(self.chunks, loss, gamma, num_threads,
-                           num_classes)
+                           num_classes, norms=norms)
     self.rows = self.problem.rows
     self.chunks = None
 
@@ -1336,6 +1331,9 @@ def choose_threads(num_threads, n, num_classes=1):
   than 2 cores (g3doc/benchmarks.md); more threads fall behind where the
   steps couple strongly through the shared weights (|x_i|^2 / l2 >> 1)."""
   threads = _packed_threads(num_threads, n)
+  if num_threads <= 1:
+    # (One thread whatever the cores: os.cpu_count reads a file, 6-50 us.)
+    return threads
   cores = os.cpu_count() or 1
   if threads > cores:
     threads = cores

@@ -423,11 +423,6 @@ class InMemorySdca:
           labels, dense, ids, indptr, indices, values, example_weights)
       if csr is not None and num_features is None:
         num_features = int(csr[1].max()) + 1 if csr[1].size else 1
-      if (self._visit_order_given is None and losses.op_name(self.loss) in
-          options.NORM_SPREAD_LOSSES):
-        order = options.visit_order_for(
-            self.loss, None, row_norms=engine.row_norms(n, csr, dense),
-            l2=self.l2, gamma=self.gamma)
       rows = RowChunks([(csr, dense, labels, weights)], n,
                        0 if csr is None else int(csr[0][-1]),
                        0 if dense is None else dense.shape[1],
@@ -478,17 +473,22 @@ class InMemorySdca:
           self.second_order, self.loss, self.l1, self.l2, n, csr, dense,
           num_features, labels, weights, self.num_classes)
     self.second_order_used = block_step is not None
-    self.visit_order_used = order
-    momentum = options.momentum_for(self.momentum, order,
-                                    one_call, self._asdca,
-                                    self.average_from is not None)
-    momentum = second_order.momentum_with(block_step, self.momentum,
-                                          momentum)
+
+    def momentum_in(order):
+      momentum = options.momentum_for(self.momentum, order,
+                                      one_call, self._asdca,
+                                      self.average_from is not None)
+      return second_order.momentum_with(block_step, self.momentum, momentum)
+
     # Packed also for mini-batches: the exact objective after each epoch is
     # a PackedSolve call without passes.
     threads = ((1 if self._asdca else
                 engine.choose_threads(self.num_threads, n, self.num_classes))
                if one_call else 1)
+    # The loss's default order may give way to 'adaptive' by the rows'
+    # norms, which packing the arrays reads (`engine.row_norms`).
+    by_norms = (from_arrays and self._visit_order_given is None and
+                losses.op_name(self.loss) in options.NORM_SPREAD_LOSSES)
     if isinstance(rows, engine.RowParts):
       if order not in engine.PARTED_VISIT_ORDERS:
         raise ValueError(
@@ -497,10 +497,19 @@ class InMemorySdca:
             f"time); use one of {engine.PARTED_VISIT_ORDERS}")
       problem = engine.PartedProblem(rows, self.loss, self.gamma, threads,
                                      self.num_classes,
-                                     keep_labels=bool(momentum))
+                                     keep_labels=bool(momentum_in(order)))
     else:
-      problem = engine.Problem(rows, self.loss, self.gamma, threads,
-                               self.num_classes, keep_labels=bool(momentum))
+      # (Arrays' labels are kept without a copy.)
+      problem = engine.Problem(
+          rows, self.loss, self.gamma, threads, self.num_classes,
+          keep_labels=from_arrays or bool(momentum_in(order)),
+          norms=by_norms)
+    if by_norms:
+      order = options.visit_order_for(self.loss, None,
+                                      row_norms=problem.row_norms,
+                                      l2=self.l2, gamma=self.gamma)
+    self.visit_order_used = order
+    momentum = momentum_in(order)
     extrapolate = None
     if momentum:
       state = self._state

@@ -310,6 +310,52 @@ struct PackAttrs {
   }
 };
 
+// Output 1 of PackRows: for each row norm_rows[j] (input 6) the sum of
+// its sparse entries' squared values (1 for an entry without a value),
+// added in the entries' order from 0 in double, each entry on its own (a
+// repeated id counts once per entry, where the records' |x_i|^2 sums its
+// values first). These are the bits of tf_sdca.engine.row_norms' sparse
+// part (scipy's CSR product adds each row so), which the default visiting
+// order reads: read here from the inputs just validated, instead of from
+// a second pass in numpy (on 2,000 text rows ~0.3 ms of a ~8 ms fit).
+Status SparseRowNorms(OpKernelContext* context) {
+  const Tensor& norm_rows = context->input(6);
+  TF_RETURN_IF_ERROR(CheckRank(norm_rows, 1, "norm_rows"));
+  const int64_t n = context->input(4).dim_size(0);
+  const int64_t m = norm_rows.dim_size(0);
+  const int64_t* rows = TensorBuffer<int64_t>(norm_rows);
+  for (int64_t j = 0; j < m; ++j) {
+    if (rows[j] < 0 || rows[j] >= n) {
+      return InvalidArgument("norm_rows[", j, "] = ", rows[j],
+                             " is outside [0, ", n, ") (the rows)");
+    }
+  }
+  Tensor* out;
+  TF_RETURN_IF_ERROR(context->allocate_output(1, TensorShape({m}), &out));
+  double* norms = out->flat<double>().data();
+  const Tensor& row_ptr = context->input(0);
+  const Tensor& values = context->input(2);
+  const int64_t* ptr =
+      row_ptr.dim_size(0) > 0 ? TensorBuffer<int64_t>(row_ptr) : nullptr;
+  const float* v =
+      values.dim_size(0) > 0 ? TensorBuffer<float>(values) : nullptr;
+  for (int64_t j = 0; j < m; ++j) {
+    double sum = 0.0;
+    if (ptr != nullptr) {
+      const int64_t begin = ptr[rows[j]], end = ptr[rows[j] + 1];
+      if (v == nullptr) {
+        sum = static_cast<double>(end - begin);
+      } else {
+        for (int64_t k = begin; k < end; ++k) {
+          sum += static_cast<double>(v[k]) * v[k];  // (exact: 48 bits)
+        }
+      }
+    }
+    norms[j] = sum;
+  }
+  return absl::OkStatus();
+}
+
 class PackRowsOp : public OpKernel {
  public:
   explicit PackRowsOp(OpKernelConstruction* context) : OpKernel(context) {
@@ -325,6 +371,7 @@ class PackRowsOp : public OpKernel {
     const Tensor& example_weights = context->input(4);
     OP_REQUIRES_OK(context, CheckRank(dense, 2, "dense_features"));
     OP_REQUIRES_OK(context, CheckRank(example_weights, 1, "example_weights"));
+    OP_REQUIRES_OK(context, CheckRank(context->input(6), 1, "norm_rows"));
     PackedRows::Shape shape;
     shape.num_examples = example_weights.dim_size(0);
     shape.num_sparse_features = attrs_.num_sparse_features;
@@ -336,6 +383,8 @@ class PackRowsOp : public OpKernel {
     OP_REQUIRES_OK(context, resource->Reserve(shape, attrs_.num_threads));
     int64_t appended;
     OP_REQUIRES_OK(context, resource->Append(context, 0, false, &appended));
+    // (After Append: the rows' inputs are valid.)
+    OP_REQUIRES_OK(context, SparseRowNorms(context));
   }
 
  private:

@@ -172,7 +172,10 @@ Status EpochShapes(InferenceContext* c, int first) {
 
 Status PackRowsShapeFn(InferenceContext* c) {
   TF_RETURN_IF_ERROR(DataRanks(c, 0));
+  ShapeHandle norm_rows;
+  TF_RETURN_IF_ERROR(RankNamed(c, 6, 1, "norm_rows", &norm_rows));
   c->set_output(0, c->Scalar());
+  c->set_output(1, norm_rows);
   return absl::OkStatus();
 }
 
@@ -366,7 +369,9 @@ hinge_step: multiclass_hinge_loss's block step: 'projection' (the exact
 static ::tensorflow::InitOnStartupMarker const register_pack_rows =
     ::tensorflow::InitOnStartupMarker{} <<
     DataInputs(OpDefBuilderWrapper("TfSdca>PackRows"))
+    .Input("norm_rows: int64")
     .Output("rows: resource")
+    .Output("sparse_norms: double")
     .Attr(
         "loss_type: {'logistic_loss', 'squared_loss', 'hinge_loss', "
         "'smooth_hinge_loss', 'poisson_loss', 'absolute_loss', "
@@ -394,7 +399,13 @@ feature_values: their values, or [0] for all 1.0.
 dense_features: [n, d] dense features (d may be 0).
 example_weights: [n] weights s_i >= 0.
 example_labels: [n] labels in the loss's domain.
+norm_rows: [m] rows (in [0, n)) whose sparse_norms to return ([0]: none).
 rows: a handle that owns the packed rows (freed with the last reference).
+sparse_norms: [m] for row norm_rows[j], the sum of its sparse entries'
+  squared values (1 for each entry without a value) added in the entries'
+  order from 0 in double, a repeated id once per entry (the records'
+  |x_i|^2 sums its values first); what the default visiting order of
+  tf_sdca's in-memory fits reads (tf_sdca.engine.row_norms).
 loss_type: the loss whose label domain the labels are checked against;
   PackedSolve must use the same loss (and gamma, and num_classes).
   'softmax_loss' and 'multiclass_hinge_loss' are multiclass: labels are

@@ -202,9 +202,8 @@ class TrainingState:
     # features' own array, not a copy of it.)
     dense = (None if not dense else dense[0] if len(dense) == 1 else
              np.concatenate(dense, axis=1))
-    norms = (engine.row_norms(n, csr, dense) if m.visit_order is None and
-             losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES
-             else None)
+    by_norms = (m.visit_order is None and
+                losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES)
     # The exact block step of the engine's epochs (not ASDCA's or an
     # averaging fit's), where `second_order` takes it on these rows.
     block_step = (second_order.block_step_for(
@@ -214,7 +213,8 @@ class TrainingState:
     resident.pack(num_sparse, m.loss_type, m.gamma,
                   1 if self.asdca else
                   engine.choose_threads(m.num_threads, n, m.num_classes),
-                  m.num_classes)
+                  m.num_classes, norms=by_norms)
+    norms = resident.problem.row_norms
     metric_inputs = None
     if transform is not None:
       features = transform({name: data_lib.to_host(value)

@@ -558,7 +558,8 @@ PACKED_VISIT_ORDERS = VISIT_ORDERS
 
 def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
               example_weights, example_labels, num_sparse_features,
-              loss_type, gamma=1.0, num_threads=1, name=None, num_classes=1):
+              loss_type, gamma=1.0, num_threads=1, name=None, num_classes=1,
+              norm_rows=None):
   """Validates a data set held in memory once and packs it for
   `packed_solve`.
 
@@ -600,10 +601,16 @@ def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
     name: op name.
     num_classes: K (>= 2) for a multiclass loss, whose labels are class ids
       (integers in `[0, K)` as floats); 1 for the others.
+    norm_rows: optional int64 `[m]` rows (in `[0, n)`) whose sparse sums of
+      squares to return beside the handle: each row's sparse entries'
+      squared values (1 for an entry without a value) added in the entries'
+      order from 0 in float64, a repeated id once per entry (what
+      `tf_sdca.engine.row_norms` reads for the default visiting order).
 
   Returns:
     A scalar resource tensor that owns the packed rows (freed when the last
-    reference to it goes).
+    reference to it goes); with `norm_rows`, `(rows, sparse_norms)`,
+    `sparse_norms` float64 `[m]`.
 
   Raises:
     ValueError: on bad options.
@@ -619,12 +626,28 @@ def pack_rows(row_ptr, feature_ids, feature_values, dense_features,
   if int(num_threads) < 1:
     raise ValueError(f"num_threads must be >= 1, got {num_threads}")
   with tf.name_scope(name or "pack_rows"):
-    return load_ops().tf_sdca_pack_rows(
+    rows, sparse_norms = load_ops().tf_sdca_pack_rows(
         *_data_tensors(row_ptr, feature_ids, feature_values, dense_features,
                        example_weights, example_labels),
+        _no_rows() if norm_rows is None else
+        _tensor(norm_rows, tf.int64, "norm_rows"),
         loss_type=loss_type, gamma=float(gamma),
         num_sparse_features=int(num_sparse_features),
         num_threads=int(num_threads), num_classes=int(num_classes))
+  return rows if norm_rows is None else (rows, sparse_norms)
+
+
+_NO_ROWS = []  # the empty int64 tensor of `_no_rows`, once made eagerly
+
+
+def _no_rows():
+  """An empty int64 vector (PackRows' norm_rows when none are asked for),
+  made once eagerly (a conversion per call costs ~10 us)."""
+  if not tf.executing_eagerly():
+    return tf.zeros([0], tf.int64)
+  if not _NO_ROWS:
+    _NO_ROWS.append(tf.zeros([0], tf.int64))
+  return _NO_ROWS[0]
 
 
 def new_packed_rows(num_examples, num_ids, dense_dim, num_sparse_features,
