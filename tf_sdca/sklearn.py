@@ -158,6 +158,16 @@ class _SDCAMixin:
     if _checked_already(X, y):
       # What check_X_y would return unchanged (the feature names and
       # n_features_in_ still set or checked by validate_data).
+      if reset:
+        # What validate_data does then for a numpy array or CSR matrix
+        # (no feature names; y given): n_features_in_ set, the
+        # feature_names_in_ of an earlier fit on a DataFrame dropped
+        # (~25 us warm, ~0.1 ms with the caches cold as a fit meets it,
+        # most of it looking for feature names these types do not have).
+        self.n_features_in_ = X.shape[1]
+        if hasattr(self, "feature_names_in_"):
+          del self.feature_names_in_
+        return X if isinstance(y, str) else (X, y)
       return validate_data(self, X, y, reset=reset, skip_check_array=True)
     given = {} if isinstance(y, str) else dict(
         y_numeric=isinstance(self, RegressorMixin))
