@@ -50,6 +50,36 @@ def test_progress_watch_speaks_once_when_the_gap_stalls():
   assert estimated.update(-1.0) is None
 
 
+def test_progress_watch_compares_the_best_gaps_before_and_in_the_window():
+  # The best gap before the window, kept as gaps leave it, against the
+  # definition (the min over all of them) on gap sequences that stall at
+  # random epochs, with skipped (negative, NaN) estimates among them.
+  rng = np.random.default_rng(0)
+  for trial in range(200):
+    window = int(rng.integers(1, 6))
+    gaps = list(np.exp(np.cumsum(rng.uniform(-1.0, 0.3, 40))))
+    for k in rng.integers(0, 40, 3):
+      gaps[k] = [-1e-3, float("nan")][trial % 2]
+    watch = losses.ProgressWatch(window=window, factor=2.0)
+    seen, said = [], None
+    for k, gap in enumerate(gaps):
+      text = watch.update(gap)
+      if not (np.isfinite(gap) and gap >= 0):
+        assert text is None
+        continue
+      seen.append(gap)
+      expected = None
+      if said is None and len(seen) > window:
+        before, now = min(seen[:-window]), min(seen[-window:])
+        if not (now <= 1e-9 or now * 2.0 < before):
+          expected = f"fell only from {before:.3g} to {now:.3g}"
+      if expected is None:
+        assert text is None, (trial, k)
+      else:
+        assert text is not None and expected in text, (trial, k, text)
+        said = k
+
+
 @pytest.mark.parametrize("loss,cause,remedies,not_named", [
     ("logistic", "badly conditioned for SDCA",
      ["Standardise", "raise l2", "visit_order='adaptive'"],
