@@ -286,6 +286,40 @@ def test_in_memory_trainer_pack_false_is_deprecated_and_packs():
   assert ha["duality_gap"][-1] < ha["duality_gap"][0]
 
 
+@pytest.mark.parametrize("traced", [False, True])
+def test_sparse_norms_add_each_rows_squared_entries_in_order(traced):
+  # Row 0 repeats id 1 (each entry counts: 2^2 + 3^2, where the record's
+  # |x_0|^2 is (2 + 3)^2), row 2 is empty, the dense part is not counted;
+  # without values each entry is 1; without a sparse part every sum is 0.
+  data = dict(row_ptr=np.array([0, 2, 3, 3], np.int64),
+              feature_ids=np.array([1, 1, 0], np.int32),
+              feature_values=np.array([2.0, 3.0, 0.5], np.float32),
+              dense_features=np.ones((3, 2), np.float32),
+              example_weights=np.ones(3, np.float32),
+              example_labels=np.ones(3, np.float32))
+  pack = lambda rows, **changes: pack_rows(
+      **{**data, **changes}, num_sparse_features=2, loss_type="hinge_loss",
+      norm_rows=rows)[1]
+  if traced:
+    pack = tf.function(pack)
+  rows = np.array([2, 0, 1, 0], np.int64)
+  np.testing.assert_array_equal(pack(rows), [0.0, 13.0, 0.25, 13.0])
+  np.testing.assert_array_equal(
+      pack(rows, feature_values=np.zeros(0, np.float32)), [0, 2, 1, 2])
+  np.testing.assert_array_equal(
+      pack(rows, row_ptr=np.zeros(0, np.int64),
+           feature_ids=np.zeros(0, np.int32),
+           feature_values=np.zeros(0, np.float32)), [0, 0, 0, 0])
+  assert pack(np.zeros(0, np.int64)).shape == (0,)
+  for bad in (3, -1):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"norm_rows\[1\] = {bad} is outside \[0, 3\)"):
+      pack(np.array([0, bad], np.int64))
+  with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                     match="norm_rows"):
+    pack(np.zeros((1, 1), np.int64))
+
+
 def test_a_handle_of_another_resource_is_refused():
   variable = tf.Variable([1.0])
   with pytest.raises(tf.errors.InvalidArgumentError,
