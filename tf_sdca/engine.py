@@ -1011,17 +1011,15 @@ class Problem:
       # One chunk of arrays: one op call instead of two (each eager op
       # dispatch costs ~0.1 ms with the caches cold, as a fit meets it).
       csr, dense, labels, weights = whole[0]
-      sparse = sdca_ops.pack_rows(
+      packed = sdca_ops.pack_rows(
           *_op_inputs(csr, dense, labels, weights, chunks.num_features),
           num_sparse_features=chunks.num_features or 0, loss_type=loss,
           gamma=gamma, num_threads=num_threads, num_classes=num_classes,
           norm_rows=aliased(norm_rows(n)) if norms else None)
+      self.rows, sparse_norms = packed if norms else (packed, None)
       if norms:
-        self.rows, sparse = sparse
         self.row_norms = row_norms(
-            n, None if csr is None else output_array(sparse), dense)
-      else:
-        self.rows = sparse
+            n, None if csr is None else output_array(sparse_norms), dense)
       self.total_weight = float(weights.sum(dtype=np.float64))
       # (The normalised array itself: only read.)
       self.labels = np.asarray(labels) if keep_labels else None
