@@ -177,3 +177,21 @@ def test_row_norms_add_each_rows_squares_in_order(n, with_values):
                          norms=True).row_norms
   assert norms.largest == expected.max()
   assert norms.spread == float(expected.std() / expected.mean())
+
+
+@pytest.mark.parametrize("n,order", [(270, "C"), (270, "F"),
+                                     (engine.NORM_SPREAD_ROWS + 901, "C")])
+def test_row_norms_of_dense_rows_sum_each_rows_squares_as_numpy_does(n,
+                                                                     order):
+  # The dense part: each read row's float64 squares summed by numpy over a
+  # C-ordered copy of the rows (the bits the order choice was measured
+  # with), whether the array is C- or Fortran-ordered, every row read or
+  # evenly spaced ones.
+  rng = np.random.default_rng(n)
+  x = np.asarray(rng.standard_normal((n, 13)) *
+                 10.0 ** rng.uniform(-3, 3, (n, 13)), np.float32, order=order)
+  rows = engine.norm_rows(n)
+  expected = (np.ascontiguousarray(x[rows], np.float64) ** 2).sum(axis=1)
+  norms = engine.row_norms(n, None, x)
+  assert norms.largest == expected.max()
+  assert norms.spread == float(expected.std() / expected.mean())
