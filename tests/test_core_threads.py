@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+import core_build
 from core_build import ROOT, build
 DRIVERS = {
     "packed": os.path.join(ROOT, "kernels", "tests", "packed_threads_main.cc"),
@@ -46,7 +47,7 @@ def test_core_has_no_data_races_under_thread_sanitizer(tmp_path, driver):
   # "races": the drivers' checks that run threads at the same time (their
   # one-thread and lockstep checks run unsanitised and under ASan + UBSan).
   try:
-    result = _build_and_run(tmp_path, ["-O1", "-g", "-fsanitize=thread"],
+    result = _build_and_run(tmp_path, core_build.TSAN,
                             env={"TSAN_OPTIONS": "halt_on_error=1"},
                             driver=driver,
                             args=() if driver == "chunks" else ("races",))

@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 @pytest.mark.parametrize("flags", [["-O2"],
-                                   ["-O1", "-g", "-fsanitize=address,undefined",
+                                   ["-O1", "-g1", "-fsanitize=address,undefined",
                                     "-fno-sanitize-recover=undefined"]],
                          ids=["O2", "asan-ubsan"])
 def test_the_table_agrees_with_a_map(tmp_path, flags):
