@@ -604,10 +604,18 @@ def test_checkpoints_keep_a_complete_round_whatever_fails(tmp_path,
 # Digits' 900-row shards need hundreds of rounds to these gaps, and with
 # S = 16 each of them is 16 loopback collectives (28-33 s a case against
 # 10-17 s with S = 1, g3doc/distributed.md): one case cuts its passes.
+# Each case takes ~20 s on 2 cores; the default run keeps the hinge's
+# projection step (the cluster's default step, through launch's door). The
+# softmax blocks and weights on a cluster are checked by
+# test_cli_local_cluster_trains_softmax_on_libsvm_class_labels (iris), and
+# the near-maximal-gain step with several exchanges per pass by
+# test_cli_local_cluster_passes_the_hinge_step_to_every_worker (iris, 3
+# parts): on digits they run with --run-slow.
 @pytest.mark.parametrize("loss,l2,step,parts", [
-    ("softmax", 5.0, "projection", 1),
+    pytest.param("softmax", 5.0, "projection", 1, marks=pytest.mark.slow),
     ("multiclass_hinge", 1000.0, "projection", 1),
-    ("multiclass_hinge", 1000.0, "near_max_gain", 4)])
+    pytest.param("multiclass_hinge", 1000.0, "near_max_gain", 4,
+                 marks=pytest.mark.slow)])
 def test_multiclass_on_a_local_cluster_reaches_the_single_process_optimum(
     tmp_path, loss, l2, step, parts):
   """Digits (pixel intensities 0..16 as they come, the pixels as CSR ids
