@@ -14,12 +14,14 @@ import pytest  # pylint: disable=wrong-import-position
 def pytest_addoption(parser):
   parser.addoption(
       "--run-slow", action="store_true", default=False,
-      help="also run tests marked slow (minutes each: scale tests)")
+      help="also run tests marked slow (scale tests, minutes each; the "
+      "costliest cluster cases, ~20 s each)")
 
 
 def pytest_configure(config):
   config.addinivalue_line(
-      "markers", "slow: a scale test taking minutes; runs with --run-slow "
+      "markers", "slow: a scale test taking minutes, or a costly case whose "
+      "paths a cheaper test checks; runs with --run-slow "
       "or TF_SDCA_RUN_SLOW=1")
 
 
