@@ -321,12 +321,10 @@ def _addresses(text):
 def _cli_here(args):
   """`tf-sdca ARGS` in this process (TensorFlow already imported: a child
   process's start is ~5-8 s of a 2-core machine): (status, stdout)."""
-  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
-  parser = argparse.ArgumentParser()
-  commands.add_parsers(parser.add_subparsers(dest="command"))
+  from tf_sdca import cli  # pylint: disable=import-outside-toplevel
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
-    status = commands.run(parser.parse_args(args))
+    status = cli.main(args)
   return status, out.getvalue()
 
 
