@@ -425,7 +425,7 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
     while epoch < epochs:
       trained = None if ahead is None else ahead.take(epoch)
       if fused is not None:
-        trained, fused_parts = fused.take(epoch)
+        trained, fused_parts, fused_evaluated = fused.take(epoch)
       if trained is None:
         rng = np.random.default_rng([config.seed, epoch])
         bar = progress_bar(epoch)
@@ -445,12 +445,28 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
         elapsed = time.perf_counter() - start
       else:
         bar, elapsed = progress_bar(epoch), trained
-      if not (epoch + 1 == epochs or
-              (gap_every and (epoch + 1) % gap_every == 0) or
-              verbose or read or average is not None or
-              (extrapolation is not None and extrapolation.reads_gaps)):
+      # The epochs whose objective and gap the history holds: those
+      # `gap_every` names, the last, and every one something reads.
+      due = (epoch + 1 == epochs or
+             (gap_every and (epoch + 1) % gap_every == 0) or
+             verbose or read or average is not None or
+             (extrapolation is not None and extrapolation.reads_gaps))
+      if fused is not None:
+        # (The op evaluated what it was asked to and what `tol` needed.)
+        evaluated = fused_evaluated
+      else:
+        evaluated = due or tol is not None or (
+            extrapolation is not None and extrapolation.reads_duals)
+      if not evaluated:
         # Nobody reads this epoch's gap: its pass over the rows (about as
-        # long as the epoch's) is skipped. The state is the same.
+        # long as the epoch's) is skipped. The state is the same. (Fused, an
+        # extrapolation's restart test read the epoch's dual objective in
+        # the op, O(n + d).)
+        if (fused is not None and extrapolation is not None and
+            not math.isnan(fused_parts[1])):
+          extrapolation.end_epoch(dual_objective(fused_parts, config.l2))
+        if watch is not None:
+          watch.skip()
         history["loss"].append(math.nan)
         history["duality_gap"].append(math.nan)
         history["rows_per_sec"].append(n / elapsed)
@@ -473,8 +489,22 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
           raise
         raise explain_error(error) from None
       if extrapolation is not None:
-        extrapolation.end_epoch(objective - gap,
+        extrapolation.end_epoch(dual_objective(parts, config.l2),
                                 gap / max(abs(objective), 1e-300))
+      if not due and not (tol is not None and
+                          gap / max(abs(objective), 1e-300) < tol):
+        # Evaluated only for `tol` or a restart test: the history keeps NaN
+        # as for an epoch not evaluated, so that it is the same whichever
+        # path evaluated which epochs.
+        if ahead is not None:
+          ahead.settle(keep=True)
+        if watch is not None:
+          watch.skip()
+        history["loss"].append(math.nan)
+        history["duality_gap"].append(math.nan)
+        history["rows_per_sec"].append(n / elapsed)
+        epoch += 1
+        continue
       # (Read after the epoch: a `PartedProblem` sums it while packing.)
       total_weight = problem.total_weight
       if average is not None:
@@ -597,9 +627,10 @@ class _FusedEpochs:
             packed_epochs_run(problem, config, extrapolation))
 
   def take(self, epoch):
-    """(training seconds, objective parts or None where not evaluated) of
-    `epoch`, whose result the state then holds once the last epoch run
-    is taken."""
+    """(training seconds, objective parts, whether evaluated) of `epoch`,
+    whose result the state then holds once the last epoch run is taken;
+    the parts NaN where not evaluated, but the dual loss and |w|^2 where
+    the op read them (`tol`, an extrapolation's restart test)."""
     if not self._done:
       self._run(epoch)
     return self._done.popleft()
@@ -625,7 +656,11 @@ class _FusedEpochs:
       undecided = extrapolation.undecided_epochs
       if undecided:
         count = min(count, undecided)
-      if extrapolation.reads_gaps:
+      if extrapolation.reads_gaps or (extrapolation.reads_duals and
+                                      self._config.num_classes > 1):
+        # (A multiclass loss's restart test takes the whole evaluation in
+        # the op, EvaluateDual being binary: flagged, it may run beside the
+        # next epoch's training, `train_ahead`.)
         evaluate = [True] * count
       beta, point, last_dual, restart = extrapolation.fused_inputs()
       if point is not None:
@@ -650,11 +685,16 @@ class _FusedEpochs:
       extrapolation.fused_previous(
           (output_array(prev_duals).reshape(shape), output_array(prev_w)))
     parts, seconds = parts.numpy(), seconds.numpy()
-    for k in range(seconds.shape[0]):
+    run = seconds.shape[0]
+    for k in range(run):
       elapsed = float(seconds[k])
       if epoch + k == self._first:  # the fit's first epoch: preparing too
         elapsed += start - self._start_time
-      self._done.append((elapsed, parts[k] if evaluate[k] else None))
+      # Evaluated: asked for, or by the op for `tol` (its primal loss read;
+      # or the epoch it stopped after, whose gap may be invalid).
+      self._done.append((elapsed, parts[k], bool(
+          evaluate[k] or not math.isnan(parts[k][0]) or
+          (k + 1 == run and run < count))))
     self._epoch = epoch + seconds.shape[0]
     per_epoch = wall / max(seconds.shape[0], 1)
     self._size = max(1, int(FUSED_SECONDS / max(per_epoch, 1e-9)))
@@ -1444,6 +1484,17 @@ def objective_and_gap(parts, loss, l1, l2):
         f"{norm_1!r}): the weights and duals are not a primal-dual pair")
   return primal, max(gap, 0.0)
 
+def dual_objective(parts, l2):
+  """The dual objective D(alpha) = -sum s_i phi_i*(-alpha_i) - l2/2 |w|^2
+  from the objective parts of `packed_solve` (only the dual loss and |w|^2
+  are read: `TfSdca>PackedEpochs` gives those of an epoch it does not
+  evaluate), `l2` rounded to float32 as the ops hold it; the arithmetic of
+  the op's restart test, so that a restart is decided alike in and out of
+  it. Algebraically primal - gap of `objective_and_gap`."""
+  l2 = float(np.float32(l2))
+  return -float(parts[1]) - 0.5 * l2 * float(parts[2])
+
+
 # momentum='auto': plain epochs 1 to AUTO_MOMENTUM_EPOCHS; their relative
 # gaps give the plain contraction rho (the geometric mean of gap_3 / gap_2
 # and gap_4 / gap_3), and beta rises linearly from 0 at rho =
@@ -1585,10 +1636,16 @@ class Extrapolation:
 
   @property
   def reads_gaps(self):
-    """Whether the next epochs need `end_epoch`'s values: False only once
-    'auto' chose 0 (nothing extrapolates after that)."""
-    return not (self._auto and len(self._gaps) >= self._plain and
-                self._beta == 0.0)
+    """Whether the next `end_epoch` needs the epoch's relative duality gap
+    (the exact objective): while 'auto' has not chosen its beta."""
+    return self._auto and len(self._gaps) < self._plain
+
+  @property
+  def reads_duals(self):
+    """Whether the next `end_epoch` needs the epoch's dual objective (its
+    restart test; `dual_objective`, O(n + d) without the gap): while it
+    extrapolates or 'auto' has not chosen. False once 'auto' chose 0."""
+    return self._beta > 0.0 or self.reads_gaps
 
   @property
   def chooses_next(self):

@@ -227,12 +227,13 @@ class ProgressWatch:
   names the smooth loss that converges linearly and the visiting orders
   that took fewer epochs there.
 
-  `update(gap)` after each epoch returns the warning's text the first time
-  the relative gap fell by less than `factor` over the last `window`
-  epochs while still above `floor`, else None. It compares the best gaps
-  (before the window, and within it), so that a gap that moves up and
-  down, as with extrapolated epochs (`momentum`) and their restarts, is
-  judged by its progress, not by where the last epoch landed.
+  `update(gap)` after each epoch (`skip()` after one not evaluated)
+  returns the warning's text the first time the relative gap fell by less
+  than `factor` over the last `window` epochs while still above `floor`,
+  else None. It compares the best gaps (before the window, and within
+  it), so that a gap that moves up and down, as with extrapolated epochs
+  (`momentum`) and their restarts, is judged by its progress, not by where
+  the last epoch landed.
   """
 
   def __init__(self, window=10, factor=2.0, floor=1e-9, fixed_batches=False,
@@ -246,6 +247,7 @@ class ProgressWatch:
     self.loss = None if loss is None else op_name(loss)
     self._gaps = []
     self._before = None  # the best gap before the window
+    self._folded = 0  # the gaps read into _before
     self._said = False
 
   def _cause(self):
@@ -284,6 +286,11 @@ class ProgressWatch:
                "bound")
     return f"{text}. {standardise} if they are not scaled"
 
+  def skip(self):
+    """An epoch whose gap was not evaluated (`fit(gap_every=)`): it counts
+    in the window, with no gap."""
+    self._gaps.append(math.nan)
+
   def update(self, gap):
     # A negative or non-finite estimate (SdcaModel's approximate gap lags
     # the weights and can be below zero) says nothing of progress: skipped.
@@ -298,10 +305,17 @@ class ProgressWatch:
     # One gap leaves the window per epoch: the best before it is kept as
     # they leave (a min over all of them every epoch made the watch
     # quadratic in the epochs, ~1-3 us an epoch over a few hundred).
-    left = self._gaps[-self.window - 1]
-    before = self._before = (left if self._before is None else
-                             min(self._before, left))
-    now = min(self._gaps[-self.window:])
+    # Epochs not evaluated (NaN, `skip`) count in the window, with no gap.
+    leaving = len(self._gaps) - self.window
+    for left in self._gaps[self._folded:leaving]:
+      if not math.isnan(left):
+        self._before = (left if self._before is None else
+                        min(self._before, left))
+    self._folded = leaving
+    if self._before is None:
+      return None
+    before = self._before
+    now = min(g for g in self._gaps[-self.window:] if not math.isnan(g))
     if now <= self.floor or now * self.factor < before:
       return None
     self._said = True

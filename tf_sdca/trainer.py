@@ -386,13 +386,19 @@ class InMemorySdca:
         on 2 or more cores it runs beside the next epoch's training, the
         results unchanged: `tf_sdca.engine.run_epochs`): with
         `gap_every=0` a fit of k epochs without `tol` does k epochs and one
-        evaluation instead of k of each. `tol` is checked on
-        the evaluated epochs (the model a stopped fit returns is certified
-        by its gap). Every epoch is still evaluated where something reads
-        it: `verbose`, a `callback`, averaging, momentum while it
-        extrapolates ('auto' reads the first 4 epochs, 5 with threads,
-        and every one when it chose a beta > 0). The weights and duals are
-        the same whatever `gap_every` is.
+        evaluation instead of k of each. `tol` is checked on every epoch
+        whatever `gap_every` is: the fit stops at the epoch it would stop
+        at evaluating every one, certified by its gap. Where its epochs
+        run several per op call (one thread, small data: the engine's
+        `_FusedEpochs`) an epoch `gap_every` skips is evaluated only where
+        the next epoch's dual objective does not already show its gap
+        above `tol` (weak duality; binary losses), else every epoch is.
+        Every epoch is still evaluated where something reads it:
+        `verbose`, a `callback`, averaging, momentum while it
+        extrapolates ('auto' reads the first 4 epochs, 5 with threads;
+        with a beta > 0 chosen, fused epochs read only each epoch's dual
+        objective, O(n + d)). The weights and duals are the same whatever
+        `gap_every` is.
 
     Returns:
       A dict of per-epoch lists: `loss` (regularised objective / total weight),

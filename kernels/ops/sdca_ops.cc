@@ -602,27 +602,35 @@ Runs consecutive epochs of TfSdca>PackedSolve in one call.
 Epoch e (from 0) is what a PackedSolve call with the seed `seed + e` from
 the previous epoch's outputs does (bit for bit), and where `evaluate[e]`
 (and compute_objective) the objective after it; the call stops after the
-first evaluated epoch whose relative duality gap gap / max(|primal|, 1e-300)
-is below `tol` or whose gap is not finite or below zero beyond float64
+first epoch whose relative duality gap gap / max(|primal|, 1e-300) is below
+`tol` or, evaluated, whose gap is not finite or below zero beyond float64
 rounding (the arithmetic of tf_sdca.engine.objective_and_gap, l1 and l2 as
-the float attributes hold them). For small data sets, where an op call per
-epoch costs more than the epoch.
+the float attributes hold them). With tol > 0 every epoch is tested: one
+`evaluate` does not list is evaluated only where the next epoch's dual
+objective does not already show its gap above tol (weak duality: P(w_e) >=
+D(alpha_{e+1}); binary losses, tol < 0.25, weights and duals at most twice
+the rows' entries; else, and for the last epoch, it is evaluated), the
+next epoch undone where it stops the call. For small data sets, where an
+op call per epoch costs more than the epoch.
 
 evaluate: [E] bool, E the most epochs to run.
 tol: scalar; stop below this relative gap (< 0: never).
 out_weights, out_duals: after the last epoch run.
 objective: [R, 4], R the epochs run: PackedSolve's parts after each (NaN
-  rows for the epochs not evaluated).
+  rows for the epochs not evaluated; where tol > 0 or beta > 0 such an
+  epoch's row holds its dual loss and |w|^2, NaN beside them).
 seconds: [R], each epoch's passes in seconds (not its objective).
 beta: >= 0: each epoch starts as tf_sdca.engine.Extrapolation's heavy ball
   with this beta does (x + beta_r (x - x_prev), beta_r = min(beta, 0.9 times
   the largest step keeping the duals in their domain), no step after an
-  evaluated epoch whose dual objective fell below the one before or without
-  a previous point), the same bits; < 0: none. Not for poisson_loss.
+  epoch whose dual objective -dual_loss - l2/2 |w|^2 fell below the one
+  before (with beta > 0 read after every epoch, O(n + d) where not
+  evaluated) or without a previous point), the same bits; < 0: none. Not
+  for poisson_loss.
 previous_weights, previous_duals: x_prev, where the epoch before the first
   one here ended ([0]: none).
-last_dual, restart: the dual objective of the last evaluated epoch before
-  this call (-inf: none), and whether it fell.
+last_dual, restart: the dual objective of the last epoch before this call
+  whose dual objective was read (-inf: none), and whether it fell.
 out_previous_weights, out_previous_duals: x_prev for the epoch after the
   last one run: where the last epoch run started before its step ([0]
   without extrapolation).

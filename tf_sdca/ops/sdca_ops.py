@@ -847,8 +847,10 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
   With `beta >= 0` each epoch starts as `tf_sdca.engine.Extrapolation`'s
   heavy ball with that beta starts it (the same bits): from `x + beta_r (x
   - x_prev)`, `beta_r` = min(beta, 0.9 times the largest step keeping the
-  duals in their domain), or from x after an evaluated epoch whose dual
-  objective fell below the one before (a restart) or without `previous`.
+  duals in their domain), or from x after an epoch whose dual objective
+  (`tf_sdca.engine.dual_objective`: -dual_loss - l2/2 |w|^2, with beta > 0
+  read after every epoch, in O(n + d) where not evaluated) fell below the
+  one before (a restart) or without `previous`.
   For logistic_loss (beta > 0) instead each dual's step beta (alpha -
   alpha_prev) is capped at 0.9 of its own room to its domain's bound, and
   the weights move by beta (w - w_prev) plus the cut duals' rows times
@@ -861,8 +863,8 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
     beta: the extrapolation (< 0: none).
     previous: `(weights, duals)` where the epoch before the first one here
       ended (x_prev), or None.
-    last_dual, restart: the dual objective of the last evaluated epoch
-      before this call, and whether it fell (a restart is due).
+    last_dual, restart: the dual objective of the last epoch before this
+      call that read it, and whether it fell (a restart is due).
     train_ahead: where each epoch's objective is evaluated: on another
       thread while the next epoch trains (that epoch undone where the
       objective stops the call, and run again where it restarts the
@@ -875,7 +877,8 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
     `(weights, duals, objective, seconds, previous_weights,
     previous_duals)`: after the last epoch run, R of them; `objective`
     float64 `[R, 4]` (`packed_solve`'s parts after each, NaN for an epoch
-    not evaluated), `seconds` `[R]` each epoch's passes; with `beta >= 0`
+    not evaluated, but with beta > 0 its dual loss and |w|^2, columns 1
+    and 2), `seconds` `[R]` each epoch's passes; with `beta >= 0`
     x_prev for the next epoch (where the last one started before its
     extrapolation), else `[0]`.
   """
