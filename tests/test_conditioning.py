@@ -151,6 +151,26 @@ def test_keras_model_warns_on_raw_features(breast_cancer):
   assert _warnings_of(lambda: model.fit(z, y, epochs=14, verbose=0)) == []
 
 
+def test_slow_progress_warning_names_the_callers_line(breast_cancer):
+  # Through InMemorySdca and through Keras' `fit` loop alike, the warning
+  # points at the line of the caller's code that started the fit (here, this
+  # file's lambdas), not inside tf_sdca or Keras.
+  x, y = breast_cancer
+  model = LinearModel(loss="logistic", l2=1.0, second_order="off")
+  model.compile()
+  fits = [
+      lambda: InMemorySdca("logistic", l2=1.0, second_order="off").fit(
+          y, dense=x, epochs=30, verbose=0),
+      lambda: model.fit(x, y, epochs=14, verbose=0)]
+  for fit in fits:
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      fit()
+    slow = [w for w in caught if "badly conditioned" in str(w.message)]
+    assert len(slow) == 1
+    assert slow[0].filename == __file__, slow[0].filename
+
+
 def test_estimator_warns_on_raw_features_when_it_watches_the_gap(
     breast_cancer, tmp_path):
   """With `tol` the estimator computes the gap once per pass, and says when

@@ -533,8 +533,8 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
       if slow and describe_slow is not None:
         slow = describe_slow(slow)
       if slow:
-        # (This generator, `run_epochs`, the door, its caller.)
-        warnings.warn(slow, UserWarning, stacklevel=4)
+        warnings.warn(slow, UserWarning,
+                      stacklevel=losses.caller_stacklevel())
       if read:
         if ahead is None:
           yield epoch

@@ -16,6 +16,7 @@ are in g3doc/losses.md):
 """
 import functools
 import math
+import sys
 
 import numpy as np
 
@@ -212,6 +213,29 @@ def shrink_l1(w, l1, l2):
 # scaled; the smooth loss that converges linearly in their place.
 NON_SMOOTH = {"hinge_loss": "smooth_hinge_loss", "absolute_loss": None,
               "multiclass_hinge_loss": "softmax_loss"}
+
+
+# The packages whose frames a warning about the user's fit looks past
+# (`caller_stacklevel`): ours, Keras' loop and TensorFlow's wrappers around
+# it, and the standard library's plumbing between them.
+_LIBRARY_MODULES = frozenset(("tf_sdca", "keras", "tf_keras", "tensorflow",
+                              "contextlib", "functools"))
+
+
+def caller_stacklevel():
+  """The `stacklevel` that makes a warning raised by the function calling
+  this one name the first frame outside tf_sdca, Keras and TensorFlow: the
+  user's line that started the fit, through whichever door (a fixed level
+  named a line inside Keras for `LinearModel.fit`). The outermost frame
+  where every frame is theirs (the command line)."""
+  frame = sys._getframe(2)  # pylint: disable=protected-access
+  level = 2
+  while frame.f_back is not None and (
+      frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_MODULES):
+    frame = frame.f_back
+    level += 1
+  return level
+
 
 
 class ProgressWatch:

@@ -131,7 +131,8 @@ class DualityGapLogger(keras.callbacks.Callback):
       logs["duality_gap"] = gap
     slow = self._watch.update(gap)
     if slow:
-      warnings.warn(slow, UserWarning, stacklevel=2)
+      warnings.warn(slow, UserWarning,
+                    stacklevel=losses.caller_stacklevel())
     if self._tol is not None and gap < self._tol:
       self._linear.stop_training = True
 
