@@ -382,3 +382,39 @@ def test_packed_epochs_trained_ahead_resume_the_shrinking_marks():
   with pytest.raises(ValueError, match="train_ahead"):
     sdca_ops.packed_epochs(rows, w, d, 0, np.ones(2, bool), -1.0,
                            "hinge_loss", 0.0, 1.0, train_ahead="sometimes")
+
+
+def test_lazy_tol_with_any_listed_epochs_is_every_epoch_evaluated():
+  """tol > 0 with some epochs listed in `evaluate` (evaluated, beside the
+  next epoch or in turn) and the rest tested lazily from the next epoch's
+  dual objective: the stop, weights, duals and next x_prev of every epoch
+  evaluated in turn, for random lists, tols, betas and orders."""
+  x, y = heart_scale()
+  labels = (y > 0).astype(np.float32)
+  rng = np.random.default_rng(1)
+  stopped = 0
+  for _ in range(12):
+    epochs = int(rng.integers(5, 60))
+    tol = float(10 ** rng.uniform(-7, -2))
+    beta = float(rng.choice([-1.0, 0.0, 0.5]))
+    order = str(rng.choice(["shrinking", "permutation"]))
+    listed = rng.random(epochs) < rng.uniform(0, 0.6)
+    runs = []
+    for flags, mode in ((np.ones(epochs, bool), "never"), (listed, "never"),
+                        (listed, "always")):
+      rows = engine.Problem(
+          engine.RowChunks([(None, x, labels, np.ones(len(y), np.float32))],
+                           len(y), 0, 13, None, False),
+          "hinge_loss", 1.0, 1).rows
+      out = sdca_ops.packed_epochs(rows, np.zeros(13), np.zeros(len(y)), 5,
+                                   flags, tol, "hinge_loss", 0.0, 1.0,
+                                   visit_order=order, beta=beta,
+                                   train_ahead=mode)
+      runs.append([np.asarray(out[k]) for k in (0, 1, 4, 5)] +
+                  [np.asarray(out[2]).shape[0]])
+    stopped += runs[0][4] < epochs
+    for run in runs[1:]:
+      assert run[4] == runs[0][4]
+      for got, want in zip(run[:4], runs[0][:4]):
+        assert _same(got, want)
+  assert stopped >= 3  # (tol reached inside the call: 4 of 12)
