@@ -420,6 +420,14 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
     return tf.keras.utils.Progbar(n, stateful_metrics=["rows/s"],
                                   unit_name="row")
 
+  def unrecorded(elapsed):
+    """An epoch whose objective and gap the history does not hold (NaN)."""
+    if watch is not None:
+      watch.skip()
+    history["loss"].append(math.nan)
+    history["duality_gap"].append(math.nan)
+    history["rows_per_sec"].append(n / elapsed)
+
   try:
     epoch = initial_epoch
     while epoch < epochs:
@@ -465,11 +473,7 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
         if (fused is not None and extrapolation is not None and
             not math.isnan(fused_parts[1])):
           extrapolation.end_epoch(dual_objective(fused_parts, config.l2))
-        if watch is not None:
-          watch.skip()
-        history["loss"].append(math.nan)
-        history["duality_gap"].append(math.nan)
-        history["rows_per_sec"].append(n / elapsed)
+        unrecorded(elapsed)
         epoch += 1
         continue
       if (ahead is not None and epoch + 1 < epochs and
@@ -498,11 +502,7 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
         # path evaluated which epochs.
         if ahead is not None:
           ahead.settle(keep=True)
-        if watch is not None:
-          watch.skip()
-        history["loss"].append(math.nan)
-        history["duality_gap"].append(math.nan)
-        history["rows_per_sec"].append(n / elapsed)
+        unrecorded(elapsed)
         epoch += 1
         continue
       # (Read after the epoch: a `PartedProblem` sums it while packing.)
