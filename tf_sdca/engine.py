@@ -656,11 +656,7 @@ class _FusedEpochs:
       undecided = extrapolation.undecided_epochs
       if undecided:
         count = min(count, undecided)
-      if extrapolation.reads_gaps or (extrapolation.reads_duals and
-                                      self._config.num_classes > 1):
-        # (A multiclass loss's restart test takes the whole evaluation in
-        # the op, EvaluateDual being binary: flagged, it may run beside the
-        # next epoch's training, `train_ahead`.)
+      if extrapolation.reads_gaps:
         evaluate = [True] * count
       beta, point, last_dual, restart = extrapolation.fused_inputs()
       if point is not None:

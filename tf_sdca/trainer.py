@@ -392,7 +392,7 @@ class InMemorySdca:
         run several per op call (one thread, small data: the engine's
         `_FusedEpochs`) an epoch `gap_every` skips is evaluated only where
         the next epoch's dual objective does not already show its gap
-        above `tol` (weak duality; binary losses), else every epoch is.
+        above `tol` (weak duality), else every epoch is.
         Every epoch is still evaluated where something reads it:
         `verbose`, a `callback`, averaging, momentum while it
         extrapolates ('auto' reads the first 4 epochs, 5 with threads;

@@ -1270,6 +1270,36 @@ void PackedRows::RowLossesOneThread(const Loss& loss, const double* weights,
   norms->l1_norm = l1;
 }
 
+namespace {
+
+// |shrink(w)|^2 of weights[0, m) into parts->l2_norm_sq: in order (AddNorms'
+// chain, the bits of an evaluation; its l1 sum beside), or in four
+// interleaved sums, branch-free (the same value to rounding: ShrinkL1's
+// tests mispredict on weights of either sign, ~160 us over 2^15 slots, and
+// one chain of adds waits on each add).
+void SquaredNorm(const double* weights, int64_t m, double shrinkage,
+                 bool in_order, ObjectiveParts* parts) {
+  if (in_order) {
+    AddNorms(weights, m, shrinkage, parts);
+    return;
+  }
+  double sums[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    for (int k = 0; k < 4; ++k) {
+      const double v = std::max(std::fabs(weights[j + k]) - shrinkage, 0.0);
+      sums[k] += v * v;
+    }
+  }
+  for (; j < m; ++j) {
+    const double v = std::max(std::fabs(weights[j]) - shrinkage, 0.0);
+    sums[0] += v * v;
+  }
+  parts->l2_norm_sq = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+}
+
+}  // namespace
+
 ObjectiveParts PackedRows::EvaluateDual(const SolverOptions& options,
                                         const double* weights,
                                         const double* duals,
@@ -1279,27 +1309,8 @@ ObjectiveParts PackedRows::EvaluateDual(const SolverOptions& options,
   // in row order within blocks of kSumRows, the blocks' sums added in
   // order to 0.
   ObjectiveParts parts;
-  const double shrinkage = options.l1 / options.l2;
-  if (in_order) {
-    AddNorms(weights, num_slots(), shrinkage, &parts);
-  } else {
-    // Branch-free (ShrinkL1's tests mispredict on weights of either sign:
-    // ~160 us over 2^15 slots): max(|w| - shrinkage, 0)^2.
-    double sums[4] = {0.0, 0.0, 0.0, 0.0};
-    const int64_t m = num_slots();
-    int64_t j = 0;
-    for (; j + 4 <= m; j += 4) {
-      for (int k = 0; k < 4; ++k) {
-        const double v = std::max(std::fabs(weights[j + k]) - shrinkage, 0.0);
-        sums[k] += v * v;
-      }
-    }
-    for (; j < m; ++j) {
-      const double v = std::max(std::fabs(weights[j]) - shrinkage, 0.0);
-      sums[0] += v * v;
-    }
-    parts.l2_norm_sq = (sums[0] + sums[1]) + (sums[2] + sums[3]);
-  }
+  SquaredNorm(weights, num_slots(), options.l1 / options.l2, in_order,
+              &parts);
   const char* buffer = buffer_.get();
   auto sum = [&](const auto& loss) {
     using Loss = std::decay_t<decltype(loss)>;
@@ -1925,6 +1936,37 @@ ObjectiveParts PackedRows::EvaluateBlocks(
               *dual = q;
             },
             &parts);
+  return parts;
+}
+
+ObjectiveParts PackedRows::EvaluateBlocksDual(const SolverOptions& options,
+                                              const MulticlassLoss& loss,
+                                              const double* weights,
+                                              const double* duals,
+                                              bool in_order) const {
+  // EvaluateBlocks' sums in its order: the norms of the [slots, K] table in
+  // order, the rows' dual losses in row order within blocks of kSumRows,
+  // the blocks' sums added in order to 0.
+  ObjectiveParts parts;
+  const int64_t num_classes = loss.num_classes();
+  SquaredNorm(weights, num_slots() * num_classes, options.l1 / options.l2,
+              in_order, &parts);
+  for (int64_t begin = 0; begin < num_examples_; begin += kSumRows) {
+    const int64_t end = std::min(num_examples_, begin + kSumRows);
+    double q = 0.0;
+    for (int64_t i = begin; i < end; ++i) {
+      // (Both record layouts start with the same header fields.)
+      const Header* h =
+          reinterpret_cast<const Header*>(buffer_.get() + offsets_[i]);
+      const double s = h->weight;
+      if (s <= 0.0) continue;
+      q += s * loss.DualLoss(duals + i * num_classes,
+                             static_cast<int>(h->label));
+    }
+    parts.dual_loss += q;
+  }
+  parts.primal_loss = std::numeric_limits<double>::quiet_NaN();
+  parts.l1_norm = std::numeric_limits<double>::quiet_NaN();
   return parts;
 }
 

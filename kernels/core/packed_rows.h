@@ -383,10 +383,10 @@ class PackedRows {
   // parts NaN), on this thread: the dual objective D = -dual_loss - l2/2
   // l2_norm_sq in O(n + slots), without the margins' gathers that make an
   // evaluation as long as a pass (what an extrapolation's restart test
-  // reads). Binary losses; one training thread. With `in_order` false the
-  // squares are summed in four interleaved sums (the same value to
-  // rounding, not the same bits; ~5x faster on 2^15 slots, where one
-  // chain of adds waits on each add).
+  // reads). Binary losses (EvaluateBlocksDual: multiclass). With
+  // `in_order` false the squares are summed in four interleaved sums (the
+  // same value to rounding, not the same bits; several times faster on
+  // 2^15 slots, where one chain of adds waits on each add).
   ObjectiveParts EvaluateDual(const SolverOptions& options,
                               const double* weights, const double* duals,
                               bool in_order = true) const;
@@ -429,6 +429,14 @@ class PackedRows {
                                 const double* weights, const double* duals,
                                 int64_t chunks,
                                 const ParallelFor& parallel_for) const;
+  // EvaluateBlocks' dual_loss and l2_norm_sq alone (its other parts NaN;
+  // with `in_order`, the same bits), O(n K + slots K): EvaluateDual for the
+  // multiclass losses.
+  ObjectiveParts EvaluateBlocksDual(const SolverOptions& options,
+                                    const MulticlassLoss& loss,
+                                    const double* weights,
+                                    const double* duals,
+                                    bool in_order = true) const;
   // The weighted per-row terms of EvaluateBlocks: primal[i] = s_i
   // phi_i(W^T x_i), dual[i] = s_i phi_i*(-alpha_i) (0 for s_i = 0).
   void BlockRowLosses(const SolverOptions& options, const MulticlassLoss& loss,

@@ -861,8 +861,9 @@ class PackedSolveOp : public OpKernel {
       return gap / std::max(std::fabs(primal), 1e-300) < tol;
     };
     // With tol > 0 an epoch `evaluate` does not list is tested against tol
-    // too, lazily (binary losses): its dual objective D_e (O(n + d),
-    // EvaluateDual) is read, the next epoch trains from a copy of its
+    // too, lazily: its dual objective D_e (O(n + d) for a binary loss,
+    // O(n K + d K) for a multiclass one: DualParts) is read, the next epoch
+    // trains from a copy of its
     // point, and D_{e+1} is read after it. Weak duality, P(w_e) >= D_{e+1},
     // bounds epoch e's relative gap (P(w_e) - D_e) / P(w_e) from below by
     // 1 - D_e / D_{e+1} where both are > 0: where that bound is above tol
@@ -873,13 +874,22 @@ class PackedSolveOp : public OpKernel {
     // the same weights and duals, and far from tol evaluates none but the
     // call's last (every one of its epochs does whatever it is). Only where
     // copying the point costs less than an evaluation's gathers (weights
-    // and duals at most twice the rows' stored entries); and tol < 0.25,
+    // and duals at most twice the rows' stored entries times the classes);
+    // and tol < 0.25,
     // where the bound's room is sure. (Without a restart test to read them
     // in order, the dual parts are summed faster, for the bound alone: 2,000
     // text-like rows over 2^15 slots, ~45 -> ~10 us an epoch.)
+    const int64_t classes = multiclass_ ? multiclass_->num_classes() : 1;
     const bool lazy =
-        compute_objective_ && tol > 0.0 && tol < 0.25 && !multiclass_ &&
-        num_weights + num_duals <= 2 * (rows.num_entries() + num_duals);
+        compute_objective_ && tol > 0.0 && tol < 0.25 &&
+        num_weights + num_duals <=
+            2 * (rows.num_entries() * classes + num_duals);
+    // The dual parts alone (in order: the bits of a whole evaluation's).
+    auto dual_parts = [&](bool in_order) {
+      return multiclass_ ? rows.EvaluateBlocksDual(options, *multiclass_, w,
+                                                   alpha, in_order)
+                         : rows.EvaluateDual(options, w, alpha, in_order);
+    };
     auto dual_objective = [&](const ObjectiveParts& p) {
       return -p.dual_loss - 0.5 * l2 * p.l2_norm_sq;
     };
@@ -945,7 +955,7 @@ class PackedSolveOp : public OpKernel {
         status = Passes(options, rows, w, alpha, num_weights);
         end = std::chrono::steady_clock::now();
         if (status.ok()) {
-          next_parts = rows.EvaluateDual(options, w, alpha, restart_matters);
+          next_parts = dual_parts(restart_matters);
           have_next_parts = true;
           bool stop = false;
           if (above_tol(lazy_parts, next_parts)) {
@@ -1001,9 +1011,7 @@ class PackedSolveOp : public OpKernel {
           flags(e) ||
           (tol > 0.0 && (!lazy || lazy_failed || e + 1 == num_epochs));
       if (compute_objective_ && !flagged && lazy) {
-        lazy_parts = read_parts ? next_parts
-                                : rows.EvaluateDual(options, w, alpha,
-                                                    restart_matters);
+        lazy_parts = read_parts ? next_parts : dual_parts(restart_matters);
         if (restart_matters) restart_test(lazy_parts);
         saved_w.assign(w, w + num_weights);
         saved_a.assign(alpha, alpha + num_duals);
@@ -1012,11 +1020,9 @@ class PackedSolveOp : public OpKernel {
       }
       if (compute_objective_ && !flagged && restart_matters) {
         // Not evaluated, but the next epoch's start reads its dual
-        // objective: its O(n + d) parts alone (a multiclass loss's whole
-        // evaluation), recorded for the engine's extrapolation.
-        const ObjectiveParts parts =
-            multiclass_ ? Evaluate(options, rows, w, alpha, 1, inline_for)
-                        : rows.EvaluateDual(options, w, alpha);
+        // objective: its O(n + d) parts alone, recorded for the engine's
+        // extrapolation.
+        const ObjectiveParts parts = dual_parts(true);
         restart_test(parts);
         objective.insert(objective.end(), {nan, parts.dual_loss,
                                            parts.l2_norm_sq, nan});

@@ -608,8 +608,9 @@ rounding (the arithmetic of tf_sdca.engine.objective_and_gap, l1 and l2 as
 the float attributes hold them). With tol > 0 every epoch is tested: one
 `evaluate` does not list is evaluated only where the next epoch's dual
 objective does not already show its gap above tol (weak duality: P(w_e) >=
-D(alpha_{e+1}); binary losses, tol < 0.25, weights and duals at most twice
-the rows' entries; else, and for the last epoch, it is evaluated), the
+D(alpha_{e+1}); tol < 0.25, weights and duals at most twice the rows'
+entries times the classes; else, and for the last epoch, it is
+evaluated), the
 next epoch undone where it stops the call. For small data sets, where an
 op call per epoch costs more than the epoch.
 
