@@ -342,12 +342,14 @@ def run_epochs(state, problem, config, n, epochs, initial_epoch=0, tol=None,
       epoch's rate counts preparing the data).
     explain_error: maps the FloatingPointError of an invalid gap to the
       error to raise (e.g. naming ASDCA's theta).
-    gap_every: evaluate the exact objective and gap after every
+    gap_every: the history holds the exact objective and gap after every
       `gap_every`-th epoch (counting from 1) and after the last one; 0: after
-      the last one only. Every epoch is evaluated where something reads it:
-      with a callback, progress (`verbose`), an extrapolation that still
-      extrapolates (its restarts read every epoch's dual objective) or an
-      average. `tol` is checked on the evaluated epochs.
+      the last one only; and after every epoch something reads: a
+      callback, progress (`verbose`), momentum 'auto' before it chose its
+      beta, an average. `tol` is tested on every epoch whatever it is (fused
+      epochs lazily, `TfSdca>PackedEpochs`; else each evaluated), and an
+      extrapolation's restarts read every epoch's dual objective (fused,
+      O(n + d) in the op); those evaluations leave the history NaN.
     second_order: a `tf_sdca.second_order.ExactBlockStep` taken after each
       epoch's passes where it gives a finite point (None: none).
 
