@@ -494,11 +494,10 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
         if explain_error is None:
           raise
         raise explain_error(error) from None
+      relative = gap / max(abs(objective), 1e-300)
       if extrapolation is not None:
-        extrapolation.end_epoch(dual_objective(parts, config.l2),
-                                gap / max(abs(objective), 1e-300))
-      if not due and not (tol is not None and
-                          gap / max(abs(objective), 1e-300) < tol):
+        extrapolation.end_epoch(dual_objective(parts, config.l2), relative)
+      if not due and not (tol is not None and relative < tol):
         # Evaluated only for `tol` or a restart test: the history keeps NaN
         # as for an epoch not evaluated, so that it is the same whichever
         # path evaluated which epochs.
@@ -511,7 +510,7 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
       total_weight = problem.total_weight
       if average is not None:
         history["last_loss"].append(objective / total_weight)
-        history["last_duality_gap"].append(gap / max(abs(objective), 1e-300))
+        history["last_duality_gap"].append(relative)
         if epoch + 1 >= average_from:
           average.add()
         if average.count:

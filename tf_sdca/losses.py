@@ -237,7 +237,6 @@ def caller_stacklevel():
   return level
 
 
-
 class ProgressWatch:
   """Says, once, when the duality gap barely moves, and why it may.
 

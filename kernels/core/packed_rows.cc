@@ -1300,6 +1300,24 @@ void SquaredNorm(const double* weights, int64_t m, double shrinkage,
 
 }  // namespace
 
+template <class DualLossOf>
+double PackedRows::DualLossInBlocks(const DualLossOf& dual_loss) const {
+  double total = 0.0;
+  for (int64_t begin = 0; begin < num_examples_; begin += kSumRows) {
+    const int64_t end = std::min(num_examples_, begin + kSumRows);
+    double q = 0.0;
+    for (int64_t i = begin; i < end; ++i) {
+      const Header* h =
+          reinterpret_cast<const Header*>(buffer_.get() + offsets_[i]);
+      const double s = h->weight;
+      if (s <= 0.0) continue;
+      q += s * dual_loss(i, h);
+    }
+    total += q;
+  }
+  return total;
+}
+
 ObjectiveParts PackedRows::EvaluateDual(const SolverOptions& options,
                                         const double* weights,
                                         const double* duals,
@@ -1311,44 +1329,12 @@ ObjectiveParts PackedRows::EvaluateDual(const SolverOptions& options,
   ObjectiveParts parts;
   SquaredNorm(weights, num_slots(), options.l1 / options.l2, in_order,
               &parts);
-  const char* buffer = buffer_.get();
-  auto sum = [&](const auto& loss) {
-    using Loss = std::decay_t<decltype(loss)>;
-    for (int64_t begin = 0; begin < num_examples_; begin += kSumRows) {
-      const int64_t end = std::min(num_examples_, begin + kSumRows);
-      double q = 0.0;
-      for (int64_t i = begin; i < end; ++i) {
-        const Header* h =
-            reinterpret_cast<const Header*>(buffer + offsets_[i]);
-        const double s = h->weight;
-        if (s <= 0.0) continue;
-        q += s * loss.Loss::DualLoss(duals[i], h->label);
-      }
-      parts.dual_loss += q;
-    }
-  };
-  bool summed = false;
-  if (num_threads_ == 1) {
-    Dispatch(options, has_values_, [&](const auto& loss, auto, auto) {
-      summed = true;
-      sum(loss);
-    });
-  }
-  if (!summed) {
-    const DualLossUpdater& loss = *options.loss;
-    for (int64_t begin = 0; begin < num_examples_; begin += kSumRows) {
-      const int64_t end = std::min(num_examples_, begin + kSumRows);
-      double q = 0.0;
-      for (int64_t i = begin; i < end; ++i) {
-        VisitRecord(i, [&](const auto* h, int64_t, int64_t) {
-          const double s = h->weight;
-          if (s <= 0.0) return;
-          q += s * loss.DualLoss(duals[i], h->label);
-        });
-      }
-      parts.dual_loss += q;
-    }
-  }
+  // (Both record layouts start with the same header fields; the loss's
+  // DualLoss through its base: the same function, the same bits.)
+  const DualLossUpdater& loss = *options.loss;
+  parts.dual_loss = DualLossInBlocks([&](int64_t i, const auto* h) {
+    return loss.DualLoss(duals[i], h->label);
+  });
   parts.primal_loss = std::numeric_limits<double>::quiet_NaN();
   parts.l1_norm = std::numeric_limits<double>::quiet_NaN();
   return parts;
@@ -1951,20 +1937,9 @@ ObjectiveParts PackedRows::EvaluateBlocksDual(const SolverOptions& options,
   const int64_t num_classes = loss.num_classes();
   SquaredNorm(weights, num_slots() * num_classes, options.l1 / options.l2,
               in_order, &parts);
-  for (int64_t begin = 0; begin < num_examples_; begin += kSumRows) {
-    const int64_t end = std::min(num_examples_, begin + kSumRows);
-    double q = 0.0;
-    for (int64_t i = begin; i < end; ++i) {
-      // (Both record layouts start with the same header fields.)
-      const Header* h =
-          reinterpret_cast<const Header*>(buffer_.get() + offsets_[i]);
-      const double s = h->weight;
-      if (s <= 0.0) continue;
-      q += s * loss.DualLoss(duals + i * num_classes,
-                             static_cast<int>(h->label));
-    }
-    parts.dual_loss += q;
-  }
+  parts.dual_loss = DualLossInBlocks([&](int64_t i, const auto* h) {
+    return loss.DualLoss(duals + i * num_classes, static_cast<int>(h->label));
+  });
   parts.primal_loss = std::numeric_limits<double>::quiet_NaN();
   parts.l1_norm = std::numeric_limits<double>::quiet_NaN();
   return parts;

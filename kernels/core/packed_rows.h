@@ -494,6 +494,16 @@ class PackedRows {
   void RestoreShrinking(const ShrinkingMarks& marks) const;
 
  private:
+  // sum_i s_i dual_loss(i, header_i) over the rows with s_i > 0, in the
+  // order of Evaluate's and EvaluateBlocks' dual sums: row order within
+  // blocks of kSumRows, the blocks' sums added in order to 0 (EvaluateDual
+  // and EvaluateBlocksDual: the same bits).
+  template <class DualLossOf>
+  double DualLossInBlocks(const DualLossOf& dual_loss) const;
+
+ public:
+
+ private:
   struct Header {
     int64_t row;
     double norm;

@@ -835,8 +835,11 @@ class PackedSolveOp : public OpKernel {
     // The restart test on epoch e's dual objective, D = -dual_loss - l2/2
     // |w|^2 (tf_sdca.engine.dual_objective, the same arithmetic), which an
     // epoch with no evaluation of its own gets from EvaluateDual.
+    auto dual_objective = [&](const ObjectiveParts& p) {
+      return -p.dual_loss - 0.5 * l2 * p.l2_norm_sq;
+    };
     auto restart_test = [&](const ObjectiveParts& p) {
-      const double dual = -p.dual_loss - 0.5 * l2 * p.l2_norm_sq;
+      const double dual = dual_objective(p);
       restart = dual < last_dual;
       last_dual = dual;
     };
@@ -861,10 +864,10 @@ class PackedSolveOp : public OpKernel {
       return gap / std::max(std::fabs(primal), 1e-300) < tol;
     };
     // With tol > 0 an epoch `evaluate` does not list is tested against tol
-    // too, lazily: its dual objective D_e (O(n + d) for a binary loss,
-    // O(n K + d K) for a multiclass one: DualParts) is read, the next epoch
-    // trains from a copy of its
-    // point, and D_{e+1} is read after it. Weak duality, P(w_e) >= D_{e+1},
+    // too, lazily: its dual objective D_e (O(n + d), a multiclass loss's
+    // O(n K + d K): dual_parts) is read, the next epoch trains from a copy
+    // of its point, and D_{e+1} is read after it. Weak duality, P(w_e) >=
+    // D_{e+1},
     // bounds epoch e's relative gap (P(w_e) - D_e) / P(w_e) from below by
     // 1 - D_e / D_{e+1} where both are > 0: where that bound is above tol
     // (with room for rounding) epoch e cannot have stopped the call and is
@@ -875,10 +878,10 @@ class PackedSolveOp : public OpKernel {
     // call's last (every one of its epochs does whatever it is). Only where
     // copying the point costs less than an evaluation's gathers (weights
     // and duals at most twice the rows' stored entries times the classes);
-    // and tol < 0.25,
-    // where the bound's room is sure. (Without a restart test to read them
-    // in order, the dual parts are summed faster, for the bound alone: 2,000
-    // text-like rows over 2^15 slots, ~45 -> ~10 us an epoch.)
+    // and tol < 0.25, where the bound's room is sure. (Without a restart
+    // test to read them in order, the dual parts are summed faster, for
+    // the bound alone: 2,000 text-like rows over 2^15 slots, ~45 -> ~10 us
+    // an epoch.)
     const int64_t classes = multiclass_ ? multiclass_->num_classes() : 1;
     const bool lazy =
         compute_objective_ && tol > 0.0 && tol < 0.25 &&
@@ -889,9 +892,6 @@ class PackedSolveOp : public OpKernel {
       return multiclass_ ? rows.EvaluateBlocksDual(options, *multiclass_, w,
                                                    alpha, in_order)
                          : rows.EvaluateDual(options, w, alpha, in_order);
-    };
-    auto dual_objective = [&](const ObjectiveParts& p) {
-      return -p.dual_loss - 0.5 * l2 * p.l2_norm_sq;
     };
     auto above_tol = [&](const ObjectiveParts& at, const ObjectiveParts& next) {
       const double d = dual_objective(at), d_next = dual_objective(next);
@@ -1006,7 +1006,7 @@ class PackedSolveOp : public OpKernel {
       const bool read_parts = have_next_parts;
       have_next_parts = false;
       // tol > 0 is tested on every epoch: evaluated where the lazy test
-      // is not run (a multiclass loss, and a call's last epoch).
+      // is not run (not `lazy`, after it failed, and a call's last epoch).
       const bool flagged =
           flags(e) ||
           (tol > 0.0 && (!lazy || lazy_failed || e + 1 == num_epochs));

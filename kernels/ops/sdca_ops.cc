@@ -610,16 +610,15 @@ the float attributes hold them). With tol > 0 every epoch is tested: one
 objective does not already show its gap above tol (weak duality: P(w_e) >=
 D(alpha_{e+1}); tol < 0.25, weights and duals at most twice the rows'
 entries times the classes; else, and for the last epoch, it is
-evaluated), the
-next epoch undone where it stops the call. For small data sets, where an
-op call per epoch costs more than the epoch.
+evaluated), the next epoch undone where it stops the call. For small data
+sets, where an op call per epoch costs more than the epoch.
 
 evaluate: [E] bool, E the most epochs to run.
 tol: scalar; stop below this relative gap (< 0: never).
 out_weights, out_duals: after the last epoch run.
 objective: [R, 4], R the epochs run: PackedSolve's parts after each (NaN
-  rows for the epochs not evaluated; where tol > 0 or beta > 0 such an
-  epoch's row holds its dual loss and |w|^2, NaN beside them).
+  rows for the epochs not evaluated; with beta > 0 such an epoch's row
+  holds its dual loss and |w|^2, NaN beside them).
 seconds: [R], each epoch's passes in seconds (not its objective).
 beta: >= 0: each epoch starts as tf_sdca.engine.Extrapolation's heavy ball
   with this beta does (x + beta_r (x - x_prev), beta_r = min(beta, 0.9 times
