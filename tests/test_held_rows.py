@@ -141,6 +141,26 @@ def test_a_checkpoint_keeps_the_held_rows(tmp_path):
   np.testing.assert_array_equal(resumed._held.keys.numpy(),
                                 first._held.keys.numpy())
   np.testing.assert_array_equal(run(resumed, range(11, 20)), straight)
+  # A checkpoint written before the held rows were stored as rows held an
+  # example index per entry, in the order the batches gave them (rows'
+  # entries interleaved, each row's in its order): read as such, the same
+  # held rows continue the same way.
+  older = fresh()
+  tf.train.Checkpoint(model=older).read(str(tmp_path / "ckpt")).assert_consumed()
+  held = first.get_state()["held"]
+  rows, ids, values = held["sparse"][0]
+  keys = np.random.default_rng(0).uniform(size=len(rows))
+  for row in np.unique(rows):
+    keys[rows == row] = np.sort(keys[rows == row])
+  interleaved = np.argsort(keys)
+  assert np.any(np.diff(rows[interleaved]) < 0)
+  assert len(rows) != len(held["keys"]) + 1
+  for var, value in zip(older._held.sparse[0], (rows, ids, values)):
+    var.assign(value[interleaved])
+  for part, want in zip(older.get_state()["held"]["sparse"][0],
+                        (rows, ids, values)):
+    np.testing.assert_array_equal(part, want)
+  np.testing.assert_array_equal(run(older, range(11, 20)), straight)
 
 
 def test_held_rows_in_a_tf_function_loop_match_eager_calls():
@@ -255,12 +275,37 @@ def _side(keys, rows, ids, values, dense):
               dense=[np.array(dense, np.float32).reshape(len(keys), 2)])
 
 
-def _rows_by_key(side):
-  """{key: (weight, label, sorted (id, value) entries, dense row)}."""
+def _splits(rows, n):
+  """Row splits of example indices in row order (each row's entries
+  together)."""
+  rows = np.asarray(rows, np.int64)
+  assert np.all(np.diff(rows) >= 0)
+  return np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))])
+
+
+def _as_held(side):
+  """A `_side` as the op takes held rows: its example indices (in row
+  order) as row splits."""
+  rows, ids, values = side["sparse"][0]
+  return dict(side, sparse=[(_splits(rows, len(side["keys"])), ids,
+                             np.zeros(0, np.float32) if values is None
+                             else values)])
+
+
+def _example_indices(splits):
+  splits = np.asarray(splits)
+  return np.repeat(np.arange(len(splits) - 1), np.diff(splits))
+
+
+def _rows_by_key(side, held=False):
+  """{key: (weight, label, sorted (id, value) entries, dense row)}; `held`:
+  the op's held side (row splits)."""
   out = {}
   keys = side["keys"].numpy()
   rows, ids, values = side["sparse"][0]
   rows, ids = rows.numpy(), ids.numpy()
+  if held:
+    rows = _example_indices(rows)
   values = np.ones(len(ids)) if values is None else values.numpy()
   for i, key in enumerate(keys):
     mine = rows == i
@@ -277,11 +322,9 @@ def test_hold_rows_deals_the_merged_rows_and_drops_held_copies(with_values):
   # Batch keys 10-13; held keys 20, 11 (back in the batch: dropped) and 21.
   batch = _side([10, 11, 12, 13], [0, 0, 1, 2, 3, 3], [5, 6, 5, 7, 8, 9],
                 [1, 2, 3, 4, 5, 6] if with_values else None, range(8))
-  held = _side([20, 11, 21], [0, 1, 1, 2], [1, 2, 3, 4],
-               [7, 8, 9, 10] if with_values else [], range(100, 106))
-  if not with_values:
-    held["sparse"] = [(r, i, np.zeros(0, np.float32))
-                      for r, i, _ in held["sparse"]]
+  held = _as_held(_side([20, 11, 21], [0, 1, 1, 2], [1, 2, 3, 4],
+                        [7, 8, 9, 10] if with_values else None,
+                        range(100, 106)))
   want = _rows_by_key(dict(
       {k: tf.constant(v) for k, v in batch.items() if k != "sparse" and
        k != "dense"}, sparse=[tuple(None if x is None else tf.constant(x)
@@ -297,7 +340,7 @@ def test_hold_rows_deals_the_merged_rows_and_drops_held_copies(with_values):
     visit, later = sdca_ops.hold_rows(batch, held, call, 0.5, seed=3)
     # m = 4 + 2 = 6 merged rows: floor(0.5 * 6) = 3 held, 3 visited.
     assert len(visit["keys"]) == 3 and len(later["keys"]) == 3
-    got = {**_rows_by_key(visit), **_rows_by_key(later)}
+    got = {**_rows_by_key(visit), **_rows_by_key(later, held=True)}
     assert got.keys() == want.keys()
     for key, row in want.items():
       assert got[key] == row, key
@@ -317,9 +360,7 @@ def test_hold_rows_drops_a_held_row_whose_key_is_the_lowest_int64():
   for batch_keys, dropped in (([low, 5], True), ([4, 5], False)):
     batch = _side(batch_keys, [0, 1], [1, 2], None, range(4))
     batch["sparse"] = [(r, i, None) for r, i, _ in batch["sparse"]]
-    held = _side([low, 7], [0, 1], [3, 4], [], range(10, 14))
-    held["sparse"] = [(r, i, np.zeros(0, np.float32))
-                      for r, i, _ in held["sparse"]]
+    held = _as_held(_side([low, 7], [0, 1], [3, 4], None, range(10, 14)))
     visit, later = sdca_ops.hold_rows(batch, held, 0, 0.0)
     assert len(later["keys"]) == 0
     keys = list(visit["keys"].numpy())
@@ -352,10 +393,12 @@ def _random_side(rng, keys, rows_sorted, with_values, num_ids=50):
 @pytest.mark.parametrize("rows_sorted", [True, False])
 def test_hold_rows_writes_each_sides_entries_in_input_order(rows_sorted,
                                                             with_values):
-  # Whether the example indices come row by row (the op then copies each
-  # row's entries whole) or in any order (it deals entry by entry), each
-  # side's entries are the kept input entries in input order, the batch's
-  # then the held rows', each row renumbered to its place on its side.
+  # Whether the batch's example indices come row by row (the op then copies
+  # each row's entries whole) or in any order (it deals entry by entry),
+  # the visited side's entries are the kept input entries in input order,
+  # the batch's then the held rows', each row renumbered to its place on
+  # its side; the held side's are the same order grouped by row (a stable
+  # sort: each row's entries in input order), its rows given by splits.
   from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(7 + rows_sorted + 2 * with_values)
   for _ in range(5):
@@ -364,10 +407,9 @@ def test_hold_rows_writes_each_sides_entries_in_input_order(rows_sorted,
     back = rng.choice(keys[:b], min(b, 5), replace=False)  # held again
     held_keys = np.concatenate([keys[b:], back])
     batch = _random_side(rng, keys[:b], rows_sorted, with_values)
-    held = _random_side(rng, rng.permutation(held_keys), True, with_values)
-    if not with_values:
-      held["sparse"] = [(r, i, np.zeros(0, np.float32))
-                        for r, i, _ in held["sparse"]]
+    held_coo = _random_side(rng, rng.permutation(held_keys), True,
+                            with_values)
+    held = _as_held(held_coo)
     share = rng.uniform(0.0, 0.9)
     visit, later = sdca_ops.hold_rows(batch, held, int(rng.integers(99)),
                                       share, seed=1)
@@ -376,17 +418,21 @@ def test_hold_rows_writes_each_sides_entries_in_input_order(rows_sorted,
       for row, key in enumerate(out["keys"].numpy()):
         place[key] = (s, row)
     want = [([], [], []), ([], [], [])]
-    for src in (batch, held):
+    for src in (batch, held_coo):
       rows, ids, values = src["sparse"][0]
       values = np.ones(len(ids)) if values is None or not len(values) \
           else values
       for row, i, v in zip(rows, ids, values):
         key = src["keys"][row]
-        if src is held and key in batch["keys"]:
+        if src is held_coo and key in batch["keys"]:
           continue  # dropped: the batch's copy stands for it
         s, at = place[key]
         for part, x in zip(want[s], (at, i, v)):
           part.append(x)
+    order = np.argsort(np.array(want[1][0], np.int64), kind="stable")
+    want[1] = [_splits(np.array(want[1][0], np.int64)[order],
+                       len(later["keys"]))] + [
+                           np.array(part)[order] for part in want[1][1:]]
     for s, out in enumerate((visit, later)):
       rows, ids, values = out["sparse"][0]
       np.testing.assert_array_equal(rows, np.array(want[s][0], np.int64))
@@ -401,19 +447,34 @@ def test_hold_rows_writes_each_sides_entries_in_input_order(rows_sorted,
 def test_hold_rows_bad_input_is_an_error_naming_the_argument():
   from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
   batch = _side([1, 2], [0, 1], [3, 4], [1, 1], range(4))
-  held = _side([3], [0], [5], [1], range(2))
-  bad = dict(batch, sparse=[(np.array([0, 2], np.int64),) +
-                            batch["sparse"][0][1:]])
+  held = _as_held(_side([3], [0], [5], [1], range(2)))
+  for rows in ([0, 2], [2, 0]):  # the runs' check and the deal's
+    bad = dict(batch, sparse=[(np.array(rows, np.int64),) +
+                              batch["sparse"][0][1:]])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"sparse_example_indices\[0\]\[%d\] = 2 is not "
+                       r"a row of the 2 examples" % rows.index(2)):
+      sdca_ops.hold_rows(bad, held, 0, 0.5)
+  # The held rows' splits: one more than the rows, 0 to the entries, in
+  # order.
+  for splits, message in (
+      ([0], r"held_sparse_row_splits\[0\] must have the 1 \+ 1 entries of "
+       r"the held rows' row splits, got shape \[1\]"),
+      ([0, 2], r"held_sparse_row_splits\[0\] must run from 0 to the 1 "
+       r"entries of held_sparse_feature_indices\[0\], got 0 to 2"),
+      ([-1, 1], r"must run from 0 to the 1 entries")):
+    bad = dict(held, sparse=[(np.array(splits, np.int64),) +
+                             held["sparse"][0][1:]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+      sdca_ops.hold_rows(batch, bad, 0, 0.5)
+  three = _as_held(_side([3, 4, 7], [0, 1, 2], [5, 6, 7], [1, 1, 1],
+                         range(6)))
+  three["sparse"] = [(np.array([0, 2, 1, 3], np.int64),) +
+                     three["sparse"][0][1:]]
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"sparse_example_indices\[0\]\[1\] = 2 is not a "
-                     r"row of the 2 examples"):
-    sdca_ops.hold_rows(bad, held, 0, 0.5)
-  bad = dict(held, sparse=[(np.array([-1], np.int64),) +
-                           held["sparse"][0][1:]])
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"held_sparse_example_indices\[0\]\[0\] = -1 is "
-                     r"not a row of the 1 examples"):
-    sdca_ops.hold_rows(batch, bad, 0, 0.5)
+                     match=r"held_sparse_row_splits\[0\]\[2\] = 1 is below "
+                     r"held_sparse_row_splits\[0\]\[1\] = 2"):
+    sdca_ops.hold_rows(batch, three, 0, 0.5)
   # Values in the held rows, none in the batch: the stream changed.
   no_values = dict(batch, sparse=[batch["sparse"][0][:2] + (None,)])
   with pytest.raises(tf.errors.InvalidArgumentError,

@@ -421,16 +421,20 @@ class _HeldRows(tf.Module):
   def __init__(self, num_sparse, dense_widths):
     super().__init__(name="held_rows")
 
-    def empty(dtype, name, width=None):
+    def empty(dtype, name, width=None, rows=0):
       shape = [None] if width is None else [None, width]
-      return tf.Variable(tf.zeros([0] + shape[1:], dtype), shape=shape,
+      return tf.Variable(tf.zeros([rows] + shape[1:], dtype), shape=shape,
                          trainable=False, name=name)
 
     with tf.init_scope():
       self.keys = empty(tf.int64, "keys")
       self.weights = empty(tf.float32, "example_weights")
       self.labels = empty(tf.float32, "example_labels")
-      self.sparse = [(empty(tf.int64, f"sparse_{g}_example_indices"),
+      # Per sparse group the held rows' entries as rows (a CSR: row splits,
+      # feature ids, values), as `TfSdca>HoldRows` reads and writes them.
+      # A checkpoint written before 2026-11-28 restores an example index
+      # per entry into the first: `_row_splits` reads either.
+      self.sparse = [(empty(tf.int64, f"sparse_{g}_row_splits", rows=1),
                       empty(tf.int64, f"sparse_{g}_feature_indices"),
                       empty(tf.float32, f"sparse_{g}_feature_values"))
                      for g in range(num_sparse)]
@@ -442,9 +446,16 @@ class _HeldRows(tf.Module):
             ("example_labels", self.labels)]
 
   def numpy(self):
-    """The held rows as numpy arrays (`SdcaModel.get_state()['held']`)."""
+    """The held rows as numpy arrays (`SdcaModel.get_state()['held']`;
+    each sparse group as (example indices, feature ids, values))."""
     out = {name: var.numpy() for name, var in self._fields()}
-    out["sparse"] = [tuple(v.numpy() for v in group) for group in self.sparse]
+    n = len(out["keys"])
+    out["sparse"] = []
+    for group in self.sparse:
+      splits, ids, values = (t.numpy() for t in _row_splits(
+          *(v.read_value() for v in group), n))
+      rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(splits))
+      out["sparse"].append((rows, ids, values))
     out["dense"] = [v.numpy() for v in self.dense]
     return out
 
@@ -459,9 +470,19 @@ class _HeldRows(tf.Module):
           f"{len(self.sparse)} and {len(self.dense)}")
     for name, var in self._fields():
       var.assign(np.asarray(held[name], var.dtype.as_numpy_dtype))
-    for group, values in zip(self.sparse, held["sparse"]):
-      for var, value in zip(group, values):
-        var.assign(np.asarray(value, var.dtype.as_numpy_dtype))
+    n = len(held["keys"])
+    for group, (rows, ids, values) in zip(self.sparse, held["sparse"]):
+      rows = np.asarray(rows, np.int64)
+      if rows.size and (rows.min() < 0 or rows.max() >= n):
+        raise ValueError(f"held example indices must be rows of the {n} "
+                         f"held examples, got {rows.min()} to {rows.max()}")
+      # Each row's entries together, in their order (a stable sort).
+      order = np.argsort(rows, kind="stable")
+      values = np.asarray(values, np.float32)
+      group[0].assign(np.concatenate(
+          [[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64))
+      group[1].assign(np.asarray(ids, np.int64)[order])
+      group[2].assign(values[order] if values.size else values)
     for var, value in zip(self.dense, held["dense"]):
       var.assign(np.asarray(value, np.float32).reshape(-1, var.shape[1]))
 
@@ -495,7 +516,8 @@ class _HeldRows(tf.Module):
     held = dict(keys=self.keys.read_value(),
                 example_weights=self.weights.read_value(),
                 example_labels=self.labels.read_value(),
-                sparse=[tuple(v.read_value() for v in group)
+                sparse=[_row_splits(*(v.read_value() for v in group),
+                                    tf.size(self.keys, out_type=tf.int64))
                         for group in self.sparse],
                 dense=[v.read_value() for v in self.dense])
     # One op: in TensorFlow's own (unique, boolean masks, gathers and
@@ -506,8 +528,8 @@ class _HeldRows(tf.Module):
                self.weights.assign(later["example_weights"]),
                self.labels.assign(later["example_labels"])]
     for group, values in zip(self.sparse, later["sparse"]):
-      rows, ids, vals = values
-      assigns += [group[0].assign(rows), group[1].assign(ids),
+      splits, ids, vals = values
+      assigns += [group[0].assign(splits), group[1].assign(ids),
                   group[2].assign(tf.zeros([0], tf.float32) if vals is None
                                   else vals)]
     assigns += [v.assign(x) for v, x in zip(self.dense, later["dense"])]
@@ -517,6 +539,24 @@ class _HeldRows(tf.Module):
                example_weights=visit["example_weights"],
                example_labels=visit["example_labels"])
     return out, visit["keys"], assigns
+
+
+def _row_splits(first, ids, values, n):
+  """A held sparse group's (row splits, feature ids, values) from its
+  variables: as stored, or, where a checkpoint written before the held rows
+  were stored as rows restored an example index per entry (never n + 1 of
+  them: the last would have to be the entries' count, above every row),
+  grouped by row in their order."""
+  def from_example_indices():
+    order = tf.argsort(first, stable=True)
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(first), first, n)
+    splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(counts)], 0)
+    vals = tf.cond(tf.size(values) > 0, lambda: tf.gather(values, order),
+                   lambda: values)
+    return splits, tf.gather(ids, order), vals
+
+  return tf.cond(tf.equal(tf.size(first, out_type=tf.int64), n + 1),
+                 lambda: (first, ids, values), from_example_indices)
 
 
 def _batch_tensors(examples):

@@ -260,9 +260,9 @@ class HoldRowsOp : public OpKernel {
     OP_REQUIRES(context, fraction >= 0.0f && fraction < 1.0f,
                 InvalidArgument("fraction = ", fraction,
                                 " must be in [0, 1)"));
-    OP_REQUIRES(context, batch.sparse_rows.size() == held.sparse_rows.size() &&
+    OP_REQUIRES(context, batch.sparse_rows.size() == held.sparse_splits.size() &&
                              batch.dense.size() == held.dense.size(),
-                InvalidArgument("the held rows have ", held.sparse_rows.size(),
+                InvalidArgument("the held rows have ", held.sparse_splits.size(),
                                 " sparse and ", held.dense.size(),
                                 " dense groups, the batch ",
                                 batch.sparse_rows.size(), " and ",
@@ -381,28 +381,32 @@ class HoldRowsOp : public OpKernel {
         out_labels[side][index[r]] = src.labels[i];
       }
     }
-    // Sparse groups: each side's entries counted, then written, by chunks
-    // of the batch's entries followed by the held rows' (in parallel; one
-    // thread took ~12 ms for 2.6M entries). The example indices are
-    // checked in the counting pass, before they index anything; the error
-    // reported is the first in input order.
+    // Sparse groups. The held side keeps its rows as a CSR (row splits, each
+    // row's entries contiguous, in row order): the op reads its rows' starts
+    // from the splits and writes the held rows' splits, not an example
+    // index per entry (~35 MB read and ~35 MB written a call for 'auto''s
+    // ~167k held Criteo-shaped rows). The visited side is a COO batch, as
+    // TfSdca>Optimizer takes it.
     auto* workers = context->device()->tensorflow_cpu_worker_threads();
     const ParallelFor parallel_for = DevicePool(context);
-    // The held row behind each merged row b.. (for the runs path below).
+    // The held row behind each merged row b.. .
     std::vector<int64_t> held_of(m - b);
     for (int64_t i = 0; i < h; ++i) {
       if (held_at[i] >= 0) held_of[held_at[i] - b] = i;
     }
-    std::vector<int64_t> batch_start, held_start, out_at;
-    // Group g's sparse outputs on each side (0: the batch, 1: held), of
-    // entries[side] entries; a group without values has none on either.
+    std::vector<int64_t> batch_start, out_at;
+    // Group g's sparse outputs: the visited side's example indices and the
+    // held side's row splits, each side's ids and values (`entries` of
+    // each; a group without values has none on either).
     auto allocate_sides = [&](int g, const int64_t* entries,
                               int64_t** rows_out, int64_t** ids_out,
                               float** values_out) {
       for (int side = 0; side < 2; ++side) {
         const int at = Position(side, 3, num_sparse, num_dense) + g;
+        rows_out[side] = AllocateOutput<int64_t>(
+            context, at,
+            TensorShape({side == 0 ? entries[0] : counts[1] + 1}));
         const TensorShape shape({entries[side]});
-        rows_out[side] = AllocateOutput<int64_t>(context, at, shape);
         ids_out[side] = AllocateOutput<int64_t>(context, at + num_sparse,
                                                 shape);
         values_out[side] = AllocateOutput<float>(
@@ -411,21 +415,21 @@ class HoldRowsOp : public OpKernel {
       }
     };
     for (int g = 0; g < num_sparse; ++g) {
-      const int64_t eb = batch.sparse_size[g], total = eb + held.sparse_size[g];
+      const int64_t eb = batch.sparse_size[g];
+      const int64_t* held_start = held.sparse_splits[g];
       const int64_t chunks = std::max<int64_t>(
-          1, std::min<int64_t>(workers->num_threads, total / 65536));
-      // Runs: when both sides' example indices are nondecreasing (a batch
-      // built row by row, and the held rows this op wrote from one), each
-      // row's entries are one run, and the entry-by-entry deal below writes
-      // the runs of each side whole, in merged row order: the same outputs
-      // from a copy per row instead of a lookup and a branch per entry
-      // (2026-11-27, 50k Criteo-shaped rows with 'auto''s 167k held: the op
-      // took 36 of a 59 ms step). Indices out of order or out of range take
-      // the deal, which reports the first bad one.
+          1, std::min<int64_t>(workers->num_threads, eb / 65536));
+      int64_t* rows_out[2];
+      int64_t* ids_out[2];
+      float* values_out[2];
+      // Runs: when the batch's example indices are nondecreasing (a batch
+      // built row by row), each row's entries are one run on both sides,
+      // written whole, in merged row order (2026-11-27, 50k Criteo-shaped
+      // rows with 'auto''s 167k held: the entry-by-entry deal took 36 of a
+      // 59 ms step). Indices out of order or out of range take the deal
+      // below, which reports the first bad one.
       if (RowStarts(batch.sparse_rows[g], eb, b, parallel_for, chunks,
-                    &batch_start) &&
-          RowStarts(held.sparse_rows[g], held.sparse_size[g], h, parallel_for,
-                    chunks, &held_start)) {
+                    &batch_start)) {
         int64_t entries[2] = {0, 0};
         out_at.resize(m);
         for (int64_t r = 0; r < m; ++r) {
@@ -434,11 +438,12 @@ class HoldRowsOp : public OpKernel {
           out_at[r] = entries[hold[r]];
           entries[hold[r]] += start[1] - start[0];
         }
-        int64_t* rows_out[2];
-        int64_t* ids_out[2];
-        float* values_out[2];
         allocate_sides(g, entries, rows_out, ids_out, values_out);
         if (!context->status().ok()) return;
+        for (int64_t r = 0; r < m; ++r) {
+          if (hold[r]) rows_out[1][index[r]] = out_at[r];
+        }
+        rows_out[1][counts[1]] = entries[1];
         const int64_t row_chunks = std::max<int64_t>(
             1, std::min<int64_t>(workers->num_threads, m / 4096));
         parallel_for(row_chunks, [&](int64_t c) {
@@ -452,7 +457,7 @@ class HoldRowsOp : public OpKernel {
             const int64_t lo = start[0], len = start[1] - start[0];
             const int side = hold[r];
             const int64_t j = out_at[r];
-            std::fill_n(rows_out[side] + j, len, index[r]);
+            if (side == 0) std::fill_n(rows_out[0] + j, len, index[r]);
             std::copy_n(src.sparse_ids[g] + lo, len, ids_out[side] + j);
             if (values_[g]) {
               std::copy_n(src.sparse_values[g] + lo, len,
@@ -462,67 +467,65 @@ class HoldRowsOp : public OpKernel {
         });
         continue;
       }
-      auto bounds = [&](int64_t c) {
-        return std::make_pair(total * c / chunks, total * (c + 1) / chunks);
-      };
-      std::vector<std::array<int64_t, 2>> count(chunks);
-      std::vector<int64_t> bad(chunks, -1);  // first bad entry per chunk
-      parallel_for(chunks, [&](int64_t c) {
-        const auto [lo, hi] = bounds(c);
-        std::array<int64_t, 2> k = {0, 0};
-        for (int64_t e = lo; e < hi; ++e) {
-          const bool from_held = e >= eb;
-          const int64_t row = from_held ? held.sparse_rows[g][e - eb]
-                                        : batch.sparse_rows[g][e];
-          if (static_cast<uint64_t>(row) >=
-              static_cast<uint64_t>(from_held ? h : b)) {
-            bad[c] = e;
-            return;
-          }
-          const int64_t r = merged(from_held, row);
-          if (r >= 0) ++k[hold[r]];
-        }
-        count[c] = k;
-      });
-      for (int64_t c = 0; c < chunks; ++c) {
-        if (bad[c] < 0) continue;
-        const bool from_held = bad[c] >= eb;
-        const int64_t e = from_held ? bad[c] - eb : bad[c];
-        context->CtxFailure(InvalidArgument(
-            from_held ? "held_" : "", "sparse_example_indices[", g, "][", e,
-            "] = ",
-            from_held ? held.sparse_rows[g][e] : batch.sparse_rows[g][e],
-            " is not a row of the ", from_held ? h : b, " examples"));
-        return;
-      }
-      std::vector<std::array<int64_t, 2>> first(chunks);
+      // The deal (the batch's example indices in any order; a batch built
+      // so is rare: one thread). Visited: the kept entries in input order,
+      // the batch's then the held rows'. Held: each row's entries together
+      // (its row's share of that order), rows in their held order.
+      const int64_t* batch_rows = batch.sparse_rows[g];
       int64_t entries[2] = {0, 0};
-      for (int64_t c = 0; c < chunks; ++c) {
-        first[c] = {entries[0], entries[1]};
-        entries[0] += count[c][0];
-        entries[1] += count[c][1];
+      std::vector<int64_t> held_splits(counts[1] + 1, 0);
+      for (int64_t e = 0; e < eb; ++e) {
+        const int64_t row = batch_rows[e];
+        if (static_cast<uint64_t>(row) >= static_cast<uint64_t>(b)) {
+          context->CtxFailure(InvalidArgument(
+              "sparse_example_indices[", g, "][", e, "] = ", row,
+              " is not a row of the ", b, " examples"));
+          return;
+        }
+        if (hold[row]) {
+          ++held_splits[index[row] + 1];
+        } else {
+          ++entries[0];
+        }
       }
-      int64_t* rows_out[2];
-      int64_t* ids_out[2];
-      float* values_out[2];
+      for (int64_t i = 0; i < h; ++i) {
+        const int64_t r = held_at[i];
+        if (r < 0) continue;
+        const int64_t len = held_start[i + 1] - held_start[i];
+        if (hold[r]) {
+          held_splits[index[r] + 1] = len;
+        } else {
+          entries[0] += len;
+        }
+      }
+      for (int64_t k = 0; k < counts[1]; ++k) {
+        held_splits[k + 1] += held_splits[k];
+      }
+      entries[1] = held_splits[counts[1]];
       allocate_sides(g, entries, rows_out, ids_out, values_out);
       if (!context->status().ok()) return;
-      parallel_for(chunks, [&](int64_t c) {
-        const auto [lo, hi] = bounds(c);
-        std::array<int64_t, 2> at = first[c];
-        for (int64_t e = lo; e < hi; ++e) {
-          const bool from_held = e >= eb;
-          const int64_t i = from_held ? e - eb : e;
-          const Side& src = from_held ? held : batch;
-          const int64_t r = merged(from_held, src.sparse_rows[g][i]);
-          if (r < 0) continue;
-          const int side = hold[r];
-          const int64_t j = at[side]++;
-          rows_out[side][j] = index[r];
-          ids_out[side][j] = src.sparse_ids[g][i];
-          if (values_[g]) values_out[side][j] = src.sparse_values[g][i];
+      std::copy(held_splits.begin(), held_splits.end(), rows_out[1]);
+      std::vector<int64_t> next(held_splits.begin(), held_splits.end() - 1);
+      int64_t j0 = 0;
+      auto put = [&](int64_t r, int64_t id, float value) {
+        const int64_t j = hold[r] ? next[index[r]]++ : j0++;
+        if (!hold[r]) rows_out[0][j] = index[r];
+        ids_out[hold[r]][j] = id;
+        if (values_[g]) values_out[hold[r]][j] = value;
+      };
+      const float* batch_values = batch.sparse_values[g];
+      for (int64_t e = 0; e < eb; ++e) {
+        put(batch_rows[e], batch.sparse_ids[g][e],
+            values_[g] ? batch_values[e] : 1.0f);
+      }
+      for (int64_t i = 0; i < h; ++i) {
+        const int64_t r = held_at[i];
+        if (r < 0) continue;
+        for (int64_t e = held_start[i]; e < held_start[i + 1]; ++e) {
+          put(r, held.sparse_ids[g][e],
+              values_[g] ? held.sparse_values[g][e] : 1.0f);
         }
-      });
+      }
     }
     for (int g = 0; g < num_dense; ++g) {
       const int64_t d = batch.dense[g]->dim_size(1);
@@ -562,11 +565,39 @@ class HoldRowsOp : public OpKernel {
     const int64_t* keys = nullptr;
     const float* weights = nullptr;
     const float* labels = nullptr;
-    std::vector<const int64_t*> sparse_rows, sparse_ids;
+    // Per sparse group: the batch's example indices (COO), or the held
+    // rows' row splits (CSR, [n + 1]).
+    std::vector<const int64_t*> sparse_rows, sparse_splits, sparse_ids;
     std::vector<const float*> sparse_values;
     std::vector<int64_t> sparse_size;
     std::vector<const Tensor*> dense;
   };
+
+  // The held rows' row splits of one group: n + 1 offsets from 0 to the
+  // group's `size` entries, nondecreasing.
+  static ::tensorflow::Status CheckSplits(const Tensor& splits, int64_t n,
+                                          int64_t size,
+                                          const std::string& tag) {
+    const std::string name = "held_sparse_row_splits" + tag;
+    if (splits.dim_size(0) != n + 1) {
+      return InvalidArgument(name, " must have the 1 + ", n,
+                             " entries of the held rows' row splits, got "
+                             "shape ", splits.shape().DebugString());
+    }
+    const int64_t* at = splits.flat<int64_t>().data();
+    if (at[0] != 0 || at[n] != size) {
+      return InvalidArgument(name, " must run from 0 to the ", size,
+                             " entries of held_sparse_feature_indices", tag,
+                             ", got ", at[0], " to ", at[n]);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (at[i + 1] < at[i]) {
+        return InvalidArgument(name, "[", i + 1, "] = ", at[i + 1],
+                               " is below ", name, "[", i, "] = ", at[i]);
+      }
+    }
+    return absl::OkStatus();
+  }
 
   static ::tensorflow::Status ReadSide(OpKernelContext* context,
                                        const std::string& prefix,
@@ -604,8 +635,10 @@ class HoldRowsOp : public OpKernel {
       }
     }
     OpInputList rows, ids, values, dense;
-    TF_RETURN_IF_ERROR(
-        context->input_list(prefix + "sparse_example_indices", &rows));
+    // The batch's entries by example index; the held rows' by row splits.
+    const std::string rows_name =
+        check ? "sparse_example_indices" : "held_sparse_row_splits";
+    TF_RETURN_IF_ERROR(context->input_list(rows_name, &rows));
     TF_RETURN_IF_ERROR(
         context->input_list(prefix + "sparse_feature_indices", &ids));
     TF_RETURN_IF_ERROR(
@@ -613,17 +646,26 @@ class HoldRowsOp : public OpKernel {
     TF_RETURN_IF_ERROR(context->input_list(prefix + "dense_features", &dense));
     for (int g = 0; g < rows.size(); ++g) {
       const std::string tag = "[" + std::to_string(g) + "]";
-      TF_RETURN_IF_ERROR(
-          CheckRank(rows[g], 1, prefix + "sparse_example_indices" + tag));
-      const int64_t size = rows[g].dim_size(0);
+      TF_RETURN_IF_ERROR(CheckRank(rows[g], 1, rows_name + tag));
+      int64_t size;
+      if (check) {
+        size = rows[g].dim_size(0);
+        if (ids[g].dims() != 1 || ids[g].dim_size(0) != size) {
+          return InvalidArgument("sparse_feature_indices", tag,
+                                 " must have the ", size, " entries of "
+                                 "sparse_example_indices", tag,
+                                 ", got shape ", ids[g].shape().DebugString());
+        }
+        side->sparse_rows.push_back(rows[g].flat<int64_t>().data());
+      } else {
+        TF_RETURN_IF_ERROR(
+            CheckRank(ids[g], 1, "held_sparse_feature_indices" + tag));
+        size = ids[g].dim_size(0);
+        TF_RETURN_IF_ERROR(CheckSplits(rows[g], n, size, tag));
+        side->sparse_splits.push_back(rows[g].flat<int64_t>().data());
+      }
       // Values: one per entry, or none for a group without values (all 1).
       const int64_t num_values = has_values[g] ? size : 0;
-      if (ids[g].dims() != 1 || ids[g].dim_size(0) != size) {
-        return InvalidArgument(prefix, "sparse_feature_indices", tag,
-                               " must have the ", size, " entries of ",
-                               prefix, "sparse_example_indices", tag,
-                               ", got shape ", ids[g].shape().DebugString());
-      }
       if (values[g].dims() != 1 || values[g].dim_size(0) != num_values) {
         return InvalidArgument(
             prefix, "sparse_feature_values", tag, " has shape ",
@@ -632,8 +674,8 @@ class HoldRowsOp : public OpKernel {
             num_values, " (with carry_over, give values in every batch of a "
             "group or in none)");
       }
-      // (Their range is checked where they are first read, in Compute.)
-      side->sparse_rows.push_back(rows[g].flat<int64_t>().data());
+      // (The batch's example indices are checked where they are first read,
+      // in Compute.)
       side->sparse_ids.push_back(ids[g].flat<int64_t>().data());
       side->sparse_values.push_back(
           has_values[g] ? values[g].flat<float>().data() : nullptr);

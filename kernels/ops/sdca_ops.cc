@@ -706,7 +706,7 @@ REGISTER_OP("TfSdca>HoldRows")
     .Input("held_keys: int64")
     .Input("held_example_weights: float")
     .Input("held_example_labels: float")
-    .Input("held_sparse_example_indices: num_sparse * int64")
+    .Input("held_sparse_row_splits: num_sparse * int64")
     .Input("held_sparse_feature_indices: num_sparse * int64")
     .Input("held_sparse_feature_values: num_sparse * float")
     .Input("held_dense_features: num_dense * float")
@@ -722,7 +722,7 @@ REGISTER_OP("TfSdca>HoldRows")
     .Output("out_held_keys: int64")
     .Output("out_held_example_weights: float")
     .Output("out_held_example_labels: float")
-    .Output("out_held_sparse_example_indices: num_sparse * int64")
+    .Output("out_held_sparse_row_splits: num_sparse * int64")
     .Output("out_held_sparse_feature_indices: num_sparse * int64")
     .Output("out_held_sparse_feature_values: num_sparse * float")
     .Output("out_held_dense_features: num_dense * float")
@@ -767,8 +767,9 @@ next call.
 A held row whose key is also in the batch is dropped (the batch's copy stands
 for it). Of the m merged rows (the batch's first, in order, then the kept held
 rows), floor(fraction * m) are held, drawn from seed and call_index; every
-other is visited. Both sides keep the merged order; sparse entries are
-renumbered to their side's rows.
+other is visited. Both sides keep the merged order; the visited side's
+sparse entries are renumbered to its rows (in input order: the batch's, then
+the held rows'), the held side's grouped into rows.
 
 keys: [b] int64 keys of the batch's examples (TfSdca>ExampleKeys).
 example_weights: [b].
@@ -780,11 +781,17 @@ sparse_feature_values: per sparse group, [nnz] values, or [0] for a group
 dense_features: per dense group, [b, d].
 held_keys: [h], and the other held_ inputs: the held rows, as the last call's
   out_held_ outputs.
+held_sparse_row_splits: per sparse group, [h + 1] offsets: held row i's
+  entries are held_sparse_feature_indices[splits[i]:splits[i + 1]] (and
+  its values), nondecreasing from 0 to the group's held entries. The held
+  side is kept as rows (a CSR), not an example index per entry: a call
+  neither reads nor writes an index for each of its held rows' entries.
 call_index: scalar mixed into the draw (SdcaModel's count of minimize calls).
 fraction: scalar, the share of the merged rows held, in [0, 1).
 visit_keys: the rows to visit now, and the other visit_ outputs.
 out_held_keys: the rows held for the next call, and the other out_held_
-  outputs.
+  outputs (out_held_sparse_row_splits: [held + 1] each; each held row's
+  entries in their input order).
 seed: the draw's seed.
 values: per sparse group, whether its entries have values.
 )doc");

@@ -403,8 +403,10 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
 
   Args:
     batch, held: dicts with `keys` (int64 `[n]`), `example_weights` and
-      `example_labels` (float `[n]`), `sparse` (per sparse group a triple of
-      example indices in `[0, n)`, feature ids, float values, each `[nnz]`;
+      `example_labels` (float `[n]`), `sparse` (per sparse group a triple:
+      the batch's example indices in `[0, n)` (`[nnz]`), the held rows'
+      int64 row splits (`[n + 1]`, row i's entries at `splits[i]` to
+      `splits[i + 1] - 1`); feature ids and float values, each `[nnz]`;
       values None in the batch for a group without values, whose held
       values are then `[0]`) and `dense` (per dense group a float
       `[n, d]`); the same groups on both sides.
@@ -415,7 +417,9 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
     name: op name.
 
   Returns:
-    (rows to visit now, rows held for the next call), each a dict as above.
+    (rows to visit now, rows held for the next call), each a dict as above:
+    the visited rows' sparse entries by example index, in input order (the
+    batch's, then the held rows'), the held rows' by row splits.
 
   Raises:
     ValueError: for a `fraction` outside [0, 1) or sides of different groups.
@@ -434,7 +438,8 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
     for key in ("example_weights", "example_labels"):
       out[key] = _tensor(rows[key], tf.float32, prefix + key)
     for k, (key, dtype) in enumerate((
-        ("sparse_example_indices", tf.int64),
+        ("sparse_row_splits" if prefix else "sparse_example_indices",
+         tf.int64),
         ("sparse_feature_indices", tf.int64),
         ("sparse_feature_values", tf.float32))):
       out[key] = [tf.zeros([0], tf.float32) if col[k] is None else
