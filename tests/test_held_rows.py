@@ -444,6 +444,56 @@ def test_hold_rows_writes_each_sides_entries_in_input_order(rows_sorted,
         assert values is None or values.shape == (0,)
 
 
+def test_hold_rows_keeps_each_sparse_group_of_a_row_with_it():
+  # Two sparse groups (values in the second only), the batch's rows out of
+  # order in the first group and in order in the second: each row comes
+  # out with every entry of each group, in its order, on its side.
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(3)
+
+  def group(n, with_values, shuffled):
+    rows = np.repeat(np.arange(n), rng.integers(0, 4, n))
+    if shuffled:
+      rows = rng.permutation(rows)
+    return (rows.astype(np.int64),
+            rng.integers(0, 30, len(rows)).astype(np.int64),
+            rng.uniform(-1, 1, len(rows)).astype(np.float32)
+            if with_values else None)
+
+  def side(keys, shuffled):
+    n = len(keys)
+    return dict(keys=np.array(keys, np.int64),
+                example_weights=np.ones(n, np.float32),
+                example_labels=np.zeros(n, np.float32),
+                sparse=[group(n, False, shuffled), group(n, True, False)],
+                dense=[rng.uniform(size=(n, 1)).astype(np.float32)])
+
+  def entries(rows, ids, values, row):
+    values = np.ones(len(ids)) if values is None or not len(values) \
+        else values
+    mine = np.asarray(rows) == row
+    return list(zip(np.asarray(ids)[mine], np.asarray(values)[mine]))
+
+  batch = side(list(range(10, 30)), shuffled=True)
+  held_coo = side(list(range(25, 45)), shuffled=False)  # 25-29 come back
+  held = dict(held_coo, sparse=[
+      (_splits(r, 20), i, np.zeros(0, np.float32) if v is None else v)
+      for r, i, v in held_coo["sparse"]])
+  visit, later = sdca_ops.hold_rows(batch, held, 5, 0.6, seed=2)
+  assert len(visit["keys"]) + len(later["keys"]) == 35
+  for out, is_held in ((visit, False), (later, True)):
+    for at, key in enumerate(out["keys"].numpy()):
+      src = batch if key < 30 else held_coo
+      row = list(src["keys"]).index(key)
+      for g in range(2):
+        rows, ids, values = (None if t is None else np.asarray(t)
+                             for t in out["sparse"][g])
+        if is_held:
+          rows = _example_indices(rows)
+        assert entries(rows, ids, values, at) == entries(
+            *src["sparse"][g], row), (key, g)
+
+
 def test_hold_rows_bad_input_is_an_error_naming_the_argument():
   from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
   batch = _side([1, 2], [0, 1], [3, 4], [1, 1], range(4))
