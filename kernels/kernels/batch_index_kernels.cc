@@ -8,7 +8,6 @@
 // Where, Max + assert for the distinct ids and their range); see
 // g3doc/benchmarks.md.
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
