@@ -3,6 +3,8 @@ of its rows for the next call. The weights stay w(alpha), the stream still
 reaches the optimum, a held row that comes back is visited once, and a
 checkpoint keeps the held rows. (The passes it saves on real data:
 tests/test_streaming_order.py.)"""
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -559,6 +561,81 @@ def test_hold_rows_bad_input_is_an_error_naming_the_argument():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"fraction = 1 must be in \[0, 1\)"):
     sdca_ops.hold_rows(batch, held, 0, tf.constant(1.0))
+
+
+def test_hold_rows_out_of_range_rows_out_of_order_are_an_error_not_a_write():
+  # Example indices that pass the ends' checks but leave [0, b) inside and
+  # are out of order ([0, 15, 3] of 5 rows; an index below 0 just before
+  # the second of two chunks of 200k entries) once wrote row starts past
+  # the op's table (heap corruption); they are reported as any bad index.
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  held = _as_held(_side([90], [0], [5], [1], range(2)))
+  batch = _side(list(range(5)), [0, 15, 3], [1, 2, 3], [1, 1, 1], range(10))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"sparse_example_indices\[0\]\[1\] = 15 is not a "
+                     r"row of the 5 examples"):
+    sdca_ops.hold_rows(batch, held, 0, 0.5)
+  n, size = 1000, 200_000
+  rows = np.sort(np.random.default_rng(0).integers(0, n, size))
+  rows[size // 2 - 1] = -7
+  batch = _side(list(range(n)), rows, np.zeros(size), np.ones(size),
+                np.zeros(2 * n))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"sparse_example_indices\[0\]\[%d\] = -7 is not "
+                     r"a row of the %d examples" % (size // 2 - 1, n)):
+    sdca_ops.hold_rows(batch, held, 0, 0.5)
+
+
+def test_hold_rows_random_bad_rows_and_splits_are_errors_or_valid_outputs():
+  # Random small sides, one input spoiled per call (an example index or a
+  # split moved, one too few or too many, the batch's rows shuffled): each
+  # call raises InvalidArgumentError or returns sides that are well formed.
+  from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(11)
+
+  def side(n, values):
+    rows = np.sort(rng.integers(0, max(n, 1), rng.integers(0, 4 * n + 1))
+                   if n else np.zeros(0, np.int64))
+    return _side(rng.choice(10**6, n, replace=False), rows,
+                 rng.integers(0, 100, len(rows)),
+                 rng.normal(size=len(rows)) if values else None,
+                 rng.normal(size=2 * n))
+
+  outcomes = collections.Counter()
+  for call in range(400):
+    values = bool(rng.integers(2))
+    batch, held = side(int(rng.integers(0, 8)), values), _as_held(
+        side(int(rng.integers(0, 8)), values))
+    b_rows, b_ids, b_values = batch["sparse"][0]
+    splits, ids, h_values = held["sparse"][0]
+    spoil = int(rng.integers(0, 6))
+    if spoil == 0 and len(b_rows):
+      b_rows = b_rows.copy()
+      b_rows[rng.integers(len(b_rows))] = rng.integers(-3, 12)
+    elif spoil == 1:
+      b_rows = rng.permutation(b_rows)
+    elif spoil == 2:
+      splits = splits.copy()
+      splits[rng.integers(len(splits))] = rng.integers(-5, 40)
+    elif spoil == 3:
+      splits = splits[:-1]
+    elif spoil == 4:
+      ids = ids[:-1] if len(ids) else np.zeros(1, np.int64)
+    batch["sparse"] = [(b_rows, b_ids, b_values)]
+    held["sparse"] = [(splits, ids, h_values)]
+    try:
+      visit, later = sdca_ops.hold_rows(batch, held, call,
+                                        float(rng.uniform(0, 0.95)), seed=1)
+    except tf.errors.InvalidArgumentError:
+      outcomes["error"] += 1
+      continue
+    outcomes["ok"] += 1
+    out = later["sparse"][0][0].numpy()
+    assert len(out) == len(later["keys"]) + 1 and out[0] == 0
+    assert out[-1] == len(later["sparse"][0][1]) and np.all(np.diff(out) >= 0)
+    rows = visit["sparse"][0][0].numpy()
+    assert np.all((rows >= 0) & (rows < len(visit["keys"])))
+  assert outcomes["ok"] > 50 and outcomes["error"] > 50, outcomes
 
 
 def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):

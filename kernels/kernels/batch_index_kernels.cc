@@ -192,7 +192,9 @@ T* AllocateOutput(OpKernelContext* context, int position,
 
 // Where each row's entries start in `rows` (`size` example indices of `n`
 // rows): row i's are start[i] .. start[i + 1] - 1. False when the indices
-// are not nondecreasing within [0, n).
+// are not nondecreasing within [0, n). (A chunk stops at the first index
+// out of order or out of [0, n), before it writes a start for it: indices
+// such as [0, 15, 3] of 5 rows pass the end checks.)
 bool RowStarts(const int64_t* rows, int64_t size, int64_t n,
                const ParallelFor& parallel_for, int64_t chunks,
                std::vector<int64_t>* starts) {
@@ -209,7 +211,7 @@ bool RowStarts(const int64_t* rows, int64_t size, int64_t n,
          e < hi; ++e) {
       const int64_t before = rows[e - 1], row = rows[e];
       if (row == before) continue;
-      if (row < before) {
+      if (row < before || before < 0 || row >= n) {
         sorted[c] = 0;
         return;
       }
