@@ -45,7 +45,7 @@ BINARY = ("logistic_loss", "hinge_loss", "smooth_hinge_loss")
 # duals per row.
 MULTICLASS = ("softmax_loss", "multiclass_hinge_loss")
 OPS = ("optimizer", "pack_rows", "packed_solve", "shrink_l1", "fprint",
-       "example_keys", "distinct_ids", "append_rows")
+       "example_keys", "distinct_ids", "append_rows", "hold_rows")
 FAILURES = ("crash", "hang", "nonfinite", "accepted", "unnamed", "unexpected")
 HUGE = (1e20, 1e30, 3e38, -3e38)
 
@@ -131,6 +131,41 @@ def _valid_rows(rng):
             num_sparse_features=vocab, loss_type=loss)
   if k > 1:
     kw["num_classes"] = k
+  return kw
+
+
+def _valid_hold_rows(rng):
+  """`sdca_ops.hold_rows`' batch and held rows as flat arguments (the held
+  side's prefixed held_, its sparse rows as row splits), the same random
+  sparse groups (with values or not) and dense groups on both sides."""
+  groups = int(rng.integers(0, 3))
+  values = [bool(rng.integers(2)) for _ in range(groups)]
+  widths = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, 3)))]
+  kw = dict(values=values, call_index=int(rng.integers(0, 100)),
+            fraction=float(rng.uniform(0.0, 0.9)))
+  for prefix in ("", "held_"):
+    n = int(rng.integers(0, 7))
+    first = "sparse_row_splits" if prefix else "sparse_example_indices"
+    kw.update({prefix + "keys": rng.choice(1000, n, replace=False).astype(
+                   np.int64),
+               prefix + "example_weights": np.ones(n, np.float32),
+               prefix + "example_labels": rng.integers(0, 2, n).astype(
+                   np.float32),
+               prefix + first: [], prefix + "sparse_feature_indices": [],
+               prefix + "sparse_feature_values": [],
+               prefix + "dense_features": [
+                   rng.normal(size=(n, d)).astype(np.float32)
+                   for d in widths]})
+    for has in values:
+      rows = np.sort(rng.integers(0, max(n, 1),
+                                  int(rng.integers(0, 3 * n + 1)) if n else 0))
+      kw[prefix + first].append(
+          np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))])
+          .astype(np.int64) if prefix else rows.astype(np.int64))
+      kw[prefix + "sparse_feature_indices"].append(
+          rng.integers(0, 50, len(rows)).astype(np.int64))
+      kw[prefix + "sparse_feature_values"].append(
+          rng.normal(size=len(rows) if has else 0).astype(np.float32))
   return kw
 
 
@@ -334,6 +369,29 @@ MUTATIONS = {
         _set_option("example_ids", np.array([3, 4, 3])),
         _set_option("example_ids", np.array(["x" * 100000, ""]), "extreme"),
     ],
+    "hold_rows": [
+        _set_entry("sparse_example_indices", -1),
+        _set_entry("sparse_example_indices", 10**6),
+        _set_entry("held_sparse_row_splits", -1),
+        _set_entry("held_sparse_row_splits", 10**6),
+        _reshape("held_sparse_row_splits", lambda s: (s[0] + 1,)),
+        _reshape("sparse_feature_indices", lambda s: (s[0] + 1,)),
+        _reshape("held_sparse_feature_indices", lambda s: (s[0] + 1,)),
+        _set_entry("sparse_feature_values", np.nan),
+        _set_entry("dense_features", np.nan),
+        _set_entry("dense_features", -np.inf),
+        _set_entry("example_weights", -1.0),
+        _set_entry("example_weights", np.nan),
+        _reshape("example_labels", lambda s: (s[0] + 1,)),
+        _reshape("held_keys", lambda s: (s[0] + 1,)),
+        _reshape("dense_features", lambda s: (s[0] + 1,) + tuple(s[1:])),
+        _set_option("fraction", 1.0), _set_option("fraction", -0.5),
+        _set_option("fraction", float("nan")),
+        _set_option("call_index", "x"), _set_option("keys", None),
+        _with_extreme("dense_features", 3e38),
+        _with_extreme("sparse_feature_values", 1e30),
+        _with_extreme("example_weights", 1e30),
+    ],
     "distinct_ids": [
         _set_entry("ids", -1), _set_entry("ids", 2**40, dtype=np.int64),
         _set_option("ids", None), _set_option("ids", np.zeros((2, 2), np.int64)),
@@ -365,6 +423,8 @@ def generate(op, seed, number):
                 num_passes=int(rng.integers(1, 4)))
       if k > 1:
         kw["num_classes"] = k
+  elif op == "hold_rows":
+    kw = _valid_hold_rows(rng)
   elif op == "shrink_l1":
     kw = dict(weights=rng.normal(size=int(rng.integers(0, 6))).astype(
         np.float32), l1=0.1, l2=1.0)
@@ -453,6 +513,8 @@ def _run(op, kw, mode):
       return [sdca_ops.example_keys(**kw)]
     if op == "distinct_ids":
       return [sdca_ops.distinct_ids(**kw)]
+    if op == "hold_rows":
+      return _hold_rows(sdca_ops, kw)
     return [tf_sdca.sdca_fprint(**kw)]
 
   outputs = tf.function(call)() if mode == "function" else call()
@@ -461,6 +523,32 @@ def _run(op, kw, mode):
     if t.dtype in (tf.float16, tf.float32, tf.float64):
       finite &= bool(np.all(np.isfinite(t.numpy())))
   return finite
+
+
+def _hold_rows(sdca_ops, kw):
+  """hold_rows on `_valid_hold_rows`' flat arguments; the output tensors."""
+  sides = []
+  for prefix in ("", "held_"):
+    first = kw[prefix + ("sparse_row_splits" if prefix else
+                         "sparse_example_indices")]
+    sparse = [(r, i, v if has else (np.zeros(0, np.float32) if prefix
+                                    else None))
+              for r, i, v, has in zip(first,
+                                      kw[prefix + "sparse_feature_indices"],
+                                      kw[prefix + "sparse_feature_values"],
+                                      kw["values"])]
+    sides.append(dict(keys=kw[prefix + "keys"],
+                      example_weights=kw[prefix + "example_weights"],
+                      example_labels=kw[prefix + "example_labels"],
+                      sparse=sparse, dense=kw[prefix + "dense_features"]))
+  outputs = sdca_ops.hold_rows(sides[0], sides[1], kw["call_index"],
+                               kw["fraction"], seed=1)
+  return [t for t in _flatten(outputs) if t is not None]
+
+
+def _flatten(structure):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  return tf.nest.flatten(structure)
 
 
 def _append_in_two_pieces(tf_sdca, kw):
