@@ -513,11 +513,12 @@ class _HeldRows(tf.Module):
                 for col in examples["sparse_features"]],
         dense=[tf.reshape(_floats(x), [-1, var.shape[1]])
                for x, var in zip(examples["dense_features"], self.dense)])
-    held = dict(keys=self.keys.read_value(),
+    held_keys = self.keys.read_value()
+    held = dict(keys=held_keys,
                 example_weights=self.weights.read_value(),
                 example_labels=self.labels.read_value(),
                 sparse=[_row_splits(*(v.read_value() for v in group),
-                                    tf.size(self.keys, out_type=tf.int64))
+                                    tf.size(held_keys, out_type=tf.int64))
                         for group in self.sparse],
                 dense=[v.read_value() for v in self.dense])
     # One op: in TensorFlow's own (unique, boolean masks, gathers and

@@ -514,7 +514,8 @@ def _run(op, kw, mode):
     if op == "distinct_ids":
       return [sdca_ops.distinct_ids(**kw)]
     if op == "hold_rows":
-      return _hold_rows(sdca_ops, kw)
+      return [t for t in tf.nest.flatten(_hold_rows(sdca_ops, kw))
+              if t is not None]
     return [tf_sdca.sdca_fprint(**kw)]
 
   outputs = tf.function(call)() if mode == "function" else call()
@@ -526,7 +527,7 @@ def _run(op, kw, mode):
 
 
 def _hold_rows(sdca_ops, kw):
-  """hold_rows on `_valid_hold_rows`' flat arguments; the output tensors."""
+  """hold_rows on `_valid_hold_rows`' flat arguments: (visit, held)."""
   sides = []
   for prefix in ("", "held_"):
     first = kw[prefix + ("sparse_row_splits" if prefix else
@@ -541,14 +542,8 @@ def _hold_rows(sdca_ops, kw):
                       example_weights=kw[prefix + "example_weights"],
                       example_labels=kw[prefix + "example_labels"],
                       sparse=sparse, dense=kw[prefix + "dense_features"]))
-  outputs = sdca_ops.hold_rows(sides[0], sides[1], kw["call_index"],
-                               kw["fraction"], seed=1)
-  return [t for t in _flatten(outputs) if t is not None]
-
-
-def _flatten(structure):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  return tf.nest.flatten(structure)
+  return sdca_ops.hold_rows(sides[0], sides[1], kw["call_index"],
+                            kw["fraction"], seed=1)
 
 
 def _append_in_two_pieces(tf_sdca, kw):

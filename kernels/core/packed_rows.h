@@ -501,9 +501,6 @@ class PackedRows {
   template <class DualLossOf>
   double DualLossInBlocks(const DualLossOf& dual_loss) const;
 
- public:
-
- private:
   struct Header {
     int64_t row;
     double norm;
