@@ -517,6 +517,16 @@ def setting_name(setting):
   return ", ".join(f"{k}={v}" for k, v in setting.items())
 
 
+def _sparse_norms(x):
+  """`engine.row_norms`' sparse part of CSR `x`: the |x_i|^2 of the rows
+  `engine.norm_rows` reads, each its float32 values' squares added in order
+  (what `TfSdca>PackRows` returns for them)."""
+  squares = np.square(x.data.astype(np.float32).astype(np.float64))
+  return np.array([np.cumsum(squares[x.indptr[i]:x.indptr[i + 1]])[-1]
+                   if x.indptr[i + 1] > x.indptr[i] else 0.0
+                   for i in engine.norm_rows(x.shape[0])])
+
+
 # -------------------------------------------------------------- a problem
 class Problem:
   """One (set, loss, l2)."""
@@ -529,7 +539,7 @@ class Problem:
     self.k_or_none = self.k if self.k > 1 else None
     self.data = _data(x)
     self.row_norms = (
-        engine.row_norms(self.n, (x.indptr, x.indices, x.data), None)
+        engine.row_norms(self.n, _sparse_norms(x), None)
         if scipy.sparse.issparse(x) else engine.row_norms(self.n, None, x))
     self.optimum = None
     self.certified = None

@@ -279,3 +279,23 @@ def test_the_hinges_shrinking_against_adaptive_where_it_is_kept(
   assert options.visit_order_for("hinge", None, row_norms=problem.row_norms,
                                  l2=problem.l2) == "shrinking"
   assert passes["adaptive"] > least * passes["shrinking"]
+
+
+def test_the_sparse_sets_norms_are_the_engines():
+  """The Criteo-shaped set (the benchmark's sparse one): its problems build
+  (their knob settings need the rows' norms) with the row norms a fit's
+  packing reads, the same bits."""
+  # pylint: disable=import-outside-toplevel
+  from tf_sdca import engine
+  problem = bench_defaults.problems(["criteo"])[0]
+  x = problem.x
+  csr = (x.indptr.astype(np.int64), x.indices.astype(np.int64),
+         x.data.astype(np.float32))
+  chunks = engine.RowChunks(
+      [(csr, None, np.zeros(problem.n, np.float32),
+        np.ones(problem.n, np.float32))], problem.n, x.indptr[-1], 0,
+      x.shape[1], True)
+  packed = engine.Problem(chunks, "logistic_loss", 1.0, 1,
+                          norms=True).row_norms
+  assert problem.row_norms == packed
+  assert packed.largest > 0.0
