@@ -24,14 +24,23 @@ import time
 import numpy as np
 
 
+# The command ends its process with os._exit (no teardown, `cli.main`):
+# the peak RSS is printed on the way out, whichever way it leaves.
 _WRAPPER = """
-import resource, runpy, sys
+import os, resource, runpy, sys
 sys.argv = ["tf-sdca"] + sys.argv[1:]
+def _peak():
+  print("PEAK_RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        file=sys.stderr, flush=True)
+_exit = os._exit
+def _peak_then_exit(status):
+  _peak()
+  _exit(status)
+os._exit = _peak_then_exit
 try:
   runpy.run_module("tf_sdca.cli", run_name="__main__")
 finally:
-  print("PEAK_RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        file=sys.stderr)
+  _peak()
 """
 
 
