@@ -144,6 +144,9 @@ def main(argv=None):
                       help="also draw each table's curves (relative "
                       "suboptimality per epoch) as PNGs in DIR")
   args = parser.parse_args(argv)
+  if args.epochs < AVERAGE_FROM:
+    parser.error(f"--epochs {args.epochs}: the averaged SDCA run averages "
+                 f"from epoch {AVERAGE_FROM}, so at least that many")
   # (SDCA's slow-progress warning is for users, not for this table.)
   warnings.simplefilter("ignore", UserWarning)
   asdca_table("iris (cm), versicolor vs virginica", *iris_in_cm(), 1.0,
