@@ -2,6 +2,7 @@
 
     python tools/fuzz_ops.py [--calls 200] [--seed 0] [--ops optimizer,...]
                              [--modes eager,function] [--timeout 30]
+                             [--workers N]
 
 Every call starts from a small valid call of one op (a random loss, random
 sparse and dense groups, labels in the loss's domain) and changes one or two
@@ -15,7 +16,8 @@ up to 1e38, l2 from 1e-30 to 1e30, 100,000 passes). Each change is either
 error). The calls run, eagerly and inside a `tf.function`, in a child
 process that reads call numbers from a pipe, so that a crash or a hang
 (past --timeout seconds) is caught, reported with the call, and the child
-restarted.
+restarted; each op and mode's calls in one child, --workers children at
+once.
 
 Verdicts per call: `ok` (finite outputs), `error` (an error naming the
 changed argument), and the failures: `crash`, `hang`, `nonfinite` (an
@@ -29,8 +31,10 @@ Exit status 1 when any failure of the kinds in --fail-on occurred.
 """
 import argparse
 import collections
+import concurrent.futures
 import json
 import os
+import queue
 import select
 import subprocess
 import sys
@@ -671,34 +675,57 @@ class _Child:
       self.proc = None
 
 
-def fuzz(ops, modes, calls, seed, timeout, out=sys.stdout):
+def _fuzz_pair(child, op, mode, calls, seed, timeout):
+  """One op and mode's calls in `child`: (Counter of verdicts, failures,
+  the lines to print)."""
+  counter, failures, lines = collections.Counter(), [], []
+  for number in range(calls):
+    _, applied = generate(op, seed, number)
+    first = child.proc is None  # (the call then waits for the import too)
+    result = child.ask(op, mode, number, timeout + (120 if first else 0))
+    v = verdict(result, applied)
+    counter[v] += 1
+    if v in FAILURES:
+      failures.append((op, mode, number, v, [name for name, _, _ in applied],
+                       result.get("message", "")))
+      lines.append(f"  {v}: {op}:{mode}:{number} {[a[0] for a in applied]} "
+                   f"-> {result.get('message', 'outputs returned')}")
+  lines.append(f"{op:<13} {mode:<9} " + " ".join(
+      f"{k} {counter[k]}" for k in ("ok", "error") + FAILURES))
+  return counter, failures, lines
+
+
+def fuzz(ops, modes, calls, seed, timeout, out=sys.stdout, workers=None):
   """Runs the calls; returns {(op, mode): Counter of verdicts} and the list
-  of failures (op, mode, number, verdict, mutations, message)."""
-  child = _Child(seed)
+  of failures (op, mode, number, verdict, mutations, message). The (op,
+  mode) pairs run on `workers` child processes at once (default: one per
+  core, at most 2), each pair's calls in order in one child; a call's
+  verdict depends on its (seed, op, mode, number) alone."""
+  pairs = [(op, mode) for op in ops for mode in modes]
+  if workers is None:
+    workers = min(2, os.cpu_count() or 1)
+  workers = max(1, min(workers, len(pairs)))
+  children = queue.Queue()
+  for _ in range(workers):
+    children.put(_Child(seed))
+
+  def run(pair):
+    child = children.get()
+    try:
+      return _fuzz_pair(child, *pair, calls, seed, timeout)
+    finally:
+      children.put(child)
+
   counts, failures = {}, []
   try:
-    for op in ops:
-      for mode in modes:
-        counter = collections.Counter()
-        for number in range(calls):
-          _, applied = generate(op, seed, number)
-          first = number == 0 and child.proc is None
-          result = child.ask(op, mode, number, timeout + (120 if first else 0))
-          v = verdict(result, applied)
-          counter[v] += 1
-          if v in FAILURES:
-            failures.append((op, mode, number, v,
-                             [name for name, _, _ in applied],
-                             result.get("message", "")))
-            print(f"  {v}: {op}:{mode}:{number} {[a[0] for a in applied]} "
-                  f"-> {result.get('message', 'outputs returned')}", file=out,
-                  flush=True)
-        counts[op, mode] = counter
-        print(f"{op:<13} {mode:<9} " + " ".join(
-            f"{k} {counter[k]}" for k in ("ok", "error") + FAILURES), file=out,
-              flush=True)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      for pair, (counter, failed, lines) in zip(pairs, pool.map(run, pairs)):
+        counts[pair] = counter
+        failures.extend(failed)
+        print("\n".join(lines), file=out, flush=True)
   finally:
-    child.close()
+    while not children.empty():
+      children.get().close()
   return counts, failures
 
 
@@ -709,6 +736,9 @@ def main(argv=None):
   parser.add_argument("--ops", default=",".join(OPS))
   parser.add_argument("--modes", default="eager,function")
   parser.add_argument("--timeout", type=float, default=30.0)
+  parser.add_argument("--workers", type=int, default=None,
+                      help="child processes at once (default: one per core, "
+                      "at most 2)")
   parser.add_argument("--fail-on", default=",".join(FAILURES))
   parser.add_argument("--replay", help="OP:MODE:NUMBER, run in this process")
   parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -724,7 +754,8 @@ def main(argv=None):
     print("finite outputs:", _run(op, kw, mode))
     return 0
   counts, failures = fuzz(args.ops.split(","), args.modes.split(","),
-                          args.calls, args.seed, args.timeout)
+                          args.calls, args.seed, args.timeout,
+                          workers=args.workers)
   total = collections.Counter()
   for counter in counts.values():
     total.update(counter)
