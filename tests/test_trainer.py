@@ -134,3 +134,22 @@ def test_features_given_where_the_labels_go_is_a_clear_error():
   flat = InMemorySdca(loss="logistic")
   flat.fit(y, dense=x, epochs=3, verbose=0)
   np.testing.assert_array_equal(column.dense_weights, flat.dense_weights)
+
+
+@pytest.mark.parametrize("name, bad", [
+    ("epochs", -1), ("epochs", 2.5), ("epochs", True), ("epochs", "3"),
+    ("epochs", None), ("initial_epoch", -2), ("initial_epoch", 1.0)])
+def test_epochs_not_a_count_is_refused_by_name(name, bad):
+  # -1 used to return an empty history without a word, 2.5 to fail inside
+  # the engine with a TypeError.
+  x, y = load_breast_cancer(return_X_y=True)
+  x = StandardScaler().fit_transform(x).astype(np.float32)
+  kwargs = dict(epochs=3, verbose=0)
+  kwargs[name] = bad
+  model = InMemorySdca("logistic", l2=1.0)
+  with pytest.raises(ValueError, match=f"^{name} must be an integer >= 0"):
+    model.fit(y.astype(np.float32), dense=x, **kwargs)
+  # 0 epochs (and numpy integers) are counts: no pass, an empty history.
+  history = model.fit(y.astype(np.float32), dense=x, epochs=np.int64(0),
+                      verbose=0)
+  assert history["loss"] == [] and not np.any(model.dense_weights)

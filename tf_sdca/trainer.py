@@ -407,7 +407,8 @@ class InMemorySdca:
       validating and packing the data).
 
     Raises:
-      ValueError: on inconsistent shapes.
+      ValueError: on inconsistent shapes, or `epochs`, `initial_epoch` or
+        `gap_every` not an integer >= 0.
       tf.errors.InvalidArgumentError: on bad values (NaN, bad labels, ...),
         or when a step's exact result is out of range (non-finite).
       FloatingPointError: when an epoch's duality gap is negative beyond
@@ -416,10 +417,11 @@ class InMemorySdca:
     # The first epoch's time includes preparing (and packing) the data.
     prepare_start = time.perf_counter()
     tol = options.check("tol", tol)
-    if isinstance(gap_every, bool) or not (
-        isinstance(gap_every, (int, np.integer)) and gap_every >= 0):
-      raise ValueError(f"gap_every must be an integer >= 0, got "
-                       f"{gap_every!r}")
+    for name, count in (("epochs", epochs), ("initial_epoch", initial_epoch),
+                        ("gap_every", gap_every)):
+      if isinstance(count, bool) or not (
+          isinstance(count, (int, np.integer)) and count >= 0):
+        raise ValueError(f"{name} must be an integer >= 0, got {count!r}")
     from_arrays = rows is None
     order = self.visit_order
     if rows is None:
