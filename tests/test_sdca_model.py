@@ -497,6 +497,33 @@ def test_mismatched_examples_and_variables_raise_value_error():
                              if k != "example_ids"})
 
 
+def test_examples_whose_known_shapes_disagree_are_refused_by_name():
+  # The ops check every call but name their own inputs: a dense group of
+  # the wrong width was cut into rows of its weights' width ("6 rows, not
+  # 4"), and short example ids reached them as "keys".
+  x, ids, y, s = _data("squared_loss")
+  ex = _examples(x, ids, y, s)
+  model, _ = _model(None, "squared_loss")
+  wide = dict(ex, dense_features=[np.hstack([x, x[:, :1]])])
+  with pytest.raises(ValueError, match=rf"examples\['dense_features'\]\[0\] "
+                     rf"has {DENSE + 1} column\(s\) but its weight variable "
+                     rf"has {DENSE} row\(s\)"):
+    model.minimize(examples=wide)
+  short = dict(ex, example_ids=ex["example_ids"][:-1])
+  with pytest.raises(ValueError, match=rf"example_ids has {N - 1}, "
+                     rf"example_weights has {N}, example_labels has {N}"):
+    model.minimize(examples=short)
+  # Shapes unknown when traced: the ops' own errors remain.
+  model_dense, _ = _model(None, "squared_loss", sparse=False)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None])])
+  def step(dense):
+    return model_dense.minimize(examples=dict(ex, sparse_features=[],
+                                              dense_features=[dense]))
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    step(np.hstack([x, x[:, :1]]))
+
+
 def test_an_example_id_twice_in_one_batch_is_an_error():
   # Two duals for one table row would break w = w(alpha) for good.
   x, ids, y, s = _data("squared_loss")

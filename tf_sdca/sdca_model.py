@@ -542,6 +542,14 @@ class _HeldRows(tf.Module):
     return out, visit["keys"], assigns
 
 
+def _known_shape(x):
+  """The static shape of a tensor, variable or numpy array (unknown for
+  anything else: a list is not converted to find out)."""
+  if isinstance(x, (tf.Tensor, tf.Variable, np.ndarray)):
+    return tf.TensorShape(x.shape)
+  return tf.TensorShape(None)
+
+
 def _row_splits(first, ids, values, n):
   """A held sparse group's (row splits, feature ids, values) from its
   variables: as stored, or, where a checkpoint written before the held rows
@@ -799,6 +807,28 @@ class SdcaModel(tf.Module):
       raise ValueError(
           f"examples has {len(examples['dense_features'])} dense feature "
           f"groups but variables has {len(self._dense)}")
+    # What the shapes known here already tell (the ops check every call,
+    # but name their own inputs: a dense group's rows are cut by its
+    # weights' width, and the example ids reach them as keys).
+    for g, (x, weights) in enumerate(zip(examples["dense_features"],
+                                         self._dense)):
+      shape = _known_shape(x)
+      columns = (1 if shape.rank == 1 else
+                 shape[1] if shape.rank == 2 else None)
+      if columns is not None and columns != weights.size:
+        raise ValueError(
+            f"examples['dense_features'][{g}] has {columns} column(s) but "
+            f"its weight variable has {weights.size} row(s)")
+    rows = {}
+    for key in ("example_ids", "example_weights", "example_labels"):
+      x = examples[key]
+      shape = (tf.TensorShape([len(x)]) if isinstance(x, (list, tuple)) else
+               _known_shape(x))
+      if shape.rank and shape[0] is not None:
+        rows[key] = shape[0]
+    if len(set(rows.values())) > 1:
+      raise ValueError("examples' rows differ: " + ", ".join(
+          f"{key} has {n}" for key, n in rows.items()))
 
   # ---------------------------------------------------------------- state
   def _keys(self, examples):
