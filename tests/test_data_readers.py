@@ -335,6 +335,32 @@ def test_cli_refuses_bad_data_and_arguments_in_one_line(
   assert re.search(message, err.strip().splitlines()[-1]), err
 
 
+@pytest.mark.parametrize("argv,message", [
+    (("demo", "--rows", "-5"), r"--rows: -5 must be >= 1"),
+    (("demo", "--epochs", "0"), r"--epochs: 0 must be >= 1"),
+    (("demo", "--bucket-bits", "0"), r"--bucket-bits: 0 must be in \[1, 31\]"),
+    (("demo", "--batch-size", "0"), r"--batch-size: 0 must be >= 1"),
+    (("demo", "--l2", "0"), r"--l2: --l2 must be a finite number > 0"),
+    (("demo", "--tol", "-1"), r"--tol: --tol must be None or a number >= 0"),
+    (("demo", "--threads", "-2"), r"--threads: --threads must be an integer"),
+    (("generate", "--rows", "-3", "--out", "OUT"), r"--rows: -3 must be >= 1"),
+    (("generate", "--rows", "9", "--files", "0", "--out", "OUT"),
+     r"--files: 0 must be >= 1"),
+])
+def test_demo_and_generate_refuse_bad_arguments_before_any_work(
+    tmp_path, capsys, argv, message):
+  # They used to fail deep inside (a numpy "negative dimensions" traceback,
+  # a missing model after 0 epochs), or train with --batch-size 0 ignored.
+  argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+  with pytest.raises(SystemExit) as stop:
+    cli.main(argv)
+  assert stop.value.code == 2
+  err = capsys.readouterr().err
+  assert "Traceback" not in err
+  assert re.search(message, err.strip().splitlines()[-1]), err
+  assert not (tmp_path / "out").exists()
+
+
 def _write(directory, name, text):
   path = directory / name
   path.write_text(text)

@@ -36,6 +36,7 @@ import time
 
 from tf_sdca import commands
 from tf_sdca import model_files
+from tf_sdca import options
 from tf_sdca import tensorflow_import
 from tf_sdca.data import text_parser
 
@@ -223,16 +224,19 @@ def _run_command(argv):
   sub = parser.add_subparsers(dest="command", required=True)
   demo = sub.add_parser(
       "demo", help="train on generated Criteo-shaped data and report")
-  demo.add_argument("--rows", type=int, default=1_000_000)
-  demo.add_argument("--bucket-bits", type=int, default=20)
-  demo.add_argument("--epochs", type=int, default=10)
-  demo.add_argument("--tol", type=float, default=1e-3,
+  # (The types of `train`'s flags: a bad value is refused before any work.)
+  demo.add_argument("--rows", type=commands.int_in(1), default=1_000_000)
+  demo.add_argument("--bucket-bits", type=commands.int_in(1, 31),
+                    default=20)
+  demo.add_argument("--epochs", type=commands.int_in(1), default=10)
+  demo.add_argument("--tol", type=options.flag_type("tol"), default=1e-3,
                     help="stop when the relative duality gap is below this")
-  demo.add_argument("--batch-size", type=int, default=None)
-  demo.add_argument("--l1", type=float, default=0.0)
-  demo.add_argument("--l2", type=float, default=10.0)
-  demo.add_argument("--threads", type=int, default=0)
-  demo.add_argument("--seed", type=int, default=0)
+  demo.add_argument("--batch-size", type=commands.int_in(1), default=None)
+  demo.add_argument("--l1", type=options.flag_type("l1"), default=0.0)
+  demo.add_argument("--l2", type=options.flag_type("l2"), default=10.0)
+  demo.add_argument("--threads", type=options.flag_type("num_threads"),
+                    default=0)
+  demo.add_argument("--seed", type=options.flag_type("seed"), default=0)
   demo.add_argument("--quiet", action="store_true")
   commands.add_parsers(sub)
   args = parser.parse_args(argv)

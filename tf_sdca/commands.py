@@ -19,7 +19,7 @@ from tf_sdca.distributed import command as distributed_command
 _BINARY = losses.BINARY
 
 
-def _int_in(low, high=None):
+def int_in(low, high=None):
   """An argparse type: an int in [low, high] (high None: no bound), so that
   e.g. `--batch-size -5` is refused instead of training nothing."""
   def parse(text):
@@ -37,9 +37,9 @@ def _int_in(low, high=None):
 def add_parsers(sub):
   """Adds the subcommands to an argparse subparsers object."""
   gen = sub.add_parser("generate", help="write Criteo-shaped TSV files")
-  gen.add_argument("--rows", type=int, required=True)
+  gen.add_argument("--rows", type=int_in(1), required=True)
   gen.add_argument("--out", required=True, help="output directory")
-  gen.add_argument("--files", type=int, default=1)
+  gen.add_argument("--files", type=int_in(1), default=1)
   gen.add_argument("--seed", type=int, default=0)
 
   train = sub.add_parser("train", help="train by SDCA on text files")
@@ -50,7 +50,7 @@ def add_parsers(sub):
                      help="loss, by short name or the op's name "
                      "(logistic = logistic_loss; the default); softmax "
                      "and multiclass_hinge need --num-classes")
-  train.add_argument("--num-classes", type=_int_in(2), default=None,
+  train.add_argument("--num-classes", type=int_in(2), default=None,
                      help="K classes of a multiclass loss (LIBSVM files "
                      "with class labels: K distinct label values, or class "
                      "ids in [0, K))")
@@ -58,11 +58,11 @@ def add_parsers(sub):
                      help=options.flag_help("l1"))
   train.add_argument("--l2", type=options.flag_type("l2"), default=None,
                      help=options.flag_help("l2"))
-  train.add_argument("--epochs", type=_int_in(1), default=10)
+  train.add_argument("--epochs", type=int_in(1), default=10)
   train.add_argument("--tol", type=options.flag_type("tol"),
                      default=options.COMMAND_LINE_DEFAULTS["tol"],
                      help=options.flag_help("tol"))
-  train.add_argument("--batch-size", type=_int_in(1), default=None,
+  train.add_argument("--batch-size", type=int_in(1), default=None,
                      help="rows per op call; default: all rows, one "
                      "PackedSolve call per epoch (fastest); smaller batches "
                      "go through the mini-batch op")
@@ -168,7 +168,7 @@ def _data_args(parser, scoring=False):
       help="the files' format (default: the model's)" if scoring else
       "the files' format (default: criteo; on --resume: the model's)")
   # Feature ids are int32: at most 2^31 buckets.
-  parser.add_argument("--bucket-bits", type=_int_in(1, 31),
+  parser.add_argument("--bucket-bits", type=int_in(1, 31),
                       default=20 if scoring else None,
                       help="Criteo: 2^k hash buckets (1 <= k <= 31); "
                       "default: 20")
