@@ -153,3 +153,35 @@ def test_epochs_not_a_count_is_refused_by_name(name, bad):
   history = model.fit(y.astype(np.float32), dense=x, epochs=np.int64(0),
                       verbose=0)
   assert history["loss"] == [] and not np.any(model.dense_weights)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "100"])
+def test_batch_size_not_a_positive_count_is_refused(bad):
+  # -3 trained nothing and returned a history; 0 meant all rows unasked.
+  x, y = load_breast_cancer(return_X_y=True)
+  x = StandardScaler().fit_transform(x).astype(np.float32)
+  with pytest.raises(ValueError, match="^batch_size must be None"):
+    InMemorySdca("logistic", l2=1.0).fit(y.astype(np.float32), dense=x,
+                                         epochs=2, batch_size=bad, verbose=0)
+
+
+@pytest.mark.parametrize("second_order", ["auto", "off"])
+@pytest.mark.parametrize("indptr_of, message", [
+    (lambda n: np.r_[np.arange(n), 10], r"nondecreasing, got indptr\[59\] = "
+     r"59 > indptr\[60\] = 10"),
+    (lambda n: np.r_[np.arange(n), n + 5], r"within \[0, 60\].*indptr\[60\] "
+     r"= 65"),
+    (lambda n: np.r_[-1, np.arange(1, n + 1)], r"indptr\[0\] = -1"),
+])
+def test_a_malformed_indptr_is_a_clear_error_not_a_crash(
+    second_order, indptr_of, message):
+  # A decreasing indptr crashed the process (scipy's product inside the
+  # second-order step's set-up read past its arrays) before packing saw it.
+  rng = np.random.default_rng(0)
+  n = 60
+  y = (rng.random(n) > 0.5).astype(np.float32)
+  indptr = np.asarray(indptr_of(n), np.int64)
+  with pytest.raises(ValueError, match=message):
+    InMemorySdca("logistic", l2=1.0, second_order=second_order).fit(
+        y, indptr=indptr, indices=np.zeros(n, np.int64), num_features=5,
+        epochs=1, verbose=0)

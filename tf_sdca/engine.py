@@ -859,6 +859,18 @@ def csr_arrays(n, ids=None, indptr=None, indices=None, values=None):
   indices = np.asarray(indices)
   if indices.dtype.kind not in "iu":
     indices = indices.astype(np.int64)
+  # Row i's entries are indices[indptr[i]:indptr[i + 1]]: whatever reads
+  # them (scipy's products in `second_order`, packing) needs these bounds
+  # (a decreasing indptr crashed scipy inside a fit).
+  if n and (indptr[0] < 0 or indptr[-1] > indices.size):
+    raise ValueError(f"indptr must run within [0, {indices.size}] (the "
+                     f"entries of indices), got indptr[0] = {indptr[0]}, "
+                     f"indptr[{n}] = {indptr[-1]}")
+  falls = np.flatnonzero(indptr[1:] < indptr[:-1])
+  if falls.size:
+    i = int(falls[0])
+    raise ValueError(f"indptr must be nondecreasing, got indptr[{i}] = "
+                     f"{indptr[i]} > indptr[{i + 1}] = {indptr[i + 1]}")
   if values is not None:
     values = np.asarray(values, dtype=np.float32)
     if values.shape != indices.shape:

@@ -407,8 +407,9 @@ class InMemorySdca:
       validating and packing the data).
 
     Raises:
-      ValueError: on inconsistent shapes, or `epochs`, `initial_epoch` or
-        `gap_every` not an integer >= 0.
+      ValueError: on inconsistent shapes (or an `indptr` that decreases or
+        runs past `indices`), `epochs`, `initial_epoch` or `gap_every` not
+        an integer >= 0, or `batch_size` not None or an integer >= 1.
       tf.errors.InvalidArgumentError: on bad values (NaN, bad labels, ...),
         or when a step's exact result is out of range (non-finite).
       FloatingPointError: when an epoch's duality gap is negative beyond
@@ -422,6 +423,12 @@ class InMemorySdca:
       if isinstance(count, bool) or not (
           isinstance(count, (int, np.integer)) and count >= 0):
         raise ValueError(f"{name} must be an integer >= 0, got {count!r}")
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or
+        not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
+      # (-3 trained nothing and returned; 0 meant all rows unasked.)
+      raise ValueError(f"batch_size must be None (all rows) or an integer "
+                       f">= 1, got {batch_size!r}")
     from_arrays = rows is None
     order = self.visit_order
     if rows is None:
