@@ -185,3 +185,51 @@ def test_a_malformed_indptr_is_a_clear_error_not_a_crash(
     InMemorySdca("logistic", l2=1.0, second_order=second_order).fit(
         y, indptr=indptr, indices=np.zeros(n, np.int64), num_features=5,
         epochs=1, verbose=0)
+
+
+def test_no_rows_or_no_weight_is_a_clear_error():
+  # Both used to end in a ZeroDivisionError after the first epoch.
+  x = np.ones((5, 3), np.float32)
+  y = np.array([0, 1, 0, 1, 1], np.float32)
+  with pytest.raises(ValueError, match="no rows to train on"):
+    InMemorySdca("logistic", l2=1.0).fit(y[:0], dense=x[:0], epochs=1,
+                                         verbose=0)
+  with pytest.raises(ValueError, match="example_weights are all 0"):
+    InMemorySdca("logistic", l2=1.0).fit(y, dense=x, epochs=1, verbose=0,
+                                         example_weights=np.zeros(5))
+  # One row of weight is enough.
+  history = InMemorySdca("logistic", l2=1.0).fit(
+      y, dense=x, epochs=2, verbose=0,
+      example_weights=np.array([0, 0, 1, 0, 0], np.float32))
+  assert np.isfinite(history["loss"][-1])
+
+
+@pytest.mark.parametrize("key, bad, message", [
+    ("indices", 0.5, r"indices\[7\] = 0.5"),
+    ("indices", np.nan, r"indices\[7\] = nan"),
+    ("ids", 2.25, r"ids\[7, 0\] = 2.25")])
+def test_feature_ids_that_are_not_whole_numbers_are_refused(key, bad,
+                                                            message):
+  # A float id was cut to an integer without a word (0.5 trained as id 0);
+  # whole floats (pandas' columns often are) still train.
+  n = 20
+  y = (np.arange(n) % 2).astype(np.float32)
+  ids = (np.arange(n) % 5).astype(np.float64)
+  if key == "indices":
+    data = dict(indptr=np.arange(n + 1), indices=ids)
+  else:
+    data = dict(ids=ids[:, None])
+  model = InMemorySdca("logistic", l2=1.0)
+  model.fit(y, num_features=5, epochs=2, verbose=0, **data)
+  whole = model.sparse_weights.copy()
+  spoiled = ids.copy()
+  spoiled[7] = bad
+  data[key] = spoiled if key == "indices" else spoiled[:, None]
+  with pytest.raises(ValueError, match=f"^{key} must be whole numbers.*"
+                     f"{message}"):
+    InMemorySdca("logistic", l2=1.0).fit(y, num_features=5, epochs=2,
+                                         verbose=0, **data)
+  ints = dict(indptr=np.arange(n + 1), indices=ids.astype(np.int64))
+  again = InMemorySdca("logistic", l2=1.0)
+  again.fit(y, num_features=5, epochs=2, verbose=0, **ints)
+  np.testing.assert_array_equal(whole, again.sparse_weights)

@@ -833,6 +833,23 @@ class _TrainAhead:
     self._executor.shutdown(wait=True)
 
 
+def _integer_ids(name, ids):
+  """`ids` as integers: integer arrays as they are, others as int64, where
+  each value is a whole number (a float id of 2.5 is refused, not cut)."""
+  if ids.dtype.kind in "iu":
+    return ids
+  with np.errstate(invalid="ignore"):
+    whole = ids.astype(np.int64)
+  if ids.dtype.kind in "fc":
+    bad = np.flatnonzero(whole != ids)
+    if bad.size:
+      k = np.unravel_index(int(bad[0]), ids.shape)
+      where = ", ".join(str(int(i)) for i in k)
+      raise ValueError(f"{name} must be whole numbers (feature ids), got "
+                       f"{name}[{where}] = {ids[k]}")
+  return whole
+
+
 def csr_arrays(n, ids=None, indptr=None, indices=None, values=None):
   """The sparse part of `n` rows, given as fixed-width `ids` `[n, k]` or as
   CSR (`indptr`, `indices`, optional `values`), as CSR arrays `(indptr,
@@ -849,16 +866,13 @@ def csr_arrays(n, ids=None, indptr=None, indices=None, values=None):
     return (np.arange(0, n * k + 1, k, dtype=np.int64),
             # int32 ids stay int32 (half the memory of 26 ids a row);
             # each batch converts its own slice.
-            np.ascontiguousarray(ids if ids.dtype.kind in "iu" else
-                                 ids.astype(np.int64)).ravel(), None)
+            np.ascontiguousarray(_integer_ids("ids", ids)).ravel(), None)
   if indices is None:
     return None
   indptr = np.asarray(indptr, dtype=np.int64)
   if indptr.shape != (n + 1,):
     raise ValueError(f"indptr must have shape [{n + 1}], got {indptr.shape}")
-  indices = np.asarray(indices)
-  if indices.dtype.kind not in "iu":
-    indices = indices.astype(np.int64)
+  indices = _integer_ids("indices", np.asarray(indices))
   # Row i's entries are indices[indptr[i]:indptr[i + 1]]: whatever reads
   # them (scipy's products in `second_order`, packing) needs these bounds
   # (a decreasing indptr crashed scipy inside a fit).

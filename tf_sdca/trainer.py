@@ -436,6 +436,13 @@ class InMemorySdca:
         raise ValueError("give labels and features, or rows=RowChunks(...)")
       n, csr, dense, labels, weights = engine.normalise(
           labels, dense, ids, indptr, indices, values, example_weights)
+      # (Both ended in a ZeroDivisionError after the first epoch: the
+      # objective is a mean over the rows' weights.)
+      if n == 0:
+        raise ValueError("no rows to train on: labels is empty")
+      if not weights.sum(dtype=np.float64) > 0.0:
+        raise ValueError("example_weights are all 0: no row counts in the "
+                         "objective (a mean over the rows' weights)")
       if csr is not None and num_features is None:
         num_features = int(csr[1].max()) + 1 if csr[1].size else 1
       rows = RowChunks([(csr, dense, labels, weights)], n,
