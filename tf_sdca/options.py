@@ -140,7 +140,8 @@ STREAMED_DOORS = ("SdcaModel, SDCAOptimizer, the estimators or a "
                   "keras.LinearModel fit on a tf.data.Dataset")
 
 
-def _integer(low):
+def integer_at_least(low):
+  """A check: whether a value is an integer (not a bool) >= `low`."""
   return lambda v: (not isinstance(v, bool) and
                     isinstance(v, numbers.Integral) and v >= low)
 
@@ -199,11 +200,11 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
            ("smooth_hinge_loss",), "gamma", None,
            "the smooth hinge's smoothing"),
     # >= 0: each epoch's order is numpy's default_rng([seed, epoch]).
-    Option("seed", 0, "an integer >= 0", _integer(0), _ALL, None, "seed",
-           "--seed", "seed of the visiting orders"),
-    Option("num_threads", 0, "an integer >= 0", _integer(0), _ALL, None,
-           "num_threads", "--threads", "threads solving each epoch"),
-    Option("num_loss_partitions", 1, "an integer >= 1", _integer(1),
+    Option("seed", 0, "an integer >= 0", integer_at_least(0), _ALL, None,
+           "seed", "--seed", "seed of the visiting orders"),
+    Option("num_threads", 0, "an integer >= 0", integer_at_least(0), _ALL,
+           None, "num_threads", "--threads", "threads solving each epoch"),
+    Option("num_loss_partitions", 1, "an integer >= 1", integer_at_least(1),
            frozenset((STREAMED,)), None, "num_loss_partitions", None,
            "CoCoA+'s sigma for a stream split over workers"),
     Option("visit_order", None,
@@ -217,7 +218,7 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
            "norms spread widely or a weak l2 for them, else "
            "'permutation')"),
     Option("asdca_batch_size", ASDCA_BATCH_SIZE, "an integer >= 1",
-           _integer(1), frozenset((IN_MEMORY,)), ASDCA_LOSSES, None,
+           integer_at_least(1), frozenset((IN_MEMORY,)), ASDCA_LOSSES, None,
            "--asdca-batch-size", "rows per ASDCA step"),
     Option("asdca_theta", None, "None (the paper's) or in (0, 1]",
            lambda v: v is None or (
@@ -240,7 +241,7 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
            "the exact block step: Newton on the primal after each epoch "
            "(in memory) or batch (streamed)"),
     Option("average_from", None, "None or an epoch count >= 0",
-           lambda v: v is None or _integer(0)(v),
+           lambda v: v is None or integer_at_least(0)(v),
            frozenset((IN_MEMORY, STREAMED)), None, "average_from",
            "--average-from", "output averaging from this epoch on"),
     Option("tol", None, "None or a number >= 0",

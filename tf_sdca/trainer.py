@@ -48,12 +48,6 @@ _SCORE_CHUNK = 1 << 18
 _ASDCA_BATCH_SIZE = options.ASDCA_BATCH_SIZE
 
 
-def _is_count(value, low):
-  """Whether `value` is an integer (not a bool) >= `low`."""
-  return (not isinstance(value, bool) and
-          isinstance(value, (int, np.integer)) and value >= low)
-
-
 class InMemorySdca:
   """Linear model trained by SDCA on data held in memory.
 
@@ -426,9 +420,9 @@ class InMemorySdca:
     tol = options.check("tol", tol)
     for name, count in (("epochs", epochs), ("initial_epoch", initial_epoch),
                         ("gap_every", gap_every)):
-      if not _is_count(count, 0):
+      if not options.integer_at_least(0)(count):
         raise ValueError(f"{name} must be an integer >= 0, got {count!r}")
-    if batch_size is not None and not _is_count(batch_size, 1):
+    if batch_size is not None and not options.integer_at_least(1)(batch_size):
       # (-3 trained nothing and returned; 0 meant all rows unasked.)
       raise ValueError(f"batch_size must be None (all rows) or an integer "
                        f">= 1, got {batch_size!r}")
