@@ -23,28 +23,12 @@ import time
 
 import numpy as np
 
+import bench_vw
 
-# The command ends its process with os._exit (no teardown, `cli.main`):
-# the peak RSS is printed on the way out, whichever way it leaves. VmHWM,
-# not getrusage's ru_maxrss, which Linux carries over exec from the forked
-# copy of the parent (a 1.3 GB parent made a 60 MB command read 1 GB).
-_WRAPPER = """
-import os, runpy, sys
-sys.argv = ["tf-sdca"] + sys.argv[1:]
-def _peak():
-  with open("/proc/self/status") as f:
-    kb = [line.split()[1] for line in f if line.startswith("VmHWM")]
-  print("PEAK_RSS_KB", kb[0], file=sys.stderr, flush=True)
-_exit = os._exit
-def _peak_then_exit(status):
-  _peak()
-  _exit(status)
-os._exit = _peak_then_exit
-try:
-  runpy.run_module("tf_sdca.cli", run_name="__main__")
-finally:
-  _peak()
-"""
+
+# `tf-sdca ARGS` in a child process, its own peak RSS printed on the way out
+# (VmHWM, whichever way it leaves: bench_vw's wrapper without its clock).
+_WRAPPER = "import sys" + bench_vw.PEAK + bench_vw.TF_SDCA_MAIN
 
 
 def _run(args):

@@ -40,6 +40,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+import bench_vw
 from tf_sdca import cli
 from tf_sdca.data import criteo, generate_criteo_arrays, text_files
 from tf_sdca.data import text_parser, write_criteo_tsv
@@ -151,24 +152,7 @@ def _train(path, work, chunk_pieces=None):
 # console script ends its process with os._exit once the command returns:
 # the peak is printed just before (by the child that builds the cache too,
 # which ends first: the command's own peak is the last printed).
-_WRAPPER = """
-import os, runpy, sys
-def _peak():
-  with open("/proc/self/status") as f:
-    print("PEAK_RSS_KB", [l.split()[1] for l in f if
-                          l.startswith("VmHWM:")][0], file=sys.stderr,
-          flush=True)
-_exit = os._exit
-def _peak_then_exit(status):
-  _peak()
-  _exit(status)
-os._exit = _peak_then_exit
-sys.argv = ["tf-sdca"] + sys.argv[1:]
-try:
-  runpy.run_module("tf_sdca.cli", run_name="__main__")
-finally:
-  _peak()
-"""
+_WRAPPER = "import sys" + bench_vw.PEAK + bench_vw.TF_SDCA_MAIN
 _peak_rss_gib = {}
 
 

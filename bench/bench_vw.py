@@ -63,27 +63,18 @@ _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 # A child process's own peak RSS (VmHWM, printed on exit: getrusage's
 # ru_maxrss survives exec, and would count the parent's memory when the
 # parent holds more).
-_PEAK = """
+PEAK = """
 def _peak():
   with open("/proc/self/status") as f:
     kb = [l.split()[1] for l in f if l.startswith("VmHWM")]
-  print("PEAK_RSS_KB", kb[0] if kb else "nan", file=sys.stderr)
+  print("PEAK_RSS_KB", kb[0] if kb else "nan", file=sys.stderr, flush=True)
 """
-# Ours' start-up ends where `train` first imports tf_sdca.data.cache (after
-# the checks of its arguments, before reading: TensorFlow and the op are
-# loaded beside the first pass, `cache.load_or_build`'s `alongside`).
-_OURS = """import importlib.abc, runpy, sys, time""" + _PEAK + """
-_START = time.perf_counter()
-class _Clock(importlib.abc.MetaPathFinder):
-  def find_spec(self, name, path, target=None):
-    if name == "tf_sdca.data.cache":
-      print("STARTED", time.perf_counter() - _START, time.process_time(),
-            file=sys.stderr)
-      sys.meta_path.remove(self)
-sys.meta_path.insert(0, _Clock())
-import os
+# `tf-sdca ARGS` run in this process (after PEAK), its peak printed however
+# it ends: the command ends its process itself with os._exit.
+TF_SDCA_MAIN = """
+import os, runpy
 _exit = os._exit
-def _peak_then_exit(status):  # the command ends its process itself
+def _peak_then_exit(status):
   _peak()
   _exit(status)
 os._exit = _peak_then_exit
@@ -93,7 +84,20 @@ try:
 finally:
   _peak()
 """
-_VW = """import sys""" + _PEAK + """
+# Ours' start-up ends where `train` first imports tf_sdca.data.cache (after
+# the checks of its arguments, before reading: TensorFlow and the op are
+# loaded beside the first pass, `cache.load_or_build`'s `alongside`).
+_OURS = """import importlib.abc, sys, time""" + PEAK + """
+_START = time.perf_counter()
+class _Clock(importlib.abc.MetaPathFinder):
+  def find_spec(self, name, path, target=None):
+    if name == "tf_sdca.data.cache":
+      print("STARTED", time.perf_counter() - _START, time.process_time(),
+            file=sys.stderr)
+      sys.meta_path.remove(self)
+sys.meta_path.insert(0, _Clock())
+""" + TF_SDCA_MAIN
+_VW = """import sys""" + PEAK + """
 import vowpalwabbit
 vowpalwabbit.Workspace(arg_list=sys.argv[1:]).finish()
 _peak()
