@@ -429,3 +429,27 @@ def test_warm_start_rebuilds_the_weights_for_new_sample_weights():
   # already solved by the kept duals once the weights are rebuilt from them.
   model.set_params(C=0.5).fit(x, y, sample_weight=2 * sw)
   assert model.n_iter_ == 1 and model.duality_gap_ < 1e-10
+
+
+def test_seed_of_random_state_is_scikit_learns_draw():
+  """The order's seed is scikit-learn's draw from `random_state`: an int's
+  (remembered across fits) the same as a fresh `RandomState`'s, a
+  `RandomState` advanced as scikit-learn advances it, None a new draw."""
+  from sklearn.utils import check_random_state  # pylint: disable=import-outside-toplevel
+  from tf_sdca.sklearn import _seed_of  # pylint: disable=import-outside-toplevel
+  for value in (0, 7, np.int64(7), 2**31, True):
+    want = int(check_random_state(value).randint(2**31 - 1))
+    assert _seed_of(value) == want
+    assert _seed_of(value) == want  # the remembered draw
+  ours, theirs = np.random.RandomState(3), np.random.RandomState(3)
+  for _ in range(3):
+    assert _seed_of(ours) == int(theirs.randint(2**31 - 1))
+  assert 0 <= _seed_of(None) < 2**31 - 1
+  with pytest.raises(ValueError):
+    _seed_of(-1)
+  x, y = load_breast_cancer(return_X_y=True)
+  x = StandardScaler().fit_transform(x)
+  fits = [SDCAClassifier(random_state=r, max_iter=3, tol=0.0).fit(x, y).coef_
+          for r in (5, 5, np.random.RandomState(5))]
+  np.testing.assert_array_equal(fits[0], fits[1])
+  np.testing.assert_array_equal(fits[0], fits[2])

@@ -32,6 +32,7 @@ Example:
   >>> model[-1].duality_gap_ < 1e-6
   True
 """
+import functools
 import numbers
 import os
 import warnings
@@ -58,6 +59,23 @@ CLASSIFIER_DOOR = options.Door("SDCAClassifier", "keyword", "epoch")
 REGRESSOR_DOOR = options.Door("SDCARegressor", "keyword", "epoch")
 CLASSIFIER_LOSSES = ("logistic", "hinge", "smooth_hinge")
 REGRESSOR_LOSSES = ("squared", "absolute", "poisson")
+
+
+def _seed_of(random_state):
+  """The visiting order's seed a fit draws from `random_state`, as
+  scikit-learn's `check_random_state(random_state).randint(2**31 - 1)`.
+  An int's draw is the same every fit: it is remembered, since seeding a
+  `RandomState` takes ~90 us (8% of a one-millisecond fit)."""
+  if isinstance(random_state, numbers.Integral):
+    return _seed_of_int(int(random_state))
+  return int(check_random_state(random_state).randint(2**31 - 1))
+
+
+@functools.lru_cache(maxsize=64)
+def _seed_of_int(random_state):
+  return int(check_random_state(random_state).randint(2**31 - 1))
+
+
 # The loss of more than two classes with multi_class='auto': the
 # multinomial one where there is one (as LogisticRegression and
 # LinearSVC(multi_class='crammer_singer') do), else one-vs-rest.
@@ -458,7 +476,7 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
       if duals is not None and duals.shape[0] != n:
         duals = None
     rows = self._rows(X)
-    seed = int(check_random_state(self.random_state).randint(2**31 - 1))
+    seed = _seed_of(self.random_state)
     labels = ([(codes == c).astype(np.float32) for c in range(k)] if ovr
               else [codes.astype(np.float32) if num_classes else
                     (codes == 1).astype(np.float32)])
@@ -611,7 +629,7 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
       duals = getattr(self, "duals_", None)
       if duals is not None and duals.shape[0] != n:
         duals = None
-    seed = int(check_random_state(self.random_state).randint(2**31 - 1))
+    seed = _seed_of(self.random_state)
     self.duals_, table, self.n_iter_, self.duality_gap_ = self._solve(
         self.loss, None, np.asarray(y, np.float32), self._rows(X), sw, l2,
         duals, seed)
