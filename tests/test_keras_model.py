@@ -575,6 +575,23 @@ def test_fit_without_examples_or_weight_says_so():
               sample_weight=np.zeros(4, np.float32), verbose=0)
 
 
+
+def test_epochs_that_are_not_integers_are_refused_as_keras_does():
+  """Keras' `fit` raises a TypeError for epochs=2.5 (its range()); the
+  engine's epochs ran 2 for 2.5, and none from initial_epoch=1.5."""
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  x = np.random.RandomState(0).rand(20, 3).astype(np.float32)
+  y = (x[:, 0] > 0.5).astype(np.float32)
+  model = LinearModel(loss="logistic")
+  for kwargs, name in ((dict(epochs=2.5), "epochs"),
+                       (dict(epochs=2, initial_epoch=1.5), "initial_epoch"),
+                       (dict(epochs="3"), "epochs")):
+    with pytest.raises(TypeError, match=f"{name} must be an integer"):
+      model.fit(x, y, verbose=0, **kwargs)
+  assert not model.built or not np.any(model.get_weights()[0])
+  history = model.fit(x, y, epochs=np.int64(2), verbose=0)
+  assert len(history.history["loss"]) == 2
+
 def test_a_saved_model_with_non_finite_weights_is_refused_on_load(
     cancer, tmp_path):
   x, y, _, _ = cancer

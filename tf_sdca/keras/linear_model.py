@@ -147,6 +147,8 @@ Example:
   >>> history = model.fit(x, y, epochs=20, tol=1e-6, verbose=0)
   >>> probabilities = model.predict(x, verbose=0)
 """
+import numbers
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -589,8 +591,15 @@ class LinearModel(keras.Model):
 
     Raises:
       InvalidInputError: for bad data (before any step).
+      TypeError: for `epochs` or `initial_epoch` not an integer (as
+        Keras' own `fit`).
       ValueError: for a streamed dataset without example ids.
     """
+    for name, count in (("epochs", epochs), ("initial_epoch", initial_epoch)):
+      # (Keras' loop takes any int, a bool too, and raises for the rest;
+      # the engine's epochs would run 2 for 2.5 and none from 1.5.)
+      if not isinstance(count, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {count!r}")
     workers = multi_worker.strategy_workers(self.distribute_strategy)
     if workers is not None:
       multi_worker.check_fit(x, y, validation_data, validation_split,
