@@ -106,19 +106,45 @@ def test_a_bad_row_is_reported_in_its_own_call_and_nothing_is_lost():
   x, ids, y, s = _data("logistic_loss")
   ex = _examples(x, ids, y, s, rows=np.arange(40))
   model, _ = _model(ex, "logistic_loss", carry_over=0.5)
-  model.minimize(examples=ex)
-  before = model.get_state()
-  bad = dict(ex, dense_features=[x[:40].copy()])
-  bad["dense_features"][0][3, 1] = np.nan
-  # Row 3, column 1 of the batch given: flat entry 3 * 3 + 1.
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"dense_features\[0\]\[10\] = nan must be finite"):
-    model.minimize(examples=bad)
-  after = model.get_state()
-  for key in ("keys", "values"):
-    np.testing.assert_array_equal(after[key], before[key])
-  np.testing.assert_array_equal(after["held"]["keys"], before["held"]["keys"])
-  np.testing.assert_array_equal(after["slots"][0], before["slots"][0])
+  twin, _ = _model(ex, "logistic_loss", carry_over=0.5)
+  for m in (model, twin):
+    m.minimize(examples=ex)
+  nan = dict(ex, dense_features=[x[:40].copy()])
+  nan["dense_features"][0][3, 1] = np.nan
+  label = dict(ex, example_labels=np.asarray(ex["example_labels"]).copy())
+  label["example_labels"][7] = 2.0
+  col = ex["sparse_features"][0]
+  far = np.asarray(col.feature_indices).copy()
+  far[5] = 10**6
+  wide = dict(ex, sparse_features=[SparseFeatureColumn(
+      col.example_indices, far, col.feature_values)])
+  # Each at its row (entry) of the batch given, whether the draw visits
+  # or holds it: a bad label or id held back used to fail a later call
+  # (and every call after) at a row of another batch, and the failed call
+  # had already rewritten the held rows.
+  for bad, message in (
+      # Row 3, column 1: flat entry 3 * 3 + 1.
+      (nan, r"dense_features\[0\]\[10\] = nan must be finite"),
+      (label, r"example_labels\[7\] = 2 must be 0 or 1 for logistic_loss"),
+      (wide, r"sparse_features\[0\] has an id >= \d+ or < 0, outside the "
+       r"rows of its weight variable: feature id \[5\] = 1000000")):
+    before = model.get_state()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+      model.minimize(examples=bad)
+    after = model.get_state()
+    for key in ("keys", "values", "calls"):
+      np.testing.assert_array_equal(after[key], before[key])
+    for key in ("keys", "example_labels"):
+      np.testing.assert_array_equal(after["held"][key], before["held"][key])
+    np.testing.assert_array_equal(after["slots"][0], before["slots"][0])
+  # The failed calls changed nothing: the stream goes on as without them.
+  for m in (model, twin):
+    for _ in range(3):
+      m.minimize(examples=ex)
+  np.testing.assert_array_equal(model._sparse[0].all_rows().numpy(),
+                                twin._sparse[0].all_rows().numpy())
+  np.testing.assert_array_equal(model.get_state()["held"]["keys"],
+                                twin.get_state()["held"]["keys"])
 
 
 def test_a_checkpoint_keeps_the_held_rows(tmp_path):
@@ -555,6 +581,30 @@ def test_hold_rows_bad_input_is_an_error_naming_the_argument():
                      match=r"example_weights\[1\] = -2 must be finite and "
                      r">= 0"):
     sdca_ops.hold_rows(negative, held, 0, 0.5)
+  # Labels (in the loss's domain) and feature ids (rows of their weight
+  # variables), where asked.
+  checks = dict(loss_type="hinge_loss", id_limits=[5],
+                id_arguments=["sparse_features[0]"])
+  sdca_ops.hold_rows(batch, held, 0, 0.5, **checks)  # (labels 0/1, ids < 5)
+  half = dict(batch, example_labels=np.array([1, 0.5], np.float32))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"example_labels\[1\] = 0.5 must be 0 or 1 for "
+                     r"hinge_loss"):
+    sdca_ops.hold_rows(half, held, 0, 0.5, **checks)
+  classes = dict(batch, example_labels=np.array([2, 3], np.float32))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"example_labels\[1\] = 3 .* for softmax"):
+    sdca_ops.hold_rows(classes, held, 0, 0.5, loss_type="softmax_loss",
+                       num_classes=3)
+  for far in ([0, 5], [-1, 0]):
+    wide = dict(batch, sparse=[(batch["sparse"][0][0], np.array(far),
+                                batch["sparse"][0][2])])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"sparse_features\[0\] has an id >= 5 or < 0, "
+                       r"outside the rows of its weight variable: feature id "
+                       r"\[%d\] = %d" % (far.index(max(far, key=abs)),
+                                           max(far, key=abs))):
+      sdca_ops.hold_rows(wide, held, 0, 0.5, **checks)
   with pytest.raises(ValueError, match=r"fraction must be in \[0, 1\), got "
                      r"1.0"):
     sdca_ops.hold_rows(batch, held, 0, 1.0)

@@ -486,7 +486,7 @@ class _HeldRows(tf.Module):
     for var, value in zip(self.dense, held["dense"]):
       var.assign(np.asarray(value, np.float32).reshape(-1, var.shape[1]))
 
-  def take(self, examples, keys, fraction, seed, call):
+  def take(self, examples, keys, fraction, seed, call, checks):
     """Merges the held rows into a batch and holds back a fresh share.
 
     Args:
@@ -495,13 +495,15 @@ class _HeldRows(tf.Module):
       fraction: the share of the merged rows to hold back, in [0, 1) (a
         number or a float scalar tensor).
       seed, call: the random draw's seed: the option and the call index.
+      checks: `sdca_ops.hold_rows`' keyword arguments checking the batch's
+        labels and feature ids before any row is held.
 
     Returns:
       (the rows to visit now as `examples` with `sparse_features`,
       `dense_features`, `example_weights` and `example_labels`, their keys,
-      the assignments of the rows held for the next call). A held row
-      whose key is back in the batch is dropped: the batch's copy is
-      visited or held in its place.
+      the rows to hold for the next call, for `hold`). A held row whose key
+      is back in the batch is dropped: the batch's copy is visited or held
+      in its place.
     """
     batch = dict(
         keys=keys,
@@ -524,7 +526,19 @@ class _HeldRows(tf.Module):
     # One op: in TensorFlow's own (unique, boolean masks, gathers and
     # concats over every sparse entry) the same took ~100 ms of a 140 ms
     # step on bench_sdca_model's 50k-row batches.
-    visit, later = sdca_ops.hold_rows(batch, held, call, fraction, seed)
+    visit, later = sdca_ops.hold_rows(batch, held, call, fraction, seed,
+                                      **checks)
+    out = dict(sparse_features=[SparseFeatureColumn(*col)
+                                for col in visit["sparse"]],
+               dense_features=visit["dense"],
+               example_weights=visit["example_weights"],
+               example_labels=visit["example_labels"])
+    return out, visit["keys"], later
+
+  def hold(self, later):
+    """The assignments that hold `later` (`take`'s third value) for the
+    next call; the caller runs them only once the call's solve succeeded,
+    so that a failed call leaves the held rows as they were."""
     assigns = [self.keys.assign(later["keys"]),
                self.weights.assign(later["example_weights"]),
                self.labels.assign(later["example_labels"])]
@@ -534,12 +548,7 @@ class _HeldRows(tf.Module):
                   group[2].assign(tf.zeros([0], tf.float32) if vals is None
                                   else vals)]
     assigns += [v.assign(x) for v, x in zip(self.dense, later["dense"])]
-    out = dict(sparse_features=[SparseFeatureColumn(*col)
-                                for col in visit["sparse"]],
-               dense_features=visit["dense"],
-               example_weights=visit["example_weights"],
-               example_labels=visit["example_labels"])
-    return out, visit["keys"], assigns
+    return assigns
 
 
 def _known_shape(x):
@@ -957,16 +966,24 @@ class SdcaModel(tf.Module):
     # give the solve two duals for one table row; one would be lost and the
     # weights would stop being w(alpha).
     keys = sdca_ops.example_keys(examples["example_ids"])
-    held = []
+    later = None
     if self._held_rows() is not None:
       share = self._options["carry_over"]
       if share == "auto":
         share = _auto_carry_over(
             tf.add_n([t.size() for t in self._tables]),
             tf.size(keys, out_type=tf.int64), self._options["loss_type"])
-      examples, keys, held = self._held.take(
+      # The batch's labels and ids are checked before its rows are dealt:
+      # a bad row held (not visited) would fail a later call instead, at a
+      # row the user never gave it, and every call after.
+      examples, keys, later = self._held.take(
           examples, keys, share, self._options["seed"],
-          self._calls.read_value())
+          self._calls.read_value(),
+          dict(loss_type=self._options["loss_type"],
+               num_classes=self._num_classes,
+               id_limits=[w.size for w in self._sparse],
+               id_arguments=[f"sparse_features[{g}]"
+                             for g in range(len(self._sparse))]))
     state, slots = self._find_state(keys)
     ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
     start_values = []
@@ -1009,9 +1026,14 @@ class SdcaModel(tf.Module):
     if self._block_step_applies(examples):
       new_state, d_dense = self._block_step(examples, dense, new_state,
                                             d_dense)
-    updates = self._insert_state(keys, new_state, slots) + held
+    updates = self._insert_state(keys, new_state, slots)
     with tf.control_dependencies([new_state]):
       updates.append(self._calls.assign_add(1))
+      if later is not None:
+        # After the solve: a call that fails (a feature id outside its
+        # variable, a label outside the loss's domain, found by the ops
+        # after HoldRows) holds nothing new, and its rows are not lost.
+        updates += self._held.hold(later)
     for weights, uniq, start, delta in zip(self._sparse, uniq_ids,
                                            start_values, d_sparse):
       updates.append(weights.apply_delta(uniq, start, delta))

@@ -12,10 +12,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/core/fingerprint.h"
+#include "kernels/core/loss.h"
+#include "kernels/core/multiclass_loss.h"
 #include "kernels/core/random.h"
 #include "kernels/kernels/kernel_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -242,11 +245,42 @@ class HoldRowsOp : public OpKernel {
     OP_REQUIRES(context, static_cast<int>(values_.size()) == num_sparse,
                 InvalidArgument("values has ", values_.size(),
                                 " entries, not num_sparse = ", num_sparse));
+    std::string loss_type;
+    OP_REQUIRES_OK(context, context->GetAttr("loss_type", &loss_type));
+    int num_classes;
+    OP_REQUIRES_OK(context, context->GetAttr("num_classes", &num_classes));
+    if (!loss_type.empty()) {
+      MulticlassLossType multiclass_type;
+      LossType type;
+      if (ParseMulticlassLossType(loss_type, &multiclass_type)) {
+        OP_REQUIRES(context, num_classes >= 2,
+                    InvalidArgument("num_classes = ", num_classes,
+                                    " must be >= 2 for ", loss_type));
+        multiclass_ = MakeMulticlassLoss(multiclass_type, num_classes);
+      } else {
+        OP_REQUIRES(context, ParseLossType(loss_type, &type),
+                    InvalidArgument("unknown loss_type ", loss_type));
+        loss_ = MakeLossUpdater(type, 1.0);  // (gamma: not in the domain)
+      }
+    }
+    OP_REQUIRES_OK(context, context->GetAttr("id_limits", &id_limits_));
+    OP_REQUIRES_OK(context,
+                   context->GetAttr("id_arguments", &id_arguments_));
+    OP_REQUIRES(
+        context,
+        id_limits_.empty() ||
+            (static_cast<int>(id_limits_.size()) == num_sparse &&
+             id_arguments_.size() == id_limits_.size()),
+        InvalidArgument("id_limits has ", id_limits_.size(),
+                        " and id_arguments ", id_arguments_.size(),
+                        " entries: give none, or num_sparse = ", num_sparse,
+                        " of each"));
   }
 
   void Compute(OpKernelContext* context) override {
     Side batch, held;
     OP_REQUIRES_OK(context, ReadSide(context, "", values_, &batch));
+    OP_REQUIRES_OK(context, CheckBatch(batch));
     OP_REQUIRES_OK(context, ReadSide(context, "held_", values_, &held));
     const Tensor& call = context->input(context->num_inputs() - 2);
     OP_REQUIRES(context, ::tensorflow::TensorShapeUtils::IsScalar(call.shape()),
@@ -625,9 +659,9 @@ class HoldRowsOp : public OpKernel {
     side->labels = labels->flat<float>().data();
     // The batch's numbers are checked here, as the optimizer checks them,
     // so that a bad row is reported in the call (and at the row) the user
-    // gave it, not when it comes out of the held rows. (Its label's domain
-    // depends on the loss: the optimizer checks it when the row is
-    // visited.) The held rows passed these checks in their own call.
+    // gave it, not when it comes out of the held rows. (Its labels and
+    // feature ids, where the attrs give the loss and the weights' rows:
+    // CheckBatch.) The held rows passed these checks in their own call.
     const bool check = prefix.empty();
     for (int64_t i = 0; check && i < n; ++i) {
       if (!(std::isfinite(side->weights[i]) && side->weights[i] >= 0)) {
@@ -703,6 +737,51 @@ class HoldRowsOp : public OpKernel {
     return absl::OkStatus();
   }
 
+  // The batch's labels (in the loss's domain) and feature ids (rows of
+  // their weight variables), where the attrs ask: the held rows passed
+  // these checks in their own call, so a row is never held that would fail
+  // the call visiting it.
+  ::tensorflow::Status CheckBatch(const Side& batch) const {
+    if (loss_ != nullptr || multiclass_ != nullptr) {
+      double label;
+      std::string why;
+      for (int64_t i = 0; i < batch.n; ++i) {
+        const float y = batch.labels[i];
+        if (!(multiclass_ ? multiclass_->ConvertLabel(y, &label, &why)
+                          : loss_->ConvertLabel(y, &label, &why))) {
+          return InvalidArgument(
+              "example_labels[", i, "] = ", y, " ", why, " for ",
+              multiclass_ ? multiclass_->Name() : loss_->Name());
+        }
+      }
+    }
+    for (size_t g = 0; g < id_limits_.size(); ++g) {
+      const uint64_t limit = static_cast<uint64_t>(id_limits_[g]);
+      const int64_t* ids = batch.sparse_ids[g];
+      const int64_t size = batch.sparse_size[g];
+      // Blocks tested branch-free (as uint64 a negative id is above every
+      // limit), then the first bad entry of the first bad block.
+      constexpr int64_t kBlock = 1024;
+      for (int64_t lo = 0; lo < size; lo += kBlock) {
+        const int64_t hi = std::min(size, lo + kBlock);
+        uint32_t any = 0;
+        for (int64_t k = lo; k < hi; ++k) {
+          any |= static_cast<uint32_t>(static_cast<uint64_t>(ids[k]) >= limit);
+        }
+        if (any == 0) continue;
+        for (int64_t k = lo; k < hi; ++k) {
+          if (static_cast<uint64_t>(ids[k]) >= limit) {
+            return InvalidArgument(
+                id_arguments_[g], " has an id >= ", id_limits_[g],
+                " or < 0, outside the rows of its weight variable: feature "
+                "id [", k, "] = ", ids[k]);
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Output position of field f (0 keys, 1 weights, 2 labels, 3 the first
   // sparse example indices; then feature indices, values, dense) of a side
   // (0 visited, 1 held).
@@ -712,6 +791,11 @@ class HoldRowsOp : public OpKernel {
 
   int64_t seed_;
   std::vector<bool> values_;  // per sparse group: whether it has values
+  // The batch's checks beyond the optimizer's numbers (CheckBatch).
+  std::unique_ptr<DualLossUpdater> loss_;
+  std::unique_ptr<MulticlassLoss> multiclass_;
+  std::vector<int64_t> id_limits_;
+  std::vector<std::string> id_arguments_;
 };
 
 }  // namespace

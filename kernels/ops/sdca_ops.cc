@@ -730,6 +730,10 @@ REGISTER_OP("TfSdca>HoldRows")
     .Attr("num_dense: int >= 0")
     .Attr("seed: int = 0")
     .Attr("values: list(bool)")
+    .Attr("loss_type: string = ''")
+    .Attr("num_classes: int = 1")
+    .Attr("id_limits: list(int) = []")
+    .Attr("id_arguments: list(string) = []")
     .SetShapeFn([](InferenceContext* c) {
       int64_t num_sparse, num_dense;
       TF_RETURN_IF_ERROR(c->GetAttr("num_sparse", &num_sparse));
@@ -794,6 +798,13 @@ out_held_keys: the rows held for the next call, and the other out_held_
   entries in their input order).
 seed: the draw's seed.
 values: per sparse group, whether its entries have values.
+loss_type: the solve's loss; when given, the batch's labels are checked
+  against its domain (num_classes: K for a multiclass loss, whose labels
+  are class ids), as the optimizer checks them, so that a bad label is
+  reported in its own call at its row, whether that row is visited or held.
+id_limits: per sparse group (or none), the rows of its weight variable: the
+  batch's feature ids must be in [0, limit), named by id_arguments in the
+  message (as TfSdca>DistinctIds, which sees only the visited rows).
 )doc");
 
 REGISTER_OP("TfSdca>ExampleStateTable")

@@ -394,7 +394,9 @@ def example_id_tensor(example_ids):
   return _tensor(example_ids, tf.string, "example_ids")
 
 
-def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
+def hold_rows(batch, held, call_index, fraction, seed=0, name=None,
+              loss_type="", num_classes=1, id_limits=None,
+              id_arguments=None):
   """`SdcaModel`'s `carry_over`: merges the rows held back by the last call
   into a batch, and deals the merged rows into those visited now and
   `floor(fraction * m)` held for the next call (drawn from `seed` and
@@ -415,6 +417,12 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
       tensor checked when run).
     seed: the draw's seed.
     name: op name.
+    loss_type, num_classes: the solve's loss (and K for a multiclass one):
+      the batch's labels are checked against its domain here, whether their
+      rows are visited or held ('' checks none).
+    id_limits, id_arguments: per sparse group, the rows of its weight
+      variable, and the name its out-of-range ids are reported under (None
+      checks none).
 
   Returns:
     (rows to visit now, rows held for the next call), each a dict as above:
@@ -424,8 +432,8 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
   Raises:
     ValueError: for a `fraction` outside [0, 1) or sides of different groups.
     tf.errors.InvalidArgumentError: (when run) for inconsistent sizes, an
-      example index outside its side's rows or a fraction tensor outside
-      [0, 1).
+      example index outside its side's rows, a fraction tensor outside
+      [0, 1), or a batch's label or feature id out of range (as asked).
   """
   if not tf.is_tensor(fraction) and not 0.0 <= fraction < 1.0:
     raise ValueError(f"fraction must be in [0, 1), got {fraction!r}")
@@ -456,7 +464,9 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None):
     outs = load_ops().tf_sdca_hold_rows(
         **ins, call_index=_tensor(call_index, tf.int64, "call_index"),
         fraction=tf.cast(fraction, tf.float32), seed=int(seed),
-        values=values)
+        values=values, loss_type=loss_type, num_classes=int(num_classes),
+        id_limits=[int(v) for v in id_limits or []],
+        id_arguments=list(id_arguments or []))
     parts = []
     for first in (0, 7):  # keys, weights, labels, then the four groups' lists
       keys, weights, labels, rows, ids, vals, dense = outs[first:first + 7]
