@@ -234,6 +234,13 @@ def test_many_bad_lines_are_counted_and_the_first_ten_kept(tmp_path):
     ("libsvm", "nan 1:1", r":1: the label 'nan' is not finite"),
     ("libsvm", "1 2147483649:1", r":1: '2147483649:1' \(feature 1\): "
      r"indices must be <= 2\^31"),
+    # Past 2^64: wrapped to 4 (and 5) by the digits' multiply, and read
+    # as that feature without a word.
+    ("libsvm", "1 1:1.5 18446744073709551620:2.5",
+     r":1: '18446744073709551620:2.5' \(feature 2\): indices must be "
+     r"<= 2\^31"),
+    ("libsvm", "1 36893488147419103237:1", r":1: '36893488147419103237:1' "
+     r"\(feature 1\): indices must be <= 2\^31"),
     ("libsvm", "1 1_0:1", r":1: '1 1_0:1' is not ASCII 'label index:value"),
     ("criteo", "1" + "\t1234567890123456789" * 13 + "\ta" * 26,
      r":1: I1 is not a decimal integer \(field 2\)"),

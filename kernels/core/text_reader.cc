@@ -149,6 +149,9 @@ bool ParseInteger(const char* p, const char* end, int64_t* out) {
   uint64_t value = 0;
   for (; p < end; ++p) {
     if (*p < '0' || *p > '9') return false;
+    // Tested before the multiply, which would wrap past 2^64 (an index of
+    // 18446744073709551620 read as 4, without a word).
+    if (value > (uint64_t{1} << 62) / 10) return false;
     value = value * 10 + static_cast<uint64_t>(*p - '0');
     if (value > (uint64_t{1} << 62)) return false;
   }
