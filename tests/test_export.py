@@ -61,12 +61,17 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
   expected = _predicted(tmp_path, data, model_dir)[:200]
   # The same lines without their label field, and two bad ones.
   unlabeled = [line.split("\t", 1)[1] for line in lines[:50]]
-  out = _served(tmp_path, saved, lines + unlabeled + ["1\tx", ""])
+  # A count of a bare '-' (once past the line check, it failed the whole
+  # batch in decode_csv).
+  minus = lines[0].split("\t")
+  minus[1] = "-"
+  out = _served(tmp_path, saved,
+                lines + unlabeled + ["1\tx", "", "\t".join(minus)])
   scores = np.asarray(out["scores"])
   np.testing.assert_allclose(scores[:200], expected, rtol=1e-6, atol=1e-9)
   np.testing.assert_allclose(scores[200:250], expected[:50], rtol=1e-6,
                              atol=1e-9)
-  assert out["valid"] == [True] * 250 + [False, False]
+  assert out["valid"] == [True] * 250 + [False, False, False]
   assert np.isnan(scores[250:]).all()
   assert 0 < scores[:200].min() and scores[:200].max() < 1  # probabilities
   # An existing --out is refused.

@@ -43,7 +43,9 @@ NUM_CATEGORICAL = 26
 
 # A whole well-formed line: one regular expression per line is ~10x cheaper
 # than checking the 40 fields one by one.
-_LINE_PATTERN = (r"[01](\t-?[0-9]{0,18}){%d}(\t[0-9a-fA-F]{0,16}){%d}"
+# (A count is empty or 1-18 digits after an optional minus: a bare '-'
+# matched '-?[0-9]{0,18}' and then failed decode_csv's whole batch.)
+_LINE_PATTERN = (r"[01](\t(-?[0-9]{1,18})?){%d}(\t[0-9a-fA-F]{0,16}){%d}"
                  % (NUM_INTEGER, NUM_CATEGORICAL))
 _FILLER_LINE = "0" + "\t" * (NUM_FIELDS - 1)
 
