@@ -277,6 +277,34 @@ def test_resume_from_model_dir_equals_an_uninterrupted_run(tmp_path):
       "global_step") == 8
 
 
+
+def test_model_dir_checks_the_states_options_and_reads_older_checkpoints(
+    tmp_path, monkeypatch):
+  """A model_dir trained under another l2 is refused (its slots v / l2
+  would stay off w(alpha) for good); one written before the model recorded
+  its state's options resumes as it did."""
+  from tf_sdca import sdca_model  # pylint: disable=import-outside-toplevel
+  features, y, columns = _mixed_problem()
+  make = lambda l2, name="dir": estimator.LinearClassifier(  # noqa: E731
+      columns, model_dir=str(tmp_path / name), optimizer=_sdca(l2))
+  make(0.5).train(_constant(features, y), steps=2)
+  with pytest.raises(ValueError, match=r"symmetric_l2_regularization 0.5 "
+                     r"\(this model 2.0\)"):
+    make(2.0).train(_constant(features, y), steps=2)
+  children = sdca_model.SdcaModel._trackable_children
+
+  def without_record(self, save_type="checkpoint", **kwargs):
+    out = children(self, save_type, **kwargs)
+    out.pop("_state_meaning", None)
+    return out
+
+  monkeypatch.setattr(sdca_model.SdcaModel, "_trackable_children",
+                      without_record)
+  make(0.5, "old").train(_constant(features, y), steps=2)
+  monkeypatch.undo()
+  resumed = make(0.5, "old").train(_constant(features, y), steps=2)
+  assert resumed.get_variable_value("global_step") == 4
+
 def test_warm_start_loads_weights_from_tf_sdca_and_tf1_checkpoints(tmp_path):
   features, y, columns = _mixed_problem()
   source = estimator.LinearClassifier(columns, model_dir=str(tmp_path / "a"),

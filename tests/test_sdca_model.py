@@ -354,6 +354,46 @@ def test_checkpoints_restore_across_the_example_state_tables(
   np.testing.assert_array_equal(_flat(restored_variables), _flat(variables))
 
 
+
+def test_a_checkpoint_of_other_options_is_refused_on_restore(tmp_path):
+  """A checkpoint written under another loss, l2, class count or shard
+  count restored without a word (every tf.train.Checkpoint assertion
+  passed) and left the model wrong for good: duals of another loss, slots
+  v / l2 of another l2, examples in shards that never look them up. It is
+  now a ValueError naming the options; l1 (the slots are v, whatever the
+  shrinkage) and the training knobs may change, and a checkpoint without
+  the record (written before it) restores as before."""
+  x, ids, y, s = _data("logistic_loss", seed=2)
+  ex = _examples(x, ids, y, s)
+  model, _ = _model(ex, "logistic_loss")
+  for _ in range(3):
+    model.update_weights(model.minimize())
+  path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+  for options, message in (
+      (dict(loss="squared_loss"), r"loss_type 'logistic_loss' \(this model "
+       r"'squared_loss'\)"),
+      (dict(loss="logistic_loss", l2=10.0), r"symmetric_l2_regularization "
+       r"1.0 \(this model 10.0\)"),
+      (dict(loss="logistic_loss", num_table_shards=3),
+       r"num_table_shards 1 \(this model 3\)")):
+    other, _ = _model(ex, options.pop("loss"), **options)
+    with pytest.raises(ValueError, match="trained with " + message):
+      tf.train.Checkpoint(model=other).read(path)
+  same, variables = _model(ex, "logistic_loss", l1=0.5, carry_over=0,
+                           num_inner_iterations=2)
+  tf.train.Checkpoint(model=same).read(
+      path).assert_existing_objects_matched()
+  assert int(same._tables[0].size()) == N
+  # A checkpoint without the record restores unchecked (the record alone
+  # unmatched).
+  del model._state_meaning
+  old = tf.train.Checkpoint(model=model).write(str(tmp_path / "old"))
+  other, _ = _model(ex, "logistic_loss", l2=10.0)
+  status = tf.train.Checkpoint(model=other).read(old)
+  assert int(other._tables[0].size()) == N
+  with pytest.raises(AssertionError, match=r"_StateMeaning"):
+    status.assert_existing_objects_matched()
+
 def test_training_inside_a_tf_function_loop():
   x, ids, y, s = _data("logistic_loss", seed=7)
   ex = _examples(x, ids, y, s)

@@ -34,6 +34,7 @@ Example:
 import collections
 import functools
 import itertools
+import json
 import numbers
 
 import numpy as np
@@ -360,6 +361,51 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     if self not in object_map:
       object_map[self] = _ExampleStateTable(self._name, self.width)
     object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
+
+
+class _StateMeaning(tf.Module):
+  """What a model's dual state means: the options its duals and slots were
+  trained under (loss, l2, classes) and its table shards. Checkpointed
+  beside the state (`.../_state_meaning/.ATTRIBUTES/meaning`, a JSON
+  string) and compared on restore: a checkpoint of another loss or l2 read
+  into a model passed every check of `tf.train.Checkpoint` and left it
+  silently wrong for good (logistic duals taken as squared-loss ones; slots
+  v / l2 under another l2, so w stopped being w(alpha): an exact gap of
+  0.48 after 150 more epochs), and one of another shard count put the
+  examples in tables that never look them up. A checkpoint without it
+  (written before 2026-11-28) restores unchecked."""
+
+  def __init__(self, meaning):
+    super().__init__(name="state_meaning")
+    self._text = json.dumps(meaning, sort_keys=True)
+
+  def _serialize_to_tensors(self):
+    return {"meaning": tf.constant(self._text)}
+
+  def _restore_from_tensors(self, restored_tensors):
+    saved = restored_tensors["meaning"]
+    if not tf.executing_eagerly():
+      return tf.debugging.assert_equal(
+          saved, self._text, message="the checkpoint's SdcaModel state was "
+          "trained under other options than this model's")
+    text = saved.numpy().decode()
+    if text != self._text:
+      theirs, ours = json.loads(text), json.loads(self._text)
+      differ = ", ".join(f"{key} {theirs.get(key)!r} (this model "
+                         f"{ours.get(key)!r})"
+                         for key in sorted(set(theirs) | set(ours))
+                         if theirs.get(key) != ours.get(key))
+      raise ValueError(
+          f"the checkpoint's SdcaModel state was trained with {differ}: its "
+          f"duals and weight slots mean something else in this model. "
+          f"Restore it into a model built with the checkpoint's options "
+          f"(num_table_shards may differ through get_state() / "
+          f"set_state(), which re-shard), or train this one from zero")
+    return tf.no_op()
+
+  def _copy_trackable_to_cpu(self, object_map):
+    if self not in object_map:
+      object_map[self] = _StateMeaning(json.loads(self._text))
 
 
 def _floats(x):
@@ -719,6 +765,12 @@ class SdcaModel(tf.Module):
       # epoch). Checkpointed, so a resumed run visits the same orders.
       self._calls = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                 name="minimize_calls")
+    self._state_meaning = _StateMeaning(dict(
+        loss_type=self._options["loss_type"],
+        symmetric_l2_regularization=float(
+            self._options["symmetric_l2_regularization"]),
+        num_classes=self._num_classes,
+        num_table_shards=self._options["num_table_shards"]))
     # The held rows of `carry_over`, created at their first use
     # (`_held_rows`): their variables are ~0.5 ms of a model's ~1.7 ms
     # creation, which front ends training packed rows never use.
@@ -743,6 +795,7 @@ class SdcaModel(tf.Module):
     if save_type == "savedmodel":
       children.pop("_tables", None)
       children.pop("_held", None)
+      children.pop("_state_meaning", None)
     return children
 
   def _held_rows(self):

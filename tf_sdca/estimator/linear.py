@@ -449,7 +449,14 @@ class _LinearEstimator:
           f"the checkpoint {path!r} holds the weights {sorted(names)}, this "
           f"estimator has {sorted(self._model.weights)}: its feature "
           "columns differ from those that wrote it")
-    self._checkpoint.restore(path).assert_existing_objects_matched()
+    status = self._checkpoint.restore(path)
+    if any("_state_meaning" in name
+           for name, _ in tf.train.list_variables(path)):
+      status.assert_existing_objects_matched()
+    else:
+      # Written before the model recorded its state's meaning (2026-11-28):
+      # everything restores but that record (the weights checked above).
+      status.expect_partial()
     self._loaded = path
 
   def _trained_model(self, checkpoint_path=None):
