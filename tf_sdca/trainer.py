@@ -622,7 +622,10 @@ class InMemorySdca:
     `dense_weights`, `duals`; with averaging under way the mean as those
     and the last iterate as `last_*` with `average_count`; ASDCA's
     `asdca_iterate`; the extrapolation's `momentum_*`. `load_state_dict`
-    takes it back, so that a fit resumed from it goes on bit for bit."""
+    takes it back, so that a fit resumed from it goes on bit for bit
+    (under visit_order 'shrinking', the hinge losses' default, from the same
+    weights and duals with every row back in the pass: the shrunk rows are
+    not part of the state, and the path to the optimum differs)."""
     last = dict(sparse_weights=self.sparse_weights,
                 dense_weights=self.dense_weights, duals=self.duals)
     mean = self.running_average()
