@@ -336,7 +336,9 @@ def test_cli_refuses_bad_data_and_arguments_in_one_line(
 
 
 @pytest.mark.parametrize("argv,message", [
-    (("demo", "--rows", "-5"), r"--rows: -5 must be >= 1"),
+    (("demo", "--rows", "-5"), r"--rows: -5 must be >= 10"),
+    # (One row made one file of the ten: nothing to train on, a traceback.)
+    (("demo", "--rows", "1"), r"--rows: 1 must be >= 10"),
     (("demo", "--epochs", "0"), r"--epochs: 0 must be >= 1"),
     (("demo", "--bucket-bits", "0"), r"--bucket-bits: 0 must be in \[1, 31\]"),
     (("demo", "--batch-size", "0"), r"--batch-size: 0 must be >= 1"),
@@ -346,6 +348,9 @@ def test_cli_refuses_bad_data_and_arguments_in_one_line(
     (("generate", "--rows", "-3", "--out", "OUT"), r"--rows: -3 must be >= 1"),
     (("generate", "--rows", "9", "--files", "0", "--out", "OUT"),
      r"--files: 0 must be >= 1"),
+    # (It named no flag, after writing the directory and truth.npy.)
+    (("generate", "--rows", "9", "--seed", "-1", "--out", "OUT"),
+     r"--seed: --seed must be an integer >= 0, got -1"),
 ])
 def test_demo_and_generate_refuse_bad_arguments_before_any_work(
     tmp_path, capsys, argv, message):
@@ -360,6 +365,24 @@ def test_demo_and_generate_refuse_bad_arguments_before_any_work(
   assert re.search(message, err.strip().splitlines()[-1]), err
   assert not (tmp_path / "out").exists()
 
+
+
+def test_demo_reports_a_table_past_memory_in_one_line_before_generating(
+    capsys, monkeypatch):
+  """--bucket-bits passes argparse's [1, 31] but 2^31 weights need more
+  memory than a machine may have: the demo generated its 1M rows, then
+  died in a traceback; now one line and status 2 before any work."""
+  from tf_sdca import model_files  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(model_files, "max_sparse_features",
+                      lambda num_classes=1: 1 << 20)
+  generated = []
+  monkeypatch.setattr(cli.commands, "generate", generated.append)
+  assert cli.main(["demo", "--bucket-bits", "21"]) == 2
+  err = capsys.readouterr().err
+  assert "Traceback" not in err and not generated
+  assert re.search(r"tf-sdca demo: error: --bucket-bits 21: 2\^21 weights "
+                   r"are past the 1,048,576 .* give at most --bucket-bits 20",
+                   err.strip().splitlines()[-1]), err
 
 def _write(directory, name, text):
   path = directory / name

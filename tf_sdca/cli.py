@@ -145,6 +145,7 @@ def _run_demo(args, start_tensorflow=None):
 
   from tf_sdca import metrics  # pylint: disable=import-outside-toplevel
 
+  commands.check_bucket_bits(args.bucket_bits)  # before generating
   with tempfile.TemporaryDirectory(prefix="tf_sdca_demo_") as tmp:
     data_dir = os.path.join(tmp, "data")
     model_dir = os.path.join(tmp, "model")
@@ -225,7 +226,8 @@ def _run_command(argv):
   demo = sub.add_parser(
       "demo", help="train on generated Criteo-shaped data and report")
   # (The types of `train`'s flags: a bad value is refused before any work.)
-  demo.add_argument("--rows", type=commands.int_in(1), default=1_000_000)
+  # (At least a row in each of the 10 files: 9 to train on, 1 held out.)
+  demo.add_argument("--rows", type=commands.int_in(10), default=1_000_000)
   demo.add_argument("--bucket-bits", type=commands.int_in(1, 31),
                     default=20)
   demo.add_argument("--epochs", type=commands.int_in(1), default=10)
@@ -246,7 +248,8 @@ def _run_command(argv):
     # framework library for its hash (which writes banners too).
     _quietly(text_parser.load)
     if args.command == "demo":
-      return _demo(args, start_tensorflow=_start_tensorflow_quietly)
+      return commands.run(args, body=functools.partial(
+          _demo, args, start_tensorflow=_start_tensorflow_quietly))
     # Without progress bars (Keras's) and in one process (neither
     # --local-cluster nor TF_CONFIG), `train` uses a few of TensorFlow's
     # modules: only those are imported
@@ -257,7 +260,7 @@ def _run_command(argv):
         _start_tensorflow_quietly, lazily))
   _start_tensorflow_quietly()
   if args.command == "demo":
-    return _demo(args)
+    return commands.run(args, body=functools.partial(_demo, args))
   return commands.run(args)
 
 

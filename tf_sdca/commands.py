@@ -40,7 +40,7 @@ def add_parsers(sub):
   gen.add_argument("--rows", type=int_in(1), required=True)
   gen.add_argument("--out", required=True, help="output directory")
   gen.add_argument("--files", type=int_in(1), default=1)
-  gen.add_argument("--seed", type=int, default=0)
+  gen.add_argument("--seed", type=options.flag_type("seed"), default=0)
 
   train = sub.add_parser("train", help="train by SDCA on text files")
   _data_args(train)
@@ -176,10 +176,24 @@ def _data_args(parser, scoring=False):
                       help="skip and count malformed lines")
 
 
-def run(args, start_tensorflow=None):
-  """Runs a parsed subcommand; returns the exit status (`start_tensorflow`:
-  `train`'s)."""
+def check_bucket_bits(bucket_bits, num_classes=None):
+  """ValueError unless a table of 2^bucket_bits weights (times the
+  classes) fits this machine's memory."""
+  limit = model_files.max_sparse_features(num_classes or 1)
+  if (1 << bucket_bits) > limit:
+    raise ValueError(
+        f"--bucket-bits {bucket_bits}: 2^{bucket_bits} weights are past the "
+        f"{limit:,} whose table fits this machine's memory; give at most "
+        f"--bucket-bits {limit.bit_length() - 1}")
+
+
+def run(args, start_tensorflow=None, body=None):
+  """Runs a parsed subcommand (or `body()`, a command of its own: the
+  demo); returns the exit status (`start_tensorflow`: `train`'s). A bad
+  value or path, or data an op refuses, is one line and status 2."""
   try:
+    if body is not None:
+      return body()
     if args.command == "train":
       return train(args, start_tensorflow)
     return {"generate": generate, "evaluate": evaluate, "predict": predict,
@@ -326,11 +340,8 @@ def train(args, start_tensorflow=None):
   # taken (LIBSVM's largest index is bounded while parsing).
   limit = model_files.max_sparse_features(
       getattr(args, "num_classes", None) or 1)
-  if args.format == "criteo" and (1 << args.bucket_bits) > limit:
-    raise ValueError(
-        f"--bucket-bits {args.bucket_bits}: 2^{args.bucket_bits} weights are "
-        f"past the {limit:,} whose table fits this machine's memory; give "
-        f"at most --bucket-bits {limit.bit_length() - 1}")
+  if args.format == "criteo":
+    check_bucket_bits(args.bucket_bits, getattr(args, "num_classes", None))
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
   os.makedirs(args.model_dir, exist_ok=True)
   exists = model_files.has_model(args.model_dir)
