@@ -138,3 +138,29 @@ def test_resume_of_a_criteo_model_refuses_other_bucket_bits(tmp_path,
   meta = _meta(model_dir)
   assert (meta["bucket_bits"], meta["num_features"], meta["epochs_done"]) \
       == (12, 1 << 12, 2)
+
+
+def test_resume_refuses_data_with_features_past_the_models(
+    cancer_file, tmp_path, capsys):
+  """The same rows with wider indices used to train with every new feature
+  dropped (the weights end at the model's features), without a word."""
+  model_dir = str(tmp_path / "m")
+  assert _train(cancer_file, model_dir, "--format", "libsvm", "--epochs",
+                "1") == 0
+  wide = tmp_path / "wide.svm"
+  with open(cancer_file) as f:
+    lines = f.read().splitlines()
+  wide.write_text("".join(
+      line.split(" ", 1)[0] + "".join(
+          f" {int(token.split(':')[0]) * 100}:{token.split(':')[1]}"
+          for token in line.split()[1:]) + "\n" for line in lines))
+  before = _checkpoint(model_dir)
+  capsys.readouterr()
+  assert _train(str(wide), model_dir, "--format", "libsvm", "--resume") == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1, err
+  features = _meta(model_dir)["num_features"]
+  assert (f"--resume: the data has feature index 3,000 (1-based), past the "
+          f"{features:,} features of the model in {model_dir}") in err, err
+  for key, value in before.items():
+    np.testing.assert_array_equal(_checkpoint(model_dir)[key], value)

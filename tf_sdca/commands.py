@@ -422,6 +422,18 @@ def train(args, start_tensorflow=None):
       meta["loss"] != losses.op_name(args.loss)):
     raise ValueError(f"--resume: the model was trained with --loss "
                      f"{meta['loss']} --num-classes {meta.get('num_classes')}")
+  if args.resume and args.format == "libsvm" and meta.get("num_features"):
+    # The model's weights end at its features: wider data would train with
+    # its new features dropped (as scoring drops features unseen in
+    # training), without a word.
+    top = max((int(a.max()) for a in arrays["indices"] if a.size),
+              default=-1)
+    if top >= meta["num_features"]:
+      raise ValueError(
+          f"--resume: the data has feature index {top + 1:,} (1-based), past "
+          f"the {meta['num_features']:,} features of the model in "
+          f"{args.model_dir}; a model cannot take new features: train a new "
+          f"one (--overwrite)")
   plan = _memory_plan(args, arrays, info, meta, verbose)
   if plan["parts"]:
     labels = None
