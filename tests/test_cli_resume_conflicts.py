@@ -138,6 +138,17 @@ def test_resume_of_a_criteo_model_refuses_other_bucket_bits(tmp_path,
   meta = _meta(model_dir)
   assert (meta["bucket_bits"], meta["num_features"], meta["epochs_done"]) \
       == (12, 1 << 12, 2)
+  # Scoring hashes as the model did: another --bucket-bits is refused (it
+  # was taken and ignored), the model's own accepted.
+  capsys.readouterr()
+  assert cli.main(["evaluate", path, "--model-dir", model_dir,
+                   "--bucket-bits", "18"]) == 2
+  assert ("the model was trained with --bucket-bits 12, got --bucket-bits 18"
+          in capsys.readouterr().err)
+  out = str(tmp_path / "scores.txt")
+  assert cli.main(["predict", path, "--model-dir", model_dir, "--out", out,
+                   "--bucket-bits", "12"]) == 0
+  assert len(np.loadtxt(out)) == 600
 
 
 def test_resume_refuses_data_with_features_past_the_models(

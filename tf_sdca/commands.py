@@ -168,10 +168,11 @@ def _data_args(parser, scoring=False):
       help="the files' format (default: the model's)" if scoring else
       "the files' format (default: criteo; on --resume: the model's)")
   # Feature ids are int32: at most 2^31 buckets.
-  parser.add_argument("--bucket-bits", type=int_in(1, 31),
-                      default=20 if scoring else None,
+  # (Scoring reads the model's; one given must be it: evaluate --bucket-bits
+  # 18 on a 2^20-bucket model ran with 20 and said nothing.)
+  parser.add_argument("--bucket-bits", type=int_in(1, 31), default=None,
                       help="Criteo: 2^k hash buckets (1 <= k <= 31); "
-                      "default: 20")
+                      "default: " + ("the model's" if scoring else "20"))
   parser.add_argument("--skip-bad-lines", action="store_true",
                       help="skip and count malformed lines")
 
@@ -569,6 +570,12 @@ def score_files(args):
   if meta["format"] != args.format:
     raise ValueError(f"the model was trained on {meta['format']} data, "
                      f"got --format {args.format}")
+  given = getattr(args, "bucket_bits", None)
+  if given is not None and given != meta.get("bucket_bits"):
+    raise ValueError(
+        f"the model was trained with --bucket-bits {meta.get('bucket_bits')}"
+        f", got --bucket-bits {given} (leave it out: scoring hashes as the "
+        f"model did)")
   model = InMemorySdca(loss=meta["loss"], l1=meta["l1"], l2=meta["l2"],
                        num_classes=meta.get("num_classes"))
   model.sparse_weights = ckpt["sparse_weights"]
