@@ -592,6 +592,24 @@ def test_epochs_that_are_not_integers_are_refused_as_keras_does():
   history = model.fit(x, y, epochs=np.int64(2), verbose=0)
   assert len(history.history["loss"]) == 2
 
+
+def test_an_infinite_dataset_is_refused_not_walked_for_ever():
+  """Keras' .repeat() with steps_per_epoch: the exact gap ending each epoch
+  walked the whole dataset, and fit never returned."""
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  data = tf.data.Dataset.from_tensor_slices(
+      ({"features": x, "example_id": np.arange(40)}, y)).batch(10)
+  model = LinearModel(loss="logistic")
+  model.compile()
+  with pytest.raises(ValueError, match=r"fit got an infinite dataset"):
+    model.fit(data.repeat(), epochs=2, steps_per_epoch=3, verbose=0)
+  with pytest.raises(ValueError, match=r"duality_gap got an infinite"):
+    model.duality_gap(data.repeat())
+  history = model.fit(data, epochs=2, verbose=0)  # once: epochs repeat it
+  assert len(history.history["duality_gap"]) == 2
+
 def test_a_saved_model_with_non_finite_weights_is_refused_on_load(
     cancer, tmp_path):
   x, y, _, _ = cancer

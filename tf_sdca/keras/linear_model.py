@@ -164,6 +164,19 @@ from tf_sdca.keras import saving
 from tf_sdca.keras.data import InvalidInputError
 
 @keras.saving.register_keras_serializable(package="tf_sdca")
+
+def _check_finite(dataset, name):
+  """ValueError for an infinite dataset (`.repeat()`): a streamed fit ends
+  each epoch on the exact gap, a pass over the whole dataset, and over a
+  repeated one (Keras' `.repeat()` with steps_per_epoch) that pass never
+  ended."""
+  if tf.executing_eagerly() and (
+      int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY):
+    raise ValueError(
+        f"{name} got an infinite dataset (.repeat()): the exact duality gap "
+        f"that ends each epoch is a pass over the whole dataset; give it "
+        f"once (without .repeat()) and let epochs= repeat it")
+
 class LinearModel(keras.Model):
   """Linear model for classification, regression or counts, trained by SDCA.
 
@@ -610,6 +623,8 @@ class LinearModel(keras.Model):
       return self._training.fit_across_processes(
           self._sdca, workers, arrays, epochs, tol, verbose)
     streamed = isinstance(x, tf.data.Dataset)
+    if streamed:
+      _check_finite(x, "fit")
     self._training.check_mode(options.STREAMED if streamed else
                               options.IN_MEMORY)
     if not self.compiled:
@@ -751,6 +766,8 @@ class LinearModel(keras.Model):
       `(objective, relative_gap)`: the regularised objective per unit of
       example weight and `(P(w) - D(alpha)) / P(w)`.
     """
+    if isinstance(data, tf.data.Dataset):
+      _check_finite(data, "duality_gap")
     return self._training.duality_gap(self._sdca, data, self._gap_batch)
 
   @tf.function(reduce_retracing=True)
