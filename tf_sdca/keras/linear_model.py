@@ -163,7 +163,6 @@ from tf_sdca.keras import multi_worker
 from tf_sdca.keras import saving
 from tf_sdca.keras.data import InvalidInputError
 
-@keras.saving.register_keras_serializable(package="tf_sdca")
 
 def _check_finite(dataset, name):
   """ValueError for an infinite dataset (`.repeat()`): a streamed fit ends
@@ -177,6 +176,8 @@ def _check_finite(dataset, name):
         f"that ends each epoch is a pass over the whole dataset; give it "
         f"once (without .repeat()) and let epochs= repeat it")
 
+
+@keras.saving.register_keras_serializable(package="tf_sdca")
 class LinearModel(keras.Model):
   """Linear model for classification, regression or counts, trained by SDCA.
 
