@@ -610,6 +610,32 @@ def test_an_infinite_dataset_is_refused_not_walked_for_ever():
   history = model.fit(data, epochs=2, verbose=0)  # once: epochs repeat it
   assert len(history.history["duality_gap"]) == 2
 
+
+def test_categorical_ids_must_be_whole_and_categorical_names_present():
+  """Float ids 2.999 trained as id 2 (2.5 predicted as 2, NaN as the lowest
+  int64), and a misspelt categorical_features name trained its feature as
+  one dense number, without a word."""
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  from tf_sdca.keras.data import InvalidInputError  # pylint: disable=import-outside-toplevel
+  item = np.random.default_rng(3).integers(0, 10, 200)
+  y = (item % 2).astype(np.float32)
+  model = LinearModel(loss="logistic", categorical_features={"item": 10})
+  model.compile()
+  with pytest.raises(InvalidInputError,
+                     match=r"feature 'item' has id 8.999: ids must be whole"):
+    model.fit({"item": item + 0.999}, y, epochs=1, verbose=0)
+  model.fit({"item": item.astype(np.float64)}, y, epochs=2, verbose=0)
+  for ids, shown in (([2.5, 2.0], "2.5"), ([np.nan, 2.0], "nan")):
+    with pytest.raises(InvalidInputError, match=f"has id {shown}: ids must"):
+      model.predict({"item": np.array(ids)}, verbose=0)
+  whole = model.predict({"item": np.array([2.0, 3.0])}, verbose=0)
+  np.testing.assert_array_equal(
+      whole, model.predict({"item": np.array([2, 3])}, verbose=0))
+  typo = LinearModel(loss="logistic", categorical_features={"itme": 10})
+  with pytest.raises(InvalidInputError, match=r"categorical_features names "
+                     r"\['itme'\], not among the features \['item'\]"):
+    typo.fit({"item": item}, y, epochs=1, verbose=0)
+
 def test_a_saved_model_with_non_finite_weights_is_refused_on_load(
     cancer, tmp_path):
   x, y, _, _ = cancer

@@ -335,6 +335,12 @@ def feature_spec(x, categorical_features):
     InvalidInputError: for a ragged or string feature that is not
       categorical, or a feature of unknown width.
   """
+  missing = sorted(set(categorical_features) - set(x))
+  if missing:
+    # (A misspelt name trained the feature as a dense number.)
+    raise InvalidInputError(
+        f"categorical_features names {missing}, not among the features "
+        f"{sorted(x)}")
   spec = []
   for name in sorted(x):
     value = x[name]
@@ -390,6 +396,13 @@ def check_values(x, spec, categorical_features):
       if isinstance(categorical_features[name], numbers.Integral):
         ids = value.values if isinstance(value, tf.SparseTensor) else value
         ids = tf.reshape(ids, [-1]).numpy()
+        if ids.dtype.kind == "f":
+          # (2.999 trained as id 2, NaN as the lowest int64.)
+          whole = np.isfinite(ids) & (ids == np.floor(ids))
+          if not whole.all():
+            raise InvalidInputError(
+                f"feature {name!r} has id {ids[np.flatnonzero(~whole)[0]]}: "
+                f"ids must be whole numbers")
         bad = np.flatnonzero((ids < 0) | (ids >= size))
         if bad.size:
           raise InvalidInputError(
