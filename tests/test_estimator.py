@@ -305,6 +305,29 @@ def test_model_dir_checks_the_states_options_and_reads_older_checkpoints(
   resumed = make(0.5, "old").train(_constant(features, y), steps=2)
   assert resumed.get_variable_value("global_step") == 4
 
+
+def test_predict_and_evaluate_refuse_features_that_are_not_finite(tmp_path):
+  """Training's op refuses them; predict gave NaN probabilities and evaluate
+  a NaN loss (beside a finite accuracy) without a word."""
+  rng = np.random.default_rng(0)
+  price = rng.normal(size=200).astype(np.float32)
+  y = (price > 0).astype(np.float32)
+  model = estimator.LinearClassifier(
+      [tf.feature_column.numeric_column("price")],
+      model_dir=str(tmp_path / "m"), optimizer=_sdca())
+  model.train(_constant({"example_id": np.arange(200), "price": price}, y),
+              steps=2)
+  bad = price.copy()
+  bad[3] = np.nan
+  with pytest.raises(ValueError, match=r"features\['price'\] has nan "
+                     r"\(entry 3\): features must be finite"):
+    next(iter(model.predict(_constant({"price": bad}, y))))
+  bad[3] = np.inf
+  with pytest.raises(ValueError, match=r"features\['price'\] has inf"):
+    model.evaluate(_constant({"price": bad}, y))
+  good = next(iter(model.predict(_constant({"price": price}, y))))
+  assert np.all(np.isfinite(good["probabilities"]))
+
 def test_warm_start_loads_weights_from_tf_sdca_and_tf1_checkpoints(tmp_path):
   features, y, columns = _mixed_problem()
   source = estimator.LinearClassifier(columns, model_dir=str(tmp_path / "a"),

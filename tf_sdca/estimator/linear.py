@@ -511,6 +511,22 @@ class _LinearEstimator:
           f"features has {unknown}, which no feature column reads (nor is "
           "it the example id or weight column); remove it in the input_fn "
           "or add a column for it")
+    if mode != ModeKeys.TRAIN:
+      # Training's op refuses them; scored, a NaN or inf feature gave NaN
+      # probabilities and metrics without a word.
+      for name in sorted(needed):
+        value = features[name]
+        if isinstance(value, tf.SparseTensor):
+          value = value.values
+        if not (isinstance(value, (tf.Tensor, np.ndarray)) and
+                tf.as_dtype(value.dtype).is_floating):
+          continue
+        flat = np.asarray(value).ravel()
+        bad = np.flatnonzero(~np.isfinite(flat))
+        if bad.size:
+          raise ValueError(
+              f"features[{name!r}] has {flat[bad[0]]} (entry {bad[0]}): "
+              "features must be finite")
 
   def _example_ids(self, features):
     ids = features[self._optimizer.example_id_column]
