@@ -589,6 +589,10 @@ def test_epochs_that_are_not_integers_are_refused_as_keras_does():
     with pytest.raises(TypeError, match=f"{name} must be an integer"):
       model.fit(x, y, verbose=0, **kwargs)
   assert not model.built or not np.any(model.get_weights()[0])
+  for tol in (float("nan"), -1.0):  # (taken, and never stopped a fit)
+    with pytest.raises(ValueError, match=r"tol must be None or a number "
+                       r">= 0"):
+      model.fit(x, y, epochs=2, tol=tol, verbose=0)
   history = model.fit(x, y, epochs=np.int64(2), verbose=0)
   assert len(history.history["loss"]) == 2
 

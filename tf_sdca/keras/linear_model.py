@@ -614,6 +614,8 @@ class LinearModel(keras.Model):
       # the engine's epochs would run 2 for 2.5 and none from 1.5.)
       if not isinstance(count, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {count!r}")
+    # (tol=nan or -1 was taken, and never stopped a fit.)
+    tol = options.check("tol", tol, options.KERAS)
     workers = multi_worker.strategy_workers(self.distribute_strategy)
     if workers is not None:
       multi_worker.check_fit(x, y, validation_data, validation_split,
