@@ -149,6 +149,17 @@ def test_resume_of_a_criteo_model_refuses_other_bucket_bits(tmp_path,
   assert cli.main(["predict", path, "--model-dir", model_dir, "--out", out,
                    "--bucket-bits", "12"]) == 0
   assert len(np.loadtxt(out)) == 600
+  # One class in the labels: the AUC is undefined, and says so (it printed
+  # 'auc nan' with exit 0).
+  with open(path) as f:
+    positives = [line for line in f if line.startswith("1\t")]
+  one_class = tmp_path / "positives.tsv"
+  one_class.write_text("".join(positives))
+  capsys.readouterr()
+  assert cli.main(["evaluate", str(one_class), "--model-dir",
+                   model_dir]) == 0
+  out = capsys.readouterr().out
+  assert "auc undefined (every label is positive)" in out and "nan" not in out
 
 
 def test_resume_refuses_data_with_features_past_the_models(

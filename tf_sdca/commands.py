@@ -620,6 +620,17 @@ def _check_scores(args, scores):
         f"{scores[bad[0]]}); its weights overflow w.x")
 
 
+def _auc_line(labels, scores):
+  """The AUC's line; with one class in the labels the AUC is undefined
+  (it printed 'auc nan', exit 0), and the line says so."""
+  from tf_sdca import metrics  # pylint: disable=import-outside-toplevel
+  positive = labels > 0
+  if positive.all() or not positive.any():
+    return (f"auc undefined (every label is "
+            f"{'positive' if positive.all() else 'negative'})")
+  return f"auc {metrics.auc(labels, scores):.6f}"
+
+
 def evaluate(args):
   """`tf-sdca evaluate`: prints rows, log loss, AUC, accuracy (logistic) or
   the mean loss."""
@@ -638,10 +649,10 @@ def evaluate(args):
     print(f"accuracy {np.mean(predicted == labels):.6f}")
   elif meta["loss"] == "logistic_loss":
     print(f"log_loss {metrics.log_loss(labels, scores):.6f}")
-    print(f"auc {metrics.auc(labels, scores):.6f}")
+    print(_auc_line(labels, scores))
     print(f"accuracy {metrics.accuracy(labels, scores):.6f}")
   elif meta["loss"] in _BINARY:
-    print(f"auc {metrics.auc(labels, scores):.6f}")
+    print(_auc_line(labels, scores))
     print(f"accuracy {np.mean((scores > 0) == (labels > 0)):.6f}")
   else:
     print(f"mse {np.mean((scores - labels) ** 2):.6f}")
