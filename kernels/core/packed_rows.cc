@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "kernels/core/first_bad_block.h"
 #include "kernels/core/random.h"
 #include "kernels/core/row_step.h"
 #include "kernels/core/visit_order.h"
@@ -303,24 +304,6 @@ bool ValidateRowPtr(const ResidentData& d, int64_t num_ids,
     return false;
   }
   return true;
-}
-
-// The start of the first block of kBlock entries in [lo, hi) where
-// bad(k) holds for some k (or of the last, partial block): the blocks are
-// tested branch-free (the loops vectorise; a test and branch per entry
-// took ~0.1 ms of packing 88k text entries), so the caller looks for the
-// first bad entry, with its message, from there only.
-template <class Bad>
-int64_t FirstBadBlock(int64_t lo, int64_t hi, Bad bad) {
-  constexpr int64_t kBlock = 1024;
-  for (; lo + kBlock <= hi; lo += kBlock) {
-    uint32_t any = 0;
-    for (int64_t k = lo; k < lo + kBlock; ++k) {
-      any |= static_cast<uint32_t>(bad(k));
-    }
-    if (any != 0) break;
-  }
-  return lo;
 }
 
 bool PrepareResidentRows(const ResidentData& d, int64_t begin, int64_t end,

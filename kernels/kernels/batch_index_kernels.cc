@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/core/fingerprint.h"
+#include "kernels/core/first_bad_block.h"
 #include "kernels/core/loss.h"
 #include "kernels/core/multiclass_loss.h"
 #include "kernels/core/random.h"
@@ -759,23 +760,16 @@ class HoldRowsOp : public OpKernel {
       const uint64_t limit = static_cast<uint64_t>(id_limits_[g]);
       const int64_t* ids = batch.sparse_ids[g];
       const int64_t size = batch.sparse_size[g];
-      // Blocks tested branch-free (as uint64 a negative id is above every
-      // limit), then the first bad entry of the first bad block.
-      constexpr int64_t kBlock = 1024;
-      for (int64_t lo = 0; lo < size; lo += kBlock) {
-        const int64_t hi = std::min(size, lo + kBlock);
-        uint32_t any = 0;
-        for (int64_t k = lo; k < hi; ++k) {
-          any |= static_cast<uint32_t>(static_cast<uint64_t>(ids[k]) >= limit);
-        }
-        if (any == 0) continue;
-        for (int64_t k = lo; k < hi; ++k) {
-          if (static_cast<uint64_t>(ids[k]) >= limit) {
-            return InvalidArgument(
-                id_arguments_[g], " has an id >= ", id_limits_[g],
-                " or < 0, outside the rows of its weight variable: feature "
-                "id [", k, "] = ", ids[k]);
-          }
+      // (As uint64 a negative id is above every limit.)
+      auto bad = [&](int64_t k) {
+        return static_cast<uint64_t>(ids[k]) >= limit;
+      };
+      for (int64_t k = FirstBadBlock(0, size, bad); k < size; ++k) {
+        if (bad(k)) {
+          return InvalidArgument(
+              id_arguments_[g], " has an id >= ", id_limits_[g],
+              " or < 0, outside the rows of its weight variable: feature "
+              "id [", k, "] = ", ids[k]);
         }
       }
     }
