@@ -235,6 +235,15 @@ def test_labels_outside_the_vocabulary_or_the_binary_range(tmp_path,
   _refused(tmp_path, model, _constant(features, labels), ValueError,
            "with label_vocabulary the labels must be strings")
   plain = _untrained(tmp_path, columns)
+  # The first bad label by its row and value (the message printed the
+  # batch's first five labels, good ones too).
+  bad = labels.astype(np.float32).copy()
+  bad[9] = np.nan
+  _refused(tmp_path, plain, _constant(features, bad),
+           tf.errors.InvalidArgumentError,
+           r"labels must be in \[0, 1\] for LinearClassifier\(n_classes=2\) "
+           r"\(class ids 0 and 1, or probabilities\); got\] \[labels\[9\] = "
+           r"nan\]")
   _refused(tmp_path, plain, _constant(features, labels * 2),
            tf.errors.InvalidArgumentError,
            r"labels must be in \[0, 1\] for LinearClassifier\(n_classes=2\)")

@@ -68,6 +68,18 @@ def _class_predictions(scores, class_names):
   }
 
 
+def _assert_each(ok, values, message, name):
+  """An Assert that `ok` holds for every entry of `values` (a batch's
+  labels or weights); it names the first entry that fails, by its position
+  in the batch and its value (the message printed the batch's first five,
+  good ones too)."""
+  first = tf.argmin(tf.cast(ok, tf.int32))
+  template = name.replace("{", "(").replace("}", ")") + "[{}] = {}"
+  detail = tf.strings.format(template, (first, tf.gather(values, first)))
+  return tf.debugging.Assert(tf.reduce_all(ok), [message + "; got", detail],
+                             summarize=1)
+
+
 class _Head:
   """What the two heads share: the loss reduction, the weights, the batch
   loss and the mean metrics."""
@@ -81,8 +93,10 @@ class _Head:
     if self.weight_column is None:
       return tf.ones([batch], tf.float32)
     w = tf.reshape(tf.cast(features[self.weight_column], tf.float32), [-1])
-    check = tf.debugging.assert_non_negative(
-        w, message=f"weight column {self.weight_column!r} must be >= 0")
+    check = _assert_each(
+        tf.math.is_finite(w) & (w >= 0.0), w,
+        f"weight column {self.weight_column!r} must be finite and >= 0",
+        "weights")
     with tf.control_dependencies([check]):
       return tf.identity(w)
 
@@ -160,10 +174,10 @@ class BinaryClassHead(_Head):
       raise ValueError("the labels are strings: give label_vocabulary "
                        "(LinearClassifier maps its 2 strings to 0 and 1)")
     labels = tf.cast(labels, tf.float32)
-    check = tf.debugging.Assert(
-        tf.reduce_all((labels >= 0.0) & (labels <= 1.0)),
-        ["labels must be in [0, 1] for LinearClassifier(n_classes=2) "
-         "(class ids 0 and 1, or probabilities); got", labels], summarize=5)
+    check = _assert_each(
+        (labels >= 0.0) & (labels <= 1.0), labels,
+        "labels must be in [0, 1] for LinearClassifier(n_classes=2) "
+        "(class ids 0 and 1, or probabilities)", "labels")
     with tf.control_dependencies([check]):
       return tf.identity(labels)
 
@@ -223,12 +237,10 @@ class MultiClassHead(_Head):
                        f"(LinearClassifier maps its {self.n_classes} strings "
                        f"to the class ids 0 ... {self.n_classes - 1})")
     ids = tf.cast(labels, tf.float64)
-    check = tf.debugging.Assert(
-        tf.reduce_all((ids >= 0) & (ids < self.n_classes) &
-                      (ids == tf.round(ids))),
-        [f"labels must be class ids in [0, {self.n_classes}) for "
-         f"LinearClassifier(n_classes={self.n_classes}); got", labels],
-        summarize=5)
+    check = _assert_each(
+        (ids >= 0) & (ids < self.n_classes) & (ids == tf.round(ids)), labels,
+        f"labels must be class ids in [0, {self.n_classes}) for "
+        f"LinearClassifier(n_classes={self.n_classes})", "labels")
     with tf.control_dependencies([check]):
       return tf.cast(ids, tf.float32)
 
@@ -268,8 +280,8 @@ class RegressionHead(_Head):
       raise ValueError("LinearRegressor labels must be numbers, got strings")
     labels = tf.cast(self._one_label_per_example(labels, "LinearRegressor"),
                      tf.float32)
-    check = tf.debugging.assert_all_finite(labels,
-                                           "labels must be finite")
+    check = _assert_each(tf.math.is_finite(labels), labels,
+                         "labels must be finite", "labels")
     with tf.control_dependencies([check]):
       return tf.identity(labels)
 
