@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import engine
 from tf_sdca import losses
 from tf_sdca.sdca_model import SparseFeatureColumn
 
@@ -396,13 +397,11 @@ def check_values(x, spec, categorical_features):
       if isinstance(categorical_features[name], numbers.Integral):
         ids = value.values if isinstance(value, tf.SparseTensor) else value
         ids = tf.reshape(ids, [-1]).numpy()
-        if ids.dtype.kind == "f":
-          # (2.999 trained as id 2, NaN as the lowest int64.)
-          whole = np.isfinite(ids) & (ids == np.floor(ids))
-          if not whole.all():
-            raise InvalidInputError(
-                f"feature {name!r} has id {ids[np.flatnonzero(~whole)[0]]}: "
-                f"ids must be whole numbers")
+        fractional = engine.first_fractional(ids)
+        if fractional is not None:
+          raise InvalidInputError(f"feature {name!r} has id "
+                                  f"{ids[fractional]}: ids must be whole "
+                                  f"numbers")
         bad = np.flatnonzero((ids < 0) | (ids >= size))
         if bad.size:
           raise InvalidInputError(
