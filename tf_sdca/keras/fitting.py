@@ -19,6 +19,7 @@ It reads the model's public options (`loss_type`, `l1`, `l2`, `seed`, ...)
 and is handed the model's `SdcaModel` and feature spec where it needs them.
 """
 import time
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -123,7 +124,34 @@ class TrainingState:
     if self.pending_state is not None:
       sdca.set_state(self.pending_state)
       self.pending_state = None
+    else:
+      # Training starts at zero duals, whose weights are zero: the slots
+      # `SdcaModel` took from the variables (weights set before any fit)
+      # would not be their pair (`check_weights` says so at fit).
+      for group in sdca.weight_groups():
+        for slot in group.slots:
+          slot.assign(tf.zeros_like(slot))
     return sdca
+
+  def check_weights(self, sdca, consequence):
+    """Warns when the model's Keras weights are not those its SDCA
+    training left (`state.weights_set_outside`), saying the `consequence`
+    for the call.
+
+    SDCA trains its weights and duals as a pair (w = X^T alpha / l2): the
+    weights alone are no point to start from or to certify, and paired with
+    the old duals they would train another objective. `predict` and
+    `evaluate` use the weights set; a `fit` goes on from the training state
+    and replaces them."""
+    m = self._model
+    if sdca is None or not state_lib.weights_set_outside(sdca, m.l1, m.l2):
+      return
+    warnings.warn(
+        "LinearModel: the model's weights are not the ones its SDCA "
+        "training left (set by set_weights, EarlyStopping("
+        "restore_best_weights=True), ...); SDCA trains weights and duals as "
+        f"a pair, so {consequence}", UserWarning,
+        stacklevel=losses.caller_stacklevel())
 
   def _sdca_options(self):
     """The `SdcaModel`'s options: the model's, with 'permutation' for

@@ -314,10 +314,15 @@ class LinearModel(keras.Model):
   def _transform(self, x):
     return data_lib.transform(x, self._spec, self.categorical_features)
 
-  def _outputs(self, features):
+  def _logits(self, features):
+    """float32 `w.x + b` `[B]` (`[B, K]` multiclass) at the Keras weights."""
+    return data_lib.logits(features, self._spec, self._kernels, self.bias,
+                           self.num_classes)
+
+  def _outputs(self, features, logits=None):
     """The model's outputs `[B, 1]` (`[B, K]` multiclass)."""
-    y = losses.activation(self.loss_type, data_lib.logits(
-        features, self._spec, self._kernels, self.bias, self.num_classes))
+    y = losses.activation(self.loss_type, self._logits(features)
+                          if logits is None else logits)
     return y if self.num_classes > 1 else y[:, None]
 
   def call(self, inputs, training=False):
@@ -368,15 +373,24 @@ class LinearModel(keras.Model):
     return self._update_metrics(y, y_pred, sw, loss)
 
   def test_step(self, data):
+    # The loss of the model as it predicts: its Keras weights (those SDCA
+    # left, or any set since), as `SdcaModel.regularized_loss` sums it.
     x, y, sw = data_lib.unpack(data)
-    features = self._transform(x)
-    y_pred = self._outputs(features)
-    examples = self._examples(features, y, sw, None)
-    loss = self._sdca.unregularized_loss(examples)
+    z = self._logits(self._transform(x))
+    labels = tf.cast(y, tf.float64 if self.num_classes == 1 else tf.int64)
+    s = tf.cast(sw, tf.float64)
+    loss = tf.math.divide_no_nan(
+        tf.reduce_sum(s * losses.primal(self.loss_type, tf.cast(
+            z, tf.float64), labels, self.gamma)), tf.reduce_sum(s))
     if self._training.train_weight > 0:
-      r1, r2 = self._sdca.regularization()
-      loss += (r1 + 0.5 * r2) / self._training.train_weight
-    return self._update_metrics(y, y_pred, sw, tf.cast(loss, tf.float32))
+      w = [tf.cast(v, tf.float64) for v in list(self._kernels.values()) +
+           ([self.bias] if self.bias is not None else [])]
+      loss += (self.l1 * tf.add_n([tf.reduce_sum(tf.abs(v)) for v in w]) +
+               0.5 * self.l2 * tf.add_n([tf.reduce_sum(tf.square(v))
+                                         for v in w])
+               ) / self._training.train_weight
+    return self._update_metrics(y, self._outputs(None, z), sw,
+                                tf.cast(loss, tf.float32))
 
   def predict_step(self, data):
     x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
@@ -579,7 +593,10 @@ class LinearModel(keras.Model):
     objective per unit of example weight at the epoch's end weights
     (`sum s_i loss_i + l1 |w|_1 + l2/2 |w|^2) / sum s_i`). Training stops
     after the first epoch whose gap is below `tol`: the objective is then
-    within `tol` (relative) of the optimum.
+    within `tol` (relative) of the optimum. Weights written since the last
+    fit (`set_weights`, `EarlyStopping(restore_best_weights=True)`) are not
+    trained from (SDCA trains weights and duals as a pair): the fit warns,
+    goes on from its training state and replaces them.
 
     Args:
       x: features (see the module docstring) or a `tf.data.Dataset` of
@@ -616,6 +633,11 @@ class LinearModel(keras.Model):
         raise TypeError(f"{name} must be an integer, got {count!r}")
     # (tol=nan or -1 was taken, and never stopped a fit.)
     tol = options.check("tol", tol, options.KERAS)
+    if self._spec is not None:
+      self._ensure_sdca()
+      self._training.check_weights(
+          self._sdca, "fit goes on from its training state (zero before any "
+          "fit), not from the weights set, and replaces them")
     workers = multi_worker.strategy_workers(self.distribute_strategy)
     if workers is not None:
       multi_worker.check_fit(x, y, validation_data, validation_split,
@@ -739,11 +761,12 @@ class LinearModel(keras.Model):
     """Keras' `evaluate`: the `loss` is the weighted mean loss plus the
     regularisation divided by the training data's total weight (so on the
     training data it equals the training objective), then the compiled
-    metrics."""
+    metrics; at the model's Keras weights (those training left, or any set
+    since by `set_weights` or `EarlyStopping(restore_best_weights=True)`),
+    as `predict` scores them."""
     if not self.compiled:
       self.compile()
     x = self._batches(x, y, sample_weight, batch_size)
-    self._ensure_sdca()
     return super().evaluate(x, verbose=verbose, steps=steps,
                             callbacks=callbacks, return_dict=return_dict,
                             **kwargs)
@@ -767,10 +790,14 @@ class LinearModel(keras.Model):
 
     Returns:
       `(objective, relative_gap)`: the regularised objective per unit of
-      example weight and `(P(w) - D(alpha)) / P(w)`.
+      example weight and `(P(w) - D(alpha)) / P(w)`, of the SDCA training
+      state (weights written since by `set_weights` are not its; it warns).
     """
     if isinstance(data, tf.data.Dataset):
       _check_finite(data, "duality_gap")
+    self._training.check_weights(
+        self._sdca, "duality_gap measures its training state, not the "
+        "weights set")
     return self._training.duality_gap(self._sdca, data, self._gap_batch)
 
   @tf.function(reduce_retracing=True)

@@ -170,6 +170,22 @@ def write_weights(sdca, table, l1, l2):
       var.assign(tf.cast(shrunk, var.dtype))
 
 
+def weights_set_outside(sdca, l1, l2):
+  """Whether the variables of `sdca` (the model's Keras weights) hold other
+  weights than its training state's: the shrunk slots, as `write_weights`
+  and `SdcaModel.update_weights` write them. They differ only where
+  something wrote the variables itself (`set_weights`, Keras'
+  `EarlyStopping(restore_best_weights=True)`)."""
+  for group in sdca.weight_groups():
+    for var, slot in zip(group.variables_, group.slots):
+      shrunk = losses.shrink_l1(slot.numpy(), l1, l2)
+      if not np.array_equal(
+          var.numpy(), shrunk.reshape(var.shape).astype(
+              var.dtype.as_numpy_dtype)):
+        return True
+  return False
+
+
 def table_slots(sdca, table):
   """The weight `table` split into arrays of the shapes of the slots of
   `sdca`."""
