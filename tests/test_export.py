@@ -102,13 +102,23 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
   # A qid token after the label (or first, label-less) is skipped as the
   # reader skips it; "qid" elsewhere is a bad feature.
   label, rest = lines[3].split(" ", 1)
+  # Lines the readers refuse are bad lines here too: an index repeated or
+  # decreasing, a value or label past float32 (1e39).
   extra = [lines[0].split(" ", 1)[1], lines[1] + " # note",
            lines[2] + " 99:5", f"{label} qid:17 {rest}", f"qid:2 {rest}",
-           "1 3:x", "1 0:2", f"{label} {rest} qid:3"]
+           "1 3:x", "1 0:2", f"{label} {rest} qid:3", "1 2:1 2:1",
+           "1 3:1 2:1", "1 2:1e39", "1e39 2:1", "1 2:1 3:-1e39"]
   out = _served(tmp_path, saved, lines + extra)
   scores = np.asarray(out["scores"])
   n = len(lines)
   np.testing.assert_allclose(scores[:n], expected, rtol=1e-6, atol=1e-9)
   np.testing.assert_allclose(scores[n:n + 5], expected[[0, 1, 2, 3, 3]],
                              rtol=1e-6, atol=1e-9)
-  assert out["valid"][n:] == [True] * 5 + [False] * 3
+  assert out["valid"][n:] == [True] * 5 + [False] * 8
+  assert np.isnan(scores[n + 5:]).all()
+  for bad in extra[-5:]:  # (the reader's own verdict on each)
+    path = tmp_path / "bad.libsvm"
+    path.write_text(bad + "\n")
+    assert cli.main(["predict", str(path), "--model-dir", model_dir,
+                     "--format", "libsvm", "--out",
+                     str(tmp_path / "bad.txt")]) != 0

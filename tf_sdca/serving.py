@@ -52,10 +52,19 @@ def _libsvm_features(lines, num_features):
       tf.strings.regex_replace(t, ":.*", ""), tf.int64), pairs) - 1
   value = flat(lambda t: tf.strings.to_number(
       tf.strings.regex_replace(t, "^[^:]*:", ""), tf.float32), pairs)
-  label_ok = tf.logical_or(tf.logical_not(has_label),
-                           tf.strings.regex_full_match(first, _NUMBER))
-  valid = tf.logical_and(label_ok, tf.reduce_all(
-      tf.logical_and(good, index >= 0), axis=1))
+  number = tf.strings.regex_full_match(first, _NUMBER)
+  label_ok = tf.logical_or(tf.logical_not(has_label), tf.logical_and(
+      number, tf.math.is_finite(tf.strings.to_number(
+          tf.where(tf.logical_and(has_label, number), first, "0"),
+          tf.float32))))
+  # As the readers require (tf_sdca/data/libsvm.py): indices increasing
+  # within a line (a repeated or decreasing one is an error there), the
+  # label and values finite in float32 (1e39 is not).
+  increasing = tf.reduce_all(index[:, 1:] > index[:, :-1], axis=1)
+  valid = tf.logical_and(
+      tf.logical_and(label_ok, increasing),
+      tf.reduce_all(tf.logical_and(tf.logical_and(good, index >= 0),
+                                   tf.math.is_finite(value)), axis=1))
   keep = tf.logical_and(index >= 0, index < num_features)
   return (tf.ragged.boolean_mask(index, keep),
           tf.ragged.boolean_mask(value, keep), valid)
