@@ -706,3 +706,37 @@ def test_a_csr_matrix_with_duplicate_entries_trains_as_its_sum():
   assert a.evaluate(dup, y, verbose=0) == b.evaluate(summed, y, verbose=0)
   # The caller's matrix is left as it was.
   assert (dup != kept).nnz == 0 and not dup.has_canonical_format
+
+
+def test_a_streamed_id_reused_with_another_label_is_named_as_such():
+  """Example ids repeated across a stream's batches are one example each
+  (one dual): the same rows given twice train; an id that comes back with
+  another label was refused by the op's check of its stored dual, in the
+  op's words (example_state_data[0, 0] = ...), an input the user never
+  gave."""
+  rng = np.random.default_rng(0)
+  n = 200
+  x = rng.normal(size=(n, 4)).astype(np.float32)
+  y = (x[:, 0] + rng.normal(size=n) > 0).astype(np.float32)
+  classes = rng.integers(0, 3, n).astype(np.float32)
+
+  def stream(ids, labels):
+    return tf.data.Dataset.from_tensor_slices(
+        ({"features": x, "example_id": ids}, labels)).batch(50)
+  same = stream(np.arange(n), y)
+  model = LinearModel(loss="logistic")
+  model.compile()
+  history = model.fit(same.concatenate(same), epochs=2, verbose=0)
+  assert len(history.history["duality_gap"]) == 2
+  for loss, labels, dual in (("logistic", y, r" -?[0-9.e-]+"),
+                             ("hinge", y, r" -?[0-9.e-]+"),
+                             ("softmax", classes, " block")):
+    model = LinearModel(loss=loss, num_classes=3 if loss == "softmax"
+                        else None)
+    model.compile()
+    with pytest.raises(InvalidInputError, match=(
+        r"a streamed batch has a row of label [0-9] whose example id "
+        r"\(feature 'example_id'\) was trained before with another label: "
+        rf"its stored dual{dual} is not one of {loss}_loss for label [0-9]"
+        r"\. SDCA keeps one dual per example id")):
+      model.fit(stream(np.arange(n) % 50, labels), epochs=3, verbose=0)

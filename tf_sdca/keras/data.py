@@ -10,6 +10,7 @@ training step.
 """
 import math
 import numbers
+import re
 
 import keras
 import numpy as np
@@ -65,6 +66,37 @@ _MISSING_IDS = (
     "an example id: make its features a dict with a {name!r} feature "
     "(unique per example, string or int), e.g. add row numbers before "
     "batching with {how}, or pass in-memory arrays (row positions are used)")
+
+
+# The op's refusal of a stored dual for the label it comes with
+# (`TfSdca>Optimizer`'s example_state_data check; the multiclass block's
+# form has no value): in a streamed fit, an example id trained before
+# with another label.
+_STORED_DUAL = re.compile(
+    r"example_state_data\[\d+, 0(?::\d+)?\] (?:= (\S+) )?is not a valid "
+    r"dual(?: block)? of (\w+) for example_labels\[\d+\] = (\S+)")
+
+
+def reused_id_error(error, example_id):
+  """The `InvalidInputError` to raise for `error`, a streamed step's op
+  error, when the op refused an example's stored dual for its label: the
+  example id came back with another label (SDCA keeps one dual per id);
+  None for any other error."""
+  if isinstance(error, InvalidInputError):
+    return None
+  found = _STORED_DUAL.search(error.message or "")
+  if found is None:
+    return None
+  dual, loss, label = found.groups()
+  stored = f" {dual}" if dual is not None else " block"
+  return InvalidInputError(
+      f"a streamed batch has a row of label {label} whose example id "
+      f"(feature {example_id!r}) was trained before with another label: "
+      f"its stored dual{stored} is not one of {loss} for label {label}. "
+      f"SDCA keeps one dual per example id, so "
+      f"rows that share an id are one example (seen again in a later batch "
+      f"or epoch, it resumes from its dual) and need the same label; give "
+      f"each example its own id, e.g. number the rows before batching")
 
 
 def serialized_categorical(categorical_features):
