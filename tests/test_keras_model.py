@@ -740,3 +740,40 @@ def test_a_streamed_id_reused_with_another_label_is_named_as_such():
         rf"its stored dual{dual} is not one of {loss}_loss for label [0-9]"
         r"\. SDCA keeps one dual per example id")):
       model.fit(stream(np.arange(n) % 50, labels), epochs=3, verbose=0)
+
+
+def test_a_streamed_label_or_weight_of_two_columns_is_refused_by_shape():
+  """Labels [n, 2] (one-hot) for a binary loss were flattened to 2n per
+  batch, and the op said 'keys has 25 rows but example_weights 50 and
+  example_labels 50'."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(50, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  features = {"features": x, "example_id": np.arange(50)}
+  two = np.stack([y, 1 - y], 1)
+  good = tf.data.Dataset.from_tensor_slices((features, y)).batch(25)
+  model = LinearModel(loss="logistic")
+  model.compile()
+  for parts, name in (((features, two), "labels"),
+                      ((features, y, np.ones((50, 2), np.float32)),
+                       "sample_weight")):
+    data = tf.data.Dataset.from_tensor_slices(parts).batch(25)
+    with pytest.raises(InvalidInputError, match=(
+        rf"the dataset's {name} must have shape \[batch\] or \[batch, 1\] "
+        r"\(one number per example\), got \(None, 2\)")):
+      model.fit(data, epochs=1, verbose=0)
+    assert model._sdca is None  # pylint: disable=protected-access
+    with pytest.raises(InvalidInputError, match=f"the dataset's {name}"):
+      model.fit(good, validation_data=data, epochs=1, verbose=0)
+    with pytest.raises(InvalidInputError, match=f"the dataset's {name}"):
+      model.evaluate(data, verbose=0)
+  # predict reads no labels; [n, 1] labels train as [n].
+  assert model.predict(tf.data.Dataset.from_tensor_slices(
+      (features, two)).batch(25), verbose=0).shape == (50, 1)
+  column = LinearModel(loss="logistic")
+  column.fit(tf.data.Dataset.from_tensor_slices(
+      (features, y[:, None])).batch(25), epochs=2, verbose=0)
+  flat = LinearModel(loss="logistic")
+  flat.fit(good, epochs=2, verbose=0)
+  for a, b in zip(column.get_weights(), flat.get_weights()):
+    np.testing.assert_array_equal(a, b)

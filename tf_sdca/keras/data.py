@@ -604,6 +604,30 @@ def dataset_features(dataset, example_id, for_training):
   return {k: v for k, v in as_dict(x_spec).items() if k != example_id}
 
 
+def check_dataset_targets(dataset):
+  """Checks the labels and example weights of a user `tf.data.Dataset` of
+  `(features, labels[, sample_weight])` batches by their element spec
+  (their shapes, before any batch: each batch's are flattened, and a
+  second column made twice the rows).
+
+  Raises:
+    InvalidInputError: for labels or weights with more than one number
+      per example.
+  """
+  spec = dataset.element_spec
+  if not isinstance(spec, tuple):
+    return
+  for name, part in zip(("labels", "sample_weight"), spec[1:3]):
+    shape = getattr(part, "shape", None)
+    if shape is None or shape.rank is None or shape.rank < 2:
+      continue
+    inner = shape[1:]
+    if inner.is_fully_defined() and inner.num_elements() != 1:
+      raise InvalidInputError(
+          f"the dataset's {name} must have shape [batch] or [batch, 1] (one "
+          f"number per example), got {tuple(shape.as_list())}")
+
+
 def class_weighted(dataset, class_weight):
   """`dataset` of `(x, y[, sample_weight])` batches with each example's
   weight multiplied by its class's weight in `class_weight`."""

@@ -543,17 +543,19 @@ class LinearModel(keras.Model):
     self.compile(**config)
 
   # ----------------------------------------------------------------- data
-  def _batches(self, x, y=None, sample_weight=None, batch_size=None):
+  def _batches(self, x, y=None, sample_weight=None, batch_size=None,
+               targets=True):
     """Data to score (evaluate, predict, validation) as batches: in-memory
     data checked (building the model for it) and batched, or a user
-    `tf.data.Dataset` (see `_dataset`).
+    `tf.data.Dataset` (see `_dataset`; `targets`: whether its labels and
+    weights are read, not by predict).
 
     Raises:
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
         domain labels, non-finite features or bad weights.
     """
     if isinstance(x, tf.data.Dataset):
-      return self._dataset(x)
+      return self._dataset(x, targets=targets)
     x, n, y, sample_weight = data_lib.scoring_inputs(
         x, y, sample_weight, self.loss_type, self.num_classes)
     self._build_spec(data_lib.feature_spec(
@@ -564,9 +566,13 @@ class LinearModel(keras.Model):
                                            batch_size)
     return rows.batch(batch)
 
-  def _dataset(self, data, class_weight=None, for_training=False):
+  def _dataset(self, data, class_weight=None, for_training=False,
+               targets=True):
     """A user `tf.data.Dataset`: builds the model from its element spec,
-    applies class weights, checks for example ids when training."""
+    applies class weights, checks for example ids when training and, when
+    its `targets` are read, the shapes of its labels and weights."""
+    if targets:
+      data_lib.check_dataset_targets(data)
     self._build_spec(data_lib.feature_spec(
         data_lib.dataset_features(data, self.example_id, for_training),
         self.categorical_features))
@@ -650,6 +656,8 @@ class LinearModel(keras.Model):
     streamed = isinstance(x, tf.data.Dataset)
     if streamed:
       _check_finite(x, "fit")
+    if isinstance(validation_data, tf.data.Dataset):
+      data_lib.check_dataset_targets(validation_data)
     self._training.check_mode(options.STREAMED if streamed else
                               options.IN_MEMORY)
     if not self.compiled:
@@ -783,7 +791,8 @@ class LinearModel(keras.Model):
               callbacks=None):
     """Keras' `predict`: `[n, 1]` probabilities (logistic), rates (Poisson)
     or scores."""
-    return super().predict(self._batches(x, batch_size=batch_size),
+    return super().predict(self._batches(x, batch_size=batch_size,
+                                         targets=False),
                            verbose=verbose, steps=steps,
                            callbacks=callbacks)
 
