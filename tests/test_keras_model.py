@@ -777,3 +777,42 @@ def test_a_streamed_label_or_weight_of_two_columns_is_refused_by_shape():
   flat.fit(good, epochs=2, verbose=0)
   for a, b in zip(column.get_weights(), flat.get_weights()):
     np.testing.assert_array_equal(a, b)
+
+
+def test_class_weight_without_a_class_of_the_labels_names_the_class():
+  """class_weight={0: 2.0} on 0/1 labels said 'class_weight needs integer
+  labels in [0, 1)' in memory and 'indices[0] = 1 is not in [0, 1)' from
+  a gather in a streamed batch's map."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(50, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  first = int(np.flatnonzero(y == 1)[0])
+  stream = tf.data.Dataset.from_tensor_slices(
+      ({"features": x, "example_id": np.arange(50)}, y)).batch(25)
+  model = LinearModel(loss="logistic")
+  model.compile()
+  with pytest.raises(InvalidInputError, match=(
+      rf"class_weight has no weight for class 1 \(labels\[{first}\] = 1.0\)"
+      r": give one to every class of the labels")):
+    model.fit(x, y, class_weight={0: 2.0}, epochs=1, verbose=0)
+  assert model._sdca is None  # pylint: disable=protected-access
+  with pytest.raises(InvalidInputError, match=(
+      r"class_weight has no weight for class 1 \(a streamed batch's label "
+      r"1.0\)")):
+    model.fit(stream, class_weight={0: 2.0}, epochs=1, verbose=0)
+  regression = LinearModel(loss="squared")
+  for labels, shown in ((y - 1, r"labels\[\d+\] = -1.0"),
+                        (y + 0.5, r"labels\[0\] = 1.5")):
+    with pytest.raises(InvalidInputError, match=(
+        r"class_weight needs class ids as labels \(whole numbers >= 0\), "
+        rf"got {shown}")):
+      regression.fit(x, labels, class_weight={0: 1.0, 1: 2.0}, verbose=0)
+  # A class skipped below the largest weighs 1, in memory and streamed.
+  for data, kwargs in ((x, dict(y=y)), (stream, {})):
+    skipped = LinearModel(loss="logistic")
+    skipped.fit(data, class_weight={1: 2.0}, epochs=2, verbose=0, **kwargs)
+    full = LinearModel(loss="logistic")
+    full.fit(data, class_weight={0: 1.0, 1: 2.0}, epochs=2, verbose=0,
+             **kwargs)
+    for a, b in zip(skipped.get_weights(), full.get_weights()):
+      np.testing.assert_array_equal(a, b)

@@ -77,13 +77,22 @@ _STORED_DUAL = re.compile(
     r"dual(?: block)? of (\w+) for example_labels\[\d+\] = (\S+)")
 
 
-def reused_id_error(error, example_id):
-  """The `InvalidInputError` to raise for `error`, a streamed step's op
-  error, when the op refused an example's stored dual for its label: the
-  example id came back with another label (SDCA keeps one dual per id);
-  None for any other error."""
+# The tag of `class_weighted`'s assertion on a streamed batch's labels.
+_CLASS_TAG = "tf_sdca class_weight label"
+_CLASS_ASSERTION = re.compile(re.escape(f"[{_CLASS_TAG}] [") + r"([^\]]*)\]")
+
+
+def streamed_error(error, example_id):
+  """The `InvalidInputError` to raise for `error`, raised by a streamed
+  fit's batches: for a label that `class_weight` has no weight for
+  (`class_weighted`'s assertion), and where the op refused an example's
+  stored dual for its label (the example id came back with another label:
+  SDCA keeps one dual per id); None for any other error."""
   if isinstance(error, InvalidInputError):
     return None
+  found = _CLASS_ASSERTION.search(error.message or "")
+  if found is not None:
+    return _class_error(float(found.group(1)), None, None)
   found = _STORED_DUAL.search(error.message or "")
   if found is None:
     return None
@@ -306,7 +315,8 @@ def checked_weights(sample_weight, n, y, class_weight):
 
   Raises:
     InvalidInputError: for a wrong length, a weight that is not finite and
-      >= 0, or class weights without integer labels in the table.
+      >= 0, or with class weights a label that is no class id (a whole
+      number >= 0) or a class above the largest of `class_weight`.
   """
   s = (np.ones(n, np.float32) if sample_weight is None else
        np.asarray(sample_weight, np.float32).reshape(-1))
@@ -322,12 +332,28 @@ def checked_weights(sample_weight, n, y, class_weight):
       raise InvalidInputError("class_weight needs labels")
     table = class_weight_table(class_weight).numpy()
     classes = y.astype(np.int64)
-    if classes.min() < 0 or classes.max() >= table.size or np.any(
-        classes != y):
-      raise InvalidInputError("class_weight needs integer labels in "
-                              f"[0, {table.size})")
+    bad = np.flatnonzero((classes < 0) | (classes >= table.size) |
+                         (classes != y))
+    if bad.size:
+      raise _class_error(y[bad[0]], bad[0], table.size)
     s = s * table[classes]
   return s
+
+
+def _class_error(label, row, size):
+  """The error for a `label` that `class_weight` (its table of `size`
+  classes, or None) has no weight for: not a class id, or a class above
+  its largest; `row`: the label's in-memory row (None: a streamed
+  batch's)."""
+  where = (f"a streamed batch's label {label}" if row is None else
+           f"labels[{row}] = {label}")
+  if not (label >= 0 and label == math.floor(label)):
+    return InvalidInputError(f"class_weight needs class ids as labels "
+                             f"(whole numbers >= 0), got {where}")
+  return InvalidInputError(
+      f"class_weight has no weight for class {int(label)} ({where}): give "
+      "one to every class of the labels (a class it skips below its "
+      "largest weighs 1)")
 
 
 def split(x, y, sample_weight, fraction):
@@ -630,12 +656,27 @@ def check_dataset_targets(dataset):
 
 def class_weighted(dataset, class_weight):
   """`dataset` of `(x, y[, sample_weight])` batches with each example's
-  weight multiplied by its class's weight in `class_weight`."""
+  weight multiplied by its class's weight in `class_weight` (1 for a class
+  it skips below its largest); a batch with a label that is no class id or
+  above its largest class fails an assertion that `streamed_error` turns
+  into the error naming the label."""
   table = class_weight_table(class_weight)
+  size = int(table.shape[0])
 
   def weigh(*parts):
     x, y, sw = keras.utils.unpack_x_y_sample_weight(parts)
-    cw = tf.gather(table, tf.cast(tf.reshape(y, [-1]), tf.int32))
+    labels = tf.reshape(y, [-1])
+    classes = tf.cast(labels, tf.int32)
+    # A label that is no class id, or above the table (the gather's own
+    # error named its indices): `streamed_error` reads the first one.
+    known = ((classes >= 0) & (classes < size) &
+             (tf.cast(classes, labels.dtype) == labels))
+    first = tf.argmin(tf.cast(known, tf.int32))
+    check = tf.debugging.Assert(
+        tf.reduce_all(known),
+        [_CLASS_TAG, tf.cast(tf.gather(labels, first), tf.float64)])
+    with tf.control_dependencies([check]):
+      cw = tf.gather(table, classes)
     sw = cw if sw is None else tf.reshape(tf.cast(sw, tf.float32),
                                           [-1]) * cw
     return x, y, sw

@@ -714,13 +714,14 @@ class LinearModel(keras.Model):
           steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
           validation_freq=validation_freq)
     except tf.errors.InvalidArgumentError as error:
-      # The op names its own input (example_state_data), which a streamed
-      # fit's user never gave: the cause is an id reused with another label.
-      reused = (data_lib.reused_id_error(error, self.example_id)
-                if streamed else None)
-      if reused is None:
+      # A streamed batch's label without a class weight, or an id reused
+      # with another label (which the op names by its own input,
+      # example_state_data, one the user never gave).
+      clear = (data_lib.streamed_error(error, self.example_id)
+               if streamed else None)
+      if clear is None:
         raise
-      raise reused from error
+      raise clear from error
     finally:
       self._training.end_fit()
 
