@@ -816,3 +816,24 @@ def test_class_weight_without_a_class_of_the_labels_names_the_class():
              **kwargs)
     for a, b in zip(skipped.get_weights(), full.get_weights()):
       np.testing.assert_array_equal(a, b)
+
+
+def test_sample_weight_of_two_columns_is_refused_by_its_shape():
+  """sample_weight [50, 2] was flattened and refused as having '100 rows
+  but the features have 50'."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(50, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  model = LinearModel(loss="logistic")
+  match = (r"sample_weight must have shape \[n\] or \[n, 1\] \(one weight "
+           r"per example\), got \(50, 2\)")
+  with pytest.raises(InvalidInputError, match=match):
+    model.fit(x, y, sample_weight=np.ones((50, 2)), verbose=0)
+  assert model._sdca is None  # pylint: disable=protected-access
+  model.fit(x, y, sample_weight=np.ones((50, 1)), epochs=2, verbose=0)
+  with pytest.raises(InvalidInputError, match=match):
+    model.evaluate(x, y, sample_weight=np.ones((50, 2)), verbose=0)
+  flat = LinearModel(loss="logistic")
+  flat.fit(x, y, sample_weight=np.ones(50), epochs=2, verbose=0)
+  for a, b in zip(model.get_weights(), flat.get_weights()):
+    np.testing.assert_array_equal(a, b)

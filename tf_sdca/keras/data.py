@@ -314,12 +314,17 @@ def checked_weights(sample_weight, n, y, class_weight):
   weights of the labels `y` in `class_weight`.
 
   Raises:
-    InvalidInputError: for a wrong length, a weight that is not finite and
+    InvalidInputError: for a wrong shape, a weight that is not finite and
       >= 0, or with class weights a label that is no class id (a whole
       number >= 0) or a class above the largest of `class_weight`.
   """
   s = (np.ones(n, np.float32) if sample_weight is None else
-       np.asarray(sample_weight, np.float32).reshape(-1))
+       np.asarray(sample_weight, np.float32))
+  if s.ndim > 1 and math.prod(s.shape[1:]) != 1:
+    # (Flattened, [n, 2] had "2n rows".)
+    raise InvalidInputError(f"sample_weight must have shape [n] or [n, 1] "
+                            f"(one weight per example), got {s.shape}")
+  s = s.reshape(-1)
   if s.shape[0] != n:
     raise InvalidInputError(f"sample_weight has {s.shape[0]} rows but the "
                             f"features have {n}")
