@@ -837,3 +837,27 @@ def test_sample_weight_of_two_columns_is_refused_by_its_shape():
   flat.fit(x, y, sample_weight=np.ones(50), epochs=2, verbose=0)
   for a, b in zip(model.get_weights(), flat.get_weights()):
     np.testing.assert_array_equal(a, b)
+
+
+def test_strings_for_a_categorical_vocabulary_size_are_named():
+  """String ids for categorical_features={"item": 10} failed in the ids'
+  range check: "'<' not supported between instances of 'bytes' and
+  'int'"; streamed, TensorFlow's cast from string to int64."""
+  rng = np.random.default_rng(0)
+  item = rng.integers(0, 10, 50)
+  y = (item % 2).astype(np.float32)
+  match = (r"feature 'item' holds strings, but categorical_features\['item'"
+           r"\] = 10 takes integer ids in \[0, 10\): give the ids as "
+           r"numbers, or map the strings by a layer")
+  model = LinearModel(loss="logistic", categorical_features={"item": 10})
+  with pytest.raises(InvalidInputError, match=match):
+    model.fit({"item": item.astype(str)}, y, verbose=0)
+  assert model._sdca is None  # pylint: disable=protected-access
+  stream = tf.data.Dataset.from_tensor_slices(
+      ({"item": item.astype(str), "example_id": np.arange(50)}, y)).batch(25)
+  with pytest.raises(InvalidInputError, match=match):
+    LinearModel(loss="logistic", categorical_features={"item": 10}).fit(
+        stream, verbose=0)
+  model.fit({"item": item}, y, epochs=2, verbose=0)
+  with pytest.raises(InvalidInputError, match=match):
+    model.predict({"item": np.array(["3"])}, verbose=0)

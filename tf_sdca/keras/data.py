@@ -397,7 +397,8 @@ def feature_spec(x, categorical_features):
 
   Raises:
     InvalidInputError: for a ragged or string feature that is not
-      categorical, or a feature of unknown width.
+      categorical, strings for a vocabulary size (ids), or a feature of
+      unknown width.
   """
   missing = sorted(set(categorical_features) - set(x))
   if missing:
@@ -413,6 +414,15 @@ def feature_spec(x, categorical_features):
     if name in categorical_features:
       kind = "categorical"
       size = vocabulary_size(name, categorical_features[name])
+      if dtype == tf.string and isinstance(categorical_features[name],
+                                           numbers.Integral):
+        # (The ids' range check compared bytes with ints: a TypeError.)
+        raise InvalidInputError(
+            f"feature {name!r} holds strings, but categorical_features"
+            f"[{name!r}] = {size} takes integer ids in [0, {size}): give "
+            f"the ids as numbers, or map the strings by a layer "
+            f"(keras.layers.StringLookup(vocabulary=...) or "
+            f"keras.layers.Hashing(num_bins=...))")
     elif isinstance(value, (tf.SparseTensor, tf.SparseTensorSpec)) or \
         is_scipy(value):
       kind = "sparse"
