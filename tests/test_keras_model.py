@@ -861,3 +861,47 @@ def test_strings_for_a_categorical_vocabulary_size_are_named():
   model.fit({"item": item}, y, epochs=2, verbose=0)
   with pytest.raises(InvalidInputError, match=match):
     model.predict({"item": np.array(["3"])}, verbose=0)
+
+
+def test_a_fresh_model_called_or_built_takes_load_weights(tmp_path):
+  """Keras' way to build a subclassed model before load_weights: model(x)
+  raised Keras' 'cannot add new elements of state' (its build came first,
+  made nothing and locked the model), and build((None, d)) returned
+  without weights, so load_weights and fit failed after it."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  trained = LinearModel(loss="logistic")
+  trained.fit(x, y, epochs=3, verbose=0)
+  path = str(tmp_path / "m.weights.h5")
+  trained.save_weights(path)
+  expected = trained.predict(x, verbose=0)
+  called = LinearModel(loss="logistic")
+  np.testing.assert_array_equal(called(x[:2]), np.full((2, 1), 0.5))
+  built = LinearModel(loss="logistic")
+  built.build((None, 3))
+  assert [w.shape for w in built.get_weights()] == [(3, 1), (1,)]
+  for model in (called, built):
+    model.load_weights(path)
+    np.testing.assert_array_equal(model.predict(x, verbose=0), expected)
+  # The loaded SDCA state resumes: 3 + 3 epochs are 6.
+  called.fit(x, y, epochs=3, verbose=0)
+  whole = LinearModel(loss="logistic")
+  whole.fit(x, y, epochs=6, verbose=0)
+  for a, b in zip(called.get_weights(), whole.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  named = LinearModel(loss="logistic")
+  named.build({"a": (None, 2), "b": (None,), "example_id": (None,)})
+  assert [w.shape for w in named.get_weights()] == [(2, 1), (1, 1), (1,)]
+  # Shapes that cannot build it say how to; the model stays unbuilt.
+  shapeless = LinearModel(loss="logistic")
+  with pytest.raises(ValueError, match=r"LinearModel.build needs the "
+                     r"input's shape to size its weights: build\(\(None, "
+                     r"d\)\)"):
+    shapeless.build()
+  shapeless.fit(x, y, epochs=1, verbose=0)
+  with pytest.raises(ValueError, match=r"\['c'\] are categorical .*: call "
+                     r"the model on data \(model\(x\)\)"):
+    LinearModel(categorical_features={"c": 4}).build({"c": (None, 1)})
+  ids = LinearModel(loss="logistic", categorical_features={"c": 4})
+  assert ids({"c": np.array([1, 3])}).shape == (2, 1)

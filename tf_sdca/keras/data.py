@@ -446,6 +446,38 @@ def feature_spec(x, categorical_features):
   return spec
 
 
+def shapes_spec(input_shape, categorical_features, example_id):
+  """The feature spec (see `feature_spec`) of numeric inputs of the shapes
+  `LinearModel.build` takes: one shape `(None, d)` (the `DEFAULT_FEATURE`)
+  or a dict `{name: shape}` (the example ids' left out), as float32 dense
+  features.
+
+  Raises:
+    ValueError: for no shape, a categorical feature (its raw type and ids
+      come from data) or a shape of unknown width.
+  """
+  how = ("build((None, d)) for one input of d numbers, build({name: (None, "
+         "k), ...}) for named numeric features, or call the model on data "
+         "(model(x)), which builds sparse and categorical features too")
+  if input_shape is None:
+    raise ValueError(f"LinearModel.build needs the input's shape to size "
+                     f"its weights: {how}")
+  shapes = (dict(input_shape) if isinstance(input_shape, dict) else
+            {DEFAULT_FEATURE: input_shape})
+  categorical = sorted(set(shapes) & set(categorical_features))
+  if categorical:
+    raise ValueError(f"LinearModel.build takes numeric features; "
+                     f"{categorical} are categorical (their raw values come "
+                     f"from data): call the model on data (model(x))")
+  try:
+    specs = {name: tf.TensorSpec(shape, tf.float32)
+             for name, shape in shapes.items() if name != example_id}
+  except (TypeError, ValueError) as error:
+    raise ValueError(f"LinearModel.build: {input_shape!r} is no input "
+                     f"shape ({error}): {how}") from None
+  return feature_spec(specs, categorical_features)
+
+
 def _not_finite(values):
   """The positions of the values that are not finite. Floats are checked
   in their own type (a float32 is finite exactly when its float64 is; no

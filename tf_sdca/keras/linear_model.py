@@ -272,9 +272,20 @@ class LinearModel(keras.Model):
       self._build_spec(config["spec"])
 
   def build(self, input_shape=None):
-    # Weights need the features' sizes, which come from data (fit, predict,
-    # evaluate) or from a saved model's build config.
-    del input_shape
+    """Creates the weights for numeric inputs of these shapes (the batch
+    dimension first): `(None, d)` for one input of d numbers (the
+    `"features"` a lone array is), `{name: (None, k), ...}` for named
+    ones. `fit`, `predict`, `evaluate` and calling the model on data
+    (`model(x)`) build it from the data instead, with sparse and
+    categorical features too.
+
+    Raises:
+      ValueError: without a shape, or for shapes that do not say how to
+        build the model (a categorical feature, an unknown width).
+    """
+    if self._spec is None:
+      self._build_spec(data_lib.shapes_spec(
+          input_shape, self.categorical_features, self.example_id))
 
   def get_config(self):
     config = super().get_config()
@@ -324,6 +335,19 @@ class LinearModel(keras.Model):
     y = losses.activation(self.loss_type, self._logits(features)
                           if logits is None else logits)
     return y if self.num_classes > 1 else y[:, None]
+
+  def __call__(self, *args, **kwargs):
+    # Keras builds a layer before its first call by `build(input_shape)`,
+    # then refuses new weights: the features' kinds, sizes and raw types
+    # come from the data, so the model is built from it first.
+    inputs = args[0] if args else kwargs.get("inputs")
+    if self._spec is None and inputs is not None:
+      x = {name: (data_lib.host(value) if isinstance(
+          value, (np.ndarray, list, tuple)) else value)
+           for name, value in data_lib.as_dict(inputs).items()
+           if name != self.example_id}
+      self._build_spec(data_lib.feature_spec(x, self.categorical_features))
+    return super().__call__(*args, **kwargs)
 
   def call(self, inputs, training=False):
     """Probabilities (logistic), rates (Poisson) or scores, `[B, 1]`;
