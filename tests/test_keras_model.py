@@ -905,3 +905,49 @@ def test_a_fresh_model_called_or_built_takes_load_weights(tmp_path):
     LinearModel(categorical_features={"c": 4}).build({"c": (None, 1)})
   ids = LinearModel(loss="logistic", categorical_features={"c": 4})
   assert ids({"c": np.array([1, 3])}).shape == (2, 1)
+
+
+def test_a_sparse_tensor_with_repeated_indices_scores_as_fit_trains_it():
+  """fit summed a tf.SparseTensor's repeated entries (as scipy's CSR is
+  summed) and took unordered ones, while predict and evaluate raised
+  tf.data's 'indices[1] = [0,1] is repeated' / 'is out of order'."""
+  rng = np.random.default_rng(5)
+  n, d = 120, 6
+  dense = np.where(rng.uniform(size=(n, d)) < 0.4,
+                   rng.integers(1, 8, size=(n, d)) / 4.0, 0.0)
+  y = (dense[:, 0] - dense[:, 1] + rng.normal(size=n) > 0).astype(np.float32)
+  rows, cols = np.nonzero(dense)
+  summed = tf.SparseTensor(np.stack([rows, cols], 1),
+                           dense[rows, cols].astype(np.float32), [n, d])
+  # Every other entry split in two parts (multiples of 1/4: exact sums),
+  # the second appended at the end: repeated and out of row-major order.
+  split = np.arange(rows.size) % 2 == 0
+  half = np.floor(dense[rows, cols] * 2) / 4
+  values = np.where(split, half, dense[rows, cols])
+  index = np.concatenate([np.stack([rows, cols], 1),
+                          np.stack([rows[split], cols[split]], 1)])
+  repeated = tf.SparseTensor(
+      index, np.concatenate([values, dense[rows, cols][split] -
+                             half[split]]).astype(np.float32), [n, d])
+  models = []
+  for x in (repeated, summed):
+    model = LinearModel(loss="logistic", l2=1.0)
+    model.fit(x, y, epochs=4, verbose=0, validation_data=(x, y))
+    models.append(model)
+  a, b = models
+  for wa, wb in zip(a.get_weights(), b.get_weights()):
+    np.testing.assert_allclose(wa, wb, rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(a.predict(repeated, verbose=0),
+                                a.predict(summed, verbose=0))
+  assert a.evaluate(repeated, y, verbose=0) == a.evaluate(summed, y,
+                                                          verbose=0)
+  # Categorical ids at a repeated position count each, as fit trains them.
+  ids = tf.SparseTensor([[0, 0], [0, 0], [2, 1], [2, 0]], [1, 3, 2, 0],
+                        [3, 2])
+  apart = tf.SparseTensor([[0, 0], [0, 1], [2, 0], [2, 1]], [1, 3, 2, 0],
+                          [3, 2])
+  cat = LinearModel(loss="logistic", categorical_features={"c": 4})
+  cat.fit({"c": apart}, np.array([1, 0, 0], np.float32), epochs=3,
+          verbose=0)
+  np.testing.assert_array_equal(cat.predict({"c": ids}, verbose=0),
+                                cat.predict({"c": apart}, verbose=0))

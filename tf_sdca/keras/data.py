@@ -489,16 +489,54 @@ def _not_finite(values):
   return np.flatnonzero(~np.isfinite(values))
 
 
-def check_values(x, spec, categorical_features):
+def row_major(value, kind, index=None):
+  """A `tf.SparseTensor` feature (its `kind`, indices `index` as numpy when
+  read already) in row-major order with each index once, as scoring's
+  batches need it (tf.data refuses repeated and unordered indices) and as
+  `fit` trains it: a numeric feature's repeated entries summed (as
+  `canonical_csr` sums a scipy matrix's), a categorical feature's ids
+  kept, each at its own position in the row (each id counts). `value`
+  itself when it is so already."""
+  index = value.indices.numpy() if index is None else index
+  rows, cols = index[:, 0], index[:, 1]
+  step = np.diff(rows)
+  if np.all((step > 0) | ((step == 0) & (np.diff(cols) > 0))):
+    return value
+  order = np.lexsort((cols, rows))  # stable: repeats keep their order
+  rows, cols = rows[order], cols[order]
+  values = value.values.numpy()[order]
+  width = int(value.dense_shape[1])
+  if kind == "categorical":
+    starts = np.searchsorted(rows, rows, side="left")
+    cols = np.arange(rows.size, dtype=np.int64) - starts
+    width = max(width, int(cols.max()) + 1)
+  else:
+    first = np.ones(rows.size, bool)
+    first[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+    starts = np.flatnonzero(first)
+    rows, cols = rows[starts], cols[starts]
+    values = np.add.reduceat(values, starts)
+  return tf.SparseTensor(np.stack([rows, cols], 1), values,
+                         [int(value.dense_shape[0]), width])
+
+
+def check_values(x, spec, categorical_features, for_scoring=False):
   """Checks the in-memory features `x` against the model's `spec`.
+
+  Returns:
+    With `for_scoring`, `x` with its `tf.SparseTensor` features in
+    row-major order, each index once (`row_major`); else None.
 
   Raises:
     InvalidInputError: for a categorical id or sparse column outside the
       feature's size, a non-numeric feature or a value that is not finite.
   """
+  out = dict(x) if for_scoring else None
   for name, kind, size, _, _ in spec:
     value = x[name]
     if kind == "categorical":
+      if for_scoring and isinstance(value, tf.SparseTensor):
+        out[name] = row_major(value, kind)
       if isinstance(categorical_features[name], numbers.Integral):
         ids = value.values if isinstance(value, tf.SparseTensor) else value
         ids = tf.reshape(ids, [-1]).numpy()
@@ -536,10 +574,14 @@ def check_values(x, spec, categorical_features):
       raise InvalidInputError(f"feature {name!r}{where} = {values[bad[0]]}"
                               " is not finite")
     if kind == "sparse":
-      cols = value.indices[:, 1].numpy()
+      index = value.indices.numpy()
+      cols = index[:, 1]
       if cols.size and (cols.min() < 0 or cols.max() >= size):
         raise InvalidInputError(f"feature {name!r} has a column outside "
                                 f"[0, {size})")
+      if for_scoring:
+        out[name] = row_major(value, kind, index)
+  return out
 
 
 def transform(x, spec, categorical_features):

@@ -585,7 +585,8 @@ class LinearModel(keras.Model):
     self._build_spec(data_lib.feature_spec(
         {k: v for k, v in x.items() if k != self.example_id},
         self.categorical_features))
-    data_lib.check_values(x, self._spec, self.categorical_features)
+    x = data_lib.check_values(x, self._spec, self.categorical_features,
+                              for_scoring=True)
     rows, batch, _ = data_lib.scoring_rows(x, n, y, sample_weight,
                                            batch_size)
     return rows.batch(batch)
