@@ -951,3 +951,21 @@ def test_a_sparse_tensor_with_repeated_indices_scores_as_fit_trains_it():
           verbose=0)
   np.testing.assert_array_equal(cat.predict({"c": ids}, verbose=0),
                                 cat.predict({"c": apart}, verbose=0))
+
+
+def test_predict_on_no_rows_returns_no_rows():
+  """predict on 0 rows raised an UnboundLocalError from Keras' loop."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  model = LinearModel(loss="logistic")
+  model.fit(x, y, epochs=2, verbose=0)
+  for empty in (x[:0], tf.data.Dataset.from_tensor_slices(
+      {"features": x[:0]}).batch(8)):
+    out = model.predict(empty, verbose=0)
+    assert out.shape == (0, 1) and out.dtype == np.float32
+  softmax = LinearModel(loss="softmax", num_classes=3)
+  softmax.fit(x, (x[:, 1] > 0) + (x[:, 2] > 0), epochs=2, verbose=0)
+  assert softmax.predict(x[:0], verbose=0).shape == (0, 3)
+  assert LinearModel().predict(x[:0], verbose=0).shape == (0, 1)
+  assert model.predict(x[:1], verbose=0).shape == (1, 1)

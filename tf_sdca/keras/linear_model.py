@@ -816,10 +816,12 @@ class LinearModel(keras.Model):
   def predict(self, x, batch_size=None, verbose="auto", steps=None,
               callbacks=None):
     """Keras' `predict`: `[n, 1]` probabilities (logistic), rates (Poisson)
-    or scores."""
-    return super().predict(self._batches(x, batch_size=batch_size,
-                                         targets=False),
-                           verbose=verbose, steps=steps,
+    or scores (`[n, K]` multiclass); `[0, 1]` (`[0, K]`) for no rows."""
+    data = self._batches(x, batch_size=batch_size, targets=False)
+    if int(data.cardinality()) == 0:
+      # (Keras' loop read its outputs of no batch: an UnboundLocalError.)
+      return np.zeros((0, self.num_classes), np.float32)
+    return super().predict(data, verbose=verbose, steps=steps,
                            callbacks=callbacks)
 
   # ---------------------------------------------------------- duality gap
