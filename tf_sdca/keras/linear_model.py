@@ -652,7 +652,10 @@ class LinearModel(keras.Model):
       A `keras.callbacks.History`.
 
     Raises:
-      InvalidInputError: for bad data (before any step).
+      InvalidInputError: for bad data: in memory before any step; in a
+        streamed batch (a label `class_weight` has no weight for, an
+        example id trained before with another label) before that batch
+        changes anything.
       TypeError: for `epochs` or `initial_epoch` not an integer (as
         Keras' own `fit`).
       ValueError: for a streamed dataset without example ids.
