@@ -645,3 +645,31 @@ def test_tol_on_a_tensor_input_stops_on_the_exact_gap(tmp_path, cancer):
   sdca = classifier._model.sdca  # pylint: disable=protected-access
   examples = classifier._examples(*_constant(features, y)())  # pylint: disable=protected-access
   assert sdca.duality_gap(examples)[1] == pytest.approx(seen[-1], rel=1e-9)
+
+
+def test_a_numeric_feature_of_another_width_than_its_column_is_named(
+    tmp_path):
+  """numeric_column("x", shape=(3,)) fed 4 numbers per example failed in
+  TensorFlow's Reshape ('Dimension size must be evenly divisible by 3 but
+  is 128'); 6 per example (or one, in a batch of a multiple of 3 rows)
+  was reshaped into other rows without a word."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 6)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  model = estimator.LinearClassifier(
+      [fc.numeric_column("x", shape=(3,))], model_dir=str(tmp_path / "m"),
+      optimizer=_sdca())
+  for width, shape in ((4, r"\(60, 4\)"), (6, r"\(60, 6\)"),
+                       (1, r"\(60,\)")):
+    features = {"example_id": np.arange(60),
+                "x": x[:, 0] if width == 1 else x[:, :width]}
+    with pytest.raises(ValueError, match=(
+        r"numeric_column 'x' has shape \(3,\) \(3 numbers per example\), "
+        rf"but feature 'x' has {width} per example \(shape {shape}\)")):
+      model.train(_constant(features, y), steps=1)
+  model.train(_constant({"example_id": np.arange(60), "x": x[:, :3]}, y),
+              steps=2)
+  with pytest.raises(ValueError, match=r"feature 'x' has 4 per example"):
+    next(iter(model.predict(_constant({"x": x[:, :4]}, y))))
+  with pytest.raises(ValueError, match=r"feature 'x' has 4 per example"):
+    model.evaluate(_constant({"x": x[:, :4]}, y))

@@ -706,3 +706,266 @@ def test_a_csr_matrix_with_duplicate_entries_trains_as_its_sum():
   assert a.evaluate(dup, y, verbose=0) == b.evaluate(summed, y, verbose=0)
   # The caller's matrix is left as it was.
   assert (dup != kept).nnz == 0 and not dup.has_canonical_format
+
+
+def test_a_streamed_id_reused_with_another_label_is_named_as_such():
+  """Example ids repeated across a stream's batches are one example each
+  (one dual): the same rows given twice train; an id that comes back with
+  another label was refused by the op's check of its stored dual, in the
+  op's words (example_state_data[0, 0] = ...), an input the user never
+  gave."""
+  rng = np.random.default_rng(0)
+  n = 200
+  x = rng.normal(size=(n, 4)).astype(np.float32)
+  y = (x[:, 0] + rng.normal(size=n) > 0).astype(np.float32)
+  classes = rng.integers(0, 3, n).astype(np.float32)
+
+  def stream(ids, labels):
+    return tf.data.Dataset.from_tensor_slices(
+        ({"features": x, "example_id": ids}, labels)).batch(50)
+  same = stream(np.arange(n), y)
+  model = LinearModel(loss="logistic")
+  model.compile()
+  history = model.fit(same.concatenate(same), epochs=2, verbose=0)
+  assert len(history.history["duality_gap"]) == 2
+  for loss, labels, dual in (("logistic", y, r" -?[0-9.e-]+"),
+                             ("hinge", y, r" -?[0-9.e-]+"),
+                             ("softmax", classes, " block")):
+    model = LinearModel(loss=loss, num_classes=3 if loss == "softmax"
+                        else None)
+    model.compile()
+    with pytest.raises(InvalidInputError, match=(
+        r"a streamed batch has a row of label [0-9] whose example id "
+        r"\(feature 'example_id'\) was trained before with another label: "
+        rf"its stored dual{dual} is not one of {loss}_loss for label [0-9]"
+        r"\. SDCA keeps one dual per example id")):
+      model.fit(stream(np.arange(n) % 50, labels), epochs=3, verbose=0)
+
+
+def test_a_streamed_label_or_weight_of_two_columns_is_refused_by_shape():
+  """Labels [n, 2] (one-hot) for a binary loss were flattened to 2n per
+  batch, and the op said 'keys has 25 rows but example_weights 50 and
+  example_labels 50'."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(50, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  features = {"features": x, "example_id": np.arange(50)}
+  two = np.stack([y, 1 - y], 1)
+  good = tf.data.Dataset.from_tensor_slices((features, y)).batch(25)
+  model = LinearModel(loss="logistic")
+  model.compile()
+  for parts, name in (((features, two), "labels"),
+                      ((features, y, np.ones((50, 2), np.float32)),
+                       "sample_weight")):
+    data = tf.data.Dataset.from_tensor_slices(parts).batch(25)
+    with pytest.raises(InvalidInputError, match=(
+        rf"the dataset's {name} must have shape \[batch\] or \[batch, 1\] "
+        r"\(one number per example\), got \(None, 2\)")):
+      model.fit(data, epochs=1, verbose=0)
+    assert model._sdca is None  # pylint: disable=protected-access
+    with pytest.raises(InvalidInputError, match=f"the dataset's {name}"):
+      model.fit(good, validation_data=data, epochs=1, verbose=0)
+    with pytest.raises(InvalidInputError, match=f"the dataset's {name}"):
+      model.evaluate(data, verbose=0)
+  # predict reads no labels; [n, 1] labels train as [n].
+  assert model.predict(tf.data.Dataset.from_tensor_slices(
+      (features, two)).batch(25), verbose=0).shape == (50, 1)
+  column = LinearModel(loss="logistic")
+  column.fit(tf.data.Dataset.from_tensor_slices(
+      (features, y[:, None])).batch(25), epochs=2, verbose=0)
+  flat = LinearModel(loss="logistic")
+  flat.fit(good, epochs=2, verbose=0)
+  for a, b in zip(column.get_weights(), flat.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_class_weight_without_a_class_of_the_labels_names_the_class():
+  """class_weight={0: 2.0} on 0/1 labels said 'class_weight needs integer
+  labels in [0, 1)' in memory and 'indices[0] = 1 is not in [0, 1)' from
+  a gather in a streamed batch's map."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(50, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  first = int(np.flatnonzero(y == 1)[0])
+  stream = tf.data.Dataset.from_tensor_slices(
+      ({"features": x, "example_id": np.arange(50)}, y)).batch(25)
+  model = LinearModel(loss="logistic")
+  model.compile()
+  with pytest.raises(InvalidInputError, match=(
+      rf"class_weight has no weight for class 1 \(labels\[{first}\] = 1.0\)"
+      r": give one to every class of the labels")):
+    model.fit(x, y, class_weight={0: 2.0}, epochs=1, verbose=0)
+  assert model._sdca is None  # pylint: disable=protected-access
+  with pytest.raises(InvalidInputError, match=(
+      r"class_weight has no weight for class 1 \(a streamed batch's label "
+      r"1.0\)")):
+    model.fit(stream, class_weight={0: 2.0}, epochs=1, verbose=0)
+  regression = LinearModel(loss="squared")
+  for labels, shown in ((y - 1, r"labels\[\d+\] = -1.0"),
+                        (y + 0.5, r"labels\[0\] = 1.5")):
+    with pytest.raises(InvalidInputError, match=(
+        r"class_weight needs class ids as labels \(whole numbers >= 0\), "
+        rf"got {shown}")):
+      regression.fit(x, labels, class_weight={0: 1.0, 1: 2.0}, verbose=0)
+  # A class skipped below the largest weighs 1, in memory and streamed.
+  for data, kwargs in ((x, dict(y=y)), (stream, {})):
+    skipped = LinearModel(loss="logistic")
+    skipped.fit(data, class_weight={1: 2.0}, epochs=2, verbose=0, **kwargs)
+    full = LinearModel(loss="logistic")
+    full.fit(data, class_weight={0: 1.0, 1: 2.0}, epochs=2, verbose=0,
+             **kwargs)
+    for a, b in zip(skipped.get_weights(), full.get_weights()):
+      np.testing.assert_array_equal(a, b)
+
+
+def test_sample_weight_of_two_columns_is_refused_by_its_shape():
+  """sample_weight [50, 2] was flattened and refused as having '100 rows
+  but the features have 50'."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(50, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  model = LinearModel(loss="logistic")
+  match = (r"sample_weight must have shape \[n\] or \[n, 1\] \(one weight "
+           r"per example\), got \(50, 2\)")
+  with pytest.raises(InvalidInputError, match=match):
+    model.fit(x, y, sample_weight=np.ones((50, 2)), verbose=0)
+  assert model._sdca is None  # pylint: disable=protected-access
+  model.fit(x, y, sample_weight=np.ones((50, 1)), epochs=2, verbose=0)
+  with pytest.raises(InvalidInputError, match=match):
+    model.evaluate(x, y, sample_weight=np.ones((50, 2)), verbose=0)
+  flat = LinearModel(loss="logistic")
+  flat.fit(x, y, sample_weight=np.ones(50), epochs=2, verbose=0)
+  for a, b in zip(model.get_weights(), flat.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_strings_for_a_categorical_vocabulary_size_are_named():
+  """String ids for categorical_features={"item": 10} failed in the ids'
+  range check: "'<' not supported between instances of 'bytes' and
+  'int'"; streamed, TensorFlow's cast from string to int64."""
+  rng = np.random.default_rng(0)
+  item = rng.integers(0, 10, 50)
+  y = (item % 2).astype(np.float32)
+  match = (r"feature 'item' holds strings, but categorical_features\['item'"
+           r"\] = 10 takes integer ids in \[0, 10\): give the ids as "
+           r"numbers, or map the strings by a layer")
+  model = LinearModel(loss="logistic", categorical_features={"item": 10})
+  with pytest.raises(InvalidInputError, match=match):
+    model.fit({"item": item.astype(str)}, y, verbose=0)
+  assert model._sdca is None  # pylint: disable=protected-access
+  stream = tf.data.Dataset.from_tensor_slices(
+      ({"item": item.astype(str), "example_id": np.arange(50)}, y)).batch(25)
+  with pytest.raises(InvalidInputError, match=match):
+    LinearModel(loss="logistic", categorical_features={"item": 10}).fit(
+        stream, verbose=0)
+  model.fit({"item": item}, y, epochs=2, verbose=0)
+  with pytest.raises(InvalidInputError, match=match):
+    model.predict({"item": np.array(["3"])}, verbose=0)
+
+
+def test_a_fresh_model_called_or_built_takes_load_weights(tmp_path):
+  """Keras' way to build a subclassed model before load_weights: model(x)
+  raised Keras' 'cannot add new elements of state' (its build came first,
+  made nothing and locked the model), and build((None, d)) returned
+  without weights, so load_weights and fit failed after it."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  trained = LinearModel(loss="logistic")
+  trained.fit(x, y, epochs=3, verbose=0)
+  path = str(tmp_path / "m.weights.h5")
+  trained.save_weights(path)
+  expected = trained.predict(x, verbose=0)
+  called = LinearModel(loss="logistic")
+  np.testing.assert_array_equal(called(x[:2]), np.full((2, 1), 0.5))
+  built = LinearModel(loss="logistic")
+  built.build((None, 3))
+  assert [w.shape for w in built.get_weights()] == [(3, 1), (1,)]
+  for model in (called, built):
+    model.load_weights(path)
+    np.testing.assert_array_equal(model.predict(x, verbose=0), expected)
+  # The loaded SDCA state resumes: 3 + 3 epochs are 6.
+  called.fit(x, y, epochs=3, verbose=0)
+  whole = LinearModel(loss="logistic")
+  whole.fit(x, y, epochs=6, verbose=0)
+  for a, b in zip(called.get_weights(), whole.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  named = LinearModel(loss="logistic")
+  named.build({"a": (None, 2), "b": (None,), "example_id": (None,)})
+  assert [w.shape for w in named.get_weights()] == [(2, 1), (1, 1), (1,)]
+  # Shapes that cannot build it say how to; the model stays unbuilt.
+  shapeless = LinearModel(loss="logistic")
+  with pytest.raises(ValueError, match=r"LinearModel.build needs the "
+                     r"input's shape to size its weights: build\(\(None, "
+                     r"d\)\)"):
+    shapeless.build()
+  shapeless.fit(x, y, epochs=1, verbose=0)
+  with pytest.raises(ValueError, match=r"\['c'\] are categorical .*: call "
+                     r"the model on data \(model\(x\)\)"):
+    LinearModel(categorical_features={"c": 4}).build({"c": (None, 1)})
+  ids = LinearModel(loss="logistic", categorical_features={"c": 4})
+  assert ids({"c": np.array([1, 3])}).shape == (2, 1)
+
+
+def test_a_sparse_tensor_with_repeated_indices_scores_as_fit_trains_it():
+  """fit summed a tf.SparseTensor's repeated entries (as scipy's CSR is
+  summed) and took unordered ones, while predict and evaluate raised
+  tf.data's 'indices[1] = [0,1] is repeated' / 'is out of order'."""
+  rng = np.random.default_rng(5)
+  n, d = 120, 6
+  dense = np.where(rng.uniform(size=(n, d)) < 0.4,
+                   rng.integers(1, 8, size=(n, d)) / 4.0, 0.0)
+  y = (dense[:, 0] - dense[:, 1] + rng.normal(size=n) > 0).astype(np.float32)
+  rows, cols = np.nonzero(dense)
+  summed = tf.SparseTensor(np.stack([rows, cols], 1),
+                           dense[rows, cols].astype(np.float32), [n, d])
+  # Every other entry split in two parts (multiples of 1/4: exact sums),
+  # the second appended at the end: repeated and out of row-major order.
+  split = np.arange(rows.size) % 2 == 0
+  half = np.floor(dense[rows, cols] * 2) / 4
+  values = np.where(split, half, dense[rows, cols])
+  index = np.concatenate([np.stack([rows, cols], 1),
+                          np.stack([rows[split], cols[split]], 1)])
+  repeated = tf.SparseTensor(
+      index, np.concatenate([values, dense[rows, cols][split] -
+                             half[split]]).astype(np.float32), [n, d])
+  models = []
+  for x in (repeated, summed):
+    model = LinearModel(loss="logistic", l2=1.0)
+    model.fit(x, y, epochs=4, verbose=0, validation_data=(x, y))
+    models.append(model)
+  a, b = models
+  for wa, wb in zip(a.get_weights(), b.get_weights()):
+    np.testing.assert_allclose(wa, wb, rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(a.predict(repeated, verbose=0),
+                                a.predict(summed, verbose=0))
+  assert a.evaluate(repeated, y, verbose=0) == a.evaluate(summed, y,
+                                                          verbose=0)
+  # Categorical ids at a repeated position count each, as fit trains them.
+  ids = tf.SparseTensor([[0, 0], [0, 0], [2, 1], [2, 0]], [1, 3, 2, 0],
+                        [3, 2])
+  apart = tf.SparseTensor([[0, 0], [0, 1], [2, 0], [2, 1]], [1, 3, 2, 0],
+                          [3, 2])
+  cat = LinearModel(loss="logistic", categorical_features={"c": 4})
+  cat.fit({"c": apart}, np.array([1, 0, 0], np.float32), epochs=3,
+          verbose=0)
+  np.testing.assert_array_equal(cat.predict({"c": ids}, verbose=0),
+                                cat.predict({"c": apart}, verbose=0))
+
+
+def test_predict_on_no_rows_returns_no_rows():
+  """predict on 0 rows raised an UnboundLocalError from Keras' loop."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  model = LinearModel(loss="logistic")
+  model.fit(x, y, epochs=2, verbose=0)
+  for empty in (x[:0], tf.data.Dataset.from_tensor_slices(
+      {"features": x[:0]}).batch(8)):
+    out = model.predict(empty, verbose=0)
+    assert out.shape == (0, 1) and out.dtype == np.float32
+  softmax = LinearModel(loss="softmax", num_classes=3)
+  softmax.fit(x, (x[:, 1] > 0) + (x[:, 2] > 0), epochs=2, verbose=0)
+  assert softmax.predict(x[:0], verbose=0).shape == (0, 3)
+  assert LinearModel().predict(x[:0], verbose=0).shape == (0, 1)
+  assert model.predict(x[:1], verbose=0).shape == (1, 1)

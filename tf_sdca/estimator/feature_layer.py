@@ -228,6 +228,34 @@ class FeatureLayer(tf.Module):
       self._feature_keys = frozenset(keys)
     return self._feature_keys
 
+  def check_widths(self, features):
+    """Refuses a raw feature whose width (numbers per example, from its
+    shape) is not that of its `numeric_column`: TensorFlow's reshape to
+    the column's shape failed in its own words ('Dimension size must be
+    evenly divisible by 3'), or, where the batch's numbers divided
+    evenly, made other rows of them.
+
+    Raises:
+      ValueError: naming the column, its shape and the feature's width.
+    """
+    for column in self._columns:
+      if type(column).__name__ != "NumericColumn":
+        continue
+      shape = getattr(features.get(column.key), "shape", None)
+      if shape is None or isinstance(features[column.key], tf.SparseTensor):
+        continue
+      shape = tf.TensorShape(shape)
+      if shape.rank is None or shape.rank == 0 or \
+          not shape[1:].is_fully_defined():
+        continue
+      width, declared = shape[1:].num_elements(), int(column.shape[0])
+      if width != declared:
+        raise ValueError(
+            f"numeric_column {column.name!r} has shape "
+            f"{tuple(column.shape)} ({declared} numbers per example), but "
+            f"feature {column.key!r} has {width} per example (shape "
+            f"{tuple(shape.as_list())})")
+
   # -------------------------------------------------------- transformation
   def transform(self, features):
     """The groups of a batch of raw features, and the batch size (int64).

@@ -505,6 +505,7 @@ class _LinearEstimator:
     if missing:
       raise ValueError(f"features lacks {missing}, which the feature "
                        f"columns read; it has {sorted(features)}")
+    self._layer.check_widths(features)
     unknown = sorted(set(features) - known)
     if unknown:
       raise ValueError(

@@ -10,6 +10,7 @@ training step.
 """
 import math
 import numbers
+import re
 
 import keras
 import numpy as np
@@ -65,6 +66,46 @@ _MISSING_IDS = (
     "an example id: make its features a dict with a {name!r} feature "
     "(unique per example, string or int), e.g. add row numbers before "
     "batching with {how}, or pass in-memory arrays (row positions are used)")
+
+
+# The op's refusal of a stored dual for the label it comes with
+# (`TfSdca>Optimizer`'s example_state_data check; the multiclass block's
+# form has no value): in a streamed fit, an example id trained before
+# with another label.
+_STORED_DUAL = re.compile(
+    r"example_state_data\[\d+, 0(?::\d+)?\] (?:= (\S+) )?is not a valid "
+    r"dual(?: block)? of (\w+) for example_labels\[\d+\] = (\S+)")
+
+
+# The tag of `class_weighted`'s assertion on a streamed batch's labels.
+_CLASS_TAG = "tf_sdca class_weight label"
+_CLASS_ASSERTION = re.compile(re.escape(f"[{_CLASS_TAG}] [") + r"([^\]]*)\]")
+
+
+def streamed_error(error, example_id):
+  """The `InvalidInputError` to raise for `error`, raised by a streamed
+  fit's batches: for a label that `class_weight` has no weight for
+  (`class_weighted`'s assertion), and where the op refused an example's
+  stored dual for its label (the example id came back with another label:
+  SDCA keeps one dual per id); None for any other error."""
+  if isinstance(error, InvalidInputError):
+    return None
+  found = _CLASS_ASSERTION.search(error.message or "")
+  if found is not None:
+    return _class_error(float(found.group(1)), None, None)
+  found = _STORED_DUAL.search(error.message or "")
+  if found is None:
+    return None
+  dual, loss, label = found.groups()
+  stored = f" {dual}" if dual is not None else " block"
+  return InvalidInputError(
+      f"a streamed batch has a row of label {label} whose example id "
+      f"(feature {example_id!r}) was trained before with another label: "
+      f"its stored dual{stored} is not one of {loss} for label {label}. "
+      f"SDCA keeps one dual per example id, so "
+      f"rows that share an id are one example (seen again in a later batch "
+      f"or epoch, it resumes from its dual) and need the same label; give "
+      f"each example its own id, e.g. number the rows before batching")
 
 
 def serialized_categorical(categorical_features):
@@ -273,11 +314,17 @@ def checked_weights(sample_weight, n, y, class_weight):
   weights of the labels `y` in `class_weight`.
 
   Raises:
-    InvalidInputError: for a wrong length, a weight that is not finite and
-      >= 0, or class weights without integer labels in the table.
+    InvalidInputError: for a wrong shape, a weight that is not finite and
+      >= 0, or with class weights a label that is no class id (a whole
+      number >= 0) or a class above the largest of `class_weight`.
   """
   s = (np.ones(n, np.float32) if sample_weight is None else
-       np.asarray(sample_weight, np.float32).reshape(-1))
+       np.asarray(sample_weight, np.float32))
+  if s.ndim > 1 and math.prod(s.shape[1:]) != 1:
+    # (Flattened, [n, 2] had "2n rows".)
+    raise InvalidInputError(f"sample_weight must have shape [n] or [n, 1] "
+                            f"(one weight per example), got {s.shape}")
+  s = s.reshape(-1)
   if s.shape[0] != n:
     raise InvalidInputError(f"sample_weight has {s.shape[0]} rows but the "
                             f"features have {n}")
@@ -290,12 +337,28 @@ def checked_weights(sample_weight, n, y, class_weight):
       raise InvalidInputError("class_weight needs labels")
     table = class_weight_table(class_weight).numpy()
     classes = y.astype(np.int64)
-    if classes.min() < 0 or classes.max() >= table.size or np.any(
-        classes != y):
-      raise InvalidInputError("class_weight needs integer labels in "
-                              f"[0, {table.size})")
+    bad = np.flatnonzero((classes < 0) | (classes >= table.size) |
+                         (classes != y))
+    if bad.size:
+      raise _class_error(y[bad[0]], bad[0], table.size)
     s = s * table[classes]
   return s
+
+
+def _class_error(label, row, size):
+  """The error for a `label` that `class_weight` (its table of `size`
+  classes, or None) has no weight for: not a class id, or a class above
+  its largest; `row`: the label's in-memory row (None: a streamed
+  batch's)."""
+  where = (f"a streamed batch's label {label}" if row is None else
+           f"labels[{row}] = {label}")
+  if not (label >= 0 and label == math.floor(label)):
+    return InvalidInputError(f"class_weight needs class ids as labels "
+                             f"(whole numbers >= 0), got {where}")
+  return InvalidInputError(
+      f"class_weight has no weight for class {int(label)} ({where}): give "
+      "one to every class of the labels (a class it skips below its "
+      "largest weighs 1)")
 
 
 def split(x, y, sample_weight, fraction):
@@ -334,7 +397,8 @@ def feature_spec(x, categorical_features):
 
   Raises:
     InvalidInputError: for a ragged or string feature that is not
-      categorical, or a feature of unknown width.
+      categorical, strings for a vocabulary size (ids), or a feature of
+      unknown width.
   """
   missing = sorted(set(categorical_features) - set(x))
   if missing:
@@ -350,6 +414,15 @@ def feature_spec(x, categorical_features):
     if name in categorical_features:
       kind = "categorical"
       size = vocabulary_size(name, categorical_features[name])
+      if dtype == tf.string and isinstance(categorical_features[name],
+                                           numbers.Integral):
+        # (The ids' range check compared bytes with ints: a TypeError.)
+        raise InvalidInputError(
+            f"feature {name!r} holds strings, but categorical_features"
+            f"[{name!r}] = {size} takes integer ids in [0, {size}): give "
+            f"the ids as numbers, or map the strings by a layer "
+            f"(keras.layers.StringLookup(vocabulary=...) or "
+            f"keras.layers.Hashing(num_bins=...))")
     elif isinstance(value, (tf.SparseTensor, tf.SparseTensorSpec)) or \
         is_scipy(value):
       kind = "sparse"
@@ -373,6 +446,38 @@ def feature_spec(x, categorical_features):
   return spec
 
 
+def shapes_spec(input_shape, categorical_features, example_id):
+  """The feature spec (see `feature_spec`) of numeric inputs of the shapes
+  `LinearModel.build` takes: one shape `(None, d)` (the `DEFAULT_FEATURE`)
+  or a dict `{name: shape}` (the example ids' left out), as float32 dense
+  features.
+
+  Raises:
+    ValueError: for no shape, a categorical feature (its raw type and ids
+      come from data) or a shape of unknown width.
+  """
+  how = ("build((None, d)) for one input of d numbers, build({name: (None, "
+         "k), ...}) for named numeric features, or call the model on data "
+         "(model(x)), which builds sparse and categorical features too")
+  if input_shape is None:
+    raise ValueError(f"LinearModel.build needs the input's shape to size "
+                     f"its weights: {how}")
+  shapes = (dict(input_shape) if isinstance(input_shape, dict) else
+            {DEFAULT_FEATURE: input_shape})
+  categorical = sorted(set(shapes) & set(categorical_features))
+  if categorical:
+    raise ValueError(f"LinearModel.build takes numeric features; "
+                     f"{categorical} are categorical (their raw values come "
+                     f"from data): call the model on data (model(x))")
+  try:
+    specs = {name: tf.TensorSpec(shape, tf.float32)
+             for name, shape in shapes.items() if name != example_id}
+  except (TypeError, ValueError) as error:
+    raise ValueError(f"LinearModel.build: {input_shape!r} is no input "
+                     f"shape ({error}): {how}") from None
+  return feature_spec(specs, categorical_features)
+
+
 def _not_finite(values):
   """The positions of the values that are not finite. Floats are checked
   in their own type (a float32 is finite exactly when its float64 is; no
@@ -384,16 +489,54 @@ def _not_finite(values):
   return np.flatnonzero(~np.isfinite(values))
 
 
-def check_values(x, spec, categorical_features):
+def row_major(value, kind, index=None):
+  """A `tf.SparseTensor` feature (its `kind`, indices `index` as numpy when
+  read already) in row-major order with each index once, as scoring's
+  batches need it (tf.data refuses repeated and unordered indices) and as
+  `fit` trains it: a numeric feature's repeated entries summed (as
+  `canonical_csr` sums a scipy matrix's), a categorical feature's ids
+  kept, each at its own position in the row (each id counts). `value`
+  itself when it is so already."""
+  index = value.indices.numpy() if index is None else index
+  rows, cols = index[:, 0], index[:, 1]
+  step = np.diff(rows)
+  if np.all((step > 0) | ((step == 0) & (np.diff(cols) > 0))):
+    return value
+  order = np.lexsort((cols, rows))  # stable: repeats keep their order
+  rows, cols = rows[order], cols[order]
+  values = value.values.numpy()[order]
+  width = int(value.dense_shape[1])
+  if kind == "categorical":
+    starts = np.searchsorted(rows, rows, side="left")
+    cols = np.arange(rows.size, dtype=np.int64) - starts
+    width = max(width, int(cols.max()) + 1)
+  else:
+    first = np.ones(rows.size, bool)
+    first[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+    starts = np.flatnonzero(first)
+    rows, cols = rows[starts], cols[starts]
+    values = np.add.reduceat(values, starts)
+  return tf.SparseTensor(np.stack([rows, cols], 1), values,
+                         [int(value.dense_shape[0]), width])
+
+
+def check_values(x, spec, categorical_features, for_scoring=False):
   """Checks the in-memory features `x` against the model's `spec`.
+
+  Returns:
+    With `for_scoring`, `x` with its `tf.SparseTensor` features in
+    row-major order, each index once (`row_major`); else None.
 
   Raises:
     InvalidInputError: for a categorical id or sparse column outside the
       feature's size, a non-numeric feature or a value that is not finite.
   """
+  out = dict(x) if for_scoring else None
   for name, kind, size, _, _ in spec:
     value = x[name]
     if kind == "categorical":
+      if for_scoring and isinstance(value, tf.SparseTensor):
+        out[name] = row_major(value, kind)
       if isinstance(categorical_features[name], numbers.Integral):
         ids = value.values if isinstance(value, tf.SparseTensor) else value
         ids = tf.reshape(ids, [-1]).numpy()
@@ -431,10 +574,14 @@ def check_values(x, spec, categorical_features):
       raise InvalidInputError(f"feature {name!r}{where} = {values[bad[0]]}"
                               " is not finite")
     if kind == "sparse":
-      cols = value.indices[:, 1].numpy()
+      index = value.indices.numpy()
+      cols = index[:, 1]
       if cols.size and (cols.min() < 0 or cols.max() >= size):
         raise InvalidInputError(f"feature {name!r} has a column outside "
                                 f"[0, {size})")
+      if for_scoring:
+        out[name] = row_major(value, kind, index)
+  return out
 
 
 def transform(x, spec, categorical_features):
@@ -572,14 +719,53 @@ def dataset_features(dataset, example_id, for_training):
   return {k: v for k, v in as_dict(x_spec).items() if k != example_id}
 
 
+def check_dataset_targets(dataset):
+  """Checks the labels and example weights of a user `tf.data.Dataset` of
+  `(features, labels[, sample_weight])` batches by their element spec
+  (their shapes, before any batch: each batch's are flattened, and a
+  second column made twice the rows).
+
+  Raises:
+    InvalidInputError: for labels or weights with more than one number
+      per example.
+  """
+  spec = dataset.element_spec
+  if not isinstance(spec, tuple):
+    return
+  for name, part in zip(("labels", "sample_weight"), spec[1:3]):
+    shape = getattr(part, "shape", None)
+    if shape is None or shape.rank is None or shape.rank < 2:
+      continue
+    inner = shape[1:]
+    if inner.is_fully_defined() and inner.num_elements() != 1:
+      raise InvalidInputError(
+          f"the dataset's {name} must have shape [batch] or [batch, 1] (one "
+          f"number per example), got {tuple(shape.as_list())}")
+
+
 def class_weighted(dataset, class_weight):
   """`dataset` of `(x, y[, sample_weight])` batches with each example's
-  weight multiplied by its class's weight in `class_weight`."""
+  weight multiplied by its class's weight in `class_weight` (1 for a class
+  it skips below its largest); a batch with a label that is no class id or
+  above its largest class fails an assertion that `streamed_error` turns
+  into the error naming the label."""
   table = class_weight_table(class_weight)
+  size = int(table.shape[0])
 
   def weigh(*parts):
     x, y, sw = keras.utils.unpack_x_y_sample_weight(parts)
-    cw = tf.gather(table, tf.cast(tf.reshape(y, [-1]), tf.int32))
+    labels = tf.reshape(y, [-1])
+    classes = tf.cast(labels, tf.int32)
+    # A label that is no class id, or above the table (the gather's own
+    # error named its indices): `streamed_error` reads the first one.
+    known = ((classes >= 0) & (classes < size) &
+             (tf.cast(classes, labels.dtype) == labels))
+    first = tf.argmin(tf.cast(known, tf.int32))
+    check = tf.debugging.Assert(
+        tf.reduce_all(known),
+        [_CLASS_TAG, tf.cast(tf.gather(labels, first), tf.float64)])
+    with tf.control_dependencies([check]):
+      cw = tf.gather(table, classes)
     sw = cw if sw is None else tf.reshape(tf.cast(sw, tf.float32),
                                           [-1]) * cw
     return x, y, sw

@@ -272,9 +272,20 @@ class LinearModel(keras.Model):
       self._build_spec(config["spec"])
 
   def build(self, input_shape=None):
-    # Weights need the features' sizes, which come from data (fit, predict,
-    # evaluate) or from a saved model's build config.
-    del input_shape
+    """Creates the weights for numeric inputs of these shapes (the batch
+    dimension first): `(None, d)` for one input of d numbers (the
+    `"features"` a lone array is), `{name: (None, k), ...}` for named
+    ones. `fit`, `predict`, `evaluate` and calling the model on data
+    (`model(x)`) build it from the data instead, with sparse and
+    categorical features too.
+
+    Raises:
+      ValueError: without a shape, or for shapes that do not say how to
+        build the model (a categorical feature, an unknown width).
+    """
+    if self._spec is None:
+      self._build_spec(data_lib.shapes_spec(
+          input_shape, self.categorical_features, self.example_id))
 
   def get_config(self):
     config = super().get_config()
@@ -324,6 +335,19 @@ class LinearModel(keras.Model):
     y = losses.activation(self.loss_type, self._logits(features)
                           if logits is None else logits)
     return y if self.num_classes > 1 else y[:, None]
+
+  def __call__(self, *args, **kwargs):
+    # Keras builds a layer before its first call by `build(input_shape)`,
+    # then refuses new weights: the features' kinds, sizes and raw types
+    # come from the data, so the model is built from it first.
+    inputs = args[0] if args else kwargs.get("inputs")
+    if self._spec is None and inputs is not None:
+      x = {name: (data_lib.host(value) if isinstance(
+          value, (np.ndarray, list, tuple)) else value)
+           for name, value in data_lib.as_dict(inputs).items()
+           if name != self.example_id}
+      self._build_spec(data_lib.feature_spec(x, self.categorical_features))
+    return super().__call__(*args, **kwargs)
 
   def call(self, inputs, training=False):
     """Probabilities (logistic), rates (Poisson) or scores, `[B, 1]`;
@@ -543,30 +567,37 @@ class LinearModel(keras.Model):
     self.compile(**config)
 
   # ----------------------------------------------------------------- data
-  def _batches(self, x, y=None, sample_weight=None, batch_size=None):
+  def _batches(self, x, y=None, sample_weight=None, batch_size=None,
+               targets=True):
     """Data to score (evaluate, predict, validation) as batches: in-memory
     data checked (building the model for it) and batched, or a user
-    `tf.data.Dataset` (see `_dataset`).
+    `tf.data.Dataset` (see `_dataset`; `targets`: whether its labels and
+    weights are read, not by predict).
 
     Raises:
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
         domain labels, non-finite features or bad weights.
     """
     if isinstance(x, tf.data.Dataset):
-      return self._dataset(x)
+      return self._dataset(x, targets=targets)
     x, n, y, sample_weight = data_lib.scoring_inputs(
         x, y, sample_weight, self.loss_type, self.num_classes)
     self._build_spec(data_lib.feature_spec(
         {k: v for k, v in x.items() if k != self.example_id},
         self.categorical_features))
-    data_lib.check_values(x, self._spec, self.categorical_features)
+    x = data_lib.check_values(x, self._spec, self.categorical_features,
+                              for_scoring=True)
     rows, batch, _ = data_lib.scoring_rows(x, n, y, sample_weight,
                                            batch_size)
     return rows.batch(batch)
 
-  def _dataset(self, data, class_weight=None, for_training=False):
+  def _dataset(self, data, class_weight=None, for_training=False,
+               targets=True):
     """A user `tf.data.Dataset`: builds the model from its element spec,
-    applies class weights, checks for example ids when training."""
+    applies class weights, checks for example ids when training and, when
+    its `targets` are read, the shapes of its labels and weights."""
+    if targets:
+      data_lib.check_dataset_targets(data)
     self._build_spec(data_lib.feature_spec(
         data_lib.dataset_features(data, self.example_id, for_training),
         self.categorical_features))
@@ -621,7 +652,10 @@ class LinearModel(keras.Model):
       A `keras.callbacks.History`.
 
     Raises:
-      InvalidInputError: for bad data (before any step).
+      InvalidInputError: for bad data: in memory before any step; in a
+        streamed batch (a label `class_weight` has no weight for, an
+        example id trained before with another label) before that batch
+        changes anything.
       TypeError: for `epochs` or `initial_epoch` not an integer (as
         Keras' own `fit`).
       ValueError: for a streamed dataset without example ids.
@@ -650,6 +684,8 @@ class LinearModel(keras.Model):
     streamed = isinstance(x, tf.data.Dataset)
     if streamed:
       _check_finite(x, "fit")
+    if isinstance(validation_data, tf.data.Dataset):
+      data_lib.check_dataset_targets(validation_data)
     self._training.check_mode(options.STREAMED if streamed else
                               options.IN_MEMORY)
     if not self.compiled:
@@ -705,6 +741,15 @@ class LinearModel(keras.Model):
           shuffle=False,
           steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
           validation_freq=validation_freq)
+    except tf.errors.InvalidArgumentError as error:
+      # A streamed batch's label without a class weight, or an id reused
+      # with another label (which the op names by its own input,
+      # example_state_data, one the user never gave).
+      clear = (data_lib.streamed_error(error, self.example_id)
+               if streamed else None)
+      if clear is None:
+        raise
+      raise clear from error
     finally:
       self._training.end_fit()
 
@@ -774,9 +819,12 @@ class LinearModel(keras.Model):
   def predict(self, x, batch_size=None, verbose="auto", steps=None,
               callbacks=None):
     """Keras' `predict`: `[n, 1]` probabilities (logistic), rates (Poisson)
-    or scores."""
-    return super().predict(self._batches(x, batch_size=batch_size),
-                           verbose=verbose, steps=steps,
+    or scores (`[n, K]` multiclass); `[0, 1]` (`[0, K]`) for no rows."""
+    data = self._batches(x, batch_size=batch_size, targets=False)
+    if int(data.cardinality()) == 0:
+      # (Keras' loop read its outputs of no batch: an UnboundLocalError.)
+      return np.zeros((0, self.num_classes), np.float32)
+    return super().predict(data, verbose=verbose, steps=steps,
                            callbacks=callbacks)
 
   # ---------------------------------------------------------- duality gap
