@@ -159,3 +159,49 @@ def test_a_truncated_gzip_is_one_line_naming_the_file(trained, tmp_path,
   cut.write_bytes(whole[:len(whole) // 2])
   _fails(["train", str(cut), "--model-dir", str(tmp_path / "m"), "--quiet"],
          capsys, str(cut), "truncated")
+
+
+def test_a_label_outside_the_loss_names_its_file_and_line(tmp_path, capsys):
+  # The op names the row of the rows read (example_labels[2]); the row of
+  # the second file after a blank line and a comment is its line 4.
+  first, second = tmp_path / "a.libsvm", tmp_path / "b.libsvm"
+  first.write_text("1 1:1\n0 2:1\n")
+  second.write_text("2 1:1\n\n# note\n-1 2:1\n3 1:2\n")
+  _fails(["train", str(first), str(second), "--format", "libsvm", "--loss",
+          "poisson", "--model-dir", str(tmp_path / "p"), "--quiet"], capsys,
+         f"{second}:4: the label -1 is not a count (>= 0)")
+  # A multiclass model resumed on a label none of its classes.
+  model = str(tmp_path / "k")
+  assert cli.main(["train", str(first), "--format", "libsvm", "--loss",
+                   "softmax", "--num-classes", "2", "--model-dir", model,
+                   "--epochs", "2", "--quiet"]) == 0
+  other = tmp_path / "c.libsvm"
+  other.write_text("0 1:1\n# c\n5 2:1\n")
+  _fails(["train", str(other), "--format", "libsvm", "--loss", "softmax",
+          "--num-classes", "2", "--model-dir", model, "--resume", "--quiet"],
+         capsys, f"{other}:3: the label 5 is none of the model's classes")
+
+
+def test_generate_replaces_an_earlier_generate_s_part_files(tmp_path,
+                                                          capsys):
+  out = str(tmp_path / "g")
+  assert cli.main(["generate", "--out", out, "--rows", "40", "--files",
+                   "4"]) == 0
+  assert cli.main(["generate", "--out", out, "--rows", "30", "--files",
+                   "2"]) == 0
+  assert "removed 2 part file(s)" in capsys.readouterr().out
+  parts = sorted(f for f in os.listdir(out) if f.startswith("part-"))
+  assert parts == ["part-00000.tsv", "part-00001.tsv"]
+  lines = sum(len(open(os.path.join(out, f)).read().splitlines())
+              for f in parts)
+  assert lines == 30  # what truth.npy describes
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  assert np.load(os.path.join(out, "truth.npy")).shape == (30,)
+
+
+def test_demo_prints_its_real_split(capsys):
+  assert cli.main(["demo", "--rows", "15", "--epochs", "2", "--quiet"]) == 0
+  out = capsys.readouterr().out
+  assert "Training on 7 files (14 rows, 93%), holding out part-00007.tsv " \
+         "(1 row(s))" in out
+  assert "rows: 14 train / 1 test" in out

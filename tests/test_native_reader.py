@@ -182,14 +182,15 @@ def test_a_truncated_gzip_is_a_one_line_error_naming_the_file(
   path = _truncated_gzip(tmp_path, text)
   reader = criteo.read_criteo if fmt == "criteo" else libsvm.read_libsvm
   with pytest.raises(ValueError, match=rf"^{path}: the gzip data ends early "
-                     r"\(the file is truncated\)$"):
+                     r"\(the file is truncated, or damaged\)$"):
     list(reader([path]))
   status = cli.main(["train", path, "--format", fmt, "--model-dir",
                      str(tmp_path / "m"), "--quiet"])
   err = capsys.readouterr().err
   assert status == 2 and "Traceback" not in err
   assert err.strip().splitlines()[-1].endswith(
-      f"{path}: the gzip data ends early (the file is truncated)")
+      f"{path}: the gzip data ends early (the file is truncated, or "
+      "damaged)")
 
 
 def test_bad_lines_in_later_blocks_name_their_line(criteo_text, tmp_path,

@@ -22,8 +22,9 @@ uninterrupted run gives. `evaluate` prints log loss, AUC and accuracy;
 `predict` writes one score per line; `export` writes a SavedModel that
 scores raw text lines (parsing, hashing, scaling in TensorFlow ops), for
 TensorFlow Serving. `demo` generates TSV files in a
-temporary directory, trains on 90% of the rows the way `train` does, and
-reports on the other 10% against the ground truth.
+temporary directory, trains on all its files but the last (90% of the
+rows where they divide by 10) the way `train` does, and reports on the
+last one against the ground truth.
 """
 import argparse
 import contextlib
@@ -134,11 +135,11 @@ def _demo(args, start_tensorflow=None):
 
 
 def _run_demo(args, start_tensorflow=None):
-  """Generates TSV files in a temporary directory, trains on 90% of the rows
-  through the same path as `train` (parse, cache, SDCA, checkpoints; with
-  `start_tensorflow`, TensorFlow is imported while the cache is built, as
-  `train` does), evaluates on the other 10% and compares with the ground
-  truth."""
+  """Generates TSV files in a temporary directory, trains on all but the
+  last (90% of the rows where they divide by 10) through the same path as
+  `train` (parse, cache, SDCA, checkpoints; with `start_tensorflow`,
+  TensorFlow is imported while the cache is built, as `train` does),
+  evaluates on the last and compares with the ground truth."""
   import tempfile  # pylint: disable=import-outside-toplevel
 
   import numpy as np  # pylint: disable=import-outside-toplevel
@@ -156,8 +157,12 @@ def _run_demo(args, start_tensorflow=None):
     files = sorted(os.path.join(data_dir, f) for f in os.listdir(data_dir)
                    if f.endswith(".tsv"))
     train_files, test_files = files[:-1], files[-1:]
-    print(f"Training on {len(train_files)} files (90%), holding out "
-          f"{os.path.basename(test_files[0])}")
+    # (generate's split: files of ceil(rows / 10) rows, the last the rest;
+    # 10% held out only where the rows divide evenly.)
+    held = args.rows - -(-args.rows // 10) * len(train_files)
+    print(f"Training on {len(train_files)} files ({args.rows - held:,} rows, "
+          f"{100 * (args.rows - held) / args.rows:.0f}%), holding out "
+          f"{os.path.basename(test_files[0])} ({held:,} row(s))")
     t0 = time.perf_counter()
     status = commands.train(argparse.Namespace(
         data=train_files, model_dir=model_dir, format="criteo",

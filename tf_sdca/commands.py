@@ -38,7 +38,9 @@ def add_parsers(sub):
   """Adds the subcommands to an argparse subparsers object."""
   gen = sub.add_parser("generate", help="write Criteo-shaped TSV files")
   gen.add_argument("--rows", type=int_in(1), required=True)
-  gen.add_argument("--out", required=True, help="output directory")
+  gen.add_argument("--out", required=True,
+                   help="output directory (its part files and truth.npy "
+                   "from an earlier generate are replaced)")
   gen.add_argument("--files", type=int_in(1), default=1)
   gen.add_argument("--seed", type=options.flag_type("seed"), default=0)
 
@@ -217,6 +219,38 @@ def run(args, start_tensorflow=None, body=None):
     return 2
 
 
+def _check_labels(paths, fmt, label_parts, meta):
+  """Refuses, by its `file:line`, the first LIBSVM label outside the
+  model's loss's domain that the reader cannot know: a count < 0 for
+  Poisson, a label none of a multiclass model's classes (a `--resume`'s
+  new one). The op (or `model_files.class_ids`) would name only its row.
+
+  Raises:
+    ValueError: `path:line: the label ...`.
+  """
+  if fmt != "libsvm":
+    return
+  if meta["loss"] == "poisson_loss":
+    bad, what = (lambda y: ~(y >= 0.0)), "is not a count (>= 0) for Poisson"
+  elif meta.get("classes") is not None:
+    classes = np.asarray(meta["classes"], np.float64)
+    bad = lambda y: ~np.isin(y, classes)
+    what = (f"is none of the model's classes "
+            f"({', '.join(f'{c:g}' for c in classes)})")
+  else:
+    return
+  offset = 0
+  for part in label_parts:
+    hit = np.flatnonzero(bad(np.asarray(part, np.float64)))
+    if hit.size:
+      from tf_sdca.data import libsvm  # pylint: disable=import-outside-toplevel
+      where = libsvm.line_of_row(paths, offset + int(hit[0]))
+      where = (f"{where[0]}:{where[1]}" if where is not None else
+               f"row {offset + int(hit[0])}")
+      raise ValueError(f"{where}: the label {float(part[hit[0]]):g} {what}")
+    offset += part.shape[0]
+
+
 # ------------------------------------------------------------------ generate
 def generate(args):
   """Writes `--rows` generated rows into `--files` TSV files (streamed, so
@@ -224,6 +258,18 @@ def generate(args):
   from tf_sdca.data import synthetic  # pylint: disable=import-outside-toplevel
   os.makedirs(args.out, exist_ok=True)
   per_file = -(-args.rows // max(1, args.files))
+  count = -(-args.rows // per_file)
+  # An earlier generate's part files past this one's would stay beside a
+  # truth.npy that is not theirs, and a `train` on the directory would
+  # read them too.
+  stale = sorted(name for name in os.listdir(args.out)
+                 if re.fullmatch(r"part-(\d{5,})\.tsv", name) and
+                 int(name[5:-4]) >= count)
+  for name in stale:
+    os.remove(os.path.join(args.out, name))
+  if stale:
+    print(f"removed {len(stale)} part file(s) of an earlier generate "
+          f"({stale[0]}{' ...' if len(stale) > 1 else ''})")
   truth = np.lib.format.open_memmap(
       os.path.join(args.out, "truth.npy"), mode="w+", dtype=np.float32,
       shape=(args.rows,))
@@ -435,6 +481,7 @@ def train(args, start_tensorflow=None):
           f"the {meta['num_features']:,} features of the model in "
           f"{args.model_dir}; a model cannot take new features: train a new "
           f"one (--overwrite)")
+  _check_labels(args.data, args.format, arrays["labels"], meta)
   plan = _memory_plan(args, arrays, info, meta, verbose)
   if plan["parts"]:
     labels = None

@@ -93,6 +93,22 @@ def _past_limit(out, path, first_line, max_features):
       "(a weight table is as wide as the largest index)")
 
 
+def line_of_row(paths, row):
+  """`(path, line)` (1-based) of data row `row` (0-based, counted over
+  `paths` in order as `read_libsvm` reads them: blank and malformed lines
+  are no rows), for errors about a row found after reading; None past the
+  last row."""
+  for path in (str(p) for p in paths):
+    first_line = 0
+    for _, out in text_files.parsed_blocks(path, text_parser.parse_libsvm):
+      rows = out["labels"].shape[0]
+      if row < rows:
+        return path, first_line + int(out["lines"][row]) + 1
+      row -= rows
+      first_line += int(out["num_lines"])
+  return None
+
+
 def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
                 bad_lines=None, max_features=None):
   """Streams CSR chunks of LIBSVM files.

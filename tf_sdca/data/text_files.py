@@ -68,8 +68,10 @@ def _gunzipped(f, path, block_bytes):
         yield b"".join(pieces)
         pieces, size = [], 0
   if decompressor is not None:
+    # (Damage inside the stream can read as an early end too: the
+    # decompressor cannot tell the two apart.)
     raise ValueError(f"{path}: the gzip data ends early (the file is "
-                     "truncated)")
+                     "truncated, or damaged)")
   if pieces:
     yield b"".join(pieces)
 
