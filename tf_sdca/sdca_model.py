@@ -365,32 +365,84 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
 
 class _StateMeaning(tf.Module):
   """What a model's dual state means: the options its duals and slots were
-  trained under (loss, l2, classes) and its table shards. Checkpointed
+  trained under (loss, l2, classes), its table shards, and how many rows it
+  held back for its next `minimize` call (`carry_over`). Checkpointed
   beside the state (`.../_state_meaning/.ATTRIBUTES/meaning`, a JSON
   string) and compared on restore: a checkpoint of another loss or l2 read
   into a model passed every check of `tf.train.Checkpoint` and left it
   silently wrong for good (logistic duals taken as squared-loss ones; slots
   v / l2 under another l2, so w stopped being w(alpha): an exact gap of
   0.48 after 150 more epochs), and one of another shard count put the
-  examples in tables that never look them up. A checkpoint without it
-  (written before 2026-11-28) restores unchecked."""
+  examples in tables that never look them up. Held rows read into a model
+  built with carry_over=0, which has nowhere to keep them, were dropped
+  just as silently (their examples' pending updates lost); a model with
+  `carry_over` reading a checkpoint that held none (one written with
+  carry_over=0) empties its own held rows, as the writer had none. A
+  checkpoint without the record (written before 2026-11-28) restores
+  unchecked, and one whose record has no `held_rows` (written earlier on
+  2026-11-28) leaves the held rows unchecked."""
 
-  def __init__(self, meaning):
+  def __init__(self, meaning, held_rows):
+    """`meaning`: the options (a JSON-able dict); `held_rows`: a callable
+    returning the model's `_HeldRows`, or None without `carry_over`."""
     super().__init__(name="state_meaning")
     self._text = json.dumps(meaning, sort_keys=True)
+    self._held_rows = held_rows
+    # The saved text is `meaning` with "held_rows": <count> (first of the
+    # sorted keys), joined at save time around the count.
+    recorded = json.dumps(dict(meaning, held_rows=0), sort_keys=True)
+    self._head, self._tail = recorded.split('"held_rows": 0', 1)
+    self._head += '"held_rows": '
+    self._frozen_count = None  # (a copy's count: `_copy_trackable_to_cpu`)
+
+  def _held_count(self):
+    """int64 scalar: the rows the model holds now."""
+    if self._frozen_count is not None:
+      return self._frozen_count
+    held = self._held_rows()
+    return (tf.constant(0, tf.int64) if held is None else
+            tf.size(held.keys, out_type=tf.int64))
 
   def _serialize_to_tensors(self):
-    return {"meaning": tf.constant(self._text)}
+    return {"meaning": tf.strings.join(
+        [self._head, tf.strings.as_string(self._held_count()), self._tail])}
+
+  # The message for held rows read into a model without carry_over, before
+  # and after their count.
+  _HELD_MESSAGE = (
+      "the checkpoint holds ",
+      " held rows: examples that its model (built with carry_over) held "
+      "back from a minimize call to visit with the next. This model is "
+      "built with carry_over=0 and would drop them, losing those examples' "
+      "pending updates. Restore it into a model built with carry_over (e.g. "
+      "'auto', the default); to drop them knowingly, restore it into such a "
+      "model and give its get_state(), less 'held', to this model's "
+      "set_state()")
 
   def _restore_from_tensors(self, restored_tensors):
     saved = restored_tensors["meaning"]
+    held = self._held_rows()
     if not tf.executing_eagerly():
-      return tf.debugging.assert_equal(
-          saved, self._text, message="the checkpoint's SdcaModel state was "
-          "trained under other options than this model's")
-    text = saved.numpy().decode()
-    if text != self._text:
-      theirs, ours = json.loads(text), json.loads(self._text)
+      head = r'^\{"held_rows": '
+      options = tf.strings.regex_replace(saved, head + r"[0-9]+, ", "{")
+      checks = [tf.debugging.assert_equal(
+          options, self._text, message="the checkpoint's SdcaModel state "
+          "was trained under other options than this model's")]
+      if held is None:
+        count = tf.strings.regex_replace(saved, head + r"([0-9]+), .*$",
+                                         r"\1")
+        checks.append(tf.debugging.Assert(
+            tf.logical_not(tf.strings.regex_full_match(
+                saved, head + r"[1-9][0-9]*, .*")),
+            [self._HELD_MESSAGE[0], count, self._HELD_MESSAGE[1]]))
+        return tf.group(*checks)
+      with tf.control_dependencies(checks):
+        return tf.cond(
+            tf.strings.regex_full_match(saved, head + r"0, .*"),
+            lambda: tf.group(*held.clear()), tf.no_op)
+    theirs, ours = json.loads(saved.numpy().decode()), json.loads(self._text)
+    count = theirs.pop("held_rows", None)
+    if theirs != ours:
       differ = ", ".join(f"{key} {theirs.get(key)!r} (this model "
                          f"{ours.get(key)!r})"
                          for key in sorted(set(theirs) | set(ours))
@@ -401,11 +453,17 @@ class _StateMeaning(tf.Module):
           f"Restore it into a model built with the checkpoint's options "
           f"(num_table_shards may differ through get_state() / "
           f"set_state(), which re-shard), or train this one from zero")
+    if count is not None and held is None and count > 0:
+      raise ValueError(f"{count}".join(self._HELD_MESSAGE))
+    if count == 0 and held is not None:
+      held.clear()
     return tf.no_op()
 
   def _copy_trackable_to_cpu(self, object_map):
     if self not in object_map:
-      object_map[self] = _StateMeaning(json.loads(self._text))
+      copy = _StateMeaning(json.loads(self._text), self._held_rows)
+      copy._frozen_count = tf.identity(self._held_count())  # pylint: disable=protected-access
+      object_map[self] = copy
 
 
 def _floats(x):
@@ -531,6 +589,18 @@ class _HeldRows(tf.Module):
       group[2].assign(values[order] if values.size else values)
     for var, value in zip(self.dense, held["dense"]):
       var.assign(np.asarray(value, np.float32).reshape(-1, var.shape[1]))
+
+  def clear(self):
+    """The assignments that empty the held rows."""
+    assigns = [var.assign(tf.zeros([0], var.dtype))
+               for _, var in self._fields()]
+    for splits, ids, values in self.sparse:
+      assigns += [splits.assign(tf.zeros([1], tf.int64)),
+                  ids.assign(tf.zeros([0], tf.int64)),
+                  values.assign(tf.zeros([0], tf.float32))]
+    assigns += [v.assign(tf.zeros([0, v.shape[1]], tf.float32))
+                for v in self.dense]
+    return assigns
 
   def take(self, examples, keys, fraction, seed, call, checks):
     """Merges the held rows into a batch and holds back a fresh share.
@@ -702,7 +772,8 @@ class SdcaModel(tf.Module):
       write'). 0 is
       TensorFlow's semantics, a call trains exactly the batch it is given.
       The held rows, f / (1 - f) batches of them, live in variables that
-      checkpoints and `get_state` keep),
+      checkpoints and `get_state` keep; a model built with 0 refuses a
+      checkpoint holding some),
       `second_order` ('auto'; 'on' or 'off': after the op's step, the
       exact block step on the call's rows: the batch's duals set to the
       maximiser of the dual over them by Newton's method on the batch's
@@ -770,7 +841,8 @@ class SdcaModel(tf.Module):
         symmetric_l2_regularization=float(
             self._options["symmetric_l2_regularization"]),
         num_classes=self._num_classes,
-        num_table_shards=self._options["num_table_shards"]))
+        num_table_shards=self._options["num_table_shards"]),
+        self._held_rows)
     # The held rows of `carry_over`, created at their first use
     # (`_held_rows`): their variables are ~0.5 ms of a model's ~1.7 ms
     # creation, which front ends training packed rows never use.
