@@ -466,8 +466,23 @@ class _StateMeaning(tf.Module):
       object_map[self] = copy
 
 
-def _floats(x):
-  return sdca_ops.to_tensor(x, tf.float32)
+def _floats(x, argument="value"):
+  """`x` as the float32 tensor the ops take. A tensor of another real dtype
+  (float64, float16, bfloat16, an integer type, bool) is cast, as a numpy
+  array of one is converted, eagerly or in a `tf.function` alike (there
+  TensorFlow's own conversion refused a float64 tensor without naming it);
+  any other dtype is a ValueError naming `argument` and the dtype."""
+  if isinstance(x, (tf.Tensor, tf.Variable)):
+    if x.dtype == tf.float32:
+      return tf.convert_to_tensor(x)
+    if x.dtype.is_floating or x.dtype.is_integer or x.dtype == tf.bool:
+      return tf.cast(x, tf.float32)
+    raise ValueError(f"{argument} must hold real numbers (a float, integer "
+                     f"or bool dtype), got a {x.dtype.name} tensor")
+  try:
+    return sdca_ops.to_tensor(x, tf.float32)
+  except (TypeError, ValueError) as e:
+    raise type(e)(f"{argument} cannot be a float32 tensor: {e}") from None
 
 
 # carry_over='auto': f = B / (B + 6) for a stream of B batches an epoch
@@ -623,14 +638,19 @@ class _HeldRows(tf.Module):
     """
     batch = dict(
         keys=keys,
-        example_weights=_floats(examples["example_weights"]),
-        example_labels=_floats(examples["example_labels"]),
+        example_weights=_floats(examples["example_weights"],
+                                "examples['example_weights']"),
+        example_labels=_floats(examples["example_labels"],
+                               "examples['example_labels']"),
         sparse=[(col.example_indices, col.feature_indices,
                  None if col.feature_values is None else
-                 _floats(col.feature_values))
-                for col in examples["sparse_features"]],
-        dense=[tf.reshape(_floats(x), [-1, var.shape[1]])
-               for x, var in zip(examples["dense_features"], self.dense)])
+                 _floats(col.feature_values,
+                         f"examples['sparse_features'][{g}].feature_values"))
+                for g, col in enumerate(examples["sparse_features"])],
+        dense=[tf.reshape(_floats(x, f"examples['dense_features'][{g}]"),
+                          [-1, var.shape[1]])
+               for g, (x, var) in enumerate(zip(examples["dense_features"],
+                                                self.dense))])
     held_keys = self.keys.read_value()
     held = dict(keys=held_keys,
                 example_weights=self.weights.read_value(),
@@ -695,13 +715,17 @@ def _row_splits(first, ids, values, n):
 
 def _batch_tensors(examples):
   """The fields of a batch that `minimize` reads, as tensors of the op's
-  dtypes (so that a compiled step is traced per structure, not per value)."""
+  dtypes (so that a compiled step is traced per structure, not per value;
+  inside the step, tensors already of those dtypes pass unchanged)."""
   return dict(
       sparse_features=[SparseFeatureColumn(*col)
                        for col in examples["sparse_features"]],
-      dense_features=[_floats(x) for x in examples["dense_features"]],
-      example_weights=_floats(examples["example_weights"]),
-      example_labels=_floats(examples["example_labels"]),
+      dense_features=[_floats(x, f"examples['dense_features'][{g}]")
+                      for g, x in enumerate(examples["dense_features"])],
+      example_weights=_floats(examples["example_weights"],
+                              "examples['example_weights']"),
+      example_labels=_floats(examples["example_labels"],
+                             "examples['example_labels']"),
       example_ids=sdca_ops.example_id_tensor(examples["example_ids"]))
 
 
@@ -731,7 +755,9 @@ class SdcaModel(tf.Module):
   Args:
     examples: dict with `sparse_features` (list of `SparseFeatureColumn`),
       `dense_features` (list of float `[B, d]` or `[B]` tensors),
-      `example_weights` (`[B]`), `example_labels` (`[B]`), `example_ids`
+      `example_weights` (`[B]`), `example_labels` (`[B]`) (the three cast
+      to the ops' float32 from any real dtype, tensors and arrays alike),
+      `example_ids`
       (`[B]` strings or integers, unique per example across batches; an
       integer id is keyed as its decimal text, so `5` and `"5"` name one
       example, and the strings are never built).
@@ -1087,6 +1113,7 @@ class SdcaModel(tf.Module):
 
   def _minimize_step(self, examples, global_step=None):
     """The ops of `minimize` (in a graph or a tf.function being traced)."""
+    examples = _batch_tensors(examples)
     # The op checks that the ids are unique: an id twice in one batch would
     # give the solve two duals for one table row; one would be lost and the
     # weights would stop being w(alpha).
@@ -1133,7 +1160,8 @@ class SdcaModel(tf.Module):
       uniq_ids.append(uniq)
       start_values.append(weights.gather(uniq))
       sp_weights.append(tf.cast(start_values[-1], tf.float32))
-    dense = [self._dense_matrix(x) for x in examples["dense_features"]]
+    dense = [self._dense_matrix(x, g)
+             for g, x in enumerate(examples["dense_features"])]
     dense_w = [tf.cast(w.all_rows(), tf.float32) for w in self._dense]
     o = self._options
     new_state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
@@ -1235,8 +1263,9 @@ class SdcaModel(tf.Module):
     return self._average_count.read_value() > 0
 
   @staticmethod
-  def _dense_matrix(x):
-    x = tf.convert_to_tensor(x, tf.float32)
+  def _dense_matrix(x, g):
+    """Dense group `g`'s `x` as a float32 `[B, d]` matrix."""
+    x = _floats(x, f"examples['dense_features'][{g}]")
     return tf.reshape(x, [-1, 1]) if x.shape.rank == 1 else x
 
   @_plain_python
@@ -1321,8 +1350,9 @@ class SdcaModel(tf.Module):
         values = tf.cast(col.feature_values, tf.float64)
         w *= values if k == 1 else values[:, None]
       z += tf.math.unsorted_segment_sum(w, col.example_indices, n)
-    for x, weights in zip(examples["dense_features"], self._dense):
-      x = tf.cast(self._dense_matrix(x), tf.float64)
+    for g, (x, weights) in enumerate(zip(examples["dense_features"],
+                                         self._dense)):
+      x = tf.cast(self._dense_matrix(x, g), tf.float64)
       w = self._shrink(weights.all_rows(mean))
       z += tf.linalg.matvec(x, w) if k == 1 else tf.matmul(x, w)
     return z
