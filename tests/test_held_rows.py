@@ -245,6 +245,53 @@ def test_held_rows_are_not_dropped_by_a_restore_into_a_model_without_them(
   np.testing.assert_array_equal(results[0], results[1])
 
 
+@pytest.mark.parametrize("carry_over", [0, 0.5, "auto"])
+def test_unknown_shapes_are_checked_under_the_arguments_names(carry_over):
+  """Inside a tf.function traced with unknown sizes, HoldRows reported a
+  dense group of the wrong width as one of other rows (its values cut into
+  rows of the variable's width: [n, 2d] as 2n rows) and ids of another
+  length as `keys`; evaluating reported a matmul's shapes. Each names the
+  argument and its bad size now, with or without held rows."""
+  x, ids, y, s = _data("logistic_loss", seed=6)
+  ex = _examples(x, ids, y, s, rows=np.arange(24), sparse=False)
+  model, _ = _model(ex, "logistic_loss", carry_over=carry_over,
+                    sparse=False)
+  specs = (tf.TensorSpec([None, None], tf.float32),
+           tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.float32),
+           tf.TensorSpec([None], tf.string))
+
+  def batch(dense, weights, labels, example_ids):
+    return dict(sparse_features=[], dense_features=[dense],
+                example_weights=weights, example_labels=labels,
+                example_ids=example_ids)
+
+  @tf.function(input_signature=specs)
+  def train(*fields):
+    model.minimize(examples=batch(*fields))
+
+  @tf.function(input_signature=specs)
+  def loss(*fields):
+    return model.regularized_loss(batch(*fields))
+
+  dense, ids_ = ex["dense_features"][0], np.array(ex["example_ids"])
+  weights, labels = ex["example_weights"], ex["example_labels"]
+  for fn in (train, loss):
+    for width in (2 * dense.shape[1], dense.shape[1] - 1):
+      wide = np.tile(dense, 2)[:, :width]
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=rf"\[dense_features\[0\] has\] \[{width}\] "
+                         rf"\[column\(s\) but its weight variable has "
+                         rf"{dense.shape[1]} row\(s\)\]"):
+        fn(wide, weights, labels, ids_)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"\[example_ids has\] \[23\] \[rows but "
+                     r"example_weights\] \[24\] \[and example_labels\] "
+                     r"\[24\]"):
+    train(dense, weights, labels, ids_[:-1])
+  train(dense, weights, labels, ids_)  # (the checks pass a good batch)
+  assert model.calls.numpy() == 1
+
+
 def test_held_rows_in_a_tf_function_loop_match_eager_calls():
   x, ids, y, s = _data("squared_loss", seed=5)
   batches = [ex for _, ex in _fixed_batches(x, ids, y, s, values=False)]

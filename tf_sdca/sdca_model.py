@@ -990,6 +990,49 @@ class SdcaModel(tf.Module):
       raise ValueError("examples' rows differ: " + ", ".join(
           f"{key} has {n}" for key, n in rows.items()))
 
+  def _dense_width_check(self, x, g):
+    """The assertion, when run, that dense group `g`'s tensor `x` has its
+    weight variable's rows as columns; None where the static shape let
+    `_check_examples` compare them."""
+    shape = x.shape
+    if shape.rank == 1 or (shape.rank == 2 and shape[1] is not None):
+      return None
+    width = self._dense[g].size
+    columns = tf.reduce_prod(tf.shape(x, out_type=tf.int64)[1:])
+    # (Named as the ops name their inputs: Assert escapes quotes.)
+    return tf.debugging.Assert(
+        tf.equal(columns, width),
+        [f"dense_features[{g}] has", columns,
+         f"column(s) but its weight variable has {width} row(s)"])
+
+  def _checked_when_run(self, examples):
+    """`examples` (tensors) waiting for what `_check_examples` checks but
+    their static shapes left to run time (a tf.function traced with
+    unknown sizes): the rows of example_ids, example_weights and
+    example_labels agree, and each dense group has its weight variable's
+    rows as columns. The ops check both too, under their own inputs'
+    names: HoldRows named the ids `keys`, and reported a dense group, cut
+    into rows of the variable's width, as having more or fewer rows."""
+    checks = [check for check in (
+        self._dense_width_check(x, g)
+        for g, x in enumerate(examples["dense_features"])) if check is not None]
+    fields = ("example_ids", "example_weights", "example_labels")
+    if not all(examples[key].shape.rank and
+               examples[key].shape[0] is not None for key in fields):
+      rows = [tf.size(examples[key], out_type=tf.int64) for key in fields]
+      checks.append(tf.debugging.Assert(
+          tf.logical_and(tf.equal(rows[0], rows[1]),
+                         tf.equal(rows[0], rows[2])),
+          ["example_ids has", rows[0], "rows but example_weights", rows[1],
+           "and example_labels", rows[2]]))
+    if not checks:
+      return examples
+    with tf.control_dependencies(checks):
+      return dict(examples,
+                  dense_features=[tf.identity(x)
+                                  for x in examples["dense_features"]],
+                  **{key: tf.identity(examples[key]) for key in fields})
+
   # ---------------------------------------------------------------- state
   def _keys(self, examples):
     ids = sdca_ops.example_id_tensor(examples["example_ids"])
@@ -1082,8 +1125,11 @@ class SdcaModel(tf.Module):
       ValueError: if there are no examples or their structure does not
         match the variables.
       tf.errors.InvalidArgumentError: (when run) for an example id twice in
-        the batch, a feature id outside its variable, or bad data (see
-        `tf_sdca.sdca_optimizer`).
+        the batch, a feature id outside its variable, bad data (see
+        `tf_sdca.sdca_optimizer`), or, in a `tf.function` traced with
+        unknown sizes, the mismatches the ValueError names when the shapes
+        are known (a dense group's columns, the rows of example_ids,
+        example_weights and example_labels).
     """
     examples = self._examples if examples is None else examples
     if examples is None:
@@ -1113,7 +1159,7 @@ class SdcaModel(tf.Module):
 
   def _minimize_step(self, examples, global_step=None):
     """The ops of `minimize` (in a graph or a tf.function being traced)."""
-    examples = _batch_tensors(examples)
+    examples = self._checked_when_run(_batch_tensors(examples))
     # The op checks that the ids are unique: an id twice in one batch would
     # give the solve two duals for one table row; one would be lost and the
     # weights would stop being w(alpha).
@@ -1352,7 +1398,12 @@ class SdcaModel(tf.Module):
       z += tf.math.unsorted_segment_sum(w, col.example_indices, n)
     for g, (x, weights) in enumerate(zip(examples["dense_features"],
                                          self._dense)):
-      x = tf.cast(self._dense_matrix(x, g), tf.float64)
+      x = self._dense_matrix(x, g)
+      check = self._dense_width_check(x, g)
+      if check is not None:  # (else a matmul's error names no argument)
+        with tf.control_dependencies([check]):
+          x = tf.identity(x)
+      x = tf.cast(x, tf.float64)
       w = self._shrink(weights.all_rows(mean))
       z += tf.linalg.matvec(x, w) if k == 1 else tf.matmul(x, w)
     return z
