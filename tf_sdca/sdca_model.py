@@ -850,6 +850,9 @@ class SdcaModel(tf.Module):
     self._examples = examples
     # The compiled steps of eager calls: not state, not checkpointed.
     self._functions = self._no_dependency({})
+    # The features a front end made the groups from, by kind, for messages
+    # (`_name_groups`); not state.
+    self._group_names = self._no_dependency({})
     if examples is not None:
       self._check_examples(examples)
     with tf.init_scope():
@@ -905,6 +908,23 @@ class SdcaModel(tf.Module):
     return self._held
 
   # ------------------------------------------------------------ checking
+  def _name_groups(self, sparse_features, dense_features):
+    """Names the feature groups in error messages after the features a
+    front end made them from (`SDCAOptimizer`'s feature dict keys): a
+    message then says `sparse_features[0] (features['city'])`, not only
+    the op's argument."""
+    self._group_names["sparse_features"] = list(sparse_features)
+    self._group_names["dense_features"] = list(dense_features)
+
+  def _group(self, kind, g, argument=None):
+    """`argument` (default `kind[g]`) for group `g` of `kind`
+    ('sparse_features' or 'dense_features') in a message, with the feature
+    it was made from where `_name_groups` named it."""
+    argument = argument or f"{kind}[{g}]"
+    names = self._group_names.get(kind)
+    return argument if names is None else (
+        f"{argument} (features[{names[g]!r}])")
+
   @staticmethod
   def check_options(options):
     """`options` (the constructor's dict) checked and normalised: defaults
@@ -976,9 +996,10 @@ class SdcaModel(tf.Module):
       columns = (1 if shape.rank == 1 else
                  shape[1] if shape.rank == 2 else None)
       if columns is not None and columns != weights.size:
-        raise ValueError(
-            f"examples['dense_features'][{g}] has {columns} column(s) but "
-            f"its weight variable has {weights.size} row(s)")
+        group = self._group("dense_features", g,
+                            f"examples['dense_features'][{g}]")
+        raise ValueError(f"{group} has {columns} column(s) but its weight "
+                         f"variable has {weights.size} row(s)")
     rows = {}
     for key in ("example_ids", "example_weights", "example_labels"):
       x = examples[key]
@@ -1002,7 +1023,7 @@ class SdcaModel(tf.Module):
     # (Named as the ops name their inputs: Assert escapes quotes.)
     return tf.debugging.Assert(
         tf.equal(columns, width),
-        [f"dense_features[{g}] has", columns,
+        [f"{self._group('dense_features', g)} has", columns,
          f"column(s) but its weight variable has {width} row(s)"])
 
   def _checked_when_run(self, examples):
@@ -1180,7 +1201,7 @@ class SdcaModel(tf.Module):
           dict(loss_type=self._options["loss_type"],
                num_classes=self._num_classes,
                id_limits=[w.size for w in self._sparse],
-               id_arguments=[f"sparse_features[{g}]"
+               id_arguments=[self._group("sparse_features", g)
                              for g in range(len(self._sparse))]))
     state, slots = self._find_state(keys)
     ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
@@ -1196,8 +1217,8 @@ class SdcaModel(tf.Module):
                                            self._sparse)):
       # Checked before the ids index anything: a clearer message than a
       # failed gather or the op's "not in sparse_indices".
-      uniq = weights.distinct_ids(col.feature_indices,
-                                  argument=f"sparse_features[{g}]")
+      uniq = weights.distinct_ids(
+          col.feature_indices, argument=self._group("sparse_features", g))
       ex_idx.append(col.example_indices)
       feat_idx.append(col.feature_indices)
       if g < last_with_values:
