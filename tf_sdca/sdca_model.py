@@ -1034,9 +1034,9 @@ class SdcaModel(tf.Module):
     rows as columns. The ops check both too, under their own inputs'
     names: HoldRows named the ids `keys`, and reported a dense group, cut
     into rows of the variable's width, as having more or fewer rows."""
-    checks = [check for check in (
-        self._dense_width_check(x, g)
-        for g, x in enumerate(examples["dense_features"])) if check is not None]
+    checks = [self._dense_width_check(x, g)
+              for g, x in enumerate(examples["dense_features"])]
+    checks = [check for check in checks if check is not None]
     fields = ("example_ids", "example_weights", "example_labels")
     if not all(examples[key].shape.rank and
                examples[key].shape[0] is not None for key in fields):
