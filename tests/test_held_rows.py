@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_sdca_model import N, _data, _design, _examples, _model
+from test_sdca_model import N, _data, _design, _examples, _flat, _model
 from test_sdca_model import _primal_optimum
 from tf_sdca.sdca_model import SparseFeatureColumn
 
@@ -189,6 +189,107 @@ def test_a_checkpoint_keeps_the_held_rows(tmp_path):
                         (rows, ids, values)):
     np.testing.assert_array_equal(part, want)
   np.testing.assert_array_equal(run(older, range(11, 20)), straight)
+
+
+def test_held_rows_are_not_dropped_by_a_restore_into_a_model_without_them(
+    tmp_path):
+  """A checkpoint holding rows, restored into a model built with
+  carry_over=0 (which has no place for them and trains exactly the batch it
+  is given), dropped them without a word: those examples' pending updates
+  were lost. It is a ValueError giving their count and naming carry_over;
+  a checkpoint whose record predates the count restores unchecked. The
+  other way, a carry_over=0 checkpoint into a model with held rows of its
+  own, empties them (the writer held none) and continues as a fresh model
+  restored from it."""
+  x, ids, y, s = _data("logistic_loss", seed=2)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+
+  def train(model, calls):
+    for i in calls:
+      model.update_weights(model.minimize(examples=batches[i % len(batches)]))
+
+  held, _ = _model(batches[0], "logistic_loss", carry_over=0.5)
+  train(held, range(11))
+  count = len(held._held.keys.numpy())
+  assert count > 0
+  path = tf.train.Checkpoint(model=held).write(str(tmp_path / "held"))
+  plain, _ = _model(batches[0], "logistic_loss", carry_over=0)
+  with pytest.raises(ValueError, match=rf"the checkpoint holds {count} held "
+                     r"rows.*built with carry_over=0 and would drop them"):
+    tf.train.Checkpoint(model=plain).read(path)
+  again, _ = _model(batches[0], "logistic_loss", carry_over="auto")
+  tf.train.Checkpoint(model=again).read(path).assert_consumed()
+  np.testing.assert_array_equal(again._held.keys.numpy(),
+                                held._held.keys.numpy())
+  # A record without the count (written before it was kept) restores as
+  # before.
+  meaning = held._state_meaning
+  meaning._serialize_to_tensors = lambda: {
+      "meaning": tf.constant(meaning._text)}
+  older = tf.train.Checkpoint(model=held).write(str(tmp_path / "older"))
+  plain, _ = _model(batches[0], "logistic_loss", carry_over=0)
+  tf.train.Checkpoint(model=plain).read(older).expect_partial()
+  assert plain.state_size() == held.state_size()
+  # carry_over=0's checkpoint into models with held rows.
+  writer, _ = _model(batches[0], "logistic_loss", carry_over=0)
+  train(writer, range(11))
+  path = tf.train.Checkpoint(model=writer).write(str(tmp_path / "plain"))
+  results = []
+  for trained_before in (False, True):
+    model, variables = _model(batches[0], "logistic_loss", carry_over=0.5)
+    train(model, range(5 if trained_before else 0))
+    tf.train.Checkpoint(model=model).read(path)
+    assert len(model._held.keys.numpy()) == 0
+    train(model, range(11, 20))
+    results.append(_flat(variables))
+  np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("carry_over", [0, 0.5, "auto"])
+def test_unknown_shapes_are_checked_under_the_arguments_names(carry_over):
+  """Inside a tf.function traced with unknown sizes, HoldRows reported a
+  dense group of the wrong width as one of other rows (its values cut into
+  rows of the variable's width: [n, 2d] as 2n rows) and ids of another
+  length as `keys`; evaluating reported a matmul's shapes. Each names the
+  argument and its bad size now, with or without held rows."""
+  x, ids, y, s = _data("logistic_loss", seed=6)
+  ex = _examples(x, ids, y, s, rows=np.arange(24), sparse=False)
+  model, _ = _model(ex, "logistic_loss", carry_over=carry_over,
+                    sparse=False)
+  specs = (tf.TensorSpec([None, None], tf.float32),
+           tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.float32),
+           tf.TensorSpec([None], tf.string))
+
+  def batch(dense, weights, labels, example_ids):
+    return dict(sparse_features=[], dense_features=[dense],
+                example_weights=weights, example_labels=labels,
+                example_ids=example_ids)
+
+  @tf.function(input_signature=specs)
+  def train(*fields):
+    model.minimize(examples=batch(*fields))
+
+  @tf.function(input_signature=specs)
+  def loss(*fields):
+    return model.regularized_loss(batch(*fields))
+
+  dense, ids_ = ex["dense_features"][0], np.array(ex["example_ids"])
+  weights, labels = ex["example_weights"], ex["example_labels"]
+  for fn in (train, loss):
+    for width in (2 * dense.shape[1], dense.shape[1] - 1):
+      wide = np.tile(dense, 2)[:, :width]
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=rf"\[dense_features\[0\] has\] \[{width}\] "
+                         rf"\[column\(s\) but its weight variable has "
+                         rf"{dense.shape[1]} row\(s\)\]"):
+        fn(wide, weights, labels, ids_)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"\[example_ids has\] \[23\] \[rows but "
+                     r"example_weights\] \[24\] \[and example_labels\] "
+                     r"\[24\]"):
+    train(dense, weights, labels, ids_[:-1])
+  train(dense, weights, labels, ids_)  # (the checks pass a good batch)
+  assert model.calls.numpy() == 1
 
 
 def test_held_rows_in_a_tf_function_loop_match_eager_calls():

@@ -2,6 +2,7 @@
 batches and checkpoints, tf.function, L1, CoCoA+ partitions, options."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -780,6 +781,68 @@ def test_example_keys_are_fingerprints_and_must_be_unique():
     tf_sdca.ops.sdca_ops.example_keys(ids[:4000] + ["row-17"])
   with pytest.raises(tf.errors.InvalidArgumentError, match="rank 1"):
     tf_sdca.ops.sdca_ops.example_keys([["a"]])
+
+
+@pytest.mark.parametrize("carry_over", [0, "auto"])
+def test_float64_tensors_are_cast_as_float64_arrays_are(carry_over):
+  """Eagerly a float64 numpy batch was converted to the ops' float32, but
+  float64 tensors (dense features, example weights, labels) failed with
+  TensorFlow's conversion error naming no argument, and inside a
+  tf.function (where the arrays become float64 tensors) both did. Both are
+  cast now, eagerly and compiled alike, to the float32 arrays' numbers; a
+  dtype that holds no numbers is a ValueError naming the argument and it."""
+  x, ids, y, s = _data("logistic_loss", seed=11, weighted=True)
+  batches = [_examples(x.astype(np.float64), ids, y.astype(np.float64),
+                       s.astype(np.float64), rows=np.arange(i, i + 20))
+             for i in range(0, N, 20)]
+
+  def as_tensors(ex):
+    return dict(ex, dense_features=[tf.constant(ex["dense_features"][0])],
+                example_weights=tf.constant(ex["example_weights"]),
+                example_labels=tf.constant(ex["example_labels"]))
+
+  def as_float32(ex):
+    return dict(ex, dense_features=[ex["dense_features"][0].astype(
+        np.float32)], example_weights=ex["example_weights"].astype(
+            np.float32), example_labels=ex["example_labels"].astype(
+                np.float32))
+
+  results = []
+  for convert, compiled in ((as_float32, False), (lambda ex: ex, False),
+                            (as_tensors, False), (as_tensors, True)):
+    model, variables = _model(convert(batches[0]), "logistic_loss",
+                              carry_over=carry_over)
+
+    def step(ex, model=model):
+      model.update_weights(model.minimize(examples=ex))
+
+    def evaluate(ex, model=model):
+      return model.regularized_loss(ex), model.predictions(ex)
+
+    if compiled:
+      step, evaluate = tf.function(step), tf.function(evaluate)
+    for k in range(12):
+      step(convert(batches[k % len(batches)]))
+    loss, predictions = evaluate(convert(batches[0]))
+    results.append([_flat(variables), loss.numpy(), predictions.numpy()])
+  for result in results[1:]:
+    for got, want in zip(result, results[0]):
+      np.testing.assert_array_equal(got, want)
+  assert results[0][1] > 0
+  model, _ = _model(batches[0], "logistic_loss", carry_over=carry_over)
+  for key in ("dense_features", "example_weights", "example_labels"):
+    ex = as_tensors(batches[0])
+    text = tf.strings.as_string(ex[key][0] if key == "dense_features"
+                                else ex[key])
+    ex[key] = [text] if key == "dense_features" else text
+    argument = re.escape(f"examples['{key}']" +
+                         ("[0]" if key == "dense_features" else ""))
+    for compiled in (False, True):
+      call = (tf.function(lambda ex: model.minimize(examples=ex))
+              if compiled else lambda ex: model.minimize(examples=ex))
+      with pytest.raises(ValueError, match=argument + r" must hold real "
+                         r"numbers .*got a string tensor"):
+        call(ex)
 
 
 def test_rows_to_write_stay_bounded_without_update_weights():

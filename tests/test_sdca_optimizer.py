@@ -89,6 +89,66 @@ def test_missing_example_id_column_is_a_clear_error():
                        {"num": tf.Variable(tf.zeros([1]))})
 
 
+@pytest.mark.parametrize("carry_over", [0, "auto"])
+def test_messages_about_a_feature_name_it(carry_over):
+  """The SdcaModel under SDCAOptimizer named a group by the op's argument
+  (`sparse_features[0]`, `examples['dense_features'][0]`), which the user
+  never wrote, and a string feature failed in TensorFlow's cast naming
+  nothing: messages name the feature (`features['cat']`) and the bad
+  value, eagerly and in a tf.function traced with unknown sizes."""
+  x, ids, y, s = _data("logistic_loss", seed=13, weighted=True)
+  rows = np.arange(20)
+  good = _features(x, ids, s, rows)
+
+  def train(features, eager=True):
+    variables = {"num": tf.Variable(tf.zeros([DENSE])),
+                 "cat": tf.Variable(tf.zeros([VOCAB]))}
+    opt = tf_sdca.SDCAOptimizer("id", carry_over=carry_over)
+
+    def step(features, labels):
+      opt.get_train_step(features, labels, variables,
+                         weight_column_name="w")
+
+    if not eager:
+      step = tf.function(step, input_signature=[
+          {"id": tf.TensorSpec([None], tf.int64),
+           "num": tf.TensorSpec([None, None], tf.float32),
+           "cat": tf.SparseTensorSpec([None, None], tf.int64),
+           "w": tf.TensorSpec([None], tf.float32)},
+          tf.TensorSpec([None], tf.float32)])
+    step(good, y[rows])
+    step(features, y[rows])
+
+  cat = good["cat"]
+  values = cat.values.numpy().copy()
+  values[3] = VOCAB + 2
+  for eager in (True, False):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=re.escape("sparse_features[0] (features['cat'])"
+                                       f" has an id >= {VOCAB} or < 0") +
+                       rf".* = {VOCAB + 2}"):
+      train(dict(good, cat=tf.SparseTensor(cat.indices, values,
+                                           cat.dense_shape)), eager)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=re.escape(r"[dense_features[0] (features[\'num\'])"
+                                     r" has] [2] [column(s) but its weight "
+                                     f"variable has {DENSE} row(s)]")):
+    train(dict(good, num=x[rows, :2]), eager=False)
+  with pytest.raises(ValueError, match=re.escape(
+      "examples['dense_features'][0] (features['num']) has 2 column(s) but "
+      f"its weight variable has {DENSE} row(s)")):
+    train(dict(good, num=x[rows, :2]))
+  with pytest.raises(ValueError, match=re.escape(
+      "features['cat'] must hold integer feature ids (the rows of its "
+      "variable), got string values")):
+    train(dict(good, cat=tf.SparseTensor(
+        cat.indices, tf.strings.as_string(cat.values), cat.dense_shape)))
+  for name in ("num", "w"):
+    with pytest.raises(ValueError, match=re.escape(
+        f"features['{name}'] must hold numbers, got a string tensor")):
+      train(dict(good, **{name: tf.strings.as_string(good[name])}))
+
+
 def test_bad_options_fail_at_construction():
   with pytest.raises(ValueError, match="symmetric_l2_regularization"):
     tf_sdca.SDCAOptimizer("id", symmetric_l2_regularization=-1.0)

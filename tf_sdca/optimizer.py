@@ -20,6 +20,32 @@ import tensorflow as tf
 from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
 
 
+def _numbers(value, argument):
+  """`value` cast to float32, as before; a dtype that holds no numbers
+  (strings) is a ValueError naming `argument` and the dtype, where the
+  cast failed with TensorFlow's UnimplementedError naming nothing."""
+  value = tf.convert_to_tensor(value)
+  if not (value.dtype.is_floating or value.dtype.is_integer or
+          value.dtype == tf.bool):
+    raise ValueError(f"{argument} must hold numbers, got a "
+                     f"{value.dtype.name} tensor")
+  return tf.cast(value, tf.float32)
+
+
+def _feature_ids(values, argument):
+  """A SparseTensor's `values` as the int64 feature ids (rows of the
+  feature's variable), cast as before; strings are a ValueError naming
+  `argument`."""
+  if not (values.dtype.is_integer or values.dtype.is_floating or
+          values.dtype == tf.bool):
+    raise ValueError(
+        f"{argument} must hold integer feature ids (the rows of its "
+        f"variable), got {values.dtype.name} values: map strings to ids "
+        f"first (e.g. tf.strings.to_hash_bucket_fast or a "
+        f"tf.keras.layers.StringLookup)")
+  return tf.cast(values, tf.int64)
+
+
 class SDCAOptimizer:
   """Trains a linear model by SDCA from feature dicts.
 
@@ -87,24 +113,26 @@ class SDCAOptimizer:
     elif ids.dtype != tf.string:
       ids = tf.strings.as_string(ids)
     ids = tf.reshape(ids, [-1])
-    labels = tf.reshape(tf.cast(labels, tf.float32), [-1])
+    labels = tf.reshape(_numbers(labels, "labels"), [-1])
     if weight_column_name is None:
       weights = tf.ones_like(labels)
     else:
-      weights = tf.reshape(tf.cast(features[weight_column_name], tf.float32),
+      weights = tf.reshape(_numbers(features[weight_column_name],
+                                    f"features[{weight_column_name!r}]"),
                            [-1])
     sparse, dense = [], []
     for name in self._names:
       value = features[name]
+      argument = f"features[{name!r}]"
       if isinstance(value, tf.SparseTensor):
-        sparse.append(SparseFeatureColumn(value.indices[:, 0],
-                                          tf.cast(value.values, tf.int64)))
+        sparse.append(SparseFeatureColumn(
+            value.indices[:, 0], _feature_ids(value.values, argument)))
       elif isinstance(value, tuple):  # (ids SparseTensor, values SparseTensor)
-        sparse.append(SparseFeatureColumn(value[0].indices[:, 0],
-                                          tf.cast(value[0].values, tf.int64),
-                                          value[1].values))
+        sparse.append(SparseFeatureColumn(
+            value[0].indices[:, 0], _feature_ids(value[0].values, argument),
+            value[1].values))
       else:
-        dense.append(tf.cast(value, tf.float32))
+        dense.append(_numbers(value, argument))
     return dict(sparse_features=sparse, dense_features=dense,
                 example_weights=weights, example_labels=labels,
                 example_ids=ids)
@@ -131,7 +159,11 @@ class SDCAOptimizer:
 
     Raises:
       ValueError: if `features` lacks the example id column or a feature
-        that has variables.
+        that has variables, or a feature holds strings (each message names
+        the feature: `features['city']`).
+      tf.errors.InvalidArgumentError: (when run) for bad values, e.g. a
+        feature id outside its variable (`sparse_features[0]
+        (features['city']) has an id >= ...`).
     """
     if self._names is None:
       self._names = sorted(variables)
@@ -140,13 +172,16 @@ class SDCAOptimizer:
         raise ValueError(f"features lacks {missing} that have variables")
     examples = self.examples(features, labels, weight_column_name)
     if self.model is None:
-      sparse_vars, dense_vars = [], []
+      sparse_vars, dense_vars, sparse_names, dense_names = [], [], [], []
       for name in self._names:
         is_sparse = isinstance(features[name], (tf.SparseTensor, tuple))
         (sparse_vars if is_sparse else dense_vars).append(variables[name])
+        (sparse_names if is_sparse else dense_names).append(name)
       self.model = SdcaModel(
           None, dict(sparse_features_weights=sparse_vars,
                      dense_features_weights=dense_vars), self.options)
+      # Messages about a group name the feature it came from as well.
+      self.model._name_groups(sparse_names, dense_names)  # pylint: disable=protected-access
     train_op = self.model.minimize(global_step=global_step,
                                    examples=examples)
     return self.model.update_weights(train_op)

@@ -365,32 +365,84 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
 
 class _StateMeaning(tf.Module):
   """What a model's dual state means: the options its duals and slots were
-  trained under (loss, l2, classes) and its table shards. Checkpointed
+  trained under (loss, l2, classes), its table shards, and how many rows it
+  held back for its next `minimize` call (`carry_over`). Checkpointed
   beside the state (`.../_state_meaning/.ATTRIBUTES/meaning`, a JSON
   string) and compared on restore: a checkpoint of another loss or l2 read
   into a model passed every check of `tf.train.Checkpoint` and left it
   silently wrong for good (logistic duals taken as squared-loss ones; slots
   v / l2 under another l2, so w stopped being w(alpha): an exact gap of
   0.48 after 150 more epochs), and one of another shard count put the
-  examples in tables that never look them up. A checkpoint without it
-  (written before 2026-11-28) restores unchecked."""
+  examples in tables that never look them up. Held rows read into a model
+  built with carry_over=0, which has nowhere to keep them, were dropped
+  just as silently (their examples' pending updates lost); a model with
+  `carry_over` reading a checkpoint that held none (one written with
+  carry_over=0) empties its own held rows, as the writer had none. A
+  checkpoint without the record (written before 2026-11-28) restores
+  unchecked, and one whose record has no `held_rows` (written earlier on
+  2026-11-28) leaves the held rows unchecked."""
 
-  def __init__(self, meaning):
+  def __init__(self, meaning, held_rows):
+    """`meaning`: the options (a JSON-able dict); `held_rows`: a callable
+    returning the model's `_HeldRows`, or None without `carry_over`."""
     super().__init__(name="state_meaning")
     self._text = json.dumps(meaning, sort_keys=True)
+    self._held_rows = held_rows
+    # The saved text is `meaning` with "held_rows": <count> (first of the
+    # sorted keys), joined at save time around the count.
+    recorded = json.dumps(dict(meaning, held_rows=0), sort_keys=True)
+    self._head, self._tail = recorded.split('"held_rows": 0', 1)
+    self._head += '"held_rows": '
+    self._frozen_count = None  # (a copy's count: `_copy_trackable_to_cpu`)
+
+  def _held_count(self):
+    """int64 scalar: the rows the model holds now."""
+    if self._frozen_count is not None:
+      return self._frozen_count
+    held = self._held_rows()
+    return (tf.constant(0, tf.int64) if held is None else
+            tf.size(held.keys, out_type=tf.int64))
 
   def _serialize_to_tensors(self):
-    return {"meaning": tf.constant(self._text)}
+    return {"meaning": tf.strings.join(
+        [self._head, tf.strings.as_string(self._held_count()), self._tail])}
+
+  # The message for held rows read into a model without carry_over, before
+  # and after their count.
+  _HELD_MESSAGE = (
+      "the checkpoint holds ",
+      " held rows: examples that its model (built with carry_over) held "
+      "back from a minimize call to visit with the next. This model is "
+      "built with carry_over=0 and would drop them, losing those examples' "
+      "pending updates. Restore it into a model built with carry_over (e.g. "
+      "'auto', the default); to drop them knowingly, restore it into such a "
+      "model and give its get_state(), less 'held', to this model's "
+      "set_state()")
 
   def _restore_from_tensors(self, restored_tensors):
     saved = restored_tensors["meaning"]
+    held = self._held_rows()
     if not tf.executing_eagerly():
-      return tf.debugging.assert_equal(
-          saved, self._text, message="the checkpoint's SdcaModel state was "
-          "trained under other options than this model's")
-    text = saved.numpy().decode()
-    if text != self._text:
-      theirs, ours = json.loads(text), json.loads(self._text)
+      head = r'^\{"held_rows": '
+      options = tf.strings.regex_replace(saved, head + r"[0-9]+, ", "{")
+      checks = [tf.debugging.assert_equal(
+          options, self._text, message="the checkpoint's SdcaModel state "
+          "was trained under other options than this model's")]
+      if held is None:
+        count = tf.strings.regex_replace(saved, head + r"([0-9]+), .*$",
+                                         r"\1")
+        checks.append(tf.debugging.Assert(
+            tf.logical_not(tf.strings.regex_full_match(
+                saved, head + r"[1-9][0-9]*, .*")),
+            [self._HELD_MESSAGE[0], count, self._HELD_MESSAGE[1]]))
+        return tf.group(*checks)
+      with tf.control_dependencies(checks):
+        return tf.cond(
+            tf.strings.regex_full_match(saved, head + r"0, .*"),
+            lambda: tf.group(*held.clear()), tf.no_op)
+    theirs, ours = json.loads(saved.numpy().decode()), json.loads(self._text)
+    count = theirs.pop("held_rows", None)
+    if theirs != ours:
       differ = ", ".join(f"{key} {theirs.get(key)!r} (this model "
                          f"{ours.get(key)!r})"
                          for key in sorted(set(theirs) | set(ours))
@@ -401,15 +453,36 @@ class _StateMeaning(tf.Module):
           f"Restore it into a model built with the checkpoint's options "
           f"(num_table_shards may differ through get_state() / "
           f"set_state(), which re-shard), or train this one from zero")
+    if count is not None and held is None and count > 0:
+      raise ValueError(f"{count}".join(self._HELD_MESSAGE))
+    if count == 0 and held is not None:
+      held.clear()
     return tf.no_op()
 
   def _copy_trackable_to_cpu(self, object_map):
     if self not in object_map:
-      object_map[self] = _StateMeaning(json.loads(self._text))
+      copy = _StateMeaning(json.loads(self._text), self._held_rows)
+      copy._frozen_count = tf.identity(self._held_count())  # pylint: disable=protected-access
+      object_map[self] = copy
 
 
-def _floats(x):
-  return sdca_ops.to_tensor(x, tf.float32)
+def _floats(x, argument="value"):
+  """`x` as the float32 tensor the ops take. A tensor of another real dtype
+  (float64, float16, bfloat16, an integer type, bool) is cast, as a numpy
+  array of one is converted, eagerly or in a `tf.function` alike (there
+  TensorFlow's own conversion refused a float64 tensor without naming it);
+  any other dtype is a ValueError naming `argument` and the dtype."""
+  if isinstance(x, (tf.Tensor, tf.Variable)):
+    if x.dtype == tf.float32:
+      return tf.convert_to_tensor(x)
+    if x.dtype.is_floating or x.dtype.is_integer or x.dtype == tf.bool:
+      return tf.cast(x, tf.float32)
+    raise ValueError(f"{argument} must hold real numbers (a float, integer "
+                     f"or bool dtype), got a {x.dtype.name} tensor")
+  try:
+    return sdca_ops.to_tensor(x, tf.float32)
+  except (TypeError, ValueError) as e:
+    raise type(e)(f"{argument} cannot be a float32 tensor: {e}") from None
 
 
 # carry_over='auto': f = B / (B + 6) for a stream of B batches an epoch
@@ -532,6 +605,18 @@ class _HeldRows(tf.Module):
     for var, value in zip(self.dense, held["dense"]):
       var.assign(np.asarray(value, np.float32).reshape(-1, var.shape[1]))
 
+  def clear(self):
+    """The assignments that empty the held rows."""
+    assigns = [var.assign(tf.zeros([0], var.dtype))
+               for _, var in self._fields()]
+    for splits, ids, values in self.sparse:
+      assigns += [splits.assign(tf.zeros([1], tf.int64)),
+                  ids.assign(tf.zeros([0], tf.int64)),
+                  values.assign(tf.zeros([0], tf.float32))]
+    assigns += [v.assign(tf.zeros([0, v.shape[1]], tf.float32))
+                for v in self.dense]
+    return assigns
+
   def take(self, examples, keys, fraction, seed, call, checks):
     """Merges the held rows into a batch and holds back a fresh share.
 
@@ -553,14 +638,19 @@ class _HeldRows(tf.Module):
     """
     batch = dict(
         keys=keys,
-        example_weights=_floats(examples["example_weights"]),
-        example_labels=_floats(examples["example_labels"]),
+        example_weights=_floats(examples["example_weights"],
+                                "examples['example_weights']"),
+        example_labels=_floats(examples["example_labels"],
+                               "examples['example_labels']"),
         sparse=[(col.example_indices, col.feature_indices,
                  None if col.feature_values is None else
-                 _floats(col.feature_values))
-                for col in examples["sparse_features"]],
-        dense=[tf.reshape(_floats(x), [-1, var.shape[1]])
-               for x, var in zip(examples["dense_features"], self.dense)])
+                 _floats(col.feature_values,
+                         f"examples['sparse_features'][{g}].feature_values"))
+                for g, col in enumerate(examples["sparse_features"])],
+        dense=[tf.reshape(_floats(x, f"examples['dense_features'][{g}]"),
+                          [-1, var.shape[1]])
+               for g, (x, var) in enumerate(zip(examples["dense_features"],
+                                                self.dense))])
     held_keys = self.keys.read_value()
     held = dict(keys=held_keys,
                 example_weights=self.weights.read_value(),
@@ -625,13 +715,17 @@ def _row_splits(first, ids, values, n):
 
 def _batch_tensors(examples):
   """The fields of a batch that `minimize` reads, as tensors of the op's
-  dtypes (so that a compiled step is traced per structure, not per value)."""
+  dtypes (so that a compiled step is traced per structure, not per value;
+  inside the step, tensors already of those dtypes pass unchanged)."""
   return dict(
       sparse_features=[SparseFeatureColumn(*col)
                        for col in examples["sparse_features"]],
-      dense_features=[_floats(x) for x in examples["dense_features"]],
-      example_weights=_floats(examples["example_weights"]),
-      example_labels=_floats(examples["example_labels"]),
+      dense_features=[_floats(x, f"examples['dense_features'][{g}]")
+                      for g, x in enumerate(examples["dense_features"])],
+      example_weights=_floats(examples["example_weights"],
+                              "examples['example_weights']"),
+      example_labels=_floats(examples["example_labels"],
+                             "examples['example_labels']"),
       example_ids=sdca_ops.example_id_tensor(examples["example_ids"]))
 
 
@@ -661,7 +755,9 @@ class SdcaModel(tf.Module):
   Args:
     examples: dict with `sparse_features` (list of `SparseFeatureColumn`),
       `dense_features` (list of float `[B, d]` or `[B]` tensors),
-      `example_weights` (`[B]`), `example_labels` (`[B]`), `example_ids`
+      `example_weights` (`[B]`), `example_labels` (`[B]`) (the three cast
+      to the ops' float32 from any real dtype, tensors and arrays alike),
+      `example_ids`
       (`[B]` strings or integers, unique per example across batches; an
       integer id is keyed as its decimal text, so `5` and `"5"` name one
       example, and the strings are never built).
@@ -702,7 +798,8 @@ class SdcaModel(tf.Module):
       write'). 0 is
       TensorFlow's semantics, a call trains exactly the batch it is given.
       The held rows, f / (1 - f) batches of them, live in variables that
-      checkpoints and `get_state` keep),
+      checkpoints and `get_state` keep; a model built with 0 refuses a
+      checkpoint holding some),
       `second_order` ('auto'; 'on' or 'off': after the op's step, the
       exact block step on the call's rows: the batch's duals set to the
       maximiser of the dual over them by Newton's method on the batch's
@@ -753,6 +850,9 @@ class SdcaModel(tf.Module):
     self._examples = examples
     # The compiled steps of eager calls: not state, not checkpointed.
     self._functions = self._no_dependency({})
+    # The features a front end made the groups from, by kind, for messages
+    # (`_name_groups`); not state.
+    self._group_names = self._no_dependency({})
     if examples is not None:
       self._check_examples(examples)
     with tf.init_scope():
@@ -770,7 +870,8 @@ class SdcaModel(tf.Module):
         symmetric_l2_regularization=float(
             self._options["symmetric_l2_regularization"]),
         num_classes=self._num_classes,
-        num_table_shards=self._options["num_table_shards"]))
+        num_table_shards=self._options["num_table_shards"]),
+        self._held_rows)
     # The held rows of `carry_over`, created at their first use
     # (`_held_rows`): their variables are ~0.5 ms of a model's ~1.7 ms
     # creation, which front ends training packed rows never use.
@@ -807,6 +908,23 @@ class SdcaModel(tf.Module):
     return self._held
 
   # ------------------------------------------------------------ checking
+  def _name_groups(self, sparse_features, dense_features):
+    """Names the feature groups in error messages after the features a
+    front end made them from (`SDCAOptimizer`'s feature dict keys): a
+    message then says `sparse_features[0] (features['city'])`, not only
+    the op's argument."""
+    self._group_names["sparse_features"] = list(sparse_features)
+    self._group_names["dense_features"] = list(dense_features)
+
+  def _group(self, kind, g, argument=None):
+    """`argument` (default `kind[g]`) for group `g` of `kind`
+    ('sparse_features' or 'dense_features') in a message, with the feature
+    it was made from where `_name_groups` named it."""
+    argument = argument or f"{kind}[{g}]"
+    names = self._group_names.get(kind)
+    return argument if names is None else (
+        f"{argument} (features[{names[g]!r}])")
+
   @staticmethod
   def check_options(options):
     """`options` (the constructor's dict) checked and normalised: defaults
@@ -878,9 +996,10 @@ class SdcaModel(tf.Module):
       columns = (1 if shape.rank == 1 else
                  shape[1] if shape.rank == 2 else None)
       if columns is not None and columns != weights.size:
-        raise ValueError(
-            f"examples['dense_features'][{g}] has {columns} column(s) but "
-            f"its weight variable has {weights.size} row(s)")
+        group = self._group("dense_features", g,
+                            f"examples['dense_features'][{g}]")
+        raise ValueError(f"{group} has {columns} column(s) but its weight "
+                         f"variable has {weights.size} row(s)")
     rows = {}
     for key in ("example_ids", "example_weights", "example_labels"):
       x = examples[key]
@@ -891,6 +1010,49 @@ class SdcaModel(tf.Module):
     if len(set(rows.values())) > 1:
       raise ValueError("examples' rows differ: " + ", ".join(
           f"{key} has {n}" for key, n in rows.items()))
+
+  def _dense_width_check(self, x, g):
+    """The assertion, when run, that dense group `g`'s tensor `x` has its
+    weight variable's rows as columns; None where the static shape let
+    `_check_examples` compare them."""
+    shape = x.shape
+    if shape.rank == 1 or (shape.rank == 2 and shape[1] is not None):
+      return None
+    width = self._dense[g].size
+    columns = tf.reduce_prod(tf.shape(x, out_type=tf.int64)[1:])
+    # (Named as the ops name their inputs: Assert escapes quotes.)
+    return tf.debugging.Assert(
+        tf.equal(columns, width),
+        [f"{self._group('dense_features', g)} has", columns,
+         f"column(s) but its weight variable has {width} row(s)"])
+
+  def _checked_when_run(self, examples):
+    """`examples` (tensors) waiting for what `_check_examples` checks but
+    their static shapes left to run time (a tf.function traced with
+    unknown sizes): the rows of example_ids, example_weights and
+    example_labels agree, and each dense group has its weight variable's
+    rows as columns. The ops check both too, under their own inputs'
+    names: HoldRows named the ids `keys`, and reported a dense group, cut
+    into rows of the variable's width, as having more or fewer rows."""
+    checks = [self._dense_width_check(x, g)
+              for g, x in enumerate(examples["dense_features"])]
+    checks = [check for check in checks if check is not None]
+    fields = ("example_ids", "example_weights", "example_labels")
+    if not all(examples[key].shape.rank and
+               examples[key].shape[0] is not None for key in fields):
+      rows = [tf.size(examples[key], out_type=tf.int64) for key in fields]
+      checks.append(tf.debugging.Assert(
+          tf.logical_and(tf.equal(rows[0], rows[1]),
+                         tf.equal(rows[0], rows[2])),
+          ["example_ids has", rows[0], "rows but example_weights", rows[1],
+           "and example_labels", rows[2]]))
+    if not checks:
+      return examples
+    with tf.control_dependencies(checks):
+      return dict(examples,
+                  dense_features=[tf.identity(x)
+                                  for x in examples["dense_features"]],
+                  **{key: tf.identity(examples[key]) for key in fields})
 
   # ---------------------------------------------------------------- state
   def _keys(self, examples):
@@ -984,8 +1146,11 @@ class SdcaModel(tf.Module):
       ValueError: if there are no examples or their structure does not
         match the variables.
       tf.errors.InvalidArgumentError: (when run) for an example id twice in
-        the batch, a feature id outside its variable, or bad data (see
-        `tf_sdca.sdca_optimizer`).
+        the batch, a feature id outside its variable, bad data (see
+        `tf_sdca.sdca_optimizer`), or, in a `tf.function` traced with
+        unknown sizes, the mismatches the ValueError names when the shapes
+        are known (a dense group's columns, the rows of example_ids,
+        example_weights and example_labels).
     """
     examples = self._examples if examples is None else examples
     if examples is None:
@@ -1015,6 +1180,7 @@ class SdcaModel(tf.Module):
 
   def _minimize_step(self, examples, global_step=None):
     """The ops of `minimize` (in a graph or a tf.function being traced)."""
+    examples = self._checked_when_run(_batch_tensors(examples))
     # The op checks that the ids are unique: an id twice in one batch would
     # give the solve two duals for one table row; one would be lost and the
     # weights would stop being w(alpha).
@@ -1035,7 +1201,7 @@ class SdcaModel(tf.Module):
           dict(loss_type=self._options["loss_type"],
                num_classes=self._num_classes,
                id_limits=[w.size for w in self._sparse],
-               id_arguments=[f"sparse_features[{g}]"
+               id_arguments=[self._group("sparse_features", g)
                              for g in range(len(self._sparse))]))
     state, slots = self._find_state(keys)
     ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
@@ -1051,8 +1217,8 @@ class SdcaModel(tf.Module):
                                            self._sparse)):
       # Checked before the ids index anything: a clearer message than a
       # failed gather or the op's "not in sparse_indices".
-      uniq = weights.distinct_ids(col.feature_indices,
-                                  argument=f"sparse_features[{g}]")
+      uniq = weights.distinct_ids(
+          col.feature_indices, argument=self._group("sparse_features", g))
       ex_idx.append(col.example_indices)
       feat_idx.append(col.feature_indices)
       if g < last_with_values:
@@ -1061,7 +1227,8 @@ class SdcaModel(tf.Module):
       uniq_ids.append(uniq)
       start_values.append(weights.gather(uniq))
       sp_weights.append(tf.cast(start_values[-1], tf.float32))
-    dense = [self._dense_matrix(x) for x in examples["dense_features"]]
+    dense = [self._dense_matrix(x, g)
+             for g, x in enumerate(examples["dense_features"])]
     dense_w = [tf.cast(w.all_rows(), tf.float32) for w in self._dense]
     o = self._options
     new_state, d_sparse, d_dense = sdca_ops.sdca_optimizer(
@@ -1163,8 +1330,9 @@ class SdcaModel(tf.Module):
     return self._average_count.read_value() > 0
 
   @staticmethod
-  def _dense_matrix(x):
-    x = tf.convert_to_tensor(x, tf.float32)
+  def _dense_matrix(x, g):
+    """Dense group `g`'s `x` as a float32 `[B, d]` matrix."""
+    x = _floats(x, f"examples['dense_features'][{g}]")
     return tf.reshape(x, [-1, 1]) if x.shape.rank == 1 else x
 
   @_plain_python
@@ -1249,8 +1417,14 @@ class SdcaModel(tf.Module):
         values = tf.cast(col.feature_values, tf.float64)
         w *= values if k == 1 else values[:, None]
       z += tf.math.unsorted_segment_sum(w, col.example_indices, n)
-    for x, weights in zip(examples["dense_features"], self._dense):
-      x = tf.cast(self._dense_matrix(x), tf.float64)
+    for g, (x, weights) in enumerate(zip(examples["dense_features"],
+                                         self._dense)):
+      x = self._dense_matrix(x, g)
+      check = self._dense_width_check(x, g)
+      if check is not None:  # (else a matmul's error names no argument)
+        with tf.control_dependencies([check]):
+          x = tf.identity(x)
+      x = tf.cast(x, tf.float64)
       w = self._shrink(weights.all_rows(mean))
       z += tf.linalg.matvec(x, w) if k == 1 else tf.matmul(x, w)
     return z
