@@ -2,8 +2,9 @@
 SDCA training (`set_weights`, `EarlyStopping(restore_best_weights=True)`):
 `evaluate` scores the weights the model predicts with, and `fit` /
 `duality_gap` say that they go on from the SDCA training state (weights and
-duals are a pair), with the results of a model never set. Real data:
-breast_cancer and wine, standardised."""
+duals are a pair), with the results of a model never set; and a stream
+that repeats its examples gets no false gap. Real data: breast_cancer and
+wine, standardised."""
 import os
 import tempfile
 import warnings
@@ -176,3 +177,17 @@ def test_no_warning_where_the_weights_are_the_trainings(cancer, l1,
       loaded.fit(data, epochs=2, verbose=0)
       loaded.duality_gap()
   assert _no_set_warning(record), [str(w.message) for w in record]
+
+
+def test_a_stream_repeating_its_examples_gets_no_false_certificate(cancer):
+  # Each row twice per epoch (one example id, two rows): the gap over the
+  # stream counts the losses twice and the weights once. It went negative
+  # and fit(tol=1e-6) stopped after 2 epochs on a "gap" of -0.14; now the
+  # gap refuses the data.
+  x, y = cancer
+  once = tf.data.Dataset.from_tensor_slices(
+      ({"x": x, "example_id": np.arange(len(y))}, y)).batch(100)
+  model = LinearModel(loss="logistic", l2=1.0)
+  with pytest.raises(ValueError, match=r"not each trained example once: "
+                     r"an example id repeats"):
+    model.fit(once.concatenate(once), epochs=30, verbose=0, tol=1e-6)

@@ -922,6 +922,26 @@ def test_duality_gap_is_the_exact_gap_of_the_stored_state(loss):
     model.duality_gap(batches[0])
 
 
+@pytest.mark.parametrize("loss", ["logistic_loss", "squared_loss"])
+def test_duality_gap_over_examples_given_twice_is_refused_not_negative(loss):
+  # Every example twice near the optimum: the losses count twice, |w|^2
+  # once, and P - D comes out negative: no certificate (a Keras stream of
+  # ds.concatenate(ds) stopped its fit(tol=1e-6) on a gap of -0.14).
+  x, ids, y, s = _data(loss, weighted=True)
+  batches = [_examples(x, ids, y, s, rows)
+             for rows in np.array_split(np.arange(N), 3)]
+  model, _ = _model(None, loss, l1=0.05, l2=1.0)
+  for _ in range(40):
+    for batch in batches:
+      train_op = model.minimize(examples=batch)
+  model.update_weights(train_op)
+  assert abs(model.duality_gap(batches)[1]) < 1e-3
+  with pytest.raises(ValueError, match=r"P\(w\) - D\(alpha\) = -.* < 0 "
+                     r"over the batches given, which are not each trained "
+                     r"example once"):
+    model.duality_gap(batches + batches)
+
+
 @pytest.mark.parametrize("in_function", [False, True])
 def test_integer_example_ids_are_keyed_as_their_decimal_text(in_function):
   # An integer id and its tf.strings.as_string share one key, so a stream

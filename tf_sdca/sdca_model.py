@@ -1582,7 +1582,8 @@ class SdcaModel(tf.Module):
       `(objective, relative_gap)` as in `duality_gap`.
 
     Raises:
-      ValueError: when the examples' weights sum to 0.
+      ValueError: when the examples' weights sum to 0, or the gap is
+        negative beyond rounding (not each trained example once).
     """
     parts = np.asarray(parts, np.float64)
     if parts[2] <= 0.0:
@@ -1591,6 +1592,17 @@ class SdcaModel(tf.Module):
     r1, r2 = (float(r) for r in self._regularization())
     objective = parts[0] + r1 + 0.5 * r2
     gap = parts[0] + parts[1] + r1 + r2
+    if gap < -1e-9 * (abs(parts[0]) + abs(parts[1]) + r1 + r2):
+      # Weak duality, P(w) >= D(alpha), holds over each trained example
+      # once; a stream that repeats an example (a dataset concatenated
+      # with itself) counts its loss and dual loss twice but its weights'
+      # share once, and the gap goes negative: no certificate (a `tol`
+      # stop on it would stop anywhere).
+      raise ValueError(
+          f"duality_gap: P(w) - D(alpha) = {gap:.6g} < 0 over the batches "
+          "given, which are not each trained example once: an example id "
+          "repeats (e.g. a dataset concatenated with itself) or rows differ "
+          "from those trained under their ids")
     return objective / parts[2], gap / max(abs(objective), 1e-300)
 
   def get_state(self):
