@@ -17,7 +17,7 @@ Example:
 """
 import tensorflow as tf
 
-from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn
+from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn, holds_numbers
 
 
 def _numbers(value, argument):
@@ -25,8 +25,7 @@ def _numbers(value, argument):
   (strings) is a ValueError naming `argument` and the dtype, where the
   cast failed with TensorFlow's UnimplementedError naming nothing."""
   value = tf.convert_to_tensor(value)
-  if not (value.dtype.is_floating or value.dtype.is_integer or
-          value.dtype == tf.bool):
+  if not holds_numbers(value.dtype):
     raise ValueError(f"{argument} must hold numbers, got a "
                      f"{value.dtype.name} tensor")
   return tf.cast(value, tf.float32)
@@ -36,8 +35,7 @@ def _feature_ids(values, argument):
   """A SparseTensor's `values` as the int64 feature ids (rows of the
   feature's variable), cast as before; strings are a ValueError naming
   `argument`."""
-  if not (values.dtype.is_integer or values.dtype.is_floating or
-          values.dtype == tf.bool):
+  if not holds_numbers(values.dtype):
     raise ValueError(
         f"{argument} must hold integer feature ids (the rows of its "
         f"variable), got {values.dtype.name} values: map strings to ids "

@@ -466,6 +466,12 @@ class _StateMeaning(tf.Module):
       object_map[self] = copy
 
 
+def holds_numbers(dtype):
+  """Whether tensors of `dtype` cast to the ops' float32 (or int64 ids):
+  a float, integer or bool dtype, not strings or complex numbers."""
+  return dtype.is_floating or dtype.is_integer or dtype == tf.bool
+
+
 def _floats(x, argument="value"):
   """`x` as the float32 tensor the ops take. A tensor of another real dtype
   (float64, float16, bfloat16, an integer type, bool) is cast, as a numpy
@@ -475,7 +481,7 @@ def _floats(x, argument="value"):
   if isinstance(x, (tf.Tensor, tf.Variable)):
     if x.dtype == tf.float32:
       return tf.convert_to_tensor(x)
-    if x.dtype.is_floating or x.dtype.is_integer or x.dtype == tf.bool:
+    if holds_numbers(x.dtype):
       return tf.cast(x, tf.float32)
     raise ValueError(f"{argument} must hold real numbers (a float, integer "
                      f"or bool dtype), got a {x.dtype.name} tensor")
