@@ -129,9 +129,9 @@ def test_train_on_the_stand_in_writes_and_says_what_the_real_import_does(
         tmp_path / "old")), err) == (expected, expected_out,
                                      expected_err), name
     assert (status == 2) == (name == "bad label"), name
-    if status:  # the op's InvalidArgumentError, in one line
+    if status:  # the label's file and line, in one line
       assert err.startswith("tf-sdca train: error: ") and \
-          "example_labels[0] = -1" in err and "Traceback" not in err
+          ":1: the label -1 is not a count" in err and "Traceback" not in err
   for name in sorted({name for name, _ in old} - {"bad label"}):
     (new_meta, new_state), (old_meta, old_state) = (
         _model(tmp_path / "new" / name), _model(tmp_path / "old" / name))

@@ -260,7 +260,7 @@ def test_a_new_process_says_what_the_in_process_path_says(
   else:
     assert status == 2 and err == (
         f"tf-sdca train: error: {path}: the gzip data ends early (the file "
-        "is truncated)\n")
+        "is truncated, or damaged)\n")
 
 
 def test_a_kill_of_the_child_building_the_cache_ends_the_command(
