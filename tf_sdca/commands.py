@@ -254,7 +254,9 @@ def _check_labels(paths, fmt, label_parts, meta):
 # ------------------------------------------------------------------ generate
 def generate(args):
   """Writes `--rows` generated rows into `--files` TSV files (streamed, so
-  any size fits) and the rows' true click probabilities (truth.npy)."""
+  any size fits) and the rows' true click probabilities (truth.npy). An
+  earlier generate's files in `--out` are replaced, its part files past
+  this run's removed."""
   from tf_sdca.data import synthetic  # pylint: disable=import-outside-toplevel
   os.makedirs(args.out, exist_ok=True)
   per_file = -(-args.rows // max(1, args.files))
