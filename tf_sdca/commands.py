@@ -610,7 +610,8 @@ def _memory_plan(args, arrays, info, meta, verbose):
 
 # ------------------------------------------------------- evaluate / predict
 def score_files(args):
-  """(labels, scores) over the files, streamed chunk by chunk."""
+  """(meta, labels, scores) over the files, streamed chunk by chunk; no
+  rows give empty arrays (scores [0, K] for a multiclass model)."""
   from tf_sdca.data import criteo, libsvm  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   meta, ckpt = model_files.load_model(args.model_dir)
@@ -654,8 +655,10 @@ def score_files(args):
       all_scores.append(model.predict(**features))
   if bad.count:
     print(f"skipped {bad.count:,} malformed line(s)", file=sys.stderr)
-  return (meta, np.concatenate(all_labels) if all_labels else np.zeros(0),
-          np.concatenate(all_scores) if all_scores else np.zeros(0))
+  if not all_scores:  # no rows: no scores, K of them per row if multiclass
+    return meta, np.zeros(0), np.zeros(
+        (0, meta["num_classes"]) if losses.is_multiclass(meta["loss"]) else 0)
+  return meta, np.concatenate(all_labels), np.concatenate(all_scores)
 
 
 def _check_scores(args, scores):
