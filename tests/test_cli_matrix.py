@@ -72,6 +72,35 @@ def test_evaluate_on_an_empty_file_is_an_error_not_nan(trained, tmp_path,
   assert "nan" not in line
 
 
+def test_predict_on_an_empty_file_writes_its_empty_prediction(
+    trained, tmp_path, capsys):
+  # Unlike evaluate's metrics, the scores of no rows are defined: none.
+  _, model = trained
+  empty, out = tmp_path / "empty.tsv", tmp_path / "scores.txt"
+  empty.write_text("")
+  out.write_text("an earlier run's scores\n")
+  assert cli.main(["predict", str(empty), "--model-dir", model, "--out",
+                   str(out)]) == 0
+  assert capsys.readouterr().out.endswith(f"wrote 0 scores to {out}\n")
+  assert out.read_text() == ""
+  # A multiclass model's: LIBLINEAR's header, no rows (it was numpy's
+  # 'axis 1 is out of bounds for array of dimension 1').
+  libsvm = tmp_path / "train.libsvm"
+  libsvm.write_text("0 1:1\n2 2:1\n1 1:1 2:1\n")
+  multiclass = str(tmp_path / "k")
+  assert cli.main(["train", str(libsvm), "--format", "libsvm", "--loss",
+                   "softmax", "--num-classes", "3", "--model-dir", multiclass,
+                   "--epochs", "1", "--quiet"]) == 0
+  empty_svm = tmp_path / "empty.libsvm"
+  empty_svm.write_text("")
+  capsys.readouterr()
+  assert cli.main(["predict", str(empty_svm), "--model-dir", multiclass,
+                   "--out", str(out)]) == 0
+  assert capsys.readouterr().out.endswith(
+      f"wrote 0 predictions to {out}\n")
+  assert out.read_text() == "labels 0 1 2\n"
+
+
 def test_export_into_an_unwritable_place_is_one_line(trained, tmp_path,
                                                      capsys):
   _, model = trained

@@ -2,13 +2,15 @@
 against the readers they replaced (tests/reference_readers.py): the same
 rows, features and chunks bit for bit, plain and gzip, in one block or many,
 and on 10M generated rows (slow: `pytest --run-slow`; 60k rows otherwise);
-and their errors: file and line, --skip-bad-lines counts, truncated gzip."""
+and their errors: file and line, --skip-bad-lines counts, truncated or
+damaged gzip."""
 import functools
 import gzip
 import io
 import itertools
 import os
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -282,8 +284,52 @@ def test_damaged_gzip_is_a_one_line_error_naming_the_file(tmp_path):
   data[len(data) // 2] ^= 0xFF
   path = tmp_path / "damaged.gz"
   path.write_bytes(bytes(data))
-  with pytest.raises(ValueError, match=rf"^{path}: not readable gzip \("):
+  with pytest.raises(ValueError, match=rf"^{path}: the gzip data is damaged "
+                     r"\(Error -3 while decompressing data: "):
     list(libsvm.read_libsvm([str(path)]))
+
+
+def _run_off_gzip(tmp_path, text):
+  """`text` gzipped with one byte in the middle third damaged so that the
+  rest decodes as other valid codes past the trailer (no zlib error, no
+  end): tried byte by byte, the compressed bytes being zlib's version's."""
+  whole = gzip.compress(text.encode())
+  for at in range(len(whole) // 3, 2 * len(whole) // 3):
+    data = bytearray(whole)
+    data[at] ^= 0x55
+    decompressor = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    try:
+      size = len(decompressor.decompress(bytes(data)))
+    except zlib.error:
+      continue
+    if not decompressor.eof:
+      path = tmp_path / "run_off.svm.gz"
+      path.write_bytes(bytes(data))
+      return str(path), size
+  raise AssertionError("no byte of the middle third runs the data off")
+
+
+def test_gzip_damaged_mid_stream_is_damaged_not_truncated(tmp_path, capsys):
+  # Highly compressible text (200x), where one bad byte need not break a
+  # code: the data then runs on past the trailer that ends the file. The
+  # same file cut short (its last 8 bytes compressed data) reads as before.
+  text = "".join(f"{i % 2} 1:{i % 5} 2:{i % 3} 4:7\n" for i in range(20000))
+  path, size = _run_off_gzip(tmp_path, text)
+  said = (f"{path}: the gzip data is damaged (the file ends in a gzip "
+          f"trailer for {len(text):,} bytes, but the data decodes on past "
+          f"it, to {size:,})")
+  with pytest.raises(ValueError) as raised:
+    list(libsvm.read_libsvm([path]))
+  assert str(raised.value) == said
+  status = cli.main(["train", path, "--format", "libsvm", "--model-dir",
+                     str(tmp_path / "m"), "--quiet"])
+  assert (status, capsys.readouterr().err) == (
+      2, f"tf-sdca train: error: {said}\n")
+  cut = tmp_path / "cut.svm.gz"
+  cut.write_bytes(open(path, "rb").read()[:-8])
+  with pytest.raises(ValueError, match=rf"^{cut}: the gzip data ends early "
+                     r"\(the file is truncated, or damaged\)$"):
+    list(libsvm.read_libsvm([str(cut)]))
 
 
 @pytest.mark.parametrize("rows", [

@@ -254,7 +254,9 @@ def _check_labels(paths, fmt, label_parts, meta):
 # ------------------------------------------------------------------ generate
 def generate(args):
   """Writes `--rows` generated rows into `--files` TSV files (streamed, so
-  any size fits) and the rows' true click probabilities (truth.npy)."""
+  any size fits) and the rows' true click probabilities (truth.npy). An
+  earlier generate's files in `--out` are replaced, its part files past
+  this run's removed."""
   from tf_sdca.data import synthetic  # pylint: disable=import-outside-toplevel
   os.makedirs(args.out, exist_ok=True)
   per_file = -(-args.rows // max(1, args.files))
@@ -608,7 +610,8 @@ def _memory_plan(args, arrays, info, meta, verbose):
 
 # ------------------------------------------------------- evaluate / predict
 def score_files(args):
-  """(labels, scores) over the files, streamed chunk by chunk."""
+  """(meta, labels, scores) over the files, streamed chunk by chunk; no
+  rows give empty arrays (scores [0, K] for a multiclass model)."""
   from tf_sdca.data import criteo, libsvm  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   meta, ckpt = model_files.load_model(args.model_dir)
@@ -652,8 +655,10 @@ def score_files(args):
       all_scores.append(model.predict(**features))
   if bad.count:
     print(f"skipped {bad.count:,} malformed line(s)", file=sys.stderr)
-  return (meta, np.concatenate(all_labels) if all_labels else np.zeros(0),
-          np.concatenate(all_scores) if all_scores else np.zeros(0))
+  if not all_scores:  # no rows: no scores, K of them per row if multiclass
+    return meta, np.zeros(0), np.zeros(
+        (0, meta["num_classes"]) if losses.is_multiclass(meta["loss"]) else 0)
+  return meta, np.concatenate(all_labels), np.concatenate(all_scores)
 
 
 def _check_scores(args, scores):
