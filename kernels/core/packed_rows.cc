@@ -1185,8 +1185,9 @@ void PackedRows::RowLossesOneThread(const Loss& loss, const double* weights,
   // gathers from a table larger than the core's caches otherwise wait on
   // each load.
   constexpr int64_t kAhead = 8;
+  const bool prefetching = PrefetchWeights(weights) != nullptr;
   auto prefetch = [&](int64_t r) __attribute__((always_inline)) {
-    if (r >= end) return;
+    if (!prefetching || r >= end) return;
     const Header* ahead = reinterpret_cast<const Header*>(buffer + offsets_[r]);
     const int32_t* ahead_ids = reinterpret_cast<const int32_t*>(ahead + 1);
     for (int32_t e = 0; e < ahead->nnz; ++e) {
