@@ -142,6 +142,74 @@ def test_fused_epochs_are_the_epochs_one_by_one(monkeypatch, case):
       assert np.array_equal(s1[key], s2[key]), key
 
 
+def test_auto_momentum_chooses_its_beta_inside_the_call(monkeypatch):
+  """momentum 'auto' reads its plain epochs' gaps and chooses its beta in
+  the op: a short fit is one call, the same bits as epochs one by one (and
+  as the engine's choose_auto_momentum, which the engine checks)."""
+  data = _data("heart")
+  opts = dict(loss="hinge", l2=1.0)
+  one, h1, _ = _fit(monkeypatch, False, opts, data, dict(epochs=16))
+  fused, h2, calls = _fit(monkeypatch, True, opts, data, dict(epochs=16),
+                          watch=True)
+  assert calls == [16]
+  assert fused.momentum_used == one.momentum_used > 0.0
+  _assert_same_model(one, fused)
+  assert _same(np.asarray(h1["loss"]), np.asarray(h2["loss"]))
+  # Where the op's choice and the engine's differ, the fit says so.
+  chosen = engine.choose_auto_momentum
+  monkeypatch.setattr(engine, "choose_auto_momentum",
+                      lambda gaps, lock_free=False: chosen(gaps) * 0.5)
+  monkeypatch.setattr(engine, "TRAIN_AHEAD", False)
+  with pytest.raises(RuntimeError, match="chose momentum 'auto''s beta"):
+    InMemorySdca(**opts).fit(**data, epochs=16, verbose=0)
+
+
+@pytest.mark.parametrize("seen", [0, 2, 3])
+def test_packed_epochs_auto_momentum_is_choose_auto_momentum(seen):
+  """The op's beta from its plain epochs' gaps (after `seen` gaps of
+  earlier calls) is choose_auto_momentum's of the same gaps, and the
+  epochs after it start with it: the state equals a call given that beta
+  from the chosen epoch on."""
+  x, y = heart_scale()
+  rows = engine.Problem(
+      engine.RowChunks([(None, x, (y > 0).astype(np.float32),
+                         np.ones(len(y), np.float32))],
+                       len(y), 0, 13, None, False),
+      "hinge_loss", 1.0, 1).rows
+  rule = [engine.AUTO_MOMENTUM_EPOCHS, engine.AUTO_MOMENTUM_FLOOR,
+          engine.AUTO_MOMENTUM_FULL, engine.AUTO_MOMENTUM_BETA]
+  prior = [0.9, 0.6, 0.45][:seen]
+  plain = engine.AUTO_MOMENTUM_EPOCHS - seen
+  args = (rows, np.zeros(13), np.zeros(len(y)), 3, np.ones(10, bool), -1.0,
+          "hinge_loss", 0.0, 1.0)
+  out = sdca_ops.packed_epochs(*args, visit_order="permutation", beta=0.0,
+                               auto_momentum=rule + prior,
+                               train_ahead="always")
+  parts = out[2].numpy()
+  gaps = list(prior)
+  for k in range(plain):
+    primal, gap = engine.objective_and_gap(parts[k], "hinge_loss", 0.0, 1.0)
+    gaps.append(gap / max(abs(primal), 1e-300))
+  beta = engine.choose_auto_momentum(gaps)
+  assert 0.0 < beta and float(out[6]) == beta
+  # The plain epochs, then the chosen beta, in two calls.
+  first = sdca_ops.packed_epochs(
+      rows, np.zeros(13), np.zeros(len(y)), 3, np.ones(plain, bool), -1.0,
+      "hinge_loss", 0.0, 1.0, visit_order="permutation", beta=0.0)
+  duals = [-np.inf] + [engine.dual_objective(p, 1.0)
+                       for p in first[2].numpy()]
+  second = sdca_ops.packed_epochs(
+      rows, first[0].numpy(), first[1].numpy(), 3 + plain,
+      np.ones(10 - plain, bool), -1.0, "hinge_loss", 0.0, 1.0,
+      visit_order="permutation", beta=beta,
+      previous=(first[4].numpy(), first[5].numpy()), last_dual=duals[-1],
+      restart=bool(duals[-1] < duals[-2]))
+  for k in (0, 1, 4, 5):
+    assert _same(out[k].numpy(), second[k].numpy()), k
+  with pytest.raises(tf.errors.InvalidArgumentError, match="auto_momentum"):
+    sdca_ops.packed_epochs(*args, beta=0.0, auto_momentum=rule[:3])
+
+
 def test_fused_epochs_resume_as_epochs_one_by_one(monkeypatch):
   """A fit resumed at epoch 13 from a checkpoint (momentum's point, last
   dual objective and restart restored) runs the same fused as one by
@@ -370,7 +438,7 @@ def test_packed_epochs_trained_ahead_resume_the_shrinking_marks():
     w, d = np.zeros(13), np.zeros(len(y))
     run = []
     for call in range(2):
-      w, d, parts, _, _, _ = sdca_ops.packed_epochs(
+      w, d, parts, _, _, _, _ = sdca_ops.packed_epochs(
           rows, w, d, 10 * call, np.ones(30, bool), 1e-2, "hinge_loss", 0.0,
           1.0, visit_order="shrinking", train_ahead=mode)
       w, d = w.numpy(), d.numpy()

@@ -578,6 +578,17 @@ AHEAD_MIN_ENTRIES = 1 << 17
 # time per epoch), so that an interrupt waits at most about that.
 FUSED_SECONDS = 0.05
 
+# The first fused call's epochs, before any was timed: FUSED_SECONDS at
+# this many seconds per stored entry and class an epoch (its pass and its
+# evaluation), a bound above what was measured so that the first call does
+# not run long: 2,000 text-like rows (87k entries), binary hinge, ~4 ns
+# (~0.25 ms a pass, ~0.1 ms an evaluation). Where a whole short fit fits
+# in one call, a call fewer saves its dispatch, its copies and the
+# evaluations it runs in turn (the first and last of a call): 16 epochs of
+# those rows took 5.2 ms in one call against 5.9 ms in calls of 4 and 12
+# (min of 30, momentum 0).
+FUSED_FIRST_SECONDS_PER_ENTRY = 10e-9
+
 
 class _FusedEpochs:
   """Runs `epochs_of`'s epochs several per op call (`TfSdca>PackedEpochs`)
@@ -595,9 +606,10 @@ class _FusedEpochs:
   average, block step or reader between the epochs (a callback, Keras'
   loop), and not extrapolating the Poisson loss (progress is printed per
   epoch as each call returns, within FUSED_SECONDS of the epoch); where
-  `_TrainAhead` applies it runs instead. The first calls run 4 epochs (or
-  up to the epoch after which momentum 'auto' chooses its beta), later
-  ones about FUSED_SECONDS each. An error inside a call (a step out of range)
+  `_TrainAhead` applies it runs instead. The first call runs the epochs
+  that FUSED_SECONDS allows at FUSED_FIRST_SECONDS_PER_ENTRY, later ones
+  about FUSED_SECONDS each by the last call's time per epoch; momentum
+  'auto' chooses its beta inside the call (`Extrapolation.fused_auto`). An error inside a call (a step out of range)
   raises with the state where the call started. Inside a call an epoch's
   objective is evaluated on another thread while the next epoch trains
   where the op measures that faster (`train_ahead='timed'`; 'never' with
@@ -616,7 +628,9 @@ class _FusedEpochs:
     self._extrapolation = extrapolation
     self._first = initial_epoch if start_time is not None else None
     self._start_time = start_time
-    self._size = 4
+    first = (float(getattr(problem, "entries", 0) or 1) *
+             max(1, config.num_classes or 1) * FUSED_FIRST_SECONDS_PER_ENTRY)
+    self._size = max(1, int(FUSED_SECONDS / first))
     self._done = collections.deque()  # (seconds, parts or None) by epoch
     self._epoch = initial_epoch  # the next epoch to run
 
@@ -653,19 +667,20 @@ class _FusedEpochs:
                      (epoch + k + 1) % self._gap_every == 0)
                 for k in range(count)]
     beta, previous, last_dual, restart = -1.0, None, -np.inf, False
+    auto = None
     if extrapolation is not None:
-      undecided = extrapolation.undecided_epochs
-      if undecided:
-        count = min(count, undecided)
-      if extrapolation.reads_gaps:
-        evaluate = [True] * count
+      # 'auto''s plain epochs are evaluated (their gaps choose its beta,
+      # in the op).
+      undecided = min(extrapolation.undecided_epochs, count)
+      evaluate[:undecided] = [True] * undecided
+      auto = extrapolation.fused_auto()
       beta, point, last_dual, restart = extrapolation.fused_inputs()
       if point is not None:
         previous = (aliased(point[1]),
                     aliased(np.ascontiguousarray(point[0]).reshape(-1)))
     state, config = self._state, self._config
     start = time.perf_counter()
-    w, duals, parts, seconds, prev_w, prev_duals = sdca_ops.packed_epochs(
+    w, duals, parts, seconds, prev_w, prev_duals, beta = sdca_ops.packed_epochs(
         self._problem.rows, aliased(state.weight_table()),
         aliased(np.ascontiguousarray(state.duals, np.float64).reshape(-1)),
         epoch_seed(config.seed, epoch), np.asarray(evaluate[:count]),
@@ -673,16 +688,17 @@ class _FusedEpochs:
         visit_order=config.visit_order, gamma=config.gamma,
         num_classes=config.num_classes, hinge_step=config.hinge_step,
         beta=beta, previous=previous, last_dual=last_dual, restart=restart,
-        train_ahead="timed" if TRAIN_AHEAD else "never")
+        auto_momentum=auto, train_ahead="timed" if TRAIN_AHEAD else "never")
     wall = time.perf_counter() - start
     shape = state.duals.shape
     state.install_table(w)
     state.duals = output_array(duals).reshape(shape)
-    if extrapolation is not None:
-      extrapolation.fused_previous(
-          (output_array(prev_duals).reshape(shape), output_array(prev_w)))
     parts, seconds = parts.numpy(), seconds.numpy()
     run = seconds.shape[0]
+    if extrapolation is not None:
+      extrapolation.fused_previous(
+          (output_array(prev_duals).reshape(shape), output_array(prev_w)),
+          float(beta) if auto is not None and run >= undecided else None)
     for k in range(run):
       elapsed = float(seconds[k])
       if epoch + k == self._first:  # the fit's first epoch: preparing too
@@ -1621,6 +1637,7 @@ class Extrapolation:
     self._previous = None  # (duals, table) of the epoch before
     self._last_dual = -np.inf
     self._restart = False
+    self._fused_beta = None  # the beta a fused call chose ('auto')
 
   def start_epoch(self, restart=None):
     """Moves to the extrapolated start of the next epoch (`restart`: None
@@ -1703,11 +1720,25 @@ class Extrapolation:
     objective, whether a restart is due)."""
     return self._beta, self._previous, self._last_dual, self._restart
 
-  def fused_previous(self, point):
+  def fused_auto(self):
+    """`TfSdca>PackedEpochs`' `auto_momentum`: None, or while 'auto' is
+    choosing, its rule and the gaps read so far (`choose_auto_momentum`,
+    one thread: fused epochs run one)."""
+    if not self.reads_gaps:
+      return None
+    if self._lock_free:
+      raise RuntimeError("fused epochs run one thread; the lock-free "
+                         "'auto' rule is not the op's")
+    return np.array([self._plain, AUTO_MOMENTUM_FLOOR, AUTO_MOMENTUM_FULL,
+                     AUTO_MOMENTUM_BETA, *self._gaps], np.float64)
+
+  def fused_previous(self, point, beta=None):
     """After a `TfSdca>PackedEpochs` call: the point its last epoch
-    started from (what `start_epoch` would have kept). Its dual objectives
-    still go to `end_epoch`."""
+    started from (what `start_epoch` would have kept), and where the call
+    chose 'auto''s beta, that beta (`end_epoch` checks that it chooses the
+    same). Its dual objectives still go to `end_epoch`."""
     self._previous = point
+    self._fused_beta = beta
 
   def end_epoch(self, dual_objective, relative_gap=None):
     """Records the dual objective at the point the epoch reached (and, for
@@ -1718,6 +1749,11 @@ class Extrapolation:
       self._gaps.append(float(relative_gap))
       if len(self._gaps) == self._plain:
         self._beta = choose_auto_momentum(self._gaps, self._lock_free)
+        if self._fused_beta is not None and self._fused_beta != self._beta:
+          raise RuntimeError(
+              f"TfSdca>PackedEpochs chose momentum 'auto''s beta "
+              f"{self._fused_beta!r} where choose_auto_momentum chooses "
+              f"{self._beta!r} from the same gaps")
 
   def state(self):
     """What the next epoch needs, as a dict of numpy values (None before

@@ -717,13 +717,37 @@ class PackedSolveOp : public OpKernel {
     const auto flags = evaluate.flat<bool>();
     const double tol = tol_tensor.scalar<double>()();
     // The engine's Extrapolation (heavy ball with restarts), when beta >= 0.
-    const double beta = context->input(6).scalar<double>()();
+    double beta = context->input(6).scalar<double>()();
     const Tensor& previous_weights = context->input(7);
     const Tensor& previous_duals = context->input(8);
     double last_dual = context->input(9).scalar<double>()();
     bool restart = context->input(10).scalar<bool>()();
     const bool extrapolate = beta >= 0.0;
     bool has_previous = previous_duals.NumElements() > 0;
+    // momentum='auto' choosing its beta here (tf_sdca.engine.
+    // choose_auto_momentum): [N, floor, full, most, the gaps so far].
+    const Tensor& auto_tensor = context->input(11);
+    OP_REQUIRES(context, auto_tensor.dims() == 1,
+                InvalidArgument("auto_momentum must be a vector, got shape ",
+                                auto_tensor.shape().DebugString()));
+    const int64_t auto_size = auto_tensor.NumElements();
+    const double* auto_rule = TensorBuffer<double>(auto_tensor);
+    OP_REQUIRES(
+        context,
+        auto_size == 0 ||
+            (extrapolate && auto_size >= 4 && auto_rule[0] >= 3.0 &&
+             auto_rule[0] <= 64.0 && auto_size - 4 < auto_rule[0]),
+        InvalidArgument("auto_momentum must be empty or [N, floor, full, "
+                        "most, fewer than N gaps] with 3 <= N <= 64 and "
+                        "beta >= 0, got ", auto_size, " values"));
+    const int64_t auto_epochs =
+        auto_size > 0 ? static_cast<int64_t>(auto_rule[0]) : 0;
+    std::vector<double> auto_gaps(auto_rule + std::min<int64_t>(auto_size, 4),
+                                  auto_rule + auto_size);
+    // Whether the beta is still to choose (the epochs meanwhile plain).
+    auto choosing = [&]() {
+      return static_cast<int64_t>(auto_gaps.size()) < auto_epochs;
+    };
     OP_REQUIRES(context,
                 !extrapolate || loss_type_ != "poisson_loss",
                 InvalidArgument("beta >= 0: extrapolation is not available "
@@ -796,10 +820,11 @@ class PackedSolveOp : public OpKernel {
               2 &&
           std::thread::hardware_concurrency() >= 2));
     // Only a restart changes how an epoch starts (beta = 0 starts where
-    // the last epoch ended either way).
-    const bool restart_matters = extrapolate && beta > 0.0;
+    // the last epoch ended either way). (Both change where 'auto' chooses
+    // its beta in the call.)
+    bool restart_matters = extrapolate && beta > 0.0;
     const bool shrinking = options.order == VisitOrder::kShrinking;
-    const bool clipped =
+    bool clipped =
         beta > 0.0 && loss_type_ == "logistic_loss" && !multiclass_;
     // The point of the epoch evaluated beside the next one (with
     // extrapolation, once the next one started, in prev_w / prev_a, whose
@@ -861,7 +886,26 @@ class PackedSolveOp : public OpKernel {
       }
       gap = std::max(gap, 0.0);
       if (test_restart) restart_test(p);
-      return gap / std::max(std::fabs(primal), 1e-300) < tol;
+      const double relative = gap / std::max(std::fabs(primal), 1e-300);
+      if (choosing()) {
+        // (auto_contraction and choose_auto_momentum's arithmetic.)
+        auto_gaps.push_back(relative);
+        if (!choosing()) {
+          const double first = auto_gaps[auto_epochs - 3];
+          const double rho =
+              first > 0.0
+                  ? std::sqrt(std::max(auto_gaps[auto_epochs - 1], 0.0) /
+                              first)
+                  : 0.0;
+          const double share =
+              (rho - auto_rule[1]) / (auto_rule[2] - auto_rule[1]);
+          beta = auto_rule[3] * std::min(std::max(share, 0.0), 1.0);
+          restart_matters = beta > 0.0;
+          clipped =
+              beta > 0.0 && loss_type_ == "logistic_loss" && !multiclass_;
+        }
+      }
+      return relative < tol;
     };
     // With tol > 0 an epoch `evaluate` does not list is tested against tol
     // too, lazily: its dual objective D_e (O(n + d), a multiclass loss's
@@ -1032,7 +1076,11 @@ class PackedSolveOp : public OpKernel {
         objective.insert(objective.end(), 4, nan);
         continue;
       }
-      if (ahead && e + 1 < num_epochs && (always || choice.Next())) {
+      // (The epoch whose gap chooses 'auto''s beta is evaluated in turn:
+      // the next one starts with that beta.)
+      if (ahead && e + 1 < num_epochs && (always || choice.Next()) &&
+          !(choosing() &&
+            static_cast<int64_t>(auto_gaps.size()) + 1 == auto_epochs)) {
         ahead_from = std::chrono::steady_clock::now();
         saved_w.assign(w, w + num_weights);
         saved_a.assign(alpha, alpha + num_duals);
@@ -1063,6 +1111,10 @@ class PackedSolveOp : public OpKernel {
     };
     OP_REQUIRES_OK(context, output_vector(4, prev_w));
     OP_REQUIRES_OK(context, output_vector(5, prev_a));
+    Tensor* beta_out;
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(6, TensorShape({}), &beta_out));
+    beta_out->scalar<double>()() = beta;
     const int64_t run = static_cast<int64_t>(seconds.size());
     Tensor* objective_out;
     Tensor* seconds_out;

@@ -572,8 +572,10 @@ Status PackedEpochsShapeFn(InferenceContext* c) {
                  : "restart",
         &unused));
   }
+  TF_RETURN_IF_ERROR(RankNamed(c, 11, 1, "auto_momentum", &unused));
   c->set_output(4, c->Vector(c->UnknownDim()));
   c->set_output(5, c->Vector(c->UnknownDim()));
+  c->set_output(6, c->Scalar());
   return absl::OkStatus();
 }
 
@@ -587,9 +589,11 @@ static ::tensorflow::InitOnStartupMarker const register_packed_epochs =
     .Input("previous_duals: double")
     .Input("last_dual: double")
     .Input("restart: bool")
+    .Input("auto_momentum: double")
     .Output("seconds: double")
     .Output("out_previous_weights: double")
     .Output("out_previous_duals: double")
+    .Output("out_beta: double")
     .Attr("num_parts: int >= 1 = 1")
     .Attr("part: int >= 0 = 0")
     .Attr("objective_threads: int >= 0 = 0")
@@ -634,6 +638,16 @@ last_dual, restart: the dual objective of the last epoch before this call
 out_previous_weights, out_previous_duals: x_prev for the epoch after the
   last one run: where the last epoch run started before its step ([0]
   without extrapolation).
+auto_momentum: [] or momentum='auto' still choosing its beta
+  (tf_sdca.engine.choose_auto_momentum, one thread): [N, floor, full,
+  most, g_0, ..., g_{k-1}], the relative gaps of the k < N plain epochs
+  before this call. The call's first N - k epochs (which `evaluate` must
+  list) are plain (beta 0); after the N-th gap beta = most * min(max((rho -
+  floor) / (full - floor), 0), 1), rho = sqrt(max(g_{N-1}, 0) / g_{N-3})
+  (0 where g_{N-3} <= 0), the same bits as the engine's, and the epochs
+  after it start with that beta. The epoch that chooses is evaluated in
+  turn.
+out_beta: the beta the call ended with (chosen in it, or `beta`).
 train_ahead: where an epoch's objective is evaluated: on another thread
   while the next epoch trains (ahead: that epoch undone where the objective
   stops the call, and run again where it restarts the extrapolation), or

@@ -846,8 +846,8 @@ _NO_POINT = (np.zeros(0), np.zeros(0))
 def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
                   l2, visit_order="permutation", gamma=1.0, num_classes=1,
                   hinge_step="projection", beta=-1.0, previous=None,
-                  last_dual=-np.inf, restart=False, train_ahead="timed",
-                  name=None):
+                  last_dual=-np.inf, restart=False, auto_momentum=None,
+                  train_ahead="timed", name=None):
   """Consecutive `packed_solve` epochs in one call (`TfSdca>PackedEpochs`),
   for data sets so small that a call per epoch costs more than the epoch.
 
@@ -880,6 +880,14 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
       ended (x_prev), or None.
     last_dual, restart: the dual objective of the last epoch before this
       call that read it, and whether it fell (a restart is due).
+    auto_momentum: None, or for momentum='auto' still choosing its beta
+      (`tf_sdca.engine.Extrapolation.fused_auto`): float64 `[N, floor,
+      full, most, the relative gaps of the plain epochs before this call]`
+      (`tf_sdca.engine.choose_auto_momentum`'s rule, one thread). The
+      call's epochs are plain (beta 0, `evaluate` must list them) until the
+      N-th gap; the epochs after it start with the beta that rule chooses
+      from the N gaps, the same bits (the epoch that chooses is evaluated
+      in turn).
     train_ahead: where each epoch's objective is evaluated: on another
       thread while the next epoch trains (that epoch undone where the
       objective stops the call, and run again where it restarts the
@@ -890,17 +898,19 @@ def packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
 
   Returns:
     `(weights, duals, objective, seconds, previous_weights,
-    previous_duals)`: after the last epoch run, R of them; `objective`
+    previous_duals, beta)`: after the last epoch run, R of them; `objective`
     float64 `[R, 4]` (`packed_solve`'s parts after each, NaN for an epoch
     not evaluated, but with beta > 0 its dual loss and |w|^2, columns 1
     and 2), `seconds` `[R]` each epoch's passes; with `beta >= 0`
     x_prev for the next epoch (where the last one started before its
-    extrapolation), else `[0]`.
+    extrapolation), else `[0]`; `beta` (a scalar tensor) the beta the call
+    ended with (with `auto_momentum`, the one chosen once it was).
   """
   return _packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type,
                         l1, l2, visit_order, gamma, num_classes, hinge_step,
                         beta, previous, last_dual, restart,
-                        name or "packed_epochs", train_ahead=train_ahead)
+                        name or "packed_epochs", train_ahead=train_ahead,
+                        auto_momentum=auto_momentum)
 
 
 def extrapolated_pass(rows, weights, duals, seed, loss_type, l1, l2, beta,
@@ -914,7 +924,7 @@ def extrapolated_pass(rows, weights, duals, seed, loss_type, l1, l2, beta,
     `(weights, duals, previous_weights, previous_duals)`: after the pass,
     and x, the point it extrapolated from (x_prev of the next epoch).
   """
-  w, d, _, _, prev_w, prev_d = _packed_epochs(
+  w, d, _, _, prev_w, prev_d, _ = _packed_epochs(
       rows, weights, duals, seed, np.zeros(1, bool), -1.0, loss_type, l1, l2,
       visit_order, gamma, num_classes, hinge_step, beta, previous, -np.inf,
       False, name or "extrapolated_pass")
@@ -923,7 +933,8 @@ def extrapolated_pass(rows, weights, duals, seed, loss_type, l1, l2, beta,
 
 def _packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
                    l2, visit_order, gamma, num_classes, hinge_step, beta,
-                   previous, last_dual, restart, name, train_ahead="timed"):
+                   previous, last_dual, restart, name, train_ahead="timed",
+                   auto_momentum=None):
   _check_options(loss_type, l1, l2, 1, 1, visit_order, gamma, 0, num_classes)
   check_hinge_step(loss_type, hinge_step)
   if train_ahead not in ("timed", "always", "never"):
@@ -942,7 +953,9 @@ def _packed_epochs(rows, weights, duals, seed, evaluate, tol, loss_type, l1,
         evaluate.dtype == np.bool_ else _tensor(evaluate, tf.bool, "evaluate"),
         float(tol),
         float(beta), *(previous if previous is not None else _NO_POINT),
-        float(last_dual), bool(restart), train_ahead=train_ahead, **attrs)
+        float(last_dual), bool(restart),
+        _NO_POINT[0] if auto_momentum is None else np.asarray(
+            auto_momentum, np.float64), train_ahead=train_ahead, **attrs)
 
 
 def check_asdca_options(loss_type, batch_size, theta):
