@@ -211,6 +211,41 @@ def test_a_label_outside_the_loss_names_its_file_and_line(tmp_path, capsys):
          capsys, f"{other}:3: the label 5 is none of the model's classes")
 
 
+def test_evaluate_refuses_a_label_outside_the_loss_by_file_and_line(
+    tmp_path, capsys):
+  # A Poisson count < 0 gave 'mse ...', exit 0, though train refuses it.
+  first, second = tmp_path / "a.libsvm", tmp_path / "b.libsvm"
+  first.write_text("1 1:1\n0 2:1\n")
+  model = str(tmp_path / "p")
+  assert cli.main(["train", str(first), "--format", "libsvm", "--loss",
+                   "poisson", "--model-dir", model, "--epochs", "2",
+                   "--quiet"]) == 0
+  second.write_text("2 1:1\n\n# note\n-1 2:1\n3 1:2\n")
+  capsys.readouterr()
+  _fails(["evaluate", str(first), str(second), "--model-dir", model], capsys,
+         f"{second}:4: the label -1 is not a count (>= 0) for Poisson")
+  # Past the first chunk (65,536 rows) of the reading, its line still.
+  big = tmp_path / "big.libsvm"
+  big.write_text("1 1:1\n" * 70000 + "-3 2:1\n")
+  _fails(["evaluate", str(big), "--model-dir", model], capsys,
+         f"{big}:70001: the label -3 is not a count (>= 0) for Poisson")
+  assert cli.main(["evaluate", str(first), "--model-dir", model]) == 0
+  assert capsys.readouterr().out.startswith("rows 2\nmse ")
+  # A multiclass model's label none of its classes: its line, not its row
+  # in the reader's chunk ('label 7 (row 1)').
+  labelled = tmp_path / "k.libsvm"
+  labelled.write_text("1 1:1\n5 2:1\n9 1:1 2:1\n")
+  multiclass = str(tmp_path / "k")
+  assert cli.main(["train", str(labelled), "--format", "libsvm", "--loss",
+                   "softmax", "--num-classes", "3", "--model-dir",
+                   multiclass, "--epochs", "1", "--quiet"]) == 0
+  unknown = tmp_path / "u.libsvm"
+  unknown.write_text("1 1:1\n\n7 2:1\n")
+  _fails(["evaluate", str(unknown), "--model-dir", multiclass], capsys,
+         f"{unknown}:3: the label 7 is none of the model's classes "
+         "(1, 5, 9)")
+
+
 def test_generate_replaces_an_earlier_generate_s_part_files(tmp_path,
                                                           capsys):
   out = str(tmp_path / "g")

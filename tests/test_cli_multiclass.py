@@ -169,8 +169,8 @@ def test_multiclass_errors_are_one_line(iris_file, tmp_path, capsys):
   capsys.readouterr()
   assert cli.main(["evaluate", other, "--model-dir", model_dir, "--format",
                    "libsvm"]) == 2
-  assert "label 7 (row 1) is none of the model's classes (1, 2, 3)" in \
-      capsys.readouterr().err
+  assert (f"{other}:2: the label 7 is none of the model's classes "
+          "(1, 2, 3)") in capsys.readouterr().err
 
 
 def test_sparse_multiclass_checkpoint_shapes_are_checked(iris_file, tmp_path,

@@ -74,6 +74,25 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
   assert out["valid"] == [True] * 250 + [False, False, False]
   assert np.isnan(scores[250:]).all()
   assert 0 < scores[:200].min() and scores[:200].max() < 1  # probabilities
+  # A '\r' anywhere in a line, not only a CRLF end's: training's reader
+  # drops every one (as TextLineDataset did), and serving, which called
+  # such a line bad, now scores it as the model read it.
+  fields = lines[5].split("\t")
+  fields[2] = fields[2][:1] + "\r" + fields[2][1:]  # "1\t3\t\r5" and the like
+  fields[20] = "\r" + fields[20] + "\r"
+  carried = ["\t".join(fields), "\r" + lines[6], lines[7] + "\r",
+             lines[8][:9] + "\r\r" + lines[8][9:]]
+  assert all(line.replace("\r", "") == plain
+             for line, plain in zip(carried, lines[5:9]))
+  cr_file = tmp_path / "cr.tsv"
+  with open(cr_file, "w", newline="") as f:
+    f.write("\n".join(carried) + "\n")
+  np.testing.assert_array_equal(_predicted(tmp_path, str(cr_file), model_dir),
+                                expected[5:9])
+  out = _served(tmp_path, saved, carried)
+  assert out["valid"] == [True] * 4
+  np.testing.assert_allclose(out["scores"], expected[5:9], rtol=1e-6,
+                             atol=1e-9)
   # An existing --out is refused.
   assert cli.main(["export", "--model-dir", model_dir, "--out", saved]) == 2
 

@@ -969,3 +969,50 @@ def test_predict_on_no_rows_returns_no_rows():
   assert softmax.predict(x[:0], verbose=0).shape == (0, 3)
   assert LinearModel().predict(x[:0], verbose=0).shape == (0, 1)
   assert model.predict(x[:1], verbose=0).shape == (1, 1)
+
+
+def test_predict_on_a_dataset_filtered_to_nothing_returns_no_rows():
+  """A dataset of unknown size that gives no batch raised Keras'
+  UnboundLocalError; it predicts no rows as one known to be empty does."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  model = LinearModel(loss="logistic")
+  model.fit(x, y, epochs=2, verbose=0)
+  rows = tf.data.Dataset.from_tensor_slices({"features": x})
+  nothing = rows.filter(lambda r: False).batch(8)
+  assert int(nothing.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+  out = model.predict(nothing, verbose=0)
+  assert out.shape == (0, 1) and out.dtype == np.float32
+  some = rows.filter(lambda r: r["features"][0] > 0).batch(8)
+  np.testing.assert_array_equal(model.predict(some, verbose=0),
+                                model.predict(x[x[:, 0] > 0], verbose=0))
+  softmax = LinearModel(loss="softmax", num_classes=3)
+  softmax.fit(x, (x[:, 1] > 0) + (x[:, 2] > 0), epochs=2, verbose=0)
+  assert softmax.predict(nothing, verbose=0).shape == (0, 3)
+
+
+def test_evaluate_on_no_rows_is_an_error():
+  """evaluate on 0 rows returned Keras' [] (no loss, no metric) as if it
+  had measured something; like the CLI's evaluate it now refuses."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  model = LinearModel(loss="logistic")
+  model.compile(metrics=["accuracy"])
+  model.fit(x, y, epochs=2, verbose=0)
+  rows = tf.data.Dataset.from_tensor_slices(({"features": x}, y))
+  message = ("evaluate: no rows to evaluate (the data gave no batch): "
+             "every metric would be undefined")
+  for empty in ((x[:0], y[:0]), (rows.take(0).batch(8),),
+                (rows.filter(lambda r, label: False).batch(8),)):
+    for return_dict in (False, True):
+      with pytest.raises(ValueError) as raised:
+        model.evaluate(*empty, verbose=0, return_dict=return_dict)
+      assert str(raised.value) == message
+  loss, accuracy = model.evaluate(x, y, verbose=0)
+  assert loss > 0 and 0.5 < accuracy <= 1
+  assert model.evaluate(rows.filter(lambda r, label: label > 0).batch(8),
+                        verbose=0)[0] == pytest.approx(
+                            model.evaluate(x[y > 0], y[y > 0], verbose=0)[0],
+                            rel=1e-6)

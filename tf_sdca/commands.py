@@ -219,11 +219,13 @@ def run(args, start_tensorflow=None, body=None):
     return 2
 
 
-def _check_labels(paths, fmt, label_parts, meta):
+def _check_labels(paths, fmt, label_parts, meta, first_row=0):
   """Refuses, by its `file:line`, the first LIBSVM label outside the
   model's loss's domain that the reader cannot know: a count < 0 for
   Poisson, a label none of a multiclass model's classes (a `--resume`'s
-  new one). The op (or `model_files.class_ids`) would name only its row.
+  new one, or one in evaluate's data). The op (or
+  `model_files.class_ids`) would name only its row. `label_parts` are the
+  labels of rows `first_row`, `first_row + 1`, ... of `paths`.
 
   Raises:
     ValueError: `path:line: the label ...`.
@@ -239,7 +241,7 @@ def _check_labels(paths, fmt, label_parts, meta):
             f"({', '.join(f'{c:g}' for c in classes)})")
   else:
     return
-  offset = 0
+  offset = first_row
   for part in label_parts:
     hit = np.flatnonzero(bad(np.asarray(part, np.float64)))
     if hit.size:
@@ -609,9 +611,11 @@ def _memory_plan(args, arrays, info, meta, verbose):
 
 
 # ------------------------------------------------------- evaluate / predict
-def score_files(args):
+def score_files(args, check_labels=False):
   """(meta, labels, scores) over the files, streamed chunk by chunk; no
-  rows give empty arrays (scores [0, K] for a multiclass model)."""
+  rows give empty arrays (scores [0, K] for a multiclass model).
+  `check_labels`: refuse a label outside the model's loss's domain by its
+  `file:line`, as `train` does (`_check_labels`)."""
   from tf_sdca.data import criteo, libsvm  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   meta, ckpt = model_files.load_model(args.model_dir)
@@ -638,8 +642,11 @@ def score_files(args):
   else:
     chunks = libsvm.read_libsvm(args.data, skip_bad_lines=args.skip_bad_lines,
                                 bad_lines=bad)
-  all_labels, all_scores = [], []
+  all_labels, all_scores, rows = [], [], 0
   for chunk in chunks:
+    if check_labels:
+      _check_labels(args.data, args.format, [chunk["labels"]], meta, rows)
+      rows += chunk["labels"].shape[0]
     if args.format == "criteo":
       arrays = {k: [chunk[k]] for k in ("labels", "dense", "ids")}
     else:
@@ -687,7 +694,8 @@ def evaluate(args):
   """`tf-sdca evaluate`: prints rows, log loss, AUC, accuracy (logistic) or
   the mean loss."""
   from tf_sdca import metrics  # pylint: disable=import-outside-toplevel
-  meta, labels, scores = score_files(args)
+  # (A Poisson count < 0 gave an MSE, exit 0: train refuses it.)
+  meta, labels, scores = score_files(args, check_labels=True)
   _check_scores(args, scores)
   if not labels.shape[0]:
     raise ValueError(f"no rows to evaluate in {', '.join(args.data)}: "

@@ -14,7 +14,8 @@ needs no tf_sdca:
   >>> out["scores"], out["margins"], out["valid"]
 
 Malformed lines get `valid = False` and NaN scores (a batch is never failed
-by one bad line).
+by one bad line). Every '\\r' of a Criteo line is dropped, as training's
+reader drops it.
 """
 import numpy as np
 import tensorflow as tf
@@ -109,6 +110,11 @@ class LinesScorer(tf.Module):
     and `margins` `[B, K]` for a multiclass model: class probabilities
     (softmax) or scores, and W^T x)."""
     if self._format == "criteo":
+      # Training's reader (the native one, as TextLineDataset before it)
+      # drops every '\r' of a line, a CRLF end's and any other: so does
+      # serving, so that a line scores as the model read it ("1\t3\t\r5"
+      # as "1\t3\t5"; it was a bad line here).
+      lines = tf.strings.regex_replace(lines, "\r", "")
       # Serving lines may come without the label field: give them one.
       tabs = (tf.strings.length(lines) -
               tf.strings.length(tf.strings.regex_replace(lines, "\t", "")))

@@ -808,24 +808,46 @@ class LinearModel(keras.Model):
     training data it equals the training objective), then the compiled
     metrics; at the model's Keras weights (those training left, or any set
     since by `set_weights` or `EarlyStopping(restore_best_weights=True)`),
-    as `predict` scores them."""
+    as `predict` scores them.
+
+    Raises:
+      ValueError: for no rows (an empty array, or a dataset that gives no
+        batch): every metric would be undefined (Keras returned `[]`).
+    """
     if not self.compiled:
       self.compile()
+    # (fit's validation passes the dataset its loop cached.)
+    validating = kwargs.get("_use_cached_eval_dataset", False)
     x = self._batches(x, y, sample_weight, batch_size)
-    return super().evaluate(x, verbose=verbose, steps=steps,
+    if not validating and int(x.cardinality()) == 0:
+      raise _no_rows_to_evaluate()
+    logs = super().evaluate(x, verbose=verbose, steps=steps,
                             callbacks=callbacks, return_dict=return_dict,
                             **kwargs)
+    # Keras' logs of a loop that saw no batch (a dataset of unknown size,
+    # filtered to nothing) are empty: `[]` or `{}`, never a loss.
+    if not validating and isinstance(logs, (list, dict)) and not logs:
+      raise _no_rows_to_evaluate()
+    return logs
 
   def predict(self, x, batch_size=None, verbose="auto", steps=None,
               callbacks=None):
     """Keras' `predict`: `[n, 1]` probabilities (logistic), rates (Poisson)
     or scores (`[n, K]` multiclass); `[0, 1]` (`[0, K]`) for no rows."""
     data = self._batches(x, batch_size=batch_size, targets=False)
+    empty = np.zeros((0, self.num_classes), np.float32)
     if int(data.cardinality()) == 0:
       # (Keras' loop read its outputs of no batch: an UnboundLocalError.)
-      return np.zeros((0, self.num_classes), np.float32)
-    return super().predict(data, verbose=verbose, steps=steps,
-                           callbacks=callbacks)
+      return empty
+    try:
+      return super().predict(data, verbose=verbose, steps=steps,
+                             callbacks=callbacks)
+    except UnboundLocalError as error:
+      # The same for a dataset of unknown size that gave no batch (one
+      # filtered to nothing): the loop's `batch_outputs` were never set.
+      if "batch_outputs" not in str(error):
+        raise
+      return empty
 
   # ---------------------------------------------------------- duality gap
   def duality_gap(self, data=None):
@@ -890,6 +912,12 @@ class LinearModel(keras.Model):
     (`tf_sdca.keras.export.export`; `**kwargs`: unused, for Keras)."""
     del kwargs
     export_lib.export(self, filepath, format, verbose, input_signature)
+
+
+def _no_rows_to_evaluate():
+  """evaluate's error for no rows (the CLI's `evaluate` refuses so too)."""
+  return ValueError("evaluate: no rows to evaluate (the data gave no batch):"
+                    " every metric would be undefined")
 
 
 # The strategy check under its former name (tests call it).
