@@ -363,6 +363,15 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
 
 
+# What held rows given to a model built with carry_over=0 would lose (the
+# middle of `_StateMeaning`'s and `SdcaModel.set_state`'s messages).
+_HELD_ROWS_DROPPED = (
+    " held rows: examples that its model (built with carry_over) held "
+    "back from a minimize call to visit with the next. This model is "
+    "built with carry_over=0 and would drop them, losing those examples' "
+    "pending updates. ")
+
+
 class _StateMeaning(tf.Module):
   """What a model's dual state means: the options its duals and slots were
   trained under (loss, l2, classes), its table shards, and how many rows it
@@ -411,12 +420,9 @@ class _StateMeaning(tf.Module):
   # and after their count.
   _HELD_MESSAGE = (
       "the checkpoint holds ",
-      " held rows: examples that its model (built with carry_over) held "
-      "back from a minimize call to visit with the next. This model is "
-      "built with carry_over=0 and would drop them, losing those examples' "
-      "pending updates. Restore it into a model built with carry_over (e.g. "
-      "'auto', the default); to drop them knowingly, restore it into such a "
-      "model and give its get_state(), less 'held', to this model's "
+      _HELD_ROWS_DROPPED + "Restore it into a model built with carry_over "
+      "(e.g. 'auto', the default); to drop them knowingly, restore it into "
+      "such a model and give its get_state(), less 'held', to this model's "
       "set_state()")
 
   def _restore_from_tensors(self, restored_tensors):
@@ -1652,7 +1658,25 @@ class SdcaModel(tf.Module):
     """Restores what `get_state` returned (and writes the shrunk weights
     into the variables). Example state already stored is replaced; a state
     without `calls` (or `held`) leaves the call count (the held rows) as
-    it is."""
+    it is.
+
+    Raises:
+      ValueError: for a state of other weight slots or state width, or
+        (before anything is set) one whose `held` holds rows, given to a
+        model built with `carry_over=0`, which has no place for them (as
+        a checkpoint holding some is refused on restore): give it to a
+        model with `carry_over`, or drop them knowingly by giving this
+        model the state less `'held'`.
+    """
+    held = state.get("held")
+    if held is not None and self._held_rows() is None:
+      count = len(held["keys"])
+      if count:
+        raise ValueError(
+            f"state['held'] holds {count}{_HELD_ROWS_DROPPED}Give the state "
+            f"to a model built with carry_over (e.g. 'auto', the default); "
+            f"to drop them knowingly, give this model the state less "
+            f"'held' ({{k: v for k, v in state.items() if k != 'held'}})")
     slots = [slot for w in self._sparse + self._dense for slot in w.slots]
     if len(state["slots"]) != len(slots):
       raise ValueError(f"state has {len(state['slots'])} weight slots, the "
@@ -1673,8 +1697,8 @@ class SdcaModel(tf.Module):
                     tf.boolean_mask(values, mine))
     if "calls" in state:
       self._calls.assign(int(state["calls"]))
-    if "held" in state and self._held_rows() is not None:
-      self._held.assign(state["held"])
+    if held is not None and self._held_rows() is not None:
+      self._held.assign(held)
     if self._average_from is not None and "average_slots" in state:
       means = [mean for w in self._sparse + self._dense for mean in w.means]
       for mean, value in zip(means, state["average_slots"]):
