@@ -87,7 +87,11 @@ class SparseFeatureColumn(
       if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
         # (One aligned copy where tf.convert_to_tensor makes two.)
         value = sdca_ops.to_tensor(value, tf.as_dtype(value.dtype), name)
-      return tf.cast(tf.convert_to_tensor(value, name=name), dtype)
+      # Strings or complex numbers (a tensor's, a numpy array's or a
+      # list's) are refused by name: the cast failed with an
+      # UnimplementedError naming nothing, or kept the real part.
+      return tf.cast(_real(value, f"SparseFeatureColumn's {name}", name),
+                     dtype)
 
     with tf.name_scope("SparseFeatureColumn"):
       return super().__new__(
@@ -478,19 +482,46 @@ def holds_numbers(dtype):
   return dtype.is_floating or dtype.is_integer or dtype == tf.bool
 
 
+def _check_real(x, argument):
+  """Raises a ValueError naming `argument` and the dtype where `x`, a
+  tensor, variable or numpy array (or scalar), holds no real numbers:
+  strings or complex numbers, which a cast would parse or cut to their
+  real part without a word (a numpy array of object dtype is left to the
+  conversion). Anything else passes unchecked."""
+  if isinstance(x, (tf.Tensor, tf.Variable)):
+    if not holds_numbers(x.dtype):
+      raise ValueError(f"{argument} must hold real numbers (a float, "
+                       f"integer or bool dtype), got a {x.dtype.name} "
+                       f"tensor")
+  elif (isinstance(x, (np.ndarray, np.generic)) and
+        x.dtype.kind not in "biufO"):
+    raise ValueError(f"{argument} must hold real numbers (a float, integer "
+                     f"or bool dtype), got a {x.dtype} numpy array")
+
+
+def _real(x, argument, name=None):
+  """`x` as a tensor (as `tf.cast` converts it), refused as `_check_real`
+  refuses it: strings (a numpy array of them too, or a list) or complex
+  numbers."""
+  _check_real(x, argument)
+  x = tf.convert_to_tensor(x, name=name)
+  _check_real(x, argument)
+  return x
+
+
 def _floats(x, argument="value"):
   """`x` as the float32 tensor the ops take. A tensor of another real dtype
   (float64, float16, bfloat16, an integer type, bool) is cast, as a numpy
   array of one is converted, eagerly or in a `tf.function` alike (there
   TensorFlow's own conversion refused a float64 tensor without naming it);
-  any other dtype is a ValueError naming `argument` and the dtype."""
+  any other dtype, a tensor's or a numpy array's (whose strings the
+  conversion parsed, and whose complex numbers it cut to their real part),
+  is a ValueError naming `argument` and the dtype."""
+  _check_real(x, argument)
   if isinstance(x, (tf.Tensor, tf.Variable)):
     if x.dtype == tf.float32:
       return tf.convert_to_tensor(x)
-    if holds_numbers(x.dtype):
-      return tf.cast(x, tf.float32)
-    raise ValueError(f"{argument} must hold real numbers (a float, integer "
-                     f"or bool dtype), got a {x.dtype.name} tensor")
+    return tf.cast(x, tf.float32)
   try:
     return sdca_ops.to_tensor(x, tf.float32)
   except (TypeError, ValueError) as e:
@@ -1464,9 +1495,11 @@ class SdcaModel(tf.Module):
       float64 scalar `sum_i s_i loss_i / sum_i s_i`.
     """
     z = self._linear_predictions(examples)
-    y = tf.cast(examples["example_labels"],
+    y = tf.cast(_real(examples["example_labels"],
+                      "examples['example_labels']"),
                 tf.float64 if self._num_classes == 1 else tf.int64)
-    s = tf.cast(examples["example_weights"], tf.float64)
+    s = tf.cast(_real(examples["example_weights"],
+                      "examples['example_weights']"), tf.float64)
     per = losses.primal(self._options["loss_type"], z, y,
                         self._options["gamma"])
     return tf.reduce_sum(s * per) / _total_weight(s)
@@ -1493,7 +1526,9 @@ class SdcaModel(tf.Module):
       r1, r2 = _static_or_cond(averaged,
                                lambda: self._regularization(True),
                                self._regularization)
-    s = _total_weight(tf.cast(examples["example_weights"], tf.float64))
+    s = _total_weight(tf.cast(_real(examples["example_weights"],
+                                    "examples['example_weights']"),
+                              tf.float64))
     return self.unregularized_loss(examples) + (r1 + 0.5 * r2) / s
 
   @_plain_python
@@ -1529,14 +1564,16 @@ class SdcaModel(tf.Module):
     loss, gamma = self._options["loss_type"], self._options["gamma"]
     z = self._linear_predictions_at(examples, False)
     state = tf.cast(self.example_state(examples), tf.float64)
-    s = tf.cast(examples["example_weights"], tf.float64)
+    s = tf.cast(_real(examples["example_weights"],
+                      "examples['example_weights']"), tf.float64)
+    labels = _real(examples["example_labels"], "examples['example_labels']")
     if self._num_classes == 1:
-      y = tf.cast(examples["example_labels"], tf.float64)
+      y = tf.cast(labels, tf.float64)
       alpha = state[:, 0]
     else:
       # The state keeps the K duals; the label's is rebuilt as the negated
       # sum of the others, as the op reads it.
-      y = tf.cast(examples["example_labels"], tf.int64)
+      y = tf.cast(labels, tf.int64)
       label = tf.one_hot(y, self._num_classes, dtype=tf.float64)
       others = state[:, :self._num_classes] * (1.0 - label)
       alpha = others - label * tf.reduce_sum(others, axis=1, keepdims=True)
