@@ -897,6 +897,43 @@ def test_numpy_strings_and_complex_numbers_are_refused_as_tensors_are(
   assert np.abs(_flat(variables)).max() > 0
 
 
+def test_float_indices_of_a_sparse_feature_column_must_be_whole_numbers():
+  """SparseFeatureColumn cast float feature ids and example indices to
+  int64 without a word (1.5 became row 1). Whole-number floats still are
+  the ids they hold; others (1.5, NaN, inf) are an InvalidArgumentError
+  naming the argument, the value and its index, eagerly and in a
+  tf.function."""
+  x, ids, y, s = _data("squared_loss", seed=15)
+  ex = _examples(x, ids, y, s, rows=np.arange(20))
+  col = ex["sparse_features"][0]
+  trained = []
+  for as_float in (False, True):
+    model, variables = _model(ex, "squared_loss")
+    batch = dict(ex, sparse_features=[SparseFeatureColumn(
+        *(np.asarray(a, np.float64) if as_float else a
+          for a in (col.example_indices, col.feature_indices)))])
+    model.update_weights(model.minimize(examples=batch))
+    trained.append(_flat(variables))
+  np.testing.assert_array_equal(trained[1], trained[0])
+  assert np.abs(trained[0]).max() > 0
+  for name, what in (("example_indices", "example index"),
+                     ("feature_indices", "feature id")):
+    for bad in (1.5, np.nan, -np.inf):
+      fields = dict(example_indices=np.asarray(col.example_indices, float),
+                    feature_indices=np.asarray(col.feature_indices, float))
+      fields[name][5] = bad
+      value = re.escape(repr(bad) if np.isfinite(bad) else str(bad))
+      with pytest.raises(tf.errors.InvalidArgumentError, match=(
+          rf"^SparseFeatureColumn's {name} has {what} {value} at index 5, "
+          r"not a whole number \(a cast would cut it to another row\)$")):
+        SparseFeatureColumn(**fields)
+      with pytest.raises(tf.errors.InvalidArgumentError, match=(
+          rf"\[SparseFeatureColumn\\'s {name} has {what}\] \[{value}\] "
+          r"\[at index\] \[5\] \[not a whole number")):
+        tf.function(lambda f: SparseFeatureColumn(**f).feature_indices)(
+            {k: tf.constant(v) for k, v in fields.items()})
+
+
 def test_rows_to_write_stay_bounded_without_update_weights():
   """Steps without update_weights append the rows they change; the list is
   deduplicated once it outgrows the table, and the next update_weights

@@ -76,6 +76,11 @@ class SparseFeatureColumn(
     feature_indices: int64 `[nnz]`, the feature id (row of the weight
       variable) of each entry.
     feature_values: optional float `[nnz]`; None means all 1.0.
+
+  Other integer and bool dtypes are cast; float indices must be whole
+  numbers (2.0 is 2; 1.5, NaN or inf is an InvalidArgumentError naming the
+  argument, the value and its index), and strings or complex numbers are a
+  ValueError naming the argument and the dtype.
   """
 
   def __new__(cls, example_indices, feature_indices, feature_values=None):
@@ -90,8 +95,12 @@ class SparseFeatureColumn(
       # Strings or complex numbers (a tensor's, a numpy array's or a
       # list's) are refused by name: the cast failed with an
       # UnimplementedError naming nothing, or kept the real part.
-      return tf.cast(_real(value, f"SparseFeatureColumn's {name}", name),
-                     dtype)
+      argument = f"SparseFeatureColumn's {name}"
+      value = _real(value, argument, name)
+      if dtype == tf.int64 and value.dtype.is_floating:
+        return whole_number_ids(value, argument, "feature id" if name ==
+                                "feature_indices" else "example index")
+      return tf.cast(value, dtype)
 
     with tf.name_scope("SparseFeatureColumn"):
       return super().__new__(
@@ -497,6 +506,35 @@ def _check_real(x, argument):
         x.dtype.kind not in "biufO"):
     raise ValueError(f"{argument} must hold real numbers (a float, integer "
                      f"or bool dtype), got a {x.dtype} numpy array")
+
+
+def whole_number_ids(values, argument, what="feature id", positions=None):
+  """Float `values` as int64 ids (or example indices): 2.0 is 2, but one
+  that is not a whole number (1.5, NaN, inf), which a cast cut to another
+  row (1.5 became 1) without a word, is an InvalidArgumentError naming
+  `argument`, `what` it is, the value and its position (`positions[i]`,
+  e.g. a SparseTensor's indices, or `i`): eagerly at once, in a graph when
+  run."""
+  whole = tf.logical_and(tf.math.is_finite(values),
+                         tf.equal(values, tf.floor(values)))
+  first = tf.argmin(tf.cast(tf.reshape(whole, [-1]), tf.int32),
+                    output_type=tf.int64)
+  tail = "not a whole number (a cast would cut it to another row)"
+  where = first if positions is None else tf.gather(positions, first)
+  if tf.executing_eagerly():
+    if not bool(tf.reduce_all(whole)):
+      value = float(tf.gather(tf.reshape(values, [-1]), first))
+      raise tf.errors.InvalidArgumentError(
+          None, None, f"{argument} has {what} {value!r} at index "
+          f"{where.numpy().tolist()}, {tail}")
+    return tf.cast(values, tf.int64)
+  check = tf.debugging.Assert(
+      tf.reduce_all(whole),
+      [f"{argument} has {what}",
+       tf.gather(tf.reshape(values, [-1]), first),
+       "at index", where, tail])
+  with tf.control_dependencies([check]):
+    return tf.cast(values, tf.int64)
 
 
 def _real(x, argument, name=None):
