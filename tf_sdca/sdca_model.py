@@ -970,15 +970,38 @@ class SdcaModel(tf.Module):
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     """Checkpoints hold everything; a SavedModel (e.g. a Keras export for
     serving, which scores with the weights alone) leaves out the dual
-    tables, whose op a TensorFlow without tf_sdca could not load."""
+    tables, whose op a TensorFlow without tf_sdca could not load.
+
+    Eagerly, held rows that hold no row are left out of a checkpoint too:
+    a checkpoint of a model built with carry_over=0 has none, and its
+    record (`_StateMeaning`, 0 held rows) empties those of a model with
+    `carry_over` that reads it. Listed, their variables were the objects
+    `assert_existing_objects_matched()` (and the estimators' resume, which
+    asserts it) found unmatched there, though the pair is supported.
+    Written, they are the same as none (a reader empties its own on the
+    record); `_lookup_dependency` finds them for a checkpoint that holds
+    some."""
+    held = None
     if save_type == "checkpoint":
-      self._held_rows()  # (checkpoints keep them, saving and restoring)
+      # (checkpoints keep them, saving and restoring)
+      held = self._held_rows()
     children = super()._trackable_children(save_type, **kwargs)
     if save_type == "savedmodel":
       children.pop("_tables", None)
       children.pop("_held", None)
       children.pop("_state_meaning", None)
+    elif (held is not None and tf.executing_eagerly() and
+          int(tf.size(held.keys)) == 0):
+      children.pop("_held", None)
     return children
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    """A checkpoint's held rows restore into the model's, whether or not
+    `_trackable_children` (which a restore calls first: it creates them)
+    listed them (it leaves out empty ones)."""
+    if name == "_held" and self._held is not None:
+      return self._held
+    return super()._lookup_dependency(name, cached_dependencies)
 
   def _held_rows(self):
     """The `_HeldRows` of a model with `carry_over` (created at the first
