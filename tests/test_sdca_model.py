@@ -845,6 +845,95 @@ def test_float64_tensors_are_cast_as_float64_arrays_are(carry_over):
         call(ex)
 
 
+@pytest.mark.parametrize("carry_over", [0, "auto"])
+@pytest.mark.parametrize("kind", ["str", "bytes", "complex"])
+def test_numpy_strings_and_complex_numbers_are_refused_as_tensors_are(
+    carry_over, kind):
+  """Numpy arrays of strings or complex numbers (dense features, example
+  weights, labels, sparse feature values) were taken eagerly: the
+  conversion to float32 parsed the strings ('0.5' became 0.5) and cut the
+  complex numbers to their real part, while tensors of those dtypes were a
+  ValueError naming the argument. The arrays are refused the same way now,
+  eagerly and in a tf.function, by minimize and by the losses (whose casts
+  of a string tensor failed with an UnimplementedError naming nothing)."""
+  x, ids, y, s = _data("logistic_loss", seed=12, weighted=True)
+  ex = _examples(x, ids, y, s, rows=np.arange(20))
+  convert = dict(str=lambda a: np.asarray(a).astype(str),
+                 bytes=lambda a: np.asarray(a).astype(bytes),
+                 complex=lambda a: np.asarray(a).astype(np.complex64))[kind]
+  model, variables = _model(ex, "logistic_loss", carry_over=carry_over)
+  for key in ("dense_features", "example_weights", "example_labels"):
+    bad = dict(ex)
+    array = convert(ex[key][0] if key == "dense_features" else ex[key])
+    bad[key] = [array] if key == "dense_features" else array
+    argument = re.escape(f"examples['{key}']" +
+                         ("[0]" if key == "dense_features" else ""))
+    what = {False: re.escape(f"got a {array.dtype} numpy array"),
+            True: f"got a {'complex64' if kind == 'complex' else 'string'} "
+                  f"tensor"}
+    for compiled in (False, True):
+      call = (tf.function(lambda ex: model.minimize(examples=ex))
+              if compiled else lambda ex: model.minimize(examples=ex))
+      with pytest.raises(ValueError, match=argument + r" must hold real "
+                         r"numbers \(a float, integer or bool dtype\), " +
+                         what[compiled]):
+        call(bad)
+    for evaluate in (model.regularized_loss, model.unregularized_loss,
+                     model.gap_parts):
+      with pytest.raises(ValueError, match=argument + r" must hold real "
+                         r"numbers .*" + what[False]):
+        evaluate(bad)
+  col = ex["sparse_features"][0]
+  values = np.full(len(col.feature_indices), 0.5)
+  with pytest.raises(ValueError, match=re.escape(
+      "SparseFeatureColumn's feature_values must hold real numbers (a "
+      f"float, integer or bool dtype), got a {convert(values).dtype} numpy "
+      "array")):
+    SparseFeatureColumn(col.example_indices, col.feature_indices,
+                        convert(values))
+  # (Nothing was trained; real arrays still are.)
+  assert model.calls.numpy() == 0 and model.state_size() == 0
+  model.update_weights(model.minimize(examples=ex))
+  assert np.abs(_flat(variables)).max() > 0
+
+
+def test_float_indices_of_a_sparse_feature_column_must_be_whole_numbers():
+  """SparseFeatureColumn cast float feature ids and example indices to
+  int64 without a word (1.5 became row 1). Whole-number floats still are
+  the ids they hold; others (1.5, NaN, inf) are an InvalidArgumentError
+  naming the argument, the value and its index, eagerly and in a
+  tf.function."""
+  x, ids, y, s = _data("squared_loss", seed=15)
+  ex = _examples(x, ids, y, s, rows=np.arange(20))
+  col = ex["sparse_features"][0]
+  trained = []
+  for as_float in (False, True):
+    model, variables = _model(ex, "squared_loss")
+    batch = dict(ex, sparse_features=[SparseFeatureColumn(
+        *(np.asarray(a, np.float64) if as_float else a
+          for a in (col.example_indices, col.feature_indices)))])
+    model.update_weights(model.minimize(examples=batch))
+    trained.append(_flat(variables))
+  np.testing.assert_array_equal(trained[1], trained[0])
+  assert np.abs(trained[0]).max() > 0
+  for name, what in (("example_indices", "example index"),
+                     ("feature_indices", "feature id")):
+    for bad in (1.5, np.nan, -np.inf):
+      fields = dict(example_indices=np.asarray(col.example_indices, float),
+                    feature_indices=np.asarray(col.feature_indices, float))
+      fields[name][5] = bad
+      value = re.escape(repr(bad) if np.isfinite(bad) else str(bad))
+      with pytest.raises(tf.errors.InvalidArgumentError, match=(
+          rf"^SparseFeatureColumn's {name} has {what} {value} at index 5, "
+          r"not a whole number \(a cast would cut it to another row\)$")):
+        SparseFeatureColumn(**fields)
+      with pytest.raises(tf.errors.InvalidArgumentError, match=(
+          rf"\[SparseFeatureColumn\\'s {name} has {what}\] \[{value}\] "
+          r"\[at index\] \[5\] \[not a whole number")):
+        tf.function(lambda f: SparseFeatureColumn(**f).feature_indices)(
+            {k: tf.constant(v) for k, v in fields.items()})
+
+
 def test_rows_to_write_stay_bounded_without_update_weights():
   """Steps without update_weights append the rows they change; the list is
   deduplicated once it outgrows the table, and the next update_weights

@@ -149,6 +149,62 @@ def test_messages_about_a_feature_name_it(carry_over):
       train(dict(good, **{name: tf.strings.as_string(good[name])}))
 
 
+@pytest.mark.parametrize("carry_over", [0, "auto"])
+def test_float_ids_must_be_whole_numbers(carry_over):
+  """Float sparse ids were cast to int64 without a word: 1.5 trained row 1.
+  One that is not a whole number (1.5, -0.5, NaN, inf) is an
+  InvalidArgumentError naming the feature, the id and its index in the
+  SparseTensor, eagerly and in a tf.function, in either form of a sparse
+  feature; whole-number floats (2.0) stay ids and train as the int64 ids."""
+  x, ids, y, s = _data("logistic_loss", seed=14, weighted=True)
+  rows = np.arange(30)
+  good = _features(x, ids, s, rows)
+  cat = good["cat"]
+
+  def train(features, graph):
+    variables = {"num": tf.Variable(tf.zeros([DENSE])),
+                 "cat": tf.Variable(tf.zeros([VOCAB]))}
+    opt = tf_sdca.SDCAOptimizer("id", carry_over=carry_over)
+
+    def step(features, labels):
+      opt.get_train_step(features, labels, variables,
+                         weight_column_name="w")
+
+    if graph:
+      step = tf.function(step)
+    for _ in range(3):
+      step(features, y[rows])
+    return np.concatenate([variables["cat"].numpy(),
+                           variables["num"].numpy()])
+
+  def with_ids(values, pair=False):
+    ids_ = tf.SparseTensor(cat.indices, values, cat.dense_shape)
+    return dict(good, cat=(ids_, tf.SparseTensor(
+        cat.indices, tf.ones_like(values, tf.float32), cat.dense_shape))
+                if pair else ids_)
+
+  for graph in (False, True):
+    want = train(good, graph)
+    assert np.abs(want).max() > 0
+    for dtype in (tf.float32, tf.float64):
+      np.testing.assert_array_equal(
+          train(with_ids(tf.cast(cat.values, dtype)), graph), want)
+    index = cat.indices.numpy()[7].tolist()
+    for bad in (1.5, -0.5, np.nan, np.inf):
+      values = cat.values.numpy().astype(np.float64)
+      values[7] = bad
+      value = re.escape(repr(bad) if np.isfinite(bad) else str(bad))
+      match = (f"features\\['cat'\\] has feature id {value} at index "
+               + re.escape(f"{index}, ") if not graph else
+               r"\[features\[\\'cat\\'\] has feature id\] "
+               rf"\[{value}\] \[at index\] \[{index[0]} {index[1]}\] \[")
+      match += re.escape("not a whole number (a cast would cut it to "
+                         "another row)")
+      for pair in (False, True):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+          train(with_ids(tf.constant(values), pair), graph)
+
+
 def test_bad_options_fail_at_construction():
   with pytest.raises(ValueError, match="symmetric_l2_regularization"):
     tf_sdca.SDCAOptimizer("id", symmetric_l2_regularization=-1.0)

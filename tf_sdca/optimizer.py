@@ -18,6 +18,7 @@ Example:
 import tensorflow as tf
 
 from tf_sdca.sdca_model import SdcaModel, SparseFeatureColumn, holds_numbers
+from tf_sdca.sdca_model import whole_number_ids
 
 
 def _numbers(value, argument):
@@ -31,16 +32,22 @@ def _numbers(value, argument):
   return tf.cast(value, tf.float32)
 
 
-def _feature_ids(values, argument):
-  """A SparseTensor's `values` as the int64 feature ids (rows of the
+def _feature_ids(ids, argument):
+  """A SparseTensor's values as the int64 feature ids (rows of the
   feature's variable), cast as before; strings are a ValueError naming
-  `argument`."""
+  `argument`. Float ids must be whole numbers (2.0 is id 2): one that is
+  not (1.5, NaN, inf), which the cast cut to another row (1.5 became 1)
+  without a word, is an InvalidArgumentError naming `argument`, the id and
+  its index in `ids` (`whole_number_ids`)."""
+  values = ids.values
   if not holds_numbers(values.dtype):
     raise ValueError(
         f"{argument} must hold integer feature ids (the rows of its "
         f"variable), got {values.dtype.name} values: map strings to ids "
         f"first (e.g. tf.strings.to_hash_bucket_fast or a "
         f"tf.keras.layers.StringLookup)")
+  if values.dtype.is_floating:
+    return whole_number_ids(values, argument, positions=ids.indices)
   return tf.cast(values, tf.int64)
 
 
@@ -124,10 +131,10 @@ class SDCAOptimizer:
       argument = f"features[{name!r}]"
       if isinstance(value, tf.SparseTensor):
         sparse.append(SparseFeatureColumn(
-            value.indices[:, 0], _feature_ids(value.values, argument)))
+            value.indices[:, 0], _feature_ids(value, argument)))
       elif isinstance(value, tuple):  # (ids SparseTensor, values SparseTensor)
         sparse.append(SparseFeatureColumn(
-            value[0].indices[:, 0], _feature_ids(value[0].values, argument),
+            value[0].indices[:, 0], _feature_ids(value[0], argument),
             value[1].values))
       else:
         dense.append(_numbers(value, argument))
@@ -161,7 +168,9 @@ class SDCAOptimizer:
         the feature: `features['city']`).
       tf.errors.InvalidArgumentError: (when run) for bad values, e.g. a
         feature id outside its variable (`sparse_features[0]
-        (features['city']) has an id >= ...`).
+        (features['city']) has an id >= ...`) or a float id that is not a
+        whole number (`features['city'] has feature id 1.5 at index [3,
+        1], ...`; 2.0 is id 2).
     """
     if self._names is None:
       self._names = sorted(variables)

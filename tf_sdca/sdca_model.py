@@ -76,6 +76,11 @@ class SparseFeatureColumn(
     feature_indices: int64 `[nnz]`, the feature id (row of the weight
       variable) of each entry.
     feature_values: optional float `[nnz]`; None means all 1.0.
+
+  Other integer and bool dtypes are cast; float indices must be whole
+  numbers (2.0 is 2; 1.5, NaN or inf is an InvalidArgumentError naming the
+  argument, the value and its index), and strings or complex numbers are a
+  ValueError naming the argument and the dtype.
   """
 
   def __new__(cls, example_indices, feature_indices, feature_values=None):
@@ -87,7 +92,15 @@ class SparseFeatureColumn(
       if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
         # (One aligned copy where tf.convert_to_tensor makes two.)
         value = sdca_ops.to_tensor(value, tf.as_dtype(value.dtype), name)
-      return tf.cast(tf.convert_to_tensor(value, name=name), dtype)
+      # Strings or complex numbers (a tensor's, a numpy array's or a
+      # list's) are refused by name: the cast failed with an
+      # UnimplementedError naming nothing, or kept the real part.
+      argument = f"SparseFeatureColumn's {name}"
+      value = _real(value, argument, name)
+      if dtype == tf.int64 and value.dtype.is_floating:
+        return whole_number_ids(value, argument, "feature id" if name ==
+                                "feature_indices" else "example index")
+      return tf.cast(value, dtype)
 
     with tf.name_scope("SparseFeatureColumn"):
       return super().__new__(
@@ -363,6 +376,15 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
 
 
+# What held rows given to a model built with carry_over=0 would lose (the
+# middle of `_StateMeaning`'s and `SdcaModel.set_state`'s messages).
+_HELD_ROWS_DROPPED = (
+    " held rows: examples that its model (built with carry_over) held "
+    "back from a minimize call to visit with the next. This model is "
+    "built with carry_over=0 and would drop them, losing those examples' "
+    "pending updates. ")
+
+
 class _StateMeaning(tf.Module):
   """What a model's dual state means: the options its duals and slots were
   trained under (loss, l2, classes), its table shards, and how many rows it
@@ -411,12 +433,9 @@ class _StateMeaning(tf.Module):
   # and after their count.
   _HELD_MESSAGE = (
       "the checkpoint holds ",
-      " held rows: examples that its model (built with carry_over) held "
-      "back from a minimize call to visit with the next. This model is "
-      "built with carry_over=0 and would drop them, losing those examples' "
-      "pending updates. Restore it into a model built with carry_over (e.g. "
-      "'auto', the default); to drop them knowingly, restore it into such a "
-      "model and give its get_state(), less 'held', to this model's "
+      _HELD_ROWS_DROPPED + "Restore it into a model built with carry_over "
+      "(e.g. 'auto', the default); to drop them knowingly, restore it into "
+      "such a model and give its get_state(), less 'held', to this model's "
       "set_state()")
 
   def _restore_from_tensors(self, restored_tensors):
@@ -472,19 +491,75 @@ def holds_numbers(dtype):
   return dtype.is_floating or dtype.is_integer or dtype == tf.bool
 
 
+def _check_real(x, argument):
+  """Raises a ValueError naming `argument` and the dtype where `x`, a
+  tensor, variable or numpy array (or scalar), holds no real numbers:
+  strings or complex numbers, which a cast would parse or cut to their
+  real part without a word (a numpy array of object dtype is left to the
+  conversion). Anything else passes unchecked."""
+  if isinstance(x, (tf.Tensor, tf.Variable)):
+    if not holds_numbers(x.dtype):
+      raise ValueError(f"{argument} must hold real numbers (a float, "
+                       f"integer or bool dtype), got a {x.dtype.name} "
+                       f"tensor")
+  elif (isinstance(x, (np.ndarray, np.generic)) and
+        x.dtype.kind not in "biufO"):
+    raise ValueError(f"{argument} must hold real numbers (a float, integer "
+                     f"or bool dtype), got a {x.dtype} numpy array")
+
+
+def whole_number_ids(values, argument, what="feature id", positions=None):
+  """Float `values` as int64 ids (or example indices): 2.0 is 2, but one
+  that is not a whole number (1.5, NaN, inf), which a cast cut to another
+  row (1.5 became 1) without a word, is an InvalidArgumentError naming
+  `argument`, `what` it is, the value and its position (`positions[i]`,
+  e.g. a SparseTensor's indices, or `i`): eagerly at once, in a graph when
+  run."""
+  whole = tf.logical_and(tf.math.is_finite(values),
+                         tf.equal(values, tf.floor(values)))
+  first = tf.argmin(tf.cast(tf.reshape(whole, [-1]), tf.int32),
+                    output_type=tf.int64)
+  tail = "not a whole number (a cast would cut it to another row)"
+  where = first if positions is None else tf.gather(positions, first)
+  if tf.executing_eagerly():
+    if not bool(tf.reduce_all(whole)):
+      value = float(tf.gather(tf.reshape(values, [-1]), first))
+      raise tf.errors.InvalidArgumentError(
+          None, None, f"{argument} has {what} {value!r} at index "
+          f"{where.numpy().tolist()}, {tail}")
+    return tf.cast(values, tf.int64)
+  check = tf.debugging.Assert(
+      tf.reduce_all(whole),
+      [f"{argument} has {what}",
+       tf.gather(tf.reshape(values, [-1]), first),
+       "at index", where, tail])
+  with tf.control_dependencies([check]):
+    return tf.cast(values, tf.int64)
+
+
+def _real(x, argument, name=None):
+  """`x` as a tensor (as `tf.cast` converts it), refused as `_check_real`
+  refuses it: strings (a numpy array of them too, or a list) or complex
+  numbers."""
+  _check_real(x, argument)
+  x = tf.convert_to_tensor(x, name=name)
+  _check_real(x, argument)
+  return x
+
+
 def _floats(x, argument="value"):
   """`x` as the float32 tensor the ops take. A tensor of another real dtype
   (float64, float16, bfloat16, an integer type, bool) is cast, as a numpy
   array of one is converted, eagerly or in a `tf.function` alike (there
   TensorFlow's own conversion refused a float64 tensor without naming it);
-  any other dtype is a ValueError naming `argument` and the dtype."""
+  any other dtype, a tensor's or a numpy array's (whose strings the
+  conversion parsed, and whose complex numbers it cut to their real part),
+  is a ValueError naming `argument` and the dtype."""
+  _check_real(x, argument)
   if isinstance(x, (tf.Tensor, tf.Variable)):
     if x.dtype == tf.float32:
       return tf.convert_to_tensor(x)
-    if holds_numbers(x.dtype):
-      return tf.cast(x, tf.float32)
-    raise ValueError(f"{argument} must hold real numbers (a float, integer "
-                     f"or bool dtype), got a {x.dtype.name} tensor")
+    return tf.cast(x, tf.float32)
   try:
     return sdca_ops.to_tensor(x, tf.float32)
   except (TypeError, ValueError) as e:
@@ -895,15 +970,38 @@ class SdcaModel(tf.Module):
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     """Checkpoints hold everything; a SavedModel (e.g. a Keras export for
     serving, which scores with the weights alone) leaves out the dual
-    tables, whose op a TensorFlow without tf_sdca could not load."""
+    tables, whose op a TensorFlow without tf_sdca could not load.
+
+    Eagerly, held rows that hold no row are left out of a checkpoint too:
+    a checkpoint of a model built with carry_over=0 has none, and its
+    record (`_StateMeaning`, 0 held rows) empties those of a model with
+    `carry_over` that reads it. Listed, their variables were the objects
+    `assert_existing_objects_matched()` (and the estimators' resume, which
+    asserts it) found unmatched there, though the pair is supported.
+    Written, they are the same as none (a reader empties its own on the
+    record); `_lookup_dependency` finds them for a checkpoint that holds
+    some."""
+    held = None
     if save_type == "checkpoint":
-      self._held_rows()  # (checkpoints keep them, saving and restoring)
+      # (checkpoints keep them, saving and restoring)
+      held = self._held_rows()
     children = super()._trackable_children(save_type, **kwargs)
     if save_type == "savedmodel":
       children.pop("_tables", None)
       children.pop("_held", None)
       children.pop("_state_meaning", None)
+    elif (held is not None and tf.executing_eagerly() and
+          int(tf.size(held.keys)) == 0):
+      children.pop("_held", None)
     return children
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    """A checkpoint's held rows restore into the model's, whether or not
+    `_trackable_children` (which a restore calls first: it creates them)
+    listed them (it leaves out empty ones)."""
+    if name == "_held" and self._held is not None:
+      return self._held
+    return super()._lookup_dependency(name, cached_dependencies)
 
   def _held_rows(self):
     """The `_HeldRows` of a model with `carry_over` (created at the first
@@ -1458,9 +1556,11 @@ class SdcaModel(tf.Module):
       float64 scalar `sum_i s_i loss_i / sum_i s_i`.
     """
     z = self._linear_predictions(examples)
-    y = tf.cast(examples["example_labels"],
+    y = tf.cast(_real(examples["example_labels"],
+                      "examples['example_labels']"),
                 tf.float64 if self._num_classes == 1 else tf.int64)
-    s = tf.cast(examples["example_weights"], tf.float64)
+    s = tf.cast(_real(examples["example_weights"],
+                      "examples['example_weights']"), tf.float64)
     per = losses.primal(self._options["loss_type"], z, y,
                         self._options["gamma"])
     return tf.reduce_sum(s * per) / _total_weight(s)
@@ -1487,7 +1587,9 @@ class SdcaModel(tf.Module):
       r1, r2 = _static_or_cond(averaged,
                                lambda: self._regularization(True),
                                self._regularization)
-    s = _total_weight(tf.cast(examples["example_weights"], tf.float64))
+    s = _total_weight(tf.cast(_real(examples["example_weights"],
+                                    "examples['example_weights']"),
+                              tf.float64))
     return self.unregularized_loss(examples) + (r1 + 0.5 * r2) / s
 
   @_plain_python
@@ -1523,14 +1625,16 @@ class SdcaModel(tf.Module):
     loss, gamma = self._options["loss_type"], self._options["gamma"]
     z = self._linear_predictions_at(examples, False)
     state = tf.cast(self.example_state(examples), tf.float64)
-    s = tf.cast(examples["example_weights"], tf.float64)
+    s = tf.cast(_real(examples["example_weights"],
+                      "examples['example_weights']"), tf.float64)
+    labels = _real(examples["example_labels"], "examples['example_labels']")
     if self._num_classes == 1:
-      y = tf.cast(examples["example_labels"], tf.float64)
+      y = tf.cast(labels, tf.float64)
       alpha = state[:, 0]
     else:
       # The state keeps the K duals; the label's is rebuilt as the negated
       # sum of the others, as the op reads it.
-      y = tf.cast(examples["example_labels"], tf.int64)
+      y = tf.cast(labels, tf.int64)
       label = tf.one_hot(y, self._num_classes, dtype=tf.float64)
       others = state[:, :self._num_classes] * (1.0 - label)
       alpha = others - label * tf.reduce_sum(others, axis=1, keepdims=True)
@@ -1652,7 +1756,25 @@ class SdcaModel(tf.Module):
     """Restores what `get_state` returned (and writes the shrunk weights
     into the variables). Example state already stored is replaced; a state
     without `calls` (or `held`) leaves the call count (the held rows) as
-    it is."""
+    it is.
+
+    Raises:
+      ValueError: for a state of other weight slots or state width, or
+        (before anything is set) one whose `held` holds rows, given to a
+        model built with `carry_over=0`, which has no place for them (as
+        a checkpoint holding some is refused on restore): give it to a
+        model with `carry_over`, or drop them knowingly by giving this
+        model the state less `'held'`.
+    """
+    held = state.get("held")
+    if held is not None and self._held_rows() is None:
+      count = len(held["keys"])
+      if count:
+        raise ValueError(
+            f"state['held'] holds {count}{_HELD_ROWS_DROPPED}Give the state "
+            f"to a model built with carry_over (e.g. 'auto', the default); "
+            f"to drop them knowingly, give this model the state less "
+            f"'held' ({{k: v for k, v in state.items() if k != 'held'}})")
     slots = [slot for w in self._sparse + self._dense for slot in w.slots]
     if len(state["slots"]) != len(slots):
       raise ValueError(f"state has {len(state['slots'])} weight slots, the "
@@ -1673,8 +1795,8 @@ class SdcaModel(tf.Module):
                     tf.boolean_mask(values, mine))
     if "calls" in state:
       self._calls.assign(int(state["calls"]))
-    if "held" in state and self._held_rows() is not None:
-      self._held.assign(state["held"])
+    if held is not None and self._held_rows() is not None:
+      self._held.assign(held)
     if self._average_from is not None and "average_slots" in state:
       means = [mean for w in self._sparse + self._dense for mean in w.means]
       for mean, value in zip(means, state["average_slots"]):
