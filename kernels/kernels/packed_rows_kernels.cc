@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -1131,6 +1133,30 @@ class PackedSolveOp : public OpKernel {
   // tf_sdca.losses.extrapolation_limit: the largest step <= 1e300 along
   // alpha - previous keeping every dual in its loss's domain (in its
   // arithmetic: the same bits).
+  // How far along `step` a dual at `value` in [low, high] may go: (the
+  // bound it heads for - value) / step, infinity for no step. In
+  // arithmetic and masks, not branches (the compiler kept `?:` as
+  // branches): the steps' signs are as good as random, and the
+  // mispredictions made ExtrapolationLimit ~11 ns a dual, on 2,000
+  // text-like rows two thirds of an epoch's heavy ball (270 -> 105 us over
+  // a fit's 12 extrapolated epochs). The same value: high - low is 1 or 2,
+  // so the bound is exact.
+  static double RoomAlong(double value, double step, double low,
+                          double high) {
+    const double bound =
+        low + (high - low) * static_cast<double>(step > 0.0);
+    const double r = (bound - value) / step;
+    const double inf = std::numeric_limits<double>::infinity();
+    uint64_t bits, inf_bits;
+    std::memcpy(&bits, &r, sizeof(bits));
+    std::memcpy(&inf_bits, &inf, sizeof(inf_bits));
+    const uint64_t keep = uint64_t{0} - static_cast<uint64_t>(step != 0.0);
+    bits = (bits & keep) | (inf_bits & ~keep);
+    double room;
+    std::memcpy(&room, &bits, sizeof(room));
+    return room;
+  }
+
   double ExtrapolationLimit(const PackedRows& rows, const double* alpha,
                             const double* previous, int64_t num_duals) const {
     const std::vector<double>& labels = rows.labels();
@@ -1151,10 +1177,7 @@ class PackedSolveOp : public OpKernel {
           const bool is_label = c == label;
           const double low = is_label ? 0.0 : -1.0;
           const double high = is_label ? 1.0 : 0.0;
-          const double r =
-              step > 0 ? (high - value) / step
-              : step < 0 ? (low - value) / step
-                         : std::numeric_limits<double>::infinity();
+          const double r = RoomAlong(value, step, low, high);
           room = r < room ? r : room;
         }
       }
@@ -1164,14 +1187,12 @@ class PackedSolveOp : public OpKernel {
       double value = alpha[k], step = alpha[k] - previous[k];
       double low = -1.0, high = 1.0;
       if (sign) {
-        const double s = labels[k] > 0 ? 1.0 : -1.0;
+        const double s = 2.0 * static_cast<double>(labels[k] > 0) - 1.0;
         value = value * s;
         step = step * s;
         low = 0.0;
       }
-      const double r = step > 0 ? (high - value) / step
-                       : step < 0 ? (low - value) / step
-                                  : std::numeric_limits<double>::infinity();
+      const double r = RoomAlong(value, step, low, high);
       room = r < room ? r : room;
     }
     return std::min(1e300, room);
