@@ -89,6 +89,19 @@ def test_missing_example_id_column_is_a_clear_error():
                        {"num": tf.Variable(tf.zeros([1]))})
 
 
+def _optimizer_step(carry_over):
+  """A new SDCAOptimizer over zero "num" and "cat" variables: (the
+  variables, `step(features, labels)`, one train step weighted by "w")."""
+  variables = {"num": tf.Variable(tf.zeros([DENSE])),
+               "cat": tf.Variable(tf.zeros([VOCAB]))}
+  opt = tf_sdca.SDCAOptimizer("id", carry_over=carry_over)
+
+  def step(features, labels):
+    opt.get_train_step(features, labels, variables, weight_column_name="w")
+
+  return variables, step
+
+
 @pytest.mark.parametrize("carry_over", [0, "auto"])
 def test_messages_about_a_feature_name_it(carry_over):
   """The SdcaModel under SDCAOptimizer named a group by the op's argument
@@ -101,14 +114,7 @@ def test_messages_about_a_feature_name_it(carry_over):
   good = _features(x, ids, s, rows)
 
   def train(features, eager=True):
-    variables = {"num": tf.Variable(tf.zeros([DENSE])),
-                 "cat": tf.Variable(tf.zeros([VOCAB]))}
-    opt = tf_sdca.SDCAOptimizer("id", carry_over=carry_over)
-
-    def step(features, labels):
-      opt.get_train_step(features, labels, variables,
-                         weight_column_name="w")
-
+    _, step = _optimizer_step(carry_over)
     if not eager:
       step = tf.function(step, input_signature=[
           {"id": tf.TensorSpec([None], tf.int64),
@@ -162,14 +168,7 @@ def test_float_ids_must_be_whole_numbers(carry_over):
   cat = good["cat"]
 
   def train(features, graph):
-    variables = {"num": tf.Variable(tf.zeros([DENSE])),
-                 "cat": tf.Variable(tf.zeros([VOCAB]))}
-    opt = tf_sdca.SDCAOptimizer("id", carry_over=carry_over)
-
-    def step(features, labels):
-      opt.get_train_step(features, labels, variables,
-                         weight_column_name="w")
-
+    variables, step = _optimizer_step(carry_over)
     if graph:
       step = tf.function(step)
     for _ in range(3):
