@@ -609,11 +609,12 @@ class _FusedEpochs:
   `_TrainAhead` applies it runs instead. The first call runs the epochs
   that FUSED_SECONDS allows at FUSED_FIRST_SECONDS_PER_ENTRY, later ones
   about FUSED_SECONDS each by the last call's time per epoch; momentum
-  'auto' chooses its beta inside the call (`Extrapolation.fused_auto`). An error inside a call (a step out of range)
-  raises with the state where the call started. Inside a call an epoch's
-  objective is evaluated on another thread while the next epoch trains
-  where the op measures that faster (`train_ahead='timed'`; 'never' with
-  TRAIN_AHEAD False), with the same results.
+  'auto' chooses its beta inside the call (`Extrapolation.fused_auto`).
+  An error inside a call (a step out of range) raises with the state where
+  the call started. Inside a call an epoch's objective is evaluated on
+  another thread while the next epoch trains where the op measures that
+  faster (`train_ahead='timed'`; 'never' with TRAIN_AHEAD False), with the
+  same results.
   """
 
   def __init__(self, state, problem, config, epochs, tol, gap_every,
@@ -628,8 +629,8 @@ class _FusedEpochs:
     self._extrapolation = extrapolation
     self._first = initial_epoch if start_time is not None else None
     self._start_time = start_time
-    first = (float(getattr(problem, "entries", 0) or 1) *
-             max(1, config.num_classes or 1) * FUSED_FIRST_SECONDS_PER_ENTRY)
+    first = (max(problem.entries, 1) * max(config.num_classes or 1, 1) *
+             FUSED_FIRST_SECONDS_PER_ENTRY)
     self._size = max(1, int(FUSED_SECONDS / first))
     self._done = collections.deque()  # (seconds, parts or None) by epoch
     self._epoch = initial_epoch  # the next epoch to run
@@ -671,8 +672,8 @@ class _FusedEpochs:
     if extrapolation is not None:
       # 'auto''s plain epochs are evaluated (their gaps choose its beta,
       # in the op).
-      undecided = min(extrapolation.undecided_epochs, count)
-      evaluate[:undecided] = [True] * undecided
+      undecided = extrapolation.undecided_epochs
+      evaluate[:undecided] = [True] * min(undecided, count)
       auto = extrapolation.fused_auto()
       beta, point, last_dual, restart = extrapolation.fused_inputs()
       if point is not None:
@@ -680,7 +681,7 @@ class _FusedEpochs:
                     aliased(np.ascontiguousarray(point[0]).reshape(-1)))
     state, config = self._state, self._config
     start = time.perf_counter()
-    w, duals, parts, seconds, prev_w, prev_duals, beta = sdca_ops.packed_epochs(
+    out = sdca_ops.packed_epochs(
         self._problem.rows, aliased(state.weight_table()),
         aliased(np.ascontiguousarray(state.duals, np.float64).reshape(-1)),
         epoch_seed(config.seed, epoch), np.asarray(evaluate[:count]),
@@ -689,6 +690,7 @@ class _FusedEpochs:
         num_classes=config.num_classes, hinge_step=config.hinge_step,
         beta=beta, previous=previous, last_dual=last_dual, restart=restart,
         auto_momentum=auto, train_ahead="timed" if TRAIN_AHEAD else "never")
+    w, duals, parts, seconds, prev_w, prev_duals, chosen = out
     wall = time.perf_counter() - start
     shape = state.duals.shape
     state.install_table(w)
@@ -696,9 +698,10 @@ class _FusedEpochs:
     parts, seconds = parts.numpy(), seconds.numpy()
     run = seconds.shape[0]
     if extrapolation is not None:
+      # (Where the call ran past 'auto''s last plain epoch, it chose.)
       extrapolation.fused_previous(
           (output_array(prev_duals).reshape(shape), output_array(prev_w)),
-          float(beta) if auto is not None and run >= undecided else None)
+          float(chosen) if auto is not None and run >= undecided else None)
     for k in range(run):
       elapsed = float(seconds[k])
       if epoch + k == self._first:  # the fit's first epoch: preparing too
