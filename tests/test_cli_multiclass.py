@@ -171,6 +171,22 @@ def test_multiclass_errors_are_one_line(iris_file, tmp_path, capsys):
                    "libsvm"]) == 2
   assert (f"{other}:2: the label 7 is none of the model's classes "
           "(1, 2, 3)") in capsys.readouterr().err
+  # predict scores without the labels, as it does for a binary model (a 7
+  # there is any label): one none of the classes is not refused (it was,
+  # as "label 7 (row 1)", the row counted within a 65,536-row chunk).
+  odd, plain = str(tmp_path / "odd.svm"), str(tmp_path / "plain.svm")
+  _write_libsvm(odd, [7, -3.5, 1], x[:3])
+  _write_libsvm(plain, [1, 1, 1], x[:3])
+  scores = []
+  for data in (odd, plain):
+    out = str(tmp_path / "scores.txt")
+    assert cli.main(["predict", data, "--model-dir", model_dir, "--format",
+                     "libsvm", "--out", out]) == 0
+    with open(out) as f:
+      assert f.readline().split() == ["labels", "1", "2", "3"]
+    scores.append(np.loadtxt(out, skiprows=1))
+  assert scores[0].shape == (3, 4)
+  np.testing.assert_array_equal(scores[0], scores[1])
 
 
 def test_sparse_multiclass_checkpoint_shapes_are_checked(iris_file, tmp_path,

@@ -13,6 +13,7 @@ from sklearn.datasets import load_breast_cancer
 
 from tf_sdca import cli
 from tf_sdca.data import generate_criteo_arrays, write_criteo_tsv
+from tf_sdca.data import text_parser
 
 _LOAD = """
 import json, sys
@@ -141,3 +142,25 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
     assert cli.main(["predict", str(path), "--model-dir", model_dir,
                      "--format", "libsvm", "--out",
                      str(tmp_path / "bad.txt")]) != 0
+  # '\r': training's reader ends a line there as at '\n' ("\r\n" one
+  # end). A CRLF end's '\r', left on a line split at '\n', scores as
+  # predict reads the CRLF file; a line holding another '\r' (or a '\n')
+  # is two lines to the reader, so bad here (it was scored as one line
+  # with both halves' features).
+  crlf = tmp_path / "crlf.libsvm"
+  crlf.write_bytes("".join(line + "\r\n" for line in lines[:4]).encode())
+  np.testing.assert_array_equal(
+      _predicted(tmp_path, str(crlf), model_dir, "--format", "libsvm"),
+      expected[:4])
+  label, first, rest = lines[2].split(" ", 2)
+  split = [f"{lines[0]}\r{lines[1]}", f"{label} {first}\r{rest}",
+           f"{label} {first} \r {rest}", "\r" + lines[3], lines[4] + "\r\r",
+           f"{label} {first}\n{rest}", f"{lines[5]} # a\rb"]
+  for line in split:  # (the reader's own verdict: two lines)
+    assert text_parser.parse_libsvm(
+        (line + "\n").encode())["num_lines"] == 2, repr(line)
+  out = _served(tmp_path, saved, [line + "\r" for line in lines[:4]] + split)
+  assert out["valid"] == [True] * 4 + [False] * len(split)
+  np.testing.assert_allclose(out["scores"][:4], expected[:4], rtol=1e-6,
+                             atol=1e-9)
+  assert np.isnan(out["scores"][4:]).all()

@@ -615,7 +615,12 @@ def score_files(args, check_labels=False):
   """(meta, labels, scores) over the files, streamed chunk by chunk; no
   rows give empty arrays (scores [0, K] for a multiclass model).
   `check_labels`: refuse a label outside the model's loss's domain by its
-  `file:line`, as `train` does (`_check_labels`)."""
+  `file:line`, as `train` does (`_check_labels`), and give the labels as
+  the loss reads them (`y > 0` -> 1 for the binary losses, class ids for
+  a multiclass model). Without it (`predict`, which scores without the
+  labels, as LIBLINEAR's does) the labels are as read and any number is
+  taken: a multiclass model's data may hold labels none of its classes,
+  as a binary model's may hold 7."""
   from tf_sdca.data import criteo, libsvm  # pylint: disable=import-outside-toplevel
   from tf_sdca.trainer import InMemorySdca  # pylint: disable=import-outside-toplevel
   meta, ckpt = model_files.load_model(args.model_dir)
@@ -653,7 +658,8 @@ def score_files(args, check_labels=False):
       arrays = dict(labels=[chunk["labels"]],
                     lengths=[np.diff(chunk["indptr"])],
                     indices=[chunk["indices"]], values=[chunk["values"]])
-    labels, features = model_files.features(args.format, arrays, dict(meta))
+    labels, features = model_files.features(args.format, arrays, dict(meta),
+                                            map_labels=check_labels)
     features.pop("num_features")
     all_labels.append(labels)
     # Overflowing weights are reported by `_check_scores` in one line, not

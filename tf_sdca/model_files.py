@@ -307,12 +307,16 @@ def max_sparse_features(num_classes=1):
   return int(max(1, min(2**31, memory // (8 * 8 * max(1, num_classes)))))
 
 
-def features(fmt, arrays, meta):
+def features(fmt, arrays, meta, map_labels=True):
   """InMemorySdca feature kwargs from cached (or streamed) arrays.
 
   Consumes `arrays` (lists of chunk arrays, possibly memory maps): each chunk
   is copied into the result and dropped, so a memory-mapped chunk's pages
   leave the process's resident set as soon as they are copied.
+  `map_labels`: map LIBSVM labels to the loss's (`y > 0` -> 1 for the
+  binary losses, class ids for a multiclass model, a label none of its
+  classes refused); False leaves them as read, for scoring without them
+  (`predict`).
   """
   from tf_sdca.data import cache  # pylint: disable=import-outside-toplevel
   if fmt == "criteo":
@@ -360,9 +364,9 @@ def features(fmt, arrays, meta):
     indptr = np.concatenate([[0], np.cumsum(np.bincount(
         rows[keep], minlength=n))]).astype(np.int64)
     indices, values = indices[keep], values[keep]
-  if meta["loss"] in losses.BINARY:
+  if map_labels and meta["loss"] in losses.BINARY:
     labels = (labels > 0).astype(np.float32)
-  elif losses.is_multiclass(meta["loss"]):
+  elif map_labels and losses.is_multiclass(meta["loss"]):
     labels = class_ids(labels, meta)
   return labels, dict(dense=ones, indptr=indptr, indices=indices,
                       values=values, num_features=meta["num_features"])

@@ -15,7 +15,8 @@ needs no tf_sdca:
 
 Malformed lines get `valid = False` and NaN scores (a batch is never failed
 by one bad line). Every '\\r' of a Criteo line is dropped, as training's
-reader drops it.
+reader drops it; a LIBSVM line is bad if it holds a '\\r' or '\\n' other
+than a CRLF end's last '\\r', which training's reader reads as a line end.
 """
 import numpy as np
 import tensorflow as tf
@@ -31,6 +32,12 @@ def _libsvm_features(lines, num_features):
   """(indices, values, valid) of LIBSVM lines in TensorFlow ops: ragged
   `[B, None]` 0-based indices and values (indices >= num_features, unseen
   in training, dropped) and a bool `[B]`."""
+  # Training's LIBSVM reader ends a line at '\r' as at '\n' (Python's
+  # universal newlines, "\r\n" one end): a served line holding either is
+  # two lines there, or a refused one ("1 1:1\r2:1"), and is bad here.
+  # Only a CRLF end's '\r', left on a line split at '\n', is dropped.
+  lines = tf.strings.regex_replace(lines, "\r$", "")
+  one_line = tf.strings.regex_full_match(lines, "[^\r\n]*")
   body = tf.strings.strip(tf.strings.regex_replace(lines, "#.*$", ""))
   tokens = tf.strings.split(body)
   first = tokens[:, :1].to_tensor(default_value="")[:, 0]
@@ -63,7 +70,7 @@ def _libsvm_features(lines, num_features):
   # label and values finite in float32 (1e39 is not).
   increasing = tf.reduce_all(index[:, 1:] > index[:, :-1], axis=1)
   valid = tf.logical_and(
-      tf.logical_and(label_ok, increasing),
+      tf.logical_and(tf.logical_and(one_line, label_ok), increasing),
       tf.reduce_all(tf.logical_and(tf.logical_and(good, index >= 0),
                                    tf.math.is_finite(value)), axis=1))
   keep = tf.logical_and(index >= 0, index < num_features)
