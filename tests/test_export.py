@@ -159,7 +159,9 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
   for line in split:  # (the reader's own verdict: two lines)
     assert text_parser.parse_libsvm(
         (line + "\n").encode())["num_lines"] == 2, repr(line)
-  out = _served(tmp_path, saved, [line + "\r" for line in lines[:4]] + split)
+  # One line end at the end, as `readlines()` keeps it, is the line's end.
+  ends = [lines[0] + "\r", lines[1] + "\n", lines[2] + "\r\n", lines[3]]
+  out = _served(tmp_path, saved, ends + split)
   assert out["valid"] == [True] * 4 + [False] * len(split)
   np.testing.assert_allclose(out["scores"][:4], expected[:4], rtol=1e-6,
                              atol=1e-9)

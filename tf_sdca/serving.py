@@ -15,8 +15,9 @@ needs no tf_sdca:
 
 Malformed lines get `valid = False` and NaN scores (a batch is never failed
 by one bad line). Every '\\r' of a Criteo line is dropped, as training's
-reader drops it; a LIBSVM line is bad if it holds a '\\r' or '\\n' other
-than a CRLF end's last '\\r', which training's reader reads as a line end.
+reader drops it; a LIBSVM line is bad if it holds a '\\r' or '\\n' before
+its own line end (one "\\n", "\\r\\n" or "\\r" at its end is dropped), which
+training's reader reads as a line end.
 """
 import numpy as np
 import tensorflow as tf
@@ -35,8 +36,9 @@ def _libsvm_features(lines, num_features):
   # Training's LIBSVM reader ends a line at '\r' as at '\n' (Python's
   # universal newlines, "\r\n" one end): a served line holding either is
   # two lines there, or a refused one ("1 1:1\r2:1"), and is bad here.
-  # Only a CRLF end's '\r', left on a line split at '\n', is dropped.
-  lines = tf.strings.regex_replace(lines, "\r$", "")
+  # One line end at the end ("\n", "\r\n" or "\r": a line as
+  # `readlines()` gives it, or split at '\n' from a CRLF file) is dropped.
+  lines = tf.strings.regex_replace(lines, "(\r\n|\n|\r)$", "")
   one_line = tf.strings.regex_full_match(lines, "[^\r\n]*")
   body = tf.strings.strip(tf.strings.regex_replace(lines, "#.*$", ""))
   tokens = tf.strings.split(body)
