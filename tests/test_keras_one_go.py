@@ -171,6 +171,11 @@ def test_an_error_mid_fit_leaves_the_same_state(monkeypatch):
     monkeypatch.setattr(fitting, "ONE_GO", one_go)
     monkeypatch.setattr(sdca_ops, "packed_epochs", failing)
     x, y, _ = _data("heart")
+    # A first call of 4 epochs (its size from the rows' x.size entries,
+    # 4.5 a call's worth), not the whole fit: the second call is the one
+    # that fails.
+    monkeypatch.setattr(engine, "FUSED_FIRST_SECONDS_PER_ENTRY",
+                        engine.FUSED_SECONDS / (4.5 * x.size))
     model = LinearModel(loss="hinge", l2=1.0, use_bias=False)
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
