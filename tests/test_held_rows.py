@@ -958,6 +958,53 @@ def test_a_refused_set_state_leaves_the_model_as_it_was():
                                 twin.get_state()["slots"][0])
 
 
+
+def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
+  """Keras load_weights assigned the file's weights, then the rows' duals,
+  momentum and mean, before SdcaModel.set_state refused the file's state
+  (held rows, for a model built with carry_over=0), so the model was left
+  with the file's weights over its own duals. The weights' shapes and the
+  state are checked before anything is set now: a refused file leaves the
+  weights and the SDCA state bit for bit, and the model trains on as an
+  untouched twin."""
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  xs, ys = _cancer()
+
+  def data(x):
+    return tf.data.Dataset.from_tensor_slices(
+        ({"x": x, "example_id": np.arange(len(ys))}, ys)).batch(95)
+
+  held = LinearModel(loss="logistic", carry_over="auto")
+  held.fit(data(xs), epochs=2, verbose=0)
+  count = len(held.sdca_state()["held"]["keys"])
+  assert count > 0
+  held.save_weights(str(tmp_path / "held.weights.h5"))
+  narrow = LinearModel(loss="logistic", carry_over=0)
+  narrow.fit(data(xs[:, :5]), epochs=1, verbose=0)
+  narrow.save_weights(str(tmp_path / "narrow.weights.h5"))
+  model, twin = (LinearModel(loss="logistic", carry_over=0) for _ in "ab")
+  for m in (model, twin):
+    m.fit(data(xs), epochs=1, verbose=0)
+  weights, state = model.get_weights(), model.sdca_state()
+  for name, message in (
+      ("held", rf"state\['held'\] holds {count} held rows: "),
+      ("narrow", r"the file's weight 0 has shape \(5, 1\), the model's "
+                 r"\S+ \(30, 1\)")):
+    with pytest.raises(ValueError, match=message):
+      model.load_weights(str(tmp_path / f"{name}.weights.h5"))
+    for a, b in zip(model.get_weights(), weights):
+      np.testing.assert_array_equal(a, b, err_msg=name)
+    after = model.sdca_state()
+    for key in ("keys", "values", "calls"):
+      np.testing.assert_array_equal(after[key], state[key], err_msg=name)
+    for a, b in zip(after["slots"], state["slots"]):
+      np.testing.assert_array_equal(a, b, err_msg=name)
+  for m in (model, twin):
+    m.fit(data(xs), epochs=1, verbose=0)
+  for a, b in zip(model.get_weights(), twin.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):
   import keras  # pylint: disable=import-outside-toplevel
   from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel

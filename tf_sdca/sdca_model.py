@@ -1874,30 +1874,15 @@ class SdcaModel(tf.Module):
       out.append(array.reshape(slot.shape))
     return out
 
-  def set_state(self, state):
-    """Restores what `get_state` returned (and writes the shrunk weights
-    into the variables). Example state already stored is replaced; a state
-    without `calls` (or `held`) leaves the call count (the held rows) as
-    it is.
+  def check_state(self, state):
+    """Raises the ValueError `set_state(state)` would raise, setting
+    nothing (a front end restoring more than this model's state checks it
+    before it sets any of it)."""
+    self._checked_state(state)
 
-    Every part is checked before anything is set, so that a refused state
-    leaves the model (weights, slots, example state, held rows, means and
-    counts) exactly as it was.
-
-    Raises:
-      ValueError: naming the part and the bad value, for a state of other
-        weight slots (their number or shapes, `average_slots`' too) or
-        state width, keys or values of different lengths, a part that holds
-        no real numbers (keys no integers), `calls` or `average_count` not a
-        whole number >= 0, held rows that are not the model's groups or
-        whose parts disagree, or one whose `held` holds rows, given to a
-        model built with `carry_over=0`, which has no place for them (as a
-        checkpoint holding some is refused on restore): give it to a model
-        with `carry_over`, or drop them knowingly by giving this model the
-        state less `'held'`.
-    """
-    # Everything is checked before anything is set: a refused state leaves
-    # the model as it was.
+  def _checked_state(self, state):
+    """`set_state`'s checks of `state`, and its parts as the arrays it
+    sets (nothing is set here)."""
     held = state.get("held")
     if held is not None and self._held_rows() is None:
       count = len(held["keys"])
@@ -1928,7 +1913,38 @@ class SdcaModel(tf.Module):
       means = [mean for w in groups for mean in w.means]
       mean_values = self._state_slots(state, "average_slots", means)
       average_count = _state_count(state, "average_count")
-    # Set.
+    return dict(slots=(slots, slot_values), keys=keys, values=values,
+                calls=calls, held=held,
+                means=None if means is None else (means, mean_values,
+                                                  average_count))
+
+  def set_state(self, state):
+    """Restores what `get_state` returned (and writes the shrunk weights
+    into the variables). Example state already stored is replaced; a state
+    without `calls` (or `held`) leaves the call count (the held rows) as
+    it is.
+
+    Every part is checked before anything is set, so that a refused state
+    leaves the model (weights, slots, example state, held rows, means and
+    counts) exactly as it was; `check_state` runs the same checks alone.
+
+    Raises:
+      ValueError: naming the part and the bad value, for a state of other
+        weight slots (their number or shapes, `average_slots`' too) or
+        state width, keys or values of different lengths, a part that holds
+        no real numbers (keys no integers), `calls` or `average_count` not a
+        whole number >= 0, held rows that are not the model's groups or
+        whose parts disagree, or one whose `held` holds rows, given to a
+        model built with `carry_over=0`, which has no place for them (as a
+        checkpoint holding some is refused on restore): give it to a model
+        with `carry_over`, or drop them knowingly by giving this model the
+        state less `'held'`.
+    """
+    checked = self._checked_state(state)  # sets nothing, or raises
+    slots, slot_values = checked["slots"]
+    keys, values = checked["keys"], checked["values"]
+    calls, held = checked["calls"], checked["held"]
+    means = checked["means"]
     for slot, value in zip(slots, slot_values):
       slot.assign(value)
     keys = _table_keys(tf.constant(keys, tf.int64))
@@ -1943,6 +1959,7 @@ class SdcaModel(tf.Module):
     if held is not None:
       self._held.assign(held)
     if means is not None:
+      means, mean_values, average_count = means
       for mean, value in zip(means, mean_values):
         mean.assign(value)
       self._average_count.assign(average_count)
