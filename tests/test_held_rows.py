@@ -4,6 +4,7 @@ reaches the optimum, a held row that comes back is visited once, and a
 checkpoint keeps the held rows. (The passes it saves on real data:
 tests/test_streaming_order.py.)"""
 import collections
+import re
 
 import numpy as np
 import pytest
@@ -847,6 +848,161 @@ def test_hold_rows_random_bad_rows_and_splits_are_errors_or_valid_outputs():
     rows = visit["sparse"][0][0].numpy()
     assert np.all((rows >= 0) & (rows < len(visit["keys"])))
   assert outcomes["ok"] > 50 and outcomes["error"] > 50, outcomes
+
+
+
+def _bad_states(state):
+  """(what is wrong, a state that is wrong in it, the ValueError's
+  message) for `state` (a carry_over, average_from model's get_state())."""
+  held = state["held"]
+  rows, ids, values = held["sparse"][0]
+  n = len(held["keys"])
+  slot = state["slots"][0]
+  return [
+      ("slot count", dict(state, slots=state["slots"][:1]),
+       r"state['slots'] has 1 weight slots, the model 2"),
+      ("slot shape", dict(state, slots=[slot[:-1]] + state["slots"][1:]),
+       rf"state['slots'][0] has shape ({len(slot) - 1},); the model's slot "
+       rf"0 has shape [{len(slot)}]"),
+      ("slot strings", dict(state, slots=[slot.astype(str)] +
+                            state["slots"][1:]),
+       r"state['slots'][0] must hold real numbers (a float, integer or bool "
+       r"dtype), got a <U32 numpy array"),
+      ("state width", dict(state, values=state["values"][:, :3]),
+       rf"state values have shape ({len(state['keys'])}, 3); the model "
+       rf"keeps 4 numbers per example, for {len(state['keys'])} keys"),
+      ("values and keys", dict(state, values=state["values"][:-1]),
+       rf"state values have shape ({len(state['keys']) - 1}, 4); the model "
+       rf"keeps 4 numbers per example, for {len(state['keys'])} keys"),
+      ("float keys", dict(state, keys=state["keys"].astype(np.float64)),
+       r"state['keys'] must hold integers, got a float64 array"),
+      ("string values", dict(state, values=state["values"].astype(bytes)),
+       r"state['values'] must hold real numbers (a float, integer or bool "
+       r"dtype), got a |S"),
+      ("negative calls", dict(state, calls=-1),
+       r"state['calls'] must be a whole number >= 0, got -1"),
+      ("fractional calls", dict(state, calls=2.5),
+       r"state['calls'] must be a whole number >= 0, got 2.5"),
+      ("held groups", dict(state, held=dict(held, dense=[])),
+       r"held rows of 1 sparse and 0 dense groups; the model has 1 and 1"),
+      ("held labels", dict(state, held=dict(
+          held, example_labels=held["example_labels"].astype(str))),
+       r"state['held']['example_labels'] must hold real numbers"),
+      ("held weights", dict(state, held=dict(
+          held, example_weights=held["example_weights"][:-1])),
+       rf"state['held']['example_weights'] has {n - 1} rows, "
+       rf"state['held']['keys'] {n}"),
+      ("held rows", dict(state, held=dict(held, sparse=[(
+          rows + n, ids, values)])),
+       rf"held example indices must be rows of the {n} held examples, got "
+       rf"{rows.min() + n} to {rows.max() + n}"),
+      ("held ids", dict(state, held=dict(held, sparse=[(
+          rows, ids[:-1], values)])),
+       rf"state['held']['sparse'][0] has {len(rows)} example indices, "
+       rf"{len(ids) - 1} feature ids and {len(values)} values"),
+      ("held dense", dict(state, held=dict(held, dense=[
+          held["dense"][0][:, :2]])),
+       rf"state['held']['dense'][0] has shape ({n}, 2); the {n} held rows "
+       rf"of this dense group need {n} x 3"),
+      ("average slot shape", dict(state, average_slots=[
+          state["average_slots"][0][:-1]] + state["average_slots"][1:]),
+       rf"state['average_slots'][0] has shape ({len(slot) - 1},); the "
+       rf"model's slot 0 has shape [{len(slot)}]"),
+      ("average count", dict(state, average_count="7"),
+       r"state['average_count'] must be a whole number >= 0, got '7'"),
+  ]
+
+
+def test_a_refused_set_state_leaves_the_model_as_it_was():
+  """set_state() assigned the weight slots before it checked the state
+  width (and held rows, calls and means as it went), so a state refused
+  part-way left the model half-set: another model's slots over its own
+  duals. Every part is checked first now: each bad state is a ValueError
+  naming the part and the value, get_state() after it is get_state()
+  before, bit for bit, and the model trains on as an untouched twin."""
+  x, ids, y, s = _data("logistic_loss", seed=4)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  models = []
+  for _ in range(2):
+    model, variables = _model(batches[0], "logistic_loss", carry_over=0.5,
+                              average_from=2)
+    for ex in batches[:5]:
+      model.update_weights(model.minimize(examples=ex))
+    models.append((model, variables))
+  (model, variables), (twin, twin_variables) = models
+  # Another model's state, to be refused in each of its parts.
+  other, _ = _model(batches[0], "logistic_loss", carry_over=0.5,
+                    average_from=2, l2=0.5)
+  for ex in batches[3:]:
+    other.update_weights(other.minimize(examples=ex))
+  given = other.get_state()
+  assert len(given["held"]["keys"]) > 1
+  before = model.get_state()
+  weights = _flat(variables)
+  for what, state, message in _bad_states(given):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+      model.set_state(state)
+    after = model.get_state()
+    assert sorted(after) == sorted(before), what
+    for key in before:
+      for a, b in zip(tf.nest.flatten(after[key]),
+                      tf.nest.flatten(before[key])):
+        np.testing.assert_array_equal(a, b, err_msg=f"{what}: {key}")
+        assert np.asarray(a).dtype == np.asarray(b).dtype
+    np.testing.assert_array_equal(_flat(variables), weights, err_msg=what)
+  for m in (model, twin):
+    for ex in batches[5:]:
+      m.update_weights(m.minimize(examples=ex))
+  np.testing.assert_array_equal(_flat(variables), _flat(twin_variables))
+  np.testing.assert_array_equal(model.get_state()["slots"][0],
+                                twin.get_state()["slots"][0])
+
+
+
+def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
+  """Keras load_weights assigned the file's weights, then the rows' duals,
+  momentum and mean, before SdcaModel.set_state refused the file's state
+  (held rows, for a model built with carry_over=0), so the model was left
+  with the file's weights over its own duals. The weights' shapes and the
+  state are checked before anything is set now: a refused file leaves the
+  weights and the SDCA state bit for bit, and the model trains on as an
+  untouched twin."""
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  xs, ys = _cancer()
+
+  def data(x):
+    return tf.data.Dataset.from_tensor_slices(
+        ({"x": x, "example_id": np.arange(len(ys))}, ys)).batch(95)
+
+  held = LinearModel(loss="logistic", carry_over="auto")
+  held.fit(data(xs), epochs=2, verbose=0)
+  count = len(held.sdca_state()["held"]["keys"])
+  assert count > 0
+  held.save_weights(str(tmp_path / "held.weights.h5"))
+  narrow = LinearModel(loss="logistic", carry_over=0)
+  narrow.fit(data(xs[:, :5]), epochs=1, verbose=0)
+  narrow.save_weights(str(tmp_path / "narrow.weights.h5"))
+  model, twin = (LinearModel(loss="logistic", carry_over=0) for _ in "ab")
+  for m in (model, twin):
+    m.fit(data(xs), epochs=1, verbose=0)
+  weights, state = model.get_weights(), model.sdca_state()
+  for name, message in (
+      ("held", rf"state\['held'\] holds {count} held rows: "),
+      ("narrow", r"the file's weight 0 has shape \(5, 1\), the model's "
+                 r"\S+ \(30, 1\)")):
+    with pytest.raises(ValueError, match=message):
+      model.load_weights(str(tmp_path / f"{name}.weights.h5"))
+    for a, b in zip(model.get_weights(), weights):
+      np.testing.assert_array_equal(a, b, err_msg=name)
+    after = model.sdca_state()
+    for key in ("keys", "values", "calls"):
+      np.testing.assert_array_equal(after[key], state[key], err_msg=name)
+    for a, b in zip(after["slots"], state["slots"]):
+      np.testing.assert_array_equal(a, b, err_msg=name)
+  for m in (model, twin):
+    m.fit(data(xs), epochs=1, verbose=0)
+  for a, b in zip(model.get_weights(), twin.get_weights()):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):

@@ -191,3 +191,25 @@ def test_a_stream_repeating_its_examples_gets_no_false_certificate(cancer):
   with pytest.raises(ValueError, match=r"not each trained example once: "
                      r"an example id repeats"):
     model.fit(once.concatenate(once), epochs=30, verbose=0, tol=1e-6)
+
+
+def test_set_weights_of_a_wrong_shape_sets_none(cancer):
+  """Keras' set_weights assigned the kernel before it refused the bias of
+  another shape, leaving the model half-set. Every shape is checked first
+  now: the ValueError names the weight and both shapes, and the weights
+  are those before, bit for bit."""
+  x, y = cancer
+  model = LinearModel(loss="logistic")
+  model.fit(x, y, epochs=2, verbose=0)
+  before = model.get_weights()
+  with pytest.raises(ValueError, match=(
+      r"^linear_model\S*\.set_weights: weight 1 \(\S+\) has shape \(1,\), "
+      r"got \(2,\); nothing was set$")):
+    model.set_weights([np.ones((x.shape[1], 1), np.float32),
+                       np.ones(2, np.float32)])
+  for a, b in zip(model.get_weights(), before):
+    np.testing.assert_array_equal(a, b)
+  with pytest.raises(ValueError):  # (Keras': another count of weights)
+    model.set_weights([np.ones((x.shape[1], 1), np.float32)])
+  for a, b in zip(model.get_weights(), before):
+    np.testing.assert_array_equal(a, b)

@@ -897,6 +897,81 @@ def test_numpy_strings_and_complex_numbers_are_refused_as_tensors_are(
   assert np.abs(_flat(variables)).max() > 0
 
 
+
+@pytest.mark.parametrize("carry_over", [0, "auto"])
+def test_object_arrays_must_hold_real_numbers(carry_over):
+  """A numpy array of object dtype holding strings ('0.5', b'1'), complex
+  numbers or None was converted by TensorFlow, which parsed the strings
+  and made None NaN, where an array of str dtype is refused. Such an
+  array is a ValueError naming the argument, the element and its index
+  now (a tf.function makes the array a string tensor, refused as such);
+  object arrays of Python and numpy floats, integers and bools (as pandas
+  gives) train eagerly as float32 arrays do, bit for bit."""
+  x, ids, y, s = _data("logistic_loss", seed=12, weighted=True)
+  ex = _examples(x, ids, y, s, rows=np.arange(20))
+  model, variables = _model(ex, "logistic_loss", carry_over=carry_over)
+
+  def with_element(array, index, element):
+    out = np.asarray(array, np.float64).astype(object)
+    out[index] = element
+    return out
+
+  for element, shown in (("0.5", "'0.5' (str)"), (b"1", "b'1' (bytes)"),
+                         (0.5 + 1j, "(0.5+1j) (complex)"),
+                         (None, "None (NoneType)")):
+    bad_labels = with_element(ex["example_labels"], 3, element)
+    bad_dense = with_element(ex["dense_features"][0], (2, 1), element)
+    for key, bad, where in (
+        ("example_labels", bad_labels, "3"),
+        ("example_weights", with_element(ex["example_weights"], 3, element),
+         "3"),
+        ("dense_features", [bad_dense], "(2, 1)")):
+      argument = f"examples['{key}']" + ("[0]" if key == "dense_features"
+                                         else "")
+      message = re.escape(
+          f"{argument} must hold real numbers (a float, integer or bool "
+          f"dtype), got a numpy array of object dtype holding {shown} at "
+          f"index {where}")
+      with pytest.raises(ValueError, match="^" + message + "$"):
+        model.minimize(examples=dict(ex, **{key: bad}))
+      # (A tf.function makes an object array argument a string tensor.)
+      with pytest.raises(ValueError, match=re.escape(
+          f"{argument} must hold real numbers (a float, integer or bool "
+          f"dtype), got a string tensor")):
+        tf.function(lambda ex: model.minimize(examples=ex))(
+            dict(ex, **{key: bad}))
+      with pytest.raises(ValueError, match="^" + message + "$"):
+        model.regularized_loss(dict(ex, **{key: bad}))
+    col = ex["sparse_features"][0]
+    with pytest.raises(ValueError, match="^" + re.escape(
+        "SparseFeatureColumn's feature_values must hold real numbers (a "
+        "float, integer or bool dtype), got a numpy array of object dtype "
+        f"holding {shown} at index 0")):
+      SparseFeatureColumn(col.example_indices, col.feature_indices,
+                          with_element(np.ones(len(col.feature_indices)), 0,
+                                       element))
+  assert model.calls.numpy() == 0 and model.state_size() == 0
+  # Object arrays of real numbers (Python floats and ints, numpy floats and
+  # bools) train as the float32 arrays.
+  mixed = dict(
+      ex, example_labels=np.array([bool(v) if i % 3 == 0 else
+                                   (int(v) if i % 3 == 1 else np.float32(v))
+                                   for i, v in enumerate(ex["example_labels"])],
+                                  dtype=object),
+      example_weights=np.array([float(v) for v in ex["example_weights"]],
+                               dtype=object),
+      dense_features=[ex["dense_features"][0].astype(np.float64).astype(
+          object)])
+  twin, twin_variables = _model(ex, "logistic_loss", carry_over=carry_over)
+  for m, batch in ((model, mixed), (twin, ex)):
+    for _ in range(3):
+      m.update_weights(m.minimize(examples=batch))
+  assert np.abs(_flat(variables)).max() > 0
+  np.testing.assert_array_equal(_flat(variables), _flat(twin_variables))
+  np.testing.assert_array_equal(
+      model.regularized_loss(mixed).numpy(), twin.regularized_loss(ex).numpy())
+
+
 def test_float_indices_of_a_sparse_feature_column_must_be_whole_numbers():
   """SparseFeatureColumn cast float feature ids and example indices to
   int64 without a word (1.5 became row 1). Whole-number floats still are

@@ -495,17 +495,77 @@ def _check_real(x, argument):
   """Raises a ValueError naming `argument` and the dtype where `x`, a
   tensor, variable or numpy array (or scalar), holds no real numbers:
   strings or complex numbers, which a cast would parse or cut to their
-  real part without a word (a numpy array of object dtype is left to the
-  conversion). Anything else passes unchecked."""
+  real part without a word. A numpy array of object dtype (as pandas
+  gives) passes when its elements are real numbers (Python or numpy
+  floats, integers or bools; `_first_unreal`), and is refused naming the
+  first other element (a string, bytes, a complex number, None: the
+  conversion parsed '0.5' and made None NaN). Anything else passes
+  unchecked."""
   if isinstance(x, (tf.Tensor, tf.Variable)):
     if not holds_numbers(x.dtype):
       raise ValueError(f"{argument} must hold real numbers (a float, "
                        f"integer or bool dtype), got a {x.dtype.name} "
                        f"tensor")
-  elif (isinstance(x, (np.ndarray, np.generic)) and
-        x.dtype.kind not in "biufO"):
-    raise ValueError(f"{argument} must hold real numbers (a float, integer "
-                     f"or bool dtype), got a {x.dtype} numpy array")
+  elif isinstance(x, (np.ndarray, np.generic)):
+    if x.dtype.kind not in "biufO":
+      raise ValueError(f"{argument} must hold real numbers (a float, "
+                       f"integer or bool dtype), got a {x.dtype} numpy array")
+    if x.dtype.kind == "O":
+      bad = _first_unreal(np.asarray(x))
+      if bad is not None:
+        index, value = bad
+        raise ValueError(
+            f"{argument} must hold real numbers (a float, integer or bool "
+            f"dtype), got a numpy array of object dtype holding "
+            f"{value!r} ({type(value).__name__}) at index {index}")
+
+
+_REAL_TYPES = (numbers.Real, np.bool_)
+
+
+def _first_unreal(array):
+  """(index, element) of the first element of the object-dtype `array`
+  that is not a real number (`_REAL_TYPES`), or None. The types are
+  gathered at C speed (one `type` call an element, ~30 ns, as the
+  conversion that follows takes); only a refused array is walked in
+  Python to find its first bad element."""
+  flat = array.reshape(-1)
+  if all(issubclass(t, _REAL_TYPES) for t in set(map(type, flat))):
+    return None
+  for i, value in enumerate(flat):
+    if not isinstance(value, _REAL_TYPES):
+      if array.ndim > 1:
+        i = tuple(int(j) for j in np.unravel_index(i, array.shape))
+      return i, value
+  return None
+
+def _state_array(value, argument, dtype, ndim=None):
+  """`value`, a part of a state given to `SdcaModel.set_state`, as a numpy
+  array of `dtype` (an int64 one takes integers only), or a ValueError
+  naming `argument` and the bad dtype or number of dimensions."""
+  array = np.asarray(value)
+  _check_real(array, argument)
+  if (np.dtype(dtype).kind == "i" and array.size and
+      array.dtype.kind not in "iu"):
+    raise ValueError(f"{argument} must hold integers, got a {array.dtype} "
+                     f"array")
+  if ndim is not None and array.ndim != ndim and not (
+      array.size == 0 and ndim == 1):
+    raise ValueError(f"{argument} must have {ndim} dimension(s), got shape "
+                     f"{array.shape}")
+  return array.astype(dtype).reshape(-1) if ndim == 1 else array.astype(
+      dtype)
+
+
+def _state_count(state, key):
+  """`state[key]`, a count given to `SdcaModel.set_state`, as an int, or a
+  ValueError naming it and the value where it is not a whole number >= 0."""
+  value = state[key]
+  array = np.asarray(value)
+  if array.shape or array.dtype.kind not in "iu" or array < 0:
+    raise ValueError(f"state['{key}'] must be a whole number >= 0, got "
+                     f"{value!r}")
+  return int(array)
 
 
 def whole_number_ids(values, argument, what="feature id", positions=None):
@@ -540,8 +600,13 @@ def whole_number_ids(values, argument, what="feature id", positions=None):
 def _real(x, argument, name=None):
   """`x` as a tensor (as `tf.cast` converts it), refused as `_check_real`
   refuses it: strings (a numpy array of them too, or a list) or complex
-  numbers."""
+  numbers. A numpy array of object dtype holding real numbers is taken in
+  the dtype numpy infers for them (float64, int64 or bool)."""
   _check_real(x, argument)
+  if isinstance(x, np.ndarray) and x.dtype.kind == "O":
+    # Real numbers (checked) in the dtype numpy gives them: TensorFlow's
+    # conversion takes no object array of floats.
+    x = np.array(x.tolist())
   x = tf.convert_to_tensor(x, name=name)
   _check_real(x, argument)
   return x
@@ -659,32 +724,71 @@ class _HeldRows(tf.Module):
     out["dense"] = [v.numpy() for v in self.dense]
     return out
 
-  def assign(self, held):
-    """Sets the held rows from `numpy()`'s structure (ValueError when its
-    groups are not the model's)."""
+  def checked(self, held, argument="state['held']"):
+    """`held` (`numpy()`'s structure) as the numpy arrays `assign` takes,
+    each row's sparse entries together; sets nothing.
+
+    Raises:
+      ValueError: naming the part of `argument` and the bad value, where
+        its groups are not the model's, a part holds no real numbers (or
+        keys or ids no integers), the parts disagree on the number of rows
+        or entries, or an example index is not a held row.
+    """
     if (len(held["sparse"]) != len(self.sparse) or
         len(held["dense"]) != len(self.dense)):
       raise ValueError(
           f"held rows of {len(held['sparse'])} sparse and "
           f"{len(held['dense'])} dense groups; the model has "
           f"{len(self.sparse)} and {len(self.dense)}")
+    out = {}
     for name, var in self._fields():
-      var.assign(np.asarray(held[name], var.dtype.as_numpy_dtype))
-    n = len(held["keys"])
-    for group, (rows, ids, values) in zip(self.sparse, held["sparse"]):
-      rows = np.asarray(rows, np.int64)
+      out[name] = _state_array(held[name], f"{argument}['{name}']",
+                               var.dtype.as_numpy_dtype, ndim=1)
+    n = len(out["keys"])
+    for name in ("example_weights", "example_labels"):
+      if len(out[name]) != n:
+        raise ValueError(f"{argument}['{name}'] has {len(out[name])} rows, "
+                         f"{argument}['keys'] {n}")
+    out["sparse"] = []
+    for g, (rows, ids, values) in enumerate(held["sparse"]):
+      part = f"{argument}['sparse'][{g}]"
+      rows = _state_array(rows, f"{part}[0]", np.int64, ndim=1)
+      ids = _state_array(ids, f"{part}[1]", np.int64, ndim=1)
+      values = _state_array(values, f"{part}[2]", np.float32, ndim=1)
+      if len(ids) != len(rows) or len(values) not in (0, len(rows)):
+        raise ValueError(
+            f"{part} has {len(rows)} example indices, {len(ids)} feature "
+            f"ids and {len(values)} values; each entry needs one of each "
+            f"(values may be empty: all 1.0)")
       if rows.size and (rows.min() < 0 or rows.max() >= n):
         raise ValueError(f"held example indices must be rows of the {n} "
                          f"held examples, got {rows.min()} to {rows.max()}")
       # Each row's entries together, in their order (a stable sort).
       order = np.argsort(rows, kind="stable")
-      values = np.asarray(values, np.float32)
-      group[0].assign(np.concatenate(
-          [[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64))
-      group[1].assign(np.asarray(ids, np.int64)[order])
-      group[2].assign(values[order] if values.size else values)
+      splits = np.concatenate(
+          [[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64)
+      out["sparse"].append((splits, ids[order],
+                            values[order] if values.size else values))
+    out["dense"] = []
+    for g, (var, value) in enumerate(zip(self.dense, held["dense"])):
+      value = _state_array(value, f"{argument}['dense'][{g}]", np.float32)
+      width = var.shape[1]
+      if value.size != n * width:
+        raise ValueError(
+            f"{argument}['dense'][{g}] has shape {value.shape}; the "
+            f"{n} held rows of this dense group need {n} x {width}")
+      out["dense"].append(value.reshape(n, width))
+    return out
+
+  def assign(self, held):
+    """Sets the held rows from `checked`'s arrays."""
+    for name, var in self._fields():
+      var.assign(held[name])
+    for group, arrays in zip(self.sparse, held["sparse"]):
+      for var, value in zip(group, arrays):
+        var.assign(value)
     for var, value in zip(self.dense, held["dense"]):
-      var.assign(np.asarray(value, np.float32).reshape(-1, var.shape[1]))
+      var.assign(value)
 
   def clear(self):
     """The assignments that empty the held rows."""
@@ -1511,7 +1615,8 @@ class SdcaModel(tf.Module):
         lambda: self._linear_predictions_at(examples, False))
 
   def _linear_predictions_at(self, examples, mean):
-    n = tf.shape(tf.convert_to_tensor(examples["example_labels"]))[0]
+    n = tf.shape(_real(examples["example_labels"],
+                       "examples['example_labels']"))[0]
     k = self._num_classes
     z = tf.zeros([n] if k == 1 else [n, k], tf.float64)
     for col, weights in zip(examples["sparse_features"], self._sparse):
@@ -1752,20 +1857,32 @@ class SdcaModel(tf.Module):
                 **({} if self._held_rows() is None else dict(
                     held=self._held.numpy())))
 
-  def set_state(self, state):
-    """Restores what `get_state` returned (and writes the shrunk weights
-    into the variables). Example state already stored is replaced; a state
-    without `calls` (or `held`) leaves the call count (the held rows) as
-    it is.
+  @staticmethod
+  def _state_slots(state, key, slots):
+    """`state[key]` as float64 arrays of the shapes of `slots` (ValueError
+    naming the slot and its shape where they differ)."""
+    if len(state[key]) != len(slots):
+      raise ValueError(f"state['{key}'] has {len(state[key])} weight "
+                       f"slots, the model {len(slots)}")
+    out = []
+    for i, (slot, value) in enumerate(zip(slots, state[key])):
+      array = _state_array(value, f"state['{key}'][{i}]", np.float64)
+      if array.size != slot.shape.num_elements():
+        raise ValueError(f"state['{key}'][{i}] has shape {array.shape}; "
+                         f"the model's slot {i} has shape "
+                         f"{slot.shape.as_list()}")
+      out.append(array.reshape(slot.shape))
+    return out
 
-    Raises:
-      ValueError: for a state of other weight slots or state width, or
-        (before anything is set) one whose `held` holds rows, given to a
-        model built with `carry_over=0`, which has no place for them (as
-        a checkpoint holding some is refused on restore): give it to a
-        model with `carry_over`, or drop them knowingly by giving this
-        model the state less `'held'`.
-    """
+  def check_state(self, state):
+    """Raises the ValueError `set_state(state)` would raise, setting
+    nothing (a front end restoring more than this model's state checks it
+    before it sets any of it)."""
+    self._checked_state(state)
+
+  def _checked_state(self, state):
+    """`set_state`'s checks of `state`, and its parts as the arrays it
+    sets (nothing is set here)."""
     held = state.get("held")
     if held is not None and self._held_rows() is None:
       count = len(held["keys"])
@@ -1775,33 +1892,77 @@ class SdcaModel(tf.Module):
             f"to a model built with carry_over (e.g. 'auto', the default); "
             f"to drop them knowingly, give this model the state less "
             f"'held' ({{k: v for k, v in state.items() if k != 'held'}})")
-    slots = [slot for w in self._sparse + self._dense for slot in w.slots]
-    if len(state["slots"]) != len(slots):
-      raise ValueError(f"state has {len(state['slots'])} weight slots, the "
-                       f"model {len(slots)}")
-    for slot, value in zip(slots, state["slots"]):
-      slot.assign(np.reshape(value, slot.shape))
-    keys = _table_keys(tf.constant(state["keys"], tf.int64))
-    if np.shape(state["values"])[-1] != self._state_width:
+    groups = self._sparse + self._dense
+    slots = [slot for w in groups for slot in w.slots]
+    slot_values = self._state_slots(state, "slots", slots)
+    keys = _state_array(state["keys"], "state['keys']", np.int64, ndim=1)
+    values = _state_array(state["values"], "state['values']", np.float32)
+    if (values.ndim < 1 or values.shape[-1] != self._state_width or
+        values.size != len(keys) * self._state_width):
       raise ValueError(f"state values have shape {np.shape(state['values'])};"
                        f" the model keeps {self._state_width} numbers per "
-                       "example")
-    values = tf.constant(np.reshape(state["values"], [-1, self._state_width]),
-                         tf.float32)
+                       f"example, for {len(keys)} keys")
+    values = values.reshape(-1, self._state_width)
+    calls = _state_count(state, "calls") if "calls" in state else None
+    if held is not None and self._held_rows() is not None:
+      held = self._held.checked(held)
+    else:
+      held = None
+    means = None
+    if self._average_from is not None and "average_slots" in state:
+      means = [mean for w in groups for mean in w.means]
+      mean_values = self._state_slots(state, "average_slots", means)
+      average_count = _state_count(state, "average_count")
+    return dict(slots=(slots, slot_values), keys=keys, values=values,
+                calls=calls, held=held,
+                means=None if means is None else (means, mean_values,
+                                                  average_count))
+
+  def set_state(self, state):
+    """Restores what `get_state` returned (and writes the shrunk weights
+    into the variables). Example state already stored is replaced; a state
+    without `calls` (or `held`) leaves the call count (the held rows) as
+    it is.
+
+    Every part is checked before anything is set, so that a refused state
+    leaves the model (weights, slots, example state, held rows, means and
+    counts) exactly as it was; `check_state` runs the same checks alone.
+
+    Raises:
+      ValueError: naming the part and the bad value, for a state of other
+        weight slots (their number or shapes, `average_slots`' too) or
+        state width, keys or values of different lengths, a part that holds
+        no real numbers (keys no integers), `calls` or `average_count` not a
+        whole number >= 0, held rows that are not the model's groups or
+        whose parts disagree, or one whose `held` holds rows, given to a
+        model built with `carry_over=0`, which has no place for them (as a
+        checkpoint holding some is refused on restore): give it to a model
+        with `carry_over`, or drop them knowingly by giving this model the
+        state less `'held'`.
+    """
+    checked = self._checked_state(state)  # sets nothing, or raises
+    slots, slot_values = checked["slots"]
+    keys, values = checked["keys"], checked["values"]
+    calls, held = checked["calls"], checked["held"]
+    means = checked["means"]
+    for slot, value in zip(slots, slot_values):
+      slot.assign(value)
+    keys = _table_keys(tf.constant(keys, tf.int64))
+    values = tf.constant(values, tf.float32)
     shard = self._shards(keys)
     for i, table in enumerate(self._tables):
       mine = tf.equal(shard, i)
       table.replace(tf.boolean_mask(keys, mine),
                     tf.boolean_mask(values, mine))
-    if "calls" in state:
-      self._calls.assign(int(state["calls"]))
-    if held is not None and self._held_rows() is not None:
+    if calls is not None:
+      self._calls.assign(calls)
+    if held is not None:
       self._held.assign(held)
-    if self._average_from is not None and "average_slots" in state:
-      means = [mean for w in self._sparse + self._dense for mean in w.means]
-      for mean, value in zip(means, state["average_slots"]):
-        mean.assign(np.reshape(value, mean.shape))
-      self._average_count.assign(int(state["average_count"]))
+    if means is not None:
+      means, mean_values, average_count = means
+      for mean, value in zip(means, mean_values):
+        mean.assign(value)
+      self._average_count.assign(average_count)
     if self._average_from is not None:  # the variables show the mean
       self._update_step(group=False)
       return

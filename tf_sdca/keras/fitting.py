@@ -522,16 +522,16 @@ class TrainingState:
     """Takes the training state of a loaded file
     (`tf_sdca.keras.saving.load_state`'s dict), its SDCA state into `sdca`
     (or, None, into the SdcaModel `new_sdca` creates)."""
+    if sdca is not None:  # first: a refused state sets nothing
+      sdca.set_state(loaded["state"])
+    else:
+      self.pending_state = loaded["state"]
     if loaded["row_duals"] is not None:
       self.row_duals = loaded["row_duals"]
     self.packed = None
     self.momentum_state = loaded["momentum"]
     self.average = loaded["average"]
     self.train_weight = loaded["train_weight"]
-    if sdca is not None:
-      sdca.set_state(loaded["state"])
-    else:
-      self.pending_state = loaded["state"]
 
 
 # Whether a packed fit on the engine's epochs that nothing reads between

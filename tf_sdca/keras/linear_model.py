@@ -894,11 +894,38 @@ class LinearModel(keras.Model):
     super().save_own_variables(store)
     self._training.save(store, self._sdca)
 
+  def set_weights(self, weights):
+    """Keras' `set_weights`, all or none: every shape is checked before
+    any weight is set (Keras set each weight before it checked the next
+    one's shape, so a list refused at the bias left the kernels set).
+
+    Raises:
+      ValueError: naming the weight and both shapes, for a weight of
+        another shape (Keras' own error for another count of weights).
+    """
+    variables = self.weights
+    if len(weights) == len(variables):
+      for i, (v, value) in enumerate(zip(variables, weights)):
+        if tuple(np.shape(value)) != tuple(v.shape):
+          raise ValueError(
+              f"{self.name}.set_weights: weight {i} ({v.path}) has shape "
+              f"{tuple(v.shape)}, got {tuple(np.shape(value))}; nothing "
+              f"was set")
+    super().set_weights(weights)
+
   def load_own_variables(self, store):
-    saving.load_weights(
-        store, self._trainable_variables + self._non_trainable_variables,
-        self.name)
+    """Keras weights and the SDCA state of `store`: every part is checked
+    before any is set, so that a refused file (weights of other shapes, a
+    state `SdcaModel.set_state` refuses, e.g. held rows for a model built
+    with `carry_over=0`) leaves the model's weights and training state as
+    they were."""
+    variables = self._trainable_variables + self._non_trainable_variables
+    values = saving.check_weights(store, variables, self.name)
     loaded = saving.load_state(store)
+    if loaded is not None and self._sdca is not None:
+      self._sdca.check_state(loaded["state"])
+    for v, value in zip(variables, values):
+      v.assign(value)
     if loaded is not None:
       self._training.restore(loaded, self._sdca)
 

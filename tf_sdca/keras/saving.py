@@ -79,22 +79,28 @@ def check_finite(store, name):
                          f"[{bad[0]}] = {value.flat[bad[0]]}, not finite")
 
 
-def load_weights(store, variables, name):
-  """Assigns the Keras weights of `store` (entries "0", "1", ...; the SDCA
-  state's are "sdca_*") to the model's `variables`, after refusing a store
-  with a non-finite entry (`check_finite`).
+def check_weights(store, variables, name):
+  """The Keras weights of `store` (entries "0", "1", ...; the SDCA state's
+  are "sdca_*") as arrays for the model's `variables`, after refusing a
+  store with a non-finite entry (`check_finite`); assigns nothing.
 
   Raises:
-    ValueError: naming the model `name`, for a non-finite entry or another
-      count of weights than the model's.
+    ValueError: naming the model `name`, for a non-finite entry, another
+      count of weights than the model's, or a weight of another shape.
   """
   check_finite(store, name)
   weights = [k for k in store.keys() if not k.startswith("sdca_")]
   if len(weights) != len(variables):
     raise ValueError(f"{name}: the file has {len(weights)} weights, "
                      f"the model {len(variables)}")
-  for i, v in enumerate(variables):
-    v.assign(store[f"{i}"])
+  values = [np.asarray(store[f"{i}"]) for i in range(len(variables))]
+  for i, (v, value) in enumerate(zip(variables, values)):
+    if tuple(value.shape) != tuple(v.shape):
+      raise ValueError(f"{name}: the file's weight {i} has shape "
+                       f"{tuple(value.shape)}, the model's "
+                       f"{v.path if hasattr(v, 'path') else v.name} "
+                       f"{tuple(v.shape)}")
+  return values
 
 
 def load_state(store):
