@@ -233,3 +233,50 @@ def test_feature_ids_that_are_not_whole_numbers_are_refused(key, bad,
   again = InMemorySdca("logistic", l2=1.0)
   again.fit(y, num_features=5, epochs=2, verbose=0, **ints)
   np.testing.assert_array_equal(whole, again.sparse_weights)
+
+
+def test_load_state_dict_refuses_bad_arrays_and_clears_what_it_lacks():
+  """A bad array (strings, NaN, a wrong shape) or `average_count` is a
+  ValueError naming it, and the model is left as it was; a state without
+  the extrapolation's point (or a mean, or ASDCA's iterate) clears the
+  model's own from an earlier fit, so that a resumed fit goes on as one
+  from a fresh model given the same state."""
+  x, y = _breast_cancer()
+  labels = (y > 0).astype(np.float32)
+  source = InMemorySdca(loss="logistic", l2=1.0, momentum=0)
+  source.fit(labels, dense=x, epochs=3, verbose=0)
+  state = source.state_dict()
+  assert not any(key.startswith("momentum_") for key in state)
+  model = InMemorySdca(loss="logistic", l2=1.0, momentum=0.5)
+  model.fit(labels, dense=x, epochs=3, verbose=0)
+  assert model.momentum_state is not None
+  before = {k: np.copy(v) for k, v in model.state_dict().items()}
+  n, d = x.shape
+  strings = np.array(["0.5"] * n)
+  nan = state["duals"].copy()
+  nan[7] = np.nan
+  for bad, message in [
+      (dict(state, duals=strings), "duals must hold real numbers, got a <U3"),
+      (dict(state, duals=nan), "duals[7] = nan is not finite"),
+      (dict(state, dense_weights=np.zeros(d - 1)),
+       f"dense_weights has shape ({d - 1},), the data needs ({d},)"),
+      ({k: v for k, v in state.items() if k != "duals"},
+       f"duals has shape none, the data needs ({n},)"),
+      (dict(state, average_count="x"),
+       "average_count must be a whole number >= 0, got 'x'"),
+      (dict(state, average_count=-1),
+       "average_count must be a whole number >= 0, got -1")]:
+    with pytest.raises(ValueError, match=re.escape(message)):
+      model.load_state_dict(bad, n, None, d)
+    after = model.state_dict()
+    assert sorted(after) == sorted(before)
+    for key, value in before.items():
+      np.testing.assert_array_equal(after[key], value)
+  model.load_state_dict(state, n, None, d)
+  assert model.momentum_state is None and model.average_count == 0
+  fresh = InMemorySdca(loss="logistic", l2=1.0, momentum=0.5)
+  fresh.load_state_dict(state, n, None, d)
+  for resumed in (model, fresh):
+    resumed.fit(labels, dense=x, epochs=6, initial_epoch=3, verbose=0)
+  np.testing.assert_array_equal(model.dense_weights, fresh.dense_weights)
+  np.testing.assert_array_equal(model.duals, fresh.duals)

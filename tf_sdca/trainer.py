@@ -658,7 +658,15 @@ class InMemorySdca:
     `fit(initial_epoch=...)`.
 
     Raises:
-      ValueError: naming an array that is missing or has the wrong shape.
+      ValueError: naming an array that is missing, has the wrong shape,
+        holds no real numbers or a value that is not finite, or an
+        `average_count` that is not a whole number >= 0.
+
+    What the state does not hold is cleared, as a model that trained it
+    would not have it: the extrapolation's point (`momentum_state`),
+    ASDCA's iterate and the running average (`average_count` 0,
+    `last_iterate` None), so that nothing of an earlier fit of this model
+    mixes with the state restored.
     """
     classes = (self.num_classes,) if self._multiclass else ()
     shapes = dict(duals=(num_examples,) + classes)
@@ -666,31 +674,47 @@ class InMemorySdca:
       shapes["sparse_weights"] = (num_features,) + classes
     if dense_dim:
       shapes["dense_weights"] = (dense_dim,) + classes
-    averaged = int(state.get("average_count", 0)) > 0
+    count = np.asarray(state.get("average_count", 0))
+    if count.shape or count.dtype.kind not in "iu" or count < 0:
+      raise ValueError(f"average_count must be a whole number >= 0, got "
+                       f"{state.get('average_count')!r}")
+    averaged = int(count) > 0
     if averaged:
       shapes.update({"last_" + key: shape for key, shape in
                      list(shapes.items())})
+    arrays = {}
     for key, shape in shapes.items():
-      if key not in state or state[key].shape != shape:
-        raise ValueError(
-            f"{key} has shape "
-            f"{state[key].shape if key in state else 'none'}, the data "
-            f"needs {shape}")
-    self.sparse_weights = state.get("sparse_weights")
-    self.dense_weights = state.get("dense_weights")
-    self.duals = state["duals"]
-    if "asdca_iterate" in state:  # ASDCA's accelerated iterate goes on
-      self.asdca_iterate = state["asdca_iterate"]
+      if key not in state or state[key] is None:
+        raise ValueError(f"{key} has shape none, the data needs {shape}")
+      array = np.asarray(state[key])
+      if array.dtype.kind not in "biuf":
+        raise ValueError(f"{key} must hold real numbers, got a "
+                         f"{array.dtype} array")
+      if array.shape != shape:
+        raise ValueError(f"{key} has shape {array.shape}, the data needs "
+                         f"{shape}")
+      if not np.isfinite(array).all():
+        bad = np.argwhere(~np.isfinite(array))[0]
+        raise ValueError(f"{key}[{', '.join(str(int(i)) for i in bad)}] = "
+                         f"{float(array[tuple(bad)])!r} is not finite")
+      arrays[key] = array
+    self.sparse_weights = arrays.get("sparse_weights")
+    self.dense_weights = arrays.get("dense_weights")
+    self.duals = arrays["duals"]
+    # ASDCA's accelerated iterate goes on where the state holds one.
+    self.asdca_iterate = state.get("asdca_iterate")
+    self.momentum_state = None
     if "momentum_previous_duals" in state:
       # The extrapolation goes on as in an uninterrupted run (the fit
       # checks the shapes).
       self.momentum_state = {key: state["momentum_" + key] for key in (
           "previous_duals", "previous_table", "last_dual", "restart",
           "auto_gaps") if "momentum_" + key in state}
+    self.last_iterate, self.average_count = None, 0
     if averaged:  # the state's weights are the mean so far
-      self.last_iterate = {key: state.get("last_" + key) for key in
+      self.last_iterate = {key: arrays.get("last_" + key) for key in
                            ("sparse_weights", "dense_weights", "duals")}
-      self.average_count = int(state["average_count"])
+      self.average_count = int(count)
 
   def current_momentum_state(self):
     """During a `fit` with `momentum`: what the next epoch's extrapolation
