@@ -66,15 +66,6 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
   # batch in decode_csv).
   minus = lines[0].split("\t")
   minus[1] = "-"
-  out = _served(tmp_path, saved,
-                lines + unlabeled + ["1\tx", "", "\t".join(minus)])
-  scores = np.asarray(out["scores"])
-  np.testing.assert_allclose(scores[:200], expected, rtol=1e-6, atol=1e-9)
-  np.testing.assert_allclose(scores[200:250], expected[:50], rtol=1e-6,
-                             atol=1e-9)
-  assert out["valid"] == [True] * 250 + [False, False, False]
-  assert np.isnan(scores[250:]).all()
-  assert 0 < scores[:200].min() and scores[:200].max() < 1  # probabilities
   # A '\r' anywhere in a line, not only a CRLF end's: training's reader
   # drops every one (as TextLineDataset did), and serving, which called
   # such a line bad, now scores it as the model read it.
@@ -85,15 +76,26 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
              lines[8][:9] + "\r\r" + lines[8][9:]]
   assert all(line.replace("\r", "") == plain
              for line, plain in zip(carried, lines[5:9]))
+  # (One process serves every line: each costs a TensorFlow start.)
+  out = _served(tmp_path, saved, lines + unlabeled +
+                ["1\tx", "", "\t".join(minus)] + carried)
+  served_carried = {key: value[-len(carried):] for key, value in out.items()}
+  out = {key: value[:-len(carried)] for key, value in out.items()}
+  scores = np.asarray(out["scores"])
+  np.testing.assert_allclose(scores[:200], expected, rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(scores[200:250], expected[:50], rtol=1e-6,
+                             atol=1e-9)
+  assert out["valid"] == [True] * 250 + [False, False, False]
+  assert np.isnan(scores[250:]).all()
+  assert 0 < scores[:200].min() and scores[:200].max() < 1  # probabilities
   cr_file = tmp_path / "cr.tsv"
   with open(cr_file, "w", newline="") as f:
     f.write("\n".join(carried) + "\n")
   np.testing.assert_array_equal(_predicted(tmp_path, str(cr_file), model_dir),
                                 expected[5:9])
-  out = _served(tmp_path, saved, carried)
-  assert out["valid"] == [True] * 4
-  np.testing.assert_allclose(out["scores"], expected[5:9], rtol=1e-6,
-                             atol=1e-9)
+  assert served_carried["valid"] == [True] * 4
+  np.testing.assert_allclose(served_carried["scores"], expected[5:9],
+                             rtol=1e-6, atol=1e-9)
   # An existing --out is refused.
   assert cli.main(["export", "--model-dir", model_dir, "--out", saved]) == 2
 
@@ -128,7 +130,22 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
            lines[2] + " 99:5", f"{label} qid:17 {rest}", f"qid:2 {rest}",
            "1 3:x", "1 0:2", f"{label} {rest} qid:3", "1 2:1 2:1",
            "1 3:1 2:1", "1 2:1e39", "1e39 2:1", "1 2:1 3:-1e39"]
-  out = _served(tmp_path, saved, lines + extra)
+  # '\r': training's reader ends a line there as at '\n' ("\r\n" one
+  # end). One line end at the end, as `readlines()` keeps it (or a CRLF
+  # end's '\r' left on a line split at '\n'), is the line's end; a line
+  # holding another '\r' (or a '\n') is two lines to the reader, so bad
+  # here (it was scored as one line with both halves' features).
+  label2, first, rest2 = lines[2].split(" ", 2)
+  ends = [lines[0] + "\r", lines[1] + "\n", lines[2] + "\r\n", lines[3]]
+  split = [f"{lines[0]}\r{lines[1]}", f"{label2} {first}\r{rest2}",
+           f"{label2} {first} \r {rest2}", "\r" + lines[3],
+           lines[4] + "\r\r", f"{label2} {first}\n{rest2}",
+           f"{lines[5]} # a\rb"]
+  # (One process serves every line: each costs a TensorFlow start.)
+  out = _served(tmp_path, saved, lines + extra + ends + split)
+  line_ends = {key: value[len(lines) + len(extra):]
+               for key, value in out.items()}
+  out = {key: value[:len(lines) + len(extra)] for key, value in out.items()}
   scores = np.asarray(out["scores"])
   n = len(lines)
   np.testing.assert_allclose(scores[:n], expected, rtol=1e-6, atol=1e-9)
@@ -142,27 +159,16 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
     assert cli.main(["predict", str(path), "--model-dir", model_dir,
                      "--format", "libsvm", "--out",
                      str(tmp_path / "bad.txt")]) != 0
-  # '\r': training's reader ends a line there as at '\n' ("\r\n" one
-  # end). A CRLF end's '\r', left on a line split at '\n', scores as
-  # predict reads the CRLF file; a line holding another '\r' (or a '\n')
-  # is two lines to the reader, so bad here (it was scored as one line
-  # with both halves' features).
+  # predict reads a CRLF file as the plain one.
   crlf = tmp_path / "crlf.libsvm"
   crlf.write_bytes("".join(line + "\r\n" for line in lines[:4]).encode())
   np.testing.assert_array_equal(
       _predicted(tmp_path, str(crlf), model_dir, "--format", "libsvm"),
       expected[:4])
-  label, first, rest = lines[2].split(" ", 2)
-  split = [f"{lines[0]}\r{lines[1]}", f"{label} {first}\r{rest}",
-           f"{label} {first} \r {rest}", "\r" + lines[3], lines[4] + "\r\r",
-           f"{label} {first}\n{rest}", f"{lines[5]} # a\rb"]
   for line in split:  # (the reader's own verdict: two lines)
     assert text_parser.parse_libsvm(
         (line + "\n").encode())["num_lines"] == 2, repr(line)
-  # One line end at the end, as `readlines()` keeps it, is the line's end.
-  ends = [lines[0] + "\r", lines[1] + "\n", lines[2] + "\r\n", lines[3]]
-  out = _served(tmp_path, saved, ends + split)
-  assert out["valid"] == [True] * 4 + [False] * len(split)
-  np.testing.assert_allclose(out["scores"][:4], expected[:4], rtol=1e-6,
-                             atol=1e-9)
-  assert np.isnan(out["scores"][4:]).all()
+  assert line_ends["valid"] == [True] * 4 + [False] * len(split)
+  np.testing.assert_allclose(line_ends["scores"][:4], expected[:4],
+                             rtol=1e-6, atol=1e-9)
+  assert np.isnan(line_ends["scores"][4:]).all()
