@@ -146,6 +146,18 @@ def integer_at_least(low):
                     isinstance(v, numbers.Integral) and v >= low)
 
 
+def whole_count(value, argument):
+  """`value` (a Python or numpy integer, or a 0-d integer array: a count a
+  saved state holds) as an int, or a ValueError naming `argument` and the
+  value where it is not a whole number >= 0 (a float, a string, an array,
+  a negative number)."""
+  array = np.asarray(value)
+  if array.shape or array.dtype.kind not in "iu" or array < 0:
+    raise ValueError(f"{argument} must be a whole number >= 0, got "
+                     f"{value!r}")
+  return int(array)
+
+
 # The ops hold l1, l2 and gamma as float32 attributes: a larger value would
 # become inf there.
 _FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -560,12 +560,7 @@ def _state_array(value, argument, dtype, ndim=None):
 def _state_count(state, key):
   """`state[key]`, a count given to `SdcaModel.set_state`, as an int, or a
   ValueError naming it and the value where it is not a whole number >= 0."""
-  value = state[key]
-  array = np.asarray(value)
-  if array.shape or array.dtype.kind not in "iu" or array < 0:
-    raise ValueError(f"state['{key}'] must be a whole number >= 0, got "
-                     f"{value!r}")
-  return int(array)
+  return options_lib.whole_count(state[key], f"state['{key}']")
 
 
 def whole_number_ids(values, argument, what="feature id", positions=None):

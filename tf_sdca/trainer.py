@@ -674,11 +674,9 @@ class InMemorySdca:
       shapes["sparse_weights"] = (num_features,) + classes
     if dense_dim:
       shapes["dense_weights"] = (dense_dim,) + classes
-    count = np.asarray(state.get("average_count", 0))
-    if count.shape or count.dtype.kind not in "iu" or count < 0:
-      raise ValueError(f"average_count must be a whole number >= 0, got "
-                       f"{state.get('average_count')!r}")
-    averaged = int(count) > 0
+    count = options.whole_count(state.get("average_count", 0),
+                                "average_count")
+    averaged = count > 0
     if averaged:
       shapes.update({"last_" + key: shape for key, shape in
                      list(shapes.items())})
@@ -714,7 +712,7 @@ class InMemorySdca:
     if averaged:  # the state's weights are the mean so far
       self.last_iterate = {key: arrays.get("last_" + key) for key in
                            ("sparse_weights", "dense_weights", "duals")}
-      self.average_count = int(count)
+      self.average_count = count
 
   def current_momentum_state(self):
     """During a `fit` with `momentum`: what the next epoch's extrapolation
