@@ -1,10 +1,13 @@
 // FirstBadBlock: where to look for the first bad entry of a range whose
 // entries are tested branch-free, a block at a time (packing's checks of
-// ids and values; HoldRows' of a batch's feature ids).
+// ids and values; HoldRows' of a batch's feature ids); FirstNonFinite, the
+// same for doubles (the epoch ops' check of the weights).
 #ifndef TF_SDCA_KERNELS_CORE_FIRST_BAD_BLOCK_H_
 #define TF_SDCA_KERNELS_CORE_FIRST_BAD_BLOCK_H_
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace tf_sdca {
 
@@ -24,6 +27,32 @@ int64_t FirstBadBlock(int64_t lo, int64_t hi, Bad bad) {
     if (any != 0) break;
   }
   return lo;
+}
+
+// The first k in [0, n) where v[k] is not finite (NaN or +-inf), or n.
+// A double is not finite when its exponent bits are all set, and its
+// exponent field plus one reaches bit 63 only then: the blocks are tested
+// with 64-bit and, add and or, which SSE2 vectorises (a 64-bit compare it
+// would not, nor FirstBadBlock's bool per entry). The epoch ops run it over
+// every weight after every epoch: a test and branch per weight took ~1 ns,
+// 0.5 ms of a 16-epoch fit over 2^15 weights.
+inline int64_t FirstNonFinite(const double* v, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  constexpr uint64_t kExponent = 0x7ff0000000000000ull;
+  int64_t lo = 0;
+  for (; lo + kBlock <= n; lo += kBlock) {
+    uint64_t any = 0;
+    for (int64_t k = lo; k < lo + kBlock; ++k) {
+      uint64_t bits;
+      std::memcpy(&bits, v + k, sizeof(bits));
+      any |= (bits & kExponent) + (uint64_t{1} << 52);
+    }
+    if ((any >> 63) != 0) break;
+  }
+  for (; lo < n; ++lo) {
+    if (!std::isfinite(v[lo])) return lo;
+  }
+  return n;
 }
 
 }  // namespace tf_sdca

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/core/first_bad_block.h"
 #include "kernels/core/loss.h"
 #include "kernels/core/multiclass_loss.h"
 #include "kernels/core/packed_rows.h"
@@ -213,11 +214,10 @@ inline ::tensorflow::Status AllocateEpochOutputs(
 
 // `weights[j] = v must be finite` for the first non-finite weight.
 inline ::tensorflow::Status CheckFiniteWeights(const double* w, int64_t m) {
-  for (int64_t j = 0; j < m; ++j) {
-    if (!std::isfinite(w[j])) {
-      return ::tensorflow::errors::InvalidArgument("weights[", j, "] = ", w[j],
-                                                   " must be finite");
-    }
+  const int64_t j = FirstNonFinite(w, m);
+  if (j < m) {
+    return ::tensorflow::errors::InvalidArgument("weights[", j, "] = ", w[j],
+                                                 " must be finite");
   }
   return absl::OkStatus();
 }
@@ -230,12 +230,11 @@ inline ::tensorflow::Status CheckFiniteWeights(const double* w, int64_t m) {
 inline ::tensorflow::Status CheckEpochResult(const char* loss_name,
                                              const double* w, int64_t m,
                                              const std::string& dual_error) {
-  for (int64_t j = 0; j < m; ++j) {
-    if (!std::isfinite(w[j])) {
-      return ::tensorflow::errors::InvalidArgument(
-          loss_name, ": the epoch made weights[", j, "] = ", w[j],
-          "; rescale the features or raise l2");
-    }
+  const int64_t j = FirstNonFinite(w, m);
+  if (j < m) {
+    return ::tensorflow::errors::InvalidArgument(
+        loss_name, ": the epoch made weights[", j, "] = ", w[j],
+        "; rescale the features or raise l2");
   }
   if (!dual_error.empty()) {
     return ::tensorflow::errors::InvalidArgument(
