@@ -959,6 +959,43 @@ def test_a_refused_set_state_leaves_the_model_as_it_was():
 
 
 
+def test_set_state_refuses_means_given_to_a_model_without_averaging():
+  """set_state() of a model built without average_from skipped the
+  state's `average_slots` and `average_count` without a word: the model
+  took the last iterate while its caller meant the mean. Refused now, as
+  held rows given to a model without carry_over are, naming the part and
+  how to drop it knowingly; nothing is set, and the state less the means
+  is taken."""
+  x, ids, y, s = _data("logistic_loss", seed=4)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  averaged, _ = _model(batches[0], "logistic_loss", average_from=2)
+  for ex in batches[:5]:
+    averaged.update_weights(averaged.minimize(examples=ex))
+  state = averaged.get_state()
+  plain, variables = _model(batches[0], "logistic_loss")
+  before, weights = plain.get_state(), _flat(variables)
+  for given in (state, {k: v for k, v in state.items()
+                        if k != "average_count"},
+                {k: v for k, v in state.items() if k != "average_slots"}):
+    part = "average_slots" if "average_slots" in given else "average_count"
+    with pytest.raises(ValueError, match="^" + re.escape(
+        f"state['{part}'] holds the mean of the iterates of a model built "
+        "with average_from; this model is built without it and would drop "
+        "the mean")):
+      plain.set_state(given)
+    after = plain.get_state()
+    for key in before:
+      np.testing.assert_array_equal(np.concatenate(
+          [np.ravel(a) for a in tf.nest.flatten(after[key])] or [[]]),
+          np.concatenate([np.ravel(b) for b in tf.nest.flatten(before[key])]
+                         or [[]]), err_msg=key)
+    np.testing.assert_array_equal(_flat(variables), weights)
+  plain.set_state({k: v for k, v in state.items()
+                   if k not in ("average_slots", "average_count")})
+  for a, b in zip(plain.get_state()["slots"], state["slots"]):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
   """Keras load_weights assigned the file's weights, then the rows' duals,
   momentum and mean, before SdcaModel.set_state refused the file's state
