@@ -918,11 +918,17 @@ class LinearModel(keras.Model):
     before any is set, so that a refused file (weights of other shapes, a
     state `SdcaModel.set_state` refuses, e.g. held rows for a model built
     with `carry_over=0`) leaves the model's weights and training state as
-    they were."""
+    they were. A model built but never fitted takes its (zero) SdcaModel
+    here, so that the file's state is checked at load too (it was checked
+    only at the next fit, which refused it after the file's weights were
+    set)."""
     variables = self._trainable_variables + self._non_trainable_variables
     values = saving.check_weights(store, variables, self.name)
     loaded = saving.load_state(store)
-    if loaded is not None and self._sdca is not None:
+    if loaded is not None and self._spec is not None:
+      # A model built but never fitted gets its SdcaModel (zero state) now,
+      # so that the state is checked here, not at the next fit.
+      self._ensure_sdca()
       self._sdca.check_state(loaded["state"])
     for v, value in zip(variables, values):
       v.assign(value)
