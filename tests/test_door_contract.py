@@ -9,7 +9,8 @@ on every estimator:
 - InMemorySdca: `state_dict()` written with numpy and read back into a new
   model by `load_state_dict`, then `fit(initial_epoch=k)`;
 - keras.LinearModel on arrays and on a dataset: `save`, `load_model`,
-  `fit(initial_epoch=k)`;
+  `fit(initial_epoch=k)`; and `tf.train.Checkpoint(model=...)` written,
+  then read into a new model that was never built, then the same `fit`;
 - tf-sdca train: a run of k epochs, then `--resume`;
 - SdcaModel: a `tf.train.Checkpoint` restored into a new model;
 - the estimators: `train` of a new estimator on the same `model_dir`.
@@ -66,7 +67,7 @@ def _in_memory(variant, x, y, tmp, split):
   return [value for _, value in sorted(first.state_dict().items())]
 
 
-def _keras(variant, x, y, tmp, split, dataset=False):
+def _keras(variant, x, y, tmp, split, dataset=False, checkpoint=False):
   if dataset:
     data = tf.data.Dataset.from_tensor_slices(
         ({"x": x, "example_id": np.arange(len(y))}, y)).batch(200)
@@ -76,15 +77,28 @@ def _keras(variant, x, y, tmp, split, dataset=False):
   model = LinearModel(l2=1.0, **variant)
   model.fit(*args, epochs=split or EPOCHS, verbose=0)
   if split:
-    path = str(tmp / "model.keras")
-    model.save(path)
-    model = keras.models.load_model(path)
+    if checkpoint:
+      path = tf.train.Checkpoint(model=model).write(str(tmp / "ckpt"))
+      model = LinearModel(l2=1.0, **variant)
+      tf.train.Checkpoint(model=model).read(path).assert_consumed()
+    else:
+      path = str(tmp / "model.keras")
+      model.save(path)
+      model = keras.models.load_model(path)
     model.fit(*args, epochs=EPOCHS, initial_epoch=split, verbose=0)
   return model.get_weights()
 
 
 def _keras_dataset(variant, x, y, tmp, split):
   return _keras(variant, x, y, tmp, split, dataset=True)
+
+
+def _keras_checkpoint(variant, x, y, tmp, split):
+  return _keras(variant, x, y, tmp, split, checkpoint=True)
+
+
+def _keras_dataset_checkpoint(variant, x, y, tmp, split):
+  return _keras(variant, x, y, tmp, split, dataset=True, checkpoint=True)
 
 
 def _command_line(variant, x, y, tmp, split):
@@ -181,6 +195,12 @@ VARIANTS = {
         "plain": PLAIN, "momentum": {"momentum": 0.5},
         "auto_default": {}, "averaging": {"average_from": 2}}),
     "keras_dataset": (_keras_dataset, {
+        "plain": {}, "held_rows": {"carry_over": "auto"},
+        "averaging": {"average_from": 2}}),
+    "keras_checkpoint": (_keras_checkpoint, {
+        "plain": PLAIN, "momentum": {"momentum": 0.5},
+        "auto_default": {}, "averaging": {"average_from": 2}}),
+    "keras_dataset_checkpoint": (_keras_dataset_checkpoint, {
         "plain": {}, "held_rows": {"carry_over": "auto"},
         "averaging": {"average_from": 2}}),
     "command_line": (_command_line, {

@@ -959,6 +959,43 @@ def test_a_refused_set_state_leaves_the_model_as_it_was():
 
 
 
+def test_set_state_refuses_means_given_to_a_model_without_averaging():
+  """set_state() of a model built without average_from skipped the
+  state's `average_slots` and `average_count` without a word: the model
+  took the last iterate while its caller meant the mean. Refused now, as
+  held rows given to a model without carry_over are, naming the part and
+  how to drop it knowingly; nothing is set, and the state less the means
+  is taken."""
+  x, ids, y, s = _data("logistic_loss", seed=4)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  averaged, _ = _model(batches[0], "logistic_loss", average_from=2)
+  for ex in batches[:5]:
+    averaged.update_weights(averaged.minimize(examples=ex))
+  state = averaged.get_state()
+  plain, variables = _model(batches[0], "logistic_loss")
+  before, weights = plain.get_state(), _flat(variables)
+  for given in (state, {k: v for k, v in state.items()
+                        if k != "average_count"},
+                {k: v for k, v in state.items() if k != "average_slots"}):
+    part = "average_slots" if "average_slots" in given else "average_count"
+    with pytest.raises(ValueError, match="^" + re.escape(
+        f"state['{part}'] holds the mean of the iterates of a model built "
+        "with average_from; this model is built without it and would drop "
+        "the mean")):
+      plain.set_state(given)
+    after = plain.get_state()
+    for key in before:
+      np.testing.assert_array_equal(np.concatenate(
+          [np.ravel(a) for a in tf.nest.flatten(after[key])] or [[]]),
+          np.concatenate([np.ravel(b) for b in tf.nest.flatten(before[key])]
+                         or [[]]), err_msg=key)
+    np.testing.assert_array_equal(_flat(variables), weights)
+  plain.set_state({k: v for k, v in state.items()
+                   if k not in ("average_slots", "average_count")})
+  for a, b in zip(plain.get_state()["slots"], state["slots"]):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
   """Keras load_weights assigned the file's weights, then the rows' duals,
   momentum and mean, before SdcaModel.set_state refused the file's state
@@ -1003,6 +1040,51 @@ def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
     m.fit(data(xs), epochs=1, verbose=0)
   for a, b in zip(model.get_weights(), twin.get_weights()):
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_keras_model_never_fitted_refuses_a_bad_state_at_load(tmp_path):
+  """A model built but never fitted has no SdcaModel yet: load_weights
+  (and load_model, through the same load_own_variables) set the file's
+  weights and kept its SDCA state unchecked for the first fit, which then
+  refused it. The state is checked at load now: a ValueError naming the
+  part, nothing set (zero weights, an empty state), and the model fits as
+  a fresh twin."""
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  xs, ys = _cancer()
+  data = tf.data.Dataset.from_tensor_slices(
+      ({"x": xs, "example_id": np.arange(len(ys))}, ys)).batch(95)
+  held = LinearModel(loss="logistic", carry_over="auto")
+  held.fit(data, epochs=2, verbose=0)
+  count = len(held.sdca_state()["held"]["keys"])
+  held.save_weights(str(tmp_path / "held.weights.h5"))
+  store = {}
+  held.save_own_variables(store)
+  # (less the held rows, which a carry_over=0 model refuses first)
+  narrow = {k: v for k, v in store.items() if not k.startswith("sdca_held")}
+  narrow["sdca_values"] = np.asarray(store["sdca_values"])[:, :3]
+  shape = np.shape(narrow["sdca_values"])
+  shapes = {"x": (None, 30), "example_id": (None,)}
+  for name, load, message in (
+      ("held rows", lambda m: m.load_weights(
+          str(tmp_path / "held.weights.h5")),
+       rf"state\['held'\] holds {count} held rows: "),
+      ("state width", lambda m: m.load_own_variables(narrow),
+       re.escape(f"state values have shape {shape}; the model keeps 4 "
+                 f"numbers per example"))):
+    model = LinearModel(loss="logistic", carry_over=0)
+    model.build(shapes)
+    with pytest.raises(ValueError, match=message):
+      load(model)
+    for w in model.get_weights():
+      assert not np.any(w), name
+    state = model.sdca_state()
+    assert len(state["keys"]) == 0 and state["calls"] == 0, name
+    assert not any(np.any(slot) for slot in state["slots"]), name
+    twin = LinearModel(loss="logistic", carry_over=0)
+    for m in (model, twin):
+      m.fit(data, epochs=1, verbose=0)
+    for a, b in zip(model.get_weights(), twin.get_weights()):
+      np.testing.assert_array_equal(a, b, err_msg=name)
 
 
 def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):

@@ -907,6 +907,88 @@ def test_a_fresh_model_called_or_built_takes_load_weights(tmp_path):
   assert ids({"c": np.array([1, 3])}).shape == (2, 1)
 
 
+def test_a_tf_train_checkpoint_holds_the_training_state(tmp_path):
+  """tf.train.Checkpoint(model=LinearModel) held the weights and the
+  SdcaModel as children of their own: read into a new model it restored
+  the bias alone until a fit created the SdcaModel (assert_consumed
+  failed, predict scored zero kernels), and never the duals of in-memory
+  rows, so a resumed fit left the path of an uninterrupted one (the
+  resumed runs are in test_door_contract). It holds the store of
+  save_own_variables now, read back as load_own_variables loads a file:
+  a model never built is built from it, one never fitted or never built
+  checkpoints and restores, a checkpoint refused sets nothing, and one
+  written before the change still restores."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  trained = LinearModel(loss="logistic")
+  trained.fit(x, y, epochs=3, verbose=0)
+  path = tf.train.Checkpoint(model=trained).write(str(tmp_path / "trained"))
+  fresh = LinearModel(loss="logistic")
+  tf.train.Checkpoint(model=fresh).read(path).assert_consumed()
+  np.testing.assert_array_equal(fresh.predict(x, verbose=0),
+                                trained.predict(x, verbose=0))
+  for key in ("keys", "values", "calls"):
+    np.testing.assert_array_equal(fresh.sdca_state()[key],
+                                  trained.sdca_state()[key])
+  # Before any fit: the weights; never built: nothing, into any model.
+  built = LinearModel(loss="logistic")
+  built.build((None, 3))
+  built.set_weights([np.ones((3, 1), np.float32), np.ones(1, np.float32)])
+  unfitted = tf.train.Checkpoint(model=built).write(str(tmp_path / "built"))
+  unbuilt = tf.train.Checkpoint(model=LinearModel(loss="logistic")).write(
+      str(tmp_path / "unbuilt"))
+  model = LinearModel(loss="logistic")
+  tf.train.Checkpoint(model=model).read(unfitted).assert_consumed()
+  for a, b in zip(model.get_weights(), built.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  model.fit(x, y, epochs=1, verbose=0)
+  model = LinearModel(loss="logistic")
+  tf.train.Checkpoint(model=model).read(unbuilt).assert_consumed()
+  assert not model.built
+  tf.train.Checkpoint(model=fresh).read(unbuilt).assert_consumed()
+  for a, b in zip(fresh.get_weights(), trained.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  # Refused (other features; held rows for carry_over=0): nothing set.
+  wide = LinearModel(loss="logistic")
+  wide.fit(np.concatenate([x, x], axis=1), y, epochs=1, verbose=0)
+  data = tf.data.Dataset.from_tensor_slices(
+      ({"x": x, "example_id": np.arange(len(y))}, y)).batch(7)
+  held = LinearModel(loss="logistic", carry_over="auto")
+  held.fit(data, epochs=2, verbose=0)
+  assert len(held.sdca_state()["held"]["keys"]) > 0
+  narrow = LinearModel(loss="logistic", carry_over=0)
+  narrow.fit(data, epochs=1, verbose=0)
+  for writer, model, message in (
+      (wide, LinearModel(loss="logistic"), r"the features \[\['features', "
+       r"'dense', 6\]\] \(name, kind, size\) differ"),
+      (held, narrow, r"state\['held'\] holds \d+ held rows")):
+    if model is not narrow:
+      model.fit(x, y, epochs=2, verbose=0)
+    weights, state = model.get_weights(), model.sdca_state()
+    path = tf.train.Checkpoint(model=writer).write(str(tmp_path / "other"))
+    with pytest.raises(ValueError, match=message):
+      tf.train.Checkpoint(model=model).read(path)
+    for a, b in zip(model.get_weights(), weights):
+      np.testing.assert_array_equal(a, b)
+    for key in ("keys", "values", "calls"):
+      np.testing.assert_array_equal(model.sdca_state()[key], state[key])
+  # Written before the change: the bias and the SdcaModel as children.
+  older = tmp_path / "older"
+  original = LinearModel._trackable_children
+  try:
+    LinearModel._trackable_children = keras.Model._trackable_children
+    path = tf.train.Checkpoint(model=trained).write(str(older))
+  finally:
+    LinearModel._trackable_children = original
+  assert any("_sdca/" in name for name, _ in tf.train.list_variables(path))
+  model = LinearModel(loss="logistic")
+  model.fit(x, y, epochs=1, verbose=0)
+  tf.train.Checkpoint(model=model).read(path).assert_consumed()
+  np.testing.assert_array_equal(model.predict(x, verbose=0),
+                                trained.predict(x, verbose=0))
+
+
 def test_a_sparse_tensor_with_repeated_indices_scores_as_fit_trains_it():
   """fit summed a tf.SparseTensor's repeated entries (as scipy's CSR is
   summed) and took unordered ones, while predict and evaluate raised

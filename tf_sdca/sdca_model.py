@@ -1887,6 +1887,17 @@ class SdcaModel(tf.Module):
             f"to a model built with carry_over (e.g. 'auto', the default); "
             f"to drop them knowingly, give this model the state less "
             f"'held' ({{k: v for k, v in state.items() if k != 'held'}})")
+    means_given = [k for k in ("average_slots", "average_count")
+                   if k in state]
+    if self._average_from is None and means_given:
+      # (Skipped, the caller's mean became the last iterate unsaid.)
+      raise ValueError(
+          f"state['{means_given[0]}'] holds the mean of the iterates of a "
+          f"model built with average_from; this model is built without it "
+          f"and would drop the mean, its weights the last iterate's. Give "
+          f"the state to a model built with average_from; to take the last "
+          f"iterate knowingly, give this model the state less "
+          f"'average_slots' and 'average_count'")
     groups = self._sparse + self._dense
     slots = [slot for w in groups for slot in w.slots]
     slot_values = self._state_slots(state, "slots", slots)
@@ -1933,7 +1944,10 @@ class SdcaModel(tf.Module):
         model built with `carry_over=0`, which has no place for them (as a
         checkpoint holding some is refused on restore): give it to a model
         with `carry_over`, or drop them knowingly by giving this model the
-        state less `'held'`.
+        state less `'held'`; likewise for `average_slots` or
+        `average_count` (an averaging model's mean) given to a model built
+        without `average_from`, which would drop the mean: give the state
+        less them to take the last iterate knowingly.
     """
     checked = self._checked_state(state)  # sets nothing, or raises
     slots, slot_values = checked["slots"]

@@ -243,6 +243,10 @@ class LinearModel(keras.Model):
     self._sdca = None
     # Packed rows, momentum's and the mean's state, from fit to fit.
     self._training = fitting.TrainingState(self)
+    # What a tf.train.Checkpoint keeps of the model: the whole store of
+    # `save_own_variables` (see `_trackable_children`).
+    self._sdca_training = saving.CheckpointRecord(self._checkpoint_bytes,
+                                                  self._restore_checkpoint)
 
   # ------------------------------------------------------------ structure
   def _build_spec(self, spec):
@@ -918,16 +922,85 @@ class LinearModel(keras.Model):
     before any is set, so that a refused file (weights of other shapes, a
     state `SdcaModel.set_state` refuses, e.g. held rows for a model built
     with `carry_over=0`) leaves the model's weights and training state as
-    they were."""
+    they were. A model built but never fitted takes its (zero) SdcaModel
+    here, so that the file's state is checked at load too (it was checked
+    only at the next fit, which refused it after the file's weights were
+    set)."""
     variables = self._trainable_variables + self._non_trainable_variables
     values = saving.check_weights(store, variables, self.name)
     loaded = saving.load_state(store)
-    if loaded is not None and self._sdca is not None:
+    if loaded is not None and self._spec is not None:
+      # A model built but never fitted gets its SdcaModel (zero state) now,
+      # so that the state is checked here, not at the next fit.
+      self._ensure_sdca()
       self._sdca.check_state(loaded["state"])
     for v, value in zip(variables, values):
       v.assign(value)
     if loaded is not None:
       self._training.restore(loaded, self._sdca)
+
+  # ---------------------------------------------------- tf.train.Checkpoint
+  # The children a checkpoint held before `_sdca_training` did (the weights
+  # and the SdcaModel, without the packed rows' duals): read from older
+  # checkpoints, no longer written.
+  _OLDER_CHILDREN = ("_sdca", "bias")
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    """A checkpoint holds `_sdca_training` alone (`saving.CheckpointRecord`:
+    the weights and the whole SDCA training state, restored all or none);
+    the weights and the SdcaModel were children of their own, which a
+    restore set one by one, before the model had built them or its
+    SdcaModel only at a fit, and without the duals of in-memory rows. A
+    SavedModel (`export`, for serving) holds no training state."""
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == "checkpoint":
+      for name in self._OLDER_CHILDREN:
+        children.pop(name, None)
+    else:
+      children.pop("_sdca_training", None)
+    return children
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    """A checkpoint written before `_sdca_training` restores its `_sdca`
+    and `bias` into the model's (the SdcaModel's when it is created)."""
+    if name in self._OLDER_CHILDREN:
+      return getattr(self, name, None)
+    return super()._lookup_dependency(name, cached_dependencies)
+
+  def _checkpoint_bytes(self):
+    """The store `save_own_variables` writes, and the feature spec, as
+    `saving.to_bytes` packs them for `_sdca_training`."""
+    store = {}
+    self.save_own_variables(store)
+    return saving.to_bytes(store, self._spec)
+
+  def _restore_checkpoint(self, data):
+    """Takes a checkpoint's `_sdca_training` (`_checkpoint_bytes`): builds
+    a model never built from the spec, then loads the store as
+    `load_own_variables` does; nothing for a checkpoint of a model never
+    built.
+
+    Raises:
+      ValueError: naming the part, for features other than the model's
+        (name, kind, size), weights of other shapes or a state
+        `load_own_variables` refuses; nothing is set (a model never built
+        stays so when its features or weights are refused, and is left
+        built at zero weights, with no state, when only the state is).
+    """
+    spec, store = saving.from_bytes(data)
+    if spec is None:
+      if store:  # (spec-less stores are not written)
+        raise ValueError(f"{self.name}: the checkpoint's training state has "
+                         f"no feature spec")
+      return
+    if self._spec is None:
+      k = self.num_classes
+      shapes = [(s[2], k) for s in spec] + ([(k,)] if self.use_bias else [])
+      saving.check_weights(store, [tf.TensorSpec(shape, name=f"weight {i}")
+                                   for i, shape in enumerate(shapes)],
+                           self.name)
+    self._build_spec(spec)
+    self.load_own_variables(store)
 
   def serving_signature(self):
     """The input signature of raw features (a dict of specs)."""

@@ -7,8 +7,16 @@ example state and float64 weights (`SdcaModel.get_state()`), the float64
 duals of in-memory rows, held rows (carry_over), the momentum's
 extrapolation and the running mean of an averaging fit. The names are the
 file format: files saved before an entry existed load without it.
+
+`tf.train.Checkpoint(model=...)` holds the same store: `CheckpointRecord`
+is the model's one checkpointed child, its store and feature spec in one
+tensor, restored as `load_own_variables` loads a file.
 """
+import io
+import json
+
 import numpy as np
+import tensorflow as tf
 
 from tf_sdca.keras import callbacks
 
@@ -179,3 +187,73 @@ def nested_held(flat):
                     for part in ("rows", "ids", "values"))
               for g in groups("sparse_")],
       dense=[flat[f"dense_{g}"] for g in groups("dense_")])
+
+
+# The store's entry in `to_bytes` that holds the model's feature spec (JSON);
+# no entry of `save_own_variables` is named so.
+_SPEC = "keras_build_spec"
+
+
+def to_bytes(store, spec):
+  """The `store` (`save_own_variables`' entries: arrays) and the model's
+  feature `spec` as the bytes of one uncompressed .npz (no pickled
+  objects); b"" for a model never built (no spec, an empty store)."""
+  if spec is None and not store:
+    return b""
+  out = io.BytesIO()
+  # (Keras' own entries are its variables: their values.)
+  entries = {key: np.asarray(getattr(value, "numpy", lambda v=value: v)())
+             for key, value in store.items()}
+  if spec is not None:
+    entries[_SPEC] = np.array(json.dumps(spec))
+  np.savez(out, **entries)
+  return out.getvalue()
+
+
+def from_bytes(data):
+  """`(spec or None, store)` of `to_bytes`' bytes; `(None, {})` for b""."""
+  if not data:
+    return None, {}
+  with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+    store = {key: npz[key] for key in npz.files}
+  spec = store.pop(_SPEC, None)
+  return (None if spec is None else json.loads(str(spec))), store
+
+
+class CheckpointRecord(tf.__internal__.tracking.Trackable):
+  """The training state of a `LinearModel` as `tf.train.Checkpoint` keeps
+  it: one string tensor (`<path>/.ATTRIBUTES/store`), the store
+  `save_own_variables` writes (the Keras weights, the SdcaModel's state,
+  the float64 duals of in-memory rows, momentum's and the mean's state)
+  with the feature spec, as `to_bytes` packs them. Restoring it reads the
+  whole store back through `restore` (`LinearModel`'s, which checks every
+  part before it sets any), so that a restored model resumes as
+  `load_model` does, the duals included.
+
+  Args:
+    write: `() -> bytes`, the model's store and spec (`to_bytes`).
+    restore: `(bytes) -> None`, takes a written record.
+  """
+
+  def __init__(self, write, restore):
+    self._write = write
+    self._restore = restore
+
+  def _serialize_to_tensors(self):
+    if not tf.executing_eagerly():
+      raise ValueError("a LinearModel's training state is written to a "
+                       "tf.train.Checkpoint eagerly, not in a graph")
+    return {"store": tf.constant(self._write(), tf.string)}
+
+  def _restore_from_tensors(self, restored_tensors):
+    if not tf.executing_eagerly():
+      raise ValueError("a LinearModel's training state is read from a "
+                       "tf.train.Checkpoint eagerly, not in a graph")
+    self._restore(restored_tensors["store"].numpy())
+    return tf.no_op()
+
+  def _copy_trackable_to_cpu(self, object_map):
+    # (An asynchronous checkpoint writes this copy: the store as it is now.)
+    if self not in object_map:
+      data = self._write()
+      object_map[self] = CheckpointRecord(lambda: data, self._restore)
