@@ -719,15 +719,19 @@ class _HeldRows(tf.Module):
     out["dense"] = [v.numpy() for v in self.dense]
     return out
 
-  def checked(self, held, argument="state['held']"):
+  def checked(self, held, id_limits, id_arguments, argument="state['held']"):
     """`held` (`numpy()`'s structure) as the numpy arrays `assign` takes,
-    each row's sparse entries together; sets nothing.
+    each row's sparse entries together; sets nothing. `id_limits` and
+    `id_arguments`: per sparse group the rows of its weight variable and
+    its name, as `TfSdca>HoldRows` checks a batch's ids against them.
 
     Raises:
       ValueError: naming the part of `argument` and the bad value, where
         its groups are not the model's, a part holds no real numbers (or
         keys or ids no integers), the parts disagree on the number of rows
-        or entries, or an example index is not a held row.
+        or entries, an example index is not a held row, or a feature id is
+        outside its group's weight variable (which the next `minimize`
+        would refuse, the state already set).
     """
     if (len(held["sparse"]) != len(self.sparse) or
         len(held["dense"]) != len(self.dense)):
@@ -758,6 +762,13 @@ class _HeldRows(tf.Module):
       if rows.size and (rows.min() < 0 or rows.max() >= n):
         raise ValueError(f"held example indices must be rows of the {n} "
                          f"held examples, got {rows.min()} to {rows.max()}")
+      outside = np.flatnonzero((ids < 0) | (ids >= id_limits[g]))
+      if outside.size:
+        k = int(outside[0])
+        raise ValueError(
+            f"{part}[1] has an id >= {id_limits[g]} or < 0, outside the rows "
+            f"of its weight variable ({id_arguments[g]}): feature id [{k}] "
+            f"= {ids[k]}")
       # Each row's entries together, in their order (a stable sort).
       order = np.argsort(rows, kind="stable")
       splits = np.concatenate(
@@ -1900,7 +1911,10 @@ class SdcaModel(tf.Module):
     values = values.reshape(-1, self._state_width)
     calls = _state_count(state, "calls") if "calls" in state else None
     if held is not None and self._held_rows() is not None:
-      held = self._held.checked(held)
+      held = self._held.checked(
+          held, [w.size for w in self._sparse],
+          [self._group("sparse_features", g)
+           for g in range(len(self._sparse))])
     else:
       held = None
     means = None
@@ -1928,8 +1942,9 @@ class SdcaModel(tf.Module):
         weight slots (their number or shapes, `average_slots`' too) or
         state width, keys or values of different lengths, a part that holds
         no real numbers (keys no integers), `calls` or `average_count` not a
-        whole number >= 0, held rows that are not the model's groups or
-        whose parts disagree, or one whose `held` holds rows, given to a
+        whole number >= 0, held rows that are not the model's groups, whose
+        parts disagree or whose feature ids are outside their group's
+        weight variable, or one whose `held` holds rows, given to a
         model built with `carry_over=0`, which has no place for them (as a
         checkpoint holding some is refused on restore): give it to a model
         with `carry_over`, or drop them knowingly by giving this model the
