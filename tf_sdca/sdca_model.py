@@ -500,12 +500,23 @@ def _check_real(x, argument):
   floats, integers or bools; `_first_unreal`), and is refused naming the
   first other element (a string, bytes, a complex number, None: the
   conversion parsed '0.5' and made None NaN). Anything else passes
-  unchecked."""
+  unchecked.
+
+  A tf.function makes such an array, given as its argument, a string
+  tensor (and TensorFlow then refuses to feed it one of floats): a string
+  tensor while tracing is refused saying so, and how to pass the numbers."""
   if isinstance(x, (tf.Tensor, tf.Variable)):
     if not holds_numbers(x.dtype):
+      hint = ""
+      if x.dtype == tf.string and not tf.executing_eagerly():
+        hint = (" (a tf.function makes a numpy array of object dtype, as "
+                "pandas gives, that is its argument a string tensor, and "
+                "cannot be called with one of floats: give it "
+                "array.astype(np.float32), or use the object array outside "
+                "the function's arguments, eagerly or captured)")
       raise ValueError(f"{argument} must hold real numbers (a float, "
                        f"integer or bool dtype), got a {x.dtype.name} "
-                       f"tensor")
+                       f"tensor{hint}")
   elif isinstance(x, (np.ndarray, np.generic)):
     if x.dtype.kind not in "biufO":
       raise ValueError(f"{argument} must hold real numbers (a float, "
