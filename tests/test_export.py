@@ -76,16 +76,23 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
              lines[8][:9] + "\r\r" + lines[8][9:]]
   assert all(line.replace("\r", "") == plain
              for line, plain in zip(carried, lines[5:9]))
+  # Blank lines (whitespace only, '\r' dropped), which training's reader
+  # and predict skip: 38 tabs, a label-less line of empty fields, scored
+  # as one (the others were bad lines already).
+  blank = ["", "\t" * 38, "\t" * 38 + "\r", " ", " \r\n"]
+  for line in blank:  # (the reader's own verdict: no row, no bad line)
+    parsed = text_parser.parse_criteo((line + "\n").encode(), 14)
+    assert len(parsed["labels"]) == len(parsed["bad_lines"]) == 0, repr(line)
+  bad = ["1\tx", "\t".join(minus)] + blank
   # (One process serves every line: each costs a TensorFlow start.)
-  out = _served(tmp_path, saved, lines + unlabeled +
-                ["1\tx", "", "\t".join(minus)] + carried)
+  out = _served(tmp_path, saved, lines + unlabeled + bad + carried)
   served_carried = {key: value[-len(carried):] for key, value in out.items()}
   out = {key: value[:-len(carried)] for key, value in out.items()}
   scores = np.asarray(out["scores"])
   np.testing.assert_allclose(scores[:200], expected, rtol=1e-6, atol=1e-9)
   np.testing.assert_allclose(scores[200:250], expected[:50], rtol=1e-6,
                              atol=1e-9)
-  assert out["valid"] == [True] * 250 + [False, False, False]
+  assert out["valid"] == [True] * 250 + [False] * len(bad)
   assert np.isnan(scores[250:]).all()
   assert 0 < scores[:200].min() and scores[:200].max() < 1  # probabilities
   cr_file = tmp_path / "cr.tsv"
@@ -141,8 +148,11 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
            f"{label2} {first} \r {rest2}", "\r" + lines[3],
            lines[4] + "\r\r", f"{label2} {first}\n{rest2}",
            f"{lines[5]} # a\rb"]
+  # Blank lines (whitespace, a comment), which the reader and predict
+  # skip, are invalid.
+  blank = ["", " \t ", "# a comment", "\r\n", " # 1 2:1"]
   # (One process serves every line: each costs a TensorFlow start.)
-  out = _served(tmp_path, saved, lines + extra + ends + split)
+  out = _served(tmp_path, saved, lines + extra + ends + split + blank)
   line_ends = {key: value[len(lines) + len(extra):]
                for key, value in out.items()}
   out = {key: value[:len(lines) + len(extra)] for key, value in out.items()}
@@ -168,7 +178,11 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
   for line in split:  # (the reader's own verdict: two lines)
     assert text_parser.parse_libsvm(
         (line + "\n").encode())["num_lines"] == 2, repr(line)
-  assert line_ends["valid"] == [True] * 4 + [False] * len(split)
+  for line in blank:  # (the reader's own verdict: no row, no bad line)
+    parsed = text_parser.parse_libsvm((line + "\n").encode())
+    assert len(parsed["labels"]) == len(parsed["bad_lines"]) == 0, repr(line)
+  assert line_ends["valid"] == [True] * 4 + [False] * (len(split) +
+                                                      len(blank))
   np.testing.assert_allclose(line_ends["scores"][:4], expected[:4],
                              rtol=1e-6, atol=1e-9)
   assert np.isnan(line_ends["scores"][4:]).all()

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_sdca_model import N, _data, _design, _examples, _flat, _model
-from test_sdca_model import _primal_optimum
+from test_sdca_model import N, VOCAB, _data, _design, _examples, _flat
+from test_sdca_model import _model, _primal_optimum
 from tf_sdca.sdca_model import SparseFeatureColumn
 
 
@@ -900,6 +900,33 @@ def _bad_states(state):
           rows, ids[:-1], values)])),
        rf"state['held']['sparse'][0] has {len(rows)} example indices, "
        rf"{len(ids) - 1} feature ids and {len(values)} values"),
+      # (Feature ids outside the weight variable were taken, and refused
+      # only by the next minimize, after the state was set.)
+      ("held id too large", dict(state, held=dict(held, sparse=[(
+          rows, np.where(np.arange(len(ids)) == 1, VOCAB, ids), values)])),
+       rf"state['held']['sparse'][0][1] has an id >= {VOCAB} or < 0, "
+       rf"outside the rows of its weight variable (sparse_features[0]): "
+       rf"feature id [1] = {VOCAB}"),
+      ("held id negative", dict(state, held=dict(held, sparse=[(
+          rows, np.where(np.arange(len(ids)) == 0, -3, ids), values)])),
+       rf"state['held']['sparse'][0][1] has an id >= {VOCAB} or < 0, "
+       rf"outside the rows of its weight variable (sparse_features[0]): "
+       rf"feature id [0] = -3"),
+      # (A negative or NaN weight, a label outside the loss's domain: the
+      # same, refused by the next minimize at a merged row's index.)
+      ("held weight negative", dict(state, held=dict(
+          held, example_weights=np.where(np.arange(n) == 2, -1.0,
+                                         held["example_weights"]))),
+       r"state['held']['example_weights'][2] = -1.0 must be finite and >= 0"),
+      ("held weight NaN", dict(state, held=dict(
+          held, example_weights=np.where(np.arange(n) == 0, np.nan,
+                                         held["example_weights"]))),
+       r"state['held']['example_weights'][0] = nan must be finite and >= 0"),
+      ("held label", dict(state, held=dict(
+          held, example_labels=np.where(np.arange(n) == 1, 7.0,
+                                        held["example_labels"]))),
+       r"state['held']: example_labels[1] = 7 must be 0 or 1 for "
+       r"logistic_loss"),
       ("held dense", dict(state, held=dict(held, dense=[
           held["dense"][0][:, :2]])),
        rf"state['held']['dense'][0] has shape ({n}, 2); the {n} held rows "

@@ -906,7 +906,11 @@ def test_object_arrays_must_hold_real_numbers(carry_over):
   array is a ValueError naming the argument, the element and its index
   now (a tf.function makes the array a string tensor, refused as such);
   object arrays of Python and numpy floats, integers and bools (as pandas
-  gives) train eagerly as float32 arrays do, bit for bit."""
+  gives) train eagerly, and captured by a tf.function, as float32 arrays
+  do, bit for bit. Given as a tf.function's argument (a string tensor
+  there, which TensorFlow cannot feed with floats) they were refused as
+  'a string tensor' without a word of why: the message says so now, and
+  how to pass them."""
   x, ids, y, s = _data("logistic_loss", seed=12, weighted=True)
   ex = _examples(x, ids, y, s, rows=np.arange(20))
   model, variables = _model(ex, "logistic_loss", carry_over=carry_over)
@@ -963,11 +967,32 @@ def test_object_arrays_must_hold_real_numbers(carry_over):
       dense_features=[ex["dense_features"][0].astype(np.float64).astype(
           object)])
   twin, twin_variables = _model(ex, "logistic_loss", carry_over=carry_over)
-  for m, batch in ((model, mixed), (twin, ex)):
+  captured, captured_variables = _model(ex, "logistic_loss",
+                                        carry_over=carry_over)
+  for key in ("example_labels", "example_weights", "dense_features"):
+    with pytest.raises(ValueError, match=re.escape(
+        "must hold real numbers (a float, integer or bool dtype), got a "
+        "string tensor (a tf.function makes a numpy array of object dtype, "
+        "as pandas gives, that is its argument a string tensor, and cannot "
+        "be called with one of floats: give it array.astype(np.float32), or "
+        "use the object array outside the function's arguments, eagerly or "
+        "captured)")):
+      tf.function(lambda ex: captured.minimize(examples=ex))(
+          dict(ex, **{key: mixed[key]}))
+  @tf.function
+  def step():
+    captured.update_weights(captured.minimize(examples=mixed))
+
+  for m, batch in ((model, mixed), (twin, ex), (captured, None)):
     for _ in range(3):
-      m.update_weights(m.minimize(examples=batch))
+      if batch is None:
+        step()
+      else:
+        m.update_weights(m.minimize(examples=batch))
   assert np.abs(_flat(variables)).max() > 0
   np.testing.assert_array_equal(_flat(variables), _flat(twin_variables))
+  np.testing.assert_array_equal(_flat(captured_variables),
+                                _flat(twin_variables))
   np.testing.assert_array_equal(
       model.regularized_loss(mixed).numpy(), twin.regularized_loss(ex).numpy())
 

@@ -211,9 +211,8 @@ def run(args, start_tensorflow=None, body=None):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     if not isinstance(error, tf.errors.InvalidArgumentError):
       raise
-    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "",
-                     error.message)
-    message = re.sub(r"\s*\[Op:[^\]]*\]( name: \S*)?\s*$", "", message)
+    from tf_sdca.ops import sdca_ops  # pylint: disable=import-outside-toplevel
+    message = sdca_ops.op_message(error.message)
     print(f"tf-sdca {args.command}: error: {' '.join(message.split())}",
           file=sys.stderr)
     return 2

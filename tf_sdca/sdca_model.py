@@ -500,12 +500,23 @@ def _check_real(x, argument):
   floats, integers or bools; `_first_unreal`), and is refused naming the
   first other element (a string, bytes, a complex number, None: the
   conversion parsed '0.5' and made None NaN). Anything else passes
-  unchecked."""
+  unchecked.
+
+  A tf.function makes such an array, given as its argument, a string
+  tensor (and TensorFlow then refuses to feed it one of floats): a string
+  tensor while tracing is refused saying so, and how to pass the numbers."""
   if isinstance(x, (tf.Tensor, tf.Variable)):
     if not holds_numbers(x.dtype):
+      hint = ""
+      if x.dtype == tf.string and not tf.executing_eagerly():
+        hint = (" (a tf.function makes a numpy array of object dtype, as "
+                "pandas gives, that is its argument a string tensor, and "
+                "cannot be called with one of floats: give it "
+                "array.astype(np.float32), or use the object array outside "
+                "the function's arguments, eagerly or captured)")
       raise ValueError(f"{argument} must hold real numbers (a float, "
                        f"integer or bool dtype), got a {x.dtype.name} "
-                       f"tensor")
+                       f"tensor{hint}")
   elif isinstance(x, (np.ndarray, np.generic)):
     if x.dtype.kind not in "biufO":
       raise ValueError(f"{argument} must hold real numbers (a float, "
@@ -719,15 +730,21 @@ class _HeldRows(tf.Module):
     out["dense"] = [v.numpy() for v in self.dense]
     return out
 
-  def checked(self, held, argument="state['held']"):
+  def checked(self, held, checks, argument="state['held']"):
     """`held` (`numpy()`'s structure) as the numpy arrays `assign` takes,
-    each row's sparse entries together; sets nothing.
+    each row's sparse entries together; sets nothing. `checks`: the
+    keyword arguments with which `TfSdca>HoldRows` checks a batch's labels
+    (`loss_type`, `num_classes`) and feature ids (`id_limits`, per sparse
+    group the rows of its weight variable, `id_arguments` its name).
 
     Raises:
       ValueError: naming the part of `argument` and the bad value, where
         its groups are not the model's, a part holds no real numbers (or
         keys or ids no integers), the parts disagree on the number of rows
-        or entries, or an example index is not a held row.
+        or entries, an example index is not a held row, a feature id is
+        outside its group's weight variable, an example weight is negative
+        or not finite, or a label outside the loss's domain (which the next
+        `minimize` refused, the state already set, at a merged row's index).
     """
     if (len(held["sparse"]) != len(self.sparse) or
         len(held["dense"]) != len(self.dense)):
@@ -744,6 +761,11 @@ class _HeldRows(tf.Module):
       if len(out[name]) != n:
         raise ValueError(f"{argument}['{name}'] has {len(out[name])} rows, "
                          f"{argument}['keys'] {n}")
+    weights = out["example_weights"]
+    bad = np.flatnonzero(~(np.isfinite(weights) & (weights >= 0)))
+    if bad.size:
+      raise ValueError(f"{argument}['example_weights'][{bad[0]}] = "
+                       f"{weights[bad[0]]} must be finite and >= 0")
     out["sparse"] = []
     for g, (rows, ids, values) in enumerate(held["sparse"]):
       part = f"{argument}['sparse'][{g}]"
@@ -758,6 +780,14 @@ class _HeldRows(tf.Module):
       if rows.size and (rows.min() < 0 or rows.max() >= n):
         raise ValueError(f"held example indices must be rows of the {n} "
                          f"held examples, got {rows.min()} to {rows.max()}")
+      limit = checks["id_limits"][g]
+      outside = np.flatnonzero((ids < 0) | (ids >= limit))
+      if outside.size:
+        k = int(outside[0])
+        raise ValueError(
+            f"{part}[1] has an id >= {limit} or < 0, outside the rows of its "
+            f"weight variable ({checks['id_arguments'][g]}): feature id "
+            f"[{k}] = {ids[k]}")
       # Each row's entries together, in their order (a stable sort).
       order = np.argsort(rows, kind="stable")
       splits = np.concatenate(
@@ -773,7 +803,33 @@ class _HeldRows(tf.Module):
             f"{argument}['dense'][{g}] has shape {value.shape}; the "
             f"{n} held rows of this dense group need {n} x {width}")
       out["dense"].append(value.reshape(n, width))
+    self._check_labels(out, checks, argument)
     return out
+
+  def _check_labels(self, held, checks, argument):
+    """Raises a ValueError naming `argument` where a label of the checked
+    `held` is outside the loss's domain: `TfSdca>HoldRows` checks them as
+    a batch (the held rows as one, none held, none kept back)."""
+    n = len(held["keys"])
+    if not n:
+      return
+    batch = dict(
+        held, sparse=[(np.repeat(np.arange(n), np.diff(splits)), ids,
+                       values if values.size else None)
+                      for splits, ids, values in held["sparse"]])
+    none = dict(keys=np.zeros([0], np.int64),
+                example_weights=np.zeros([0], np.float32),
+                example_labels=np.zeros([0], np.float32),
+                sparse=[(np.zeros([1], np.int64), np.zeros([0], np.int64),
+                         np.zeros([0], np.float32)) for _ in held["sparse"]],
+                dense=[np.zeros([0, d.shape[1]], np.float32)
+                       for d in held["dense"]])
+    try:
+      sdca_ops.hold_rows(batch, none, 0, 0.0, loss_type=checks["loss_type"],
+                         num_classes=checks["num_classes"])
+    except tf.errors.InvalidArgumentError as e:
+      raise ValueError(
+          f"{argument}: {sdca_ops.op_message(e.message)}") from None
 
   def assign(self, held):
     """Sets the held rows from `checked`'s arrays."""
@@ -1102,6 +1158,16 @@ class SdcaModel(tf.Module):
       return self._held
     return super()._lookup_dependency(name, cached_dependencies)
 
+  def _hold_checks(self):
+    """`TfSdca>HoldRows`' checks of a batch (its labels against the loss,
+    its feature ids against the weight variables), as keyword arguments:
+    a call's, and `set_state`'s of held rows."""
+    return dict(loss_type=self._options["loss_type"],
+                num_classes=self._num_classes,
+                id_limits=[w.size for w in self._sparse],
+                id_arguments=[self._group("sparse_features", g)
+                              for g in range(len(self._sparse))])
+
   def _held_rows(self):
     """The `_HeldRows` of a model with `carry_over` (created at the first
     call that needs them), else None."""
@@ -1400,12 +1466,7 @@ class SdcaModel(tf.Module):
       # row the user never gave it, and every call after.
       examples, keys, later = self._held.take(
           examples, keys, share, self._options["seed"],
-          self._calls.read_value(),
-          dict(loss_type=self._options["loss_type"],
-               num_classes=self._num_classes,
-               id_limits=[w.size for w in self._sparse],
-               id_arguments=[self._group("sparse_features", g)
-                             for g in range(len(self._sparse))]))
+          self._calls.read_value(), self._hold_checks())
     state, slots = self._find_state(keys)
     ex_idx, feat_idx, feat_val, uniq_ids, sp_weights = [], [], [], [], []
     start_values = []
@@ -1911,7 +1972,7 @@ class SdcaModel(tf.Module):
     values = values.reshape(-1, self._state_width)
     calls = _state_count(state, "calls") if "calls" in state else None
     if held is not None and self._held_rows() is not None:
-      held = self._held.checked(held)
+      held = self._held.checked(held, self._hold_checks())
     else:
       held = None
     means = None
@@ -1939,8 +2000,10 @@ class SdcaModel(tf.Module):
         weight slots (their number or shapes, `average_slots`' too) or
         state width, keys or values of different lengths, a part that holds
         no real numbers (keys no integers), `calls` or `average_count` not a
-        whole number >= 0, held rows that are not the model's groups or
-        whose parts disagree, or one whose `held` holds rows, given to a
+        whole number >= 0, held rows that are not the model's groups, whose
+        parts disagree, whose feature ids are outside their group's weight
+        variable, whose example weights are negative or not finite or
+        whose labels are outside the loss's domain, or one whose `held` holds rows, given to a
         model built with `carry_over=0`, which has no place for them (as a
         checkpoint holding some is refused on restore): give it to a model
         with `carry_over`, or drop them knowingly by giving this model the

@@ -14,7 +14,8 @@ needs no tf_sdca:
   >>> out["scores"], out["margins"], out["valid"]
 
 Malformed lines get `valid = False` and NaN scores (a batch is never failed
-by one bad line). Every '\\r' of a Criteo line is dropped, as training's
+by one bad line), as do blank ones (empty, or whitespace and for LIBSVM a
+comment only), which training's readers and `predict` skip. Every '\\r' of a Criteo line is dropped, as training's
 reader drops it; a LIBSVM line is bad if it holds a '\\r' or '\\n' before
 its own line end (one "\\n", "\\r\\n" or "\\r" at its end is dropped), which
 training's reader reads as a line end.
@@ -124,6 +125,11 @@ class LinesScorer(tf.Module):
       # serving, so that a line scores as the model read it ("1\t3\t\r5"
       # as "1\t3\t5"; it was a bad line here).
       lines = tf.strings.regex_replace(lines, "\r", "")
+      # A line that strip empties (its whitespace is C's isspace, as the
+      # reader's) is no example to training's reader, which skips it, nor
+      # to predict: invalid here. (Of such lines only 38 tabs, a label-less
+      # line of empty fields, passed the parse below, scored as one.)
+      blank = tf.equal(tf.strings.strip(lines), "")
       # Serving lines may come without the label field: give them one.
       tabs = (tf.strings.length(lines) -
               tf.strings.length(tf.strings.regex_replace(lines, "\t", "")))
@@ -134,7 +140,7 @@ class LinesScorer(tf.Module):
                                axis=1) +
                  tf.linalg.matvec(dense, self.dense_weights[:-1]) +
                  self.dense_weights[-1])  # the intercept column
-      valid = tf.logical_not(parsed["bad"])
+      valid = tf.logical_not(tf.logical_or(parsed["bad"], blank))
     else:
       indices, values, valid = _libsvm_features(
           lines, tf.shape(self.sparse_weights, out_type=tf.int64)[0])

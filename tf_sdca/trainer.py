@@ -878,8 +878,7 @@ def _in_user_rows(message, rows, sparse, dense_dim, epoch, index):
     except (IndexError, TypeError, ValueError):  # not a position after all
       return text
   # TensorFlow's wrapping of an eager op's error says nothing to the user.
-  message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)
-  message = re.sub(r"\s*\[Op:[^\]]*\]( name: \S*)?\s*$", "", message)
+  message = sdca_ops.op_message(message)
   return (f"in mini-batch {index + 1} of epoch {epoch + 1}: " +
           _BATCH_POSITION.sub(annotate, message))
 

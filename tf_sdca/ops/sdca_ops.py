@@ -4,6 +4,8 @@
 TensorFlow user recognises them) plus tf_sdca's extras: the visiting order,
 its seed, the smooth-hinge gamma and the thread count.
 """
+import re
+
 import numpy as np
 import tensorflow as tf
 
@@ -48,6 +50,14 @@ MAX_PASSES = 1 << 20
 
 # Numpy arrays of at least this many bytes become tensors through one
 # 64-byte-aligned copy handed to TensorFlow by DLPack (`to_tensor`).
+def op_message(message):
+  """An op error's `message` without TensorFlow's wrapping of an eager
+  op's error (`{{function_node ...}}`, `[Op:...]`), which says nothing to
+  the user."""
+  message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)
+  return re.sub(r"\s*\[Op:[^\]]*\]( name: \S*)?\s*$", "", message)
+
+
 _DLPACK_MIN_BYTES = 1 << 16
 
 
