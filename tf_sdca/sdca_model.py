@@ -2003,8 +2003,9 @@ class SdcaModel(tf.Module):
         whole number >= 0, held rows that are not the model's groups, whose
         parts disagree, whose feature ids are outside their group's weight
         variable, whose example weights are negative or not finite or
-        whose labels are outside the loss's domain, or one whose `held` holds rows, given to a
-        model built with `carry_over=0`, which has no place for them (as a
+        whose labels are outside the loss's domain, or one whose `held`
+        holds rows, given to a model built with `carry_over=0`, which has
+        no place for them (as a
         checkpoint holding some is refused on restore): give it to a model
         with `carry_over`, or drop them knowingly by giving this model the
         state less `'held'`; likewise for `average_slots` or

@@ -15,10 +15,10 @@ needs no tf_sdca:
 
 Malformed lines get `valid = False` and NaN scores (a batch is never failed
 by one bad line), as do blank ones (empty, or whitespace and for LIBSVM a
-comment only), which training's readers and `predict` skip. Every '\\r' of a Criteo line is dropped, as training's
-reader drops it; a LIBSVM line is bad if it holds a '\\r' or '\\n' before
-its own line end (one "\\n", "\\r\\n" or "\\r" at its end is dropped), which
-training's reader reads as a line end.
+comment only), which training's readers and `predict` skip. Every '\\r' of a
+Criteo line is dropped, as training's reader drops it; a LIBSVM line is bad
+if it holds a '\\r' or '\\n' before its own line end (one "\\n", "\\r\\n" or
+"\\r" at its end is dropped), which training's reader reads as a line end.
 """
 import numpy as np
 import tensorflow as tf

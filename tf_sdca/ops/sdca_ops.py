@@ -48,8 +48,6 @@ ASDCA_LOSSES = ("logistic_loss", "squared_loss", "smooth_hinge_loss")
 MAX_PASSES = 1 << 20
 
 
-# Numpy arrays of at least this many bytes become tensors through one
-# 64-byte-aligned copy handed to TensorFlow by DLPack (`to_tensor`).
 def op_message(message):
   """An op error's `message` without TensorFlow's wrapping of an eager
   op's error (`{{function_node ...}}`, `[Op:...]`), which says nothing to
@@ -58,6 +56,8 @@ def op_message(message):
   return re.sub(r"\s*\[Op:[^\]]*\]( name: \S*)?\s*$", "", message)
 
 
+# Numpy arrays of at least this many bytes become tensors through one
+# 64-byte-aligned copy handed to TensorFlow by DLPack (`to_tensor`).
 _DLPACK_MIN_BYTES = 1 << 16
 
 
