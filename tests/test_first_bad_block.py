@@ -1,7 +1,8 @@
 """FirstNonFinite (kernels/core/first_bad_block.h), which the epoch ops run
-over every weight after every epoch, finds the first NaN or infinity and
-flags no finite double: kernels/tests/first_bad_block_main.cc, built with
-the vectorised loop (-O2) and without (-O0)."""
+over every weight after every epoch and packing over the feature values,
+finds the first NaN or infinity and flags no finite value, double or float:
+kernels/tests/first_bad_block_main.cc, built with the vectorised loop (-O2)
+and without (-O0)."""
 import os
 import shutil
 import subprocess

@@ -326,16 +326,10 @@ bool PrepareResidentRows(const ResidentData& d, int64_t begin, int64_t end,
       }
     }
     if (d.values != nullptr) {
-      const int64_t values_from = FirstBadBlock(lo, hi, [&](int64_t k) {
-        uint32_t bits;  // (all exponent bits set: inf or NaN)
-        std::memcpy(&bits, d.values + k, sizeof(bits));
-        return (bits & 0x7f800000u) == 0x7f800000u;
-      });
-      for (int64_t k = values_from; k < hi; ++k) {
-        if (!std::isfinite(d.values[k])) {
-          *error = Describe("feature_values", k, d.values[k], "must be finite");
-          return false;
-        }
+      const int64_t k = lo + FirstNonFinite(d.values + lo, hi - lo);
+      if (k < hi) {
+        *error = Describe("feature_values", k, d.values[k], "must be finite");
+        return false;
       }
     }
   }

@@ -248,25 +248,12 @@ inline ::tensorflow::Status CheckEpochResult(const char* loss_name,
 // v[k].
 inline ::tensorflow::Status CheckFinite(const float* v, int64_t n,
                                         const std::string& name) {
-  // Blocks of 1024 tested branch-free (a float is not finite when its
-  // exponent bits are all set; the loop vectorizes), the first bad entry
-  // then found in its block: 650k floats in ~0.1 ms instead of ~0.35.
-  constexpr int64_t kBlock = 1024;
-  int64_t start = 0;
-  for (; start + kBlock <= n; start += kBlock) {
-    uint32_t bad = 0;
-    for (int64_t k = start; k < start + kBlock; ++k) {
-      uint32_t bits;
-      std::memcpy(&bits, v + k, sizeof(bits));
-      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    if (bad != 0) break;
-  }
-  for (int64_t k = start; k < n; ++k) {
-    if (!std::isfinite(v[k])) {
-      return ::tensorflow::errors::InvalidArgument(name, "[", k, "] = ", v[k],
-                                                   " must be finite");
-    }
+  // (FirstNonFinite: 650k floats in ~0.1 ms, against ~0.35 tested one by
+  // one.)
+  const int64_t k = FirstNonFinite(v, n);
+  if (k < n) {
+    return ::tensorflow::errors::InvalidArgument(name, "[", k, "] = ", v[k],
+                                                 " must be finite");
   }
   return absl::OkStatus();
 }
