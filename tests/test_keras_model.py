@@ -2,12 +2,14 @@
 the duality-gap stop, every input kind, callbacks, save/load/export, and
 errors on bad data."""
 import csv
+import json
 import os
 import pathlib
 import re
 import runpy
 import subprocess
 import sys
+import zipfile
 
 import keras
 import numpy as np
@@ -987,6 +989,123 @@ def test_a_tf_train_checkpoint_holds_the_training_state(tmp_path):
   tf.train.Checkpoint(model=model).read(path).assert_consumed()
   np.testing.assert_array_equal(model.predict(x, verbose=0),
                                 trained.predict(x, verbose=0))
+
+
+def _assert_same_state(a, b):
+  """Asserts that two `sdca_state()`s hold the same rows (in any order:
+  tables of other shard counts list them so) and weight slots."""
+  for state in (a, b):
+    order = np.argsort(state["keys"], kind="stable")
+    state["keys"], state["values"] = (state["keys"][order],
+                                      state["values"][order])
+  for key in ("keys", "values"):
+    np.testing.assert_array_equal(a[key], b[key])
+  for x, y in zip(a["slots"], b["slots"], strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+def _rewrite_keras_config(path, **changes):
+  """Sets `changes` in the LinearModel config of the .keras file `path`."""
+  with zipfile.ZipFile(path) as archive:
+    entries = {name: archive.read(name) for name in archive.namelist()}
+  config = json.loads(entries["config.json"])
+  config["config"].update(changes)
+  entries["config.json"] = json.dumps(config).encode()
+  with zipfile.ZipFile(path, "w") as archive:
+    for name, data in entries.items():
+      archive.writestr(name, data)
+
+
+def test_a_state_saved_under_other_options_is_refused_on_load(
+    tmp_path, monkeypatch):
+  """The saved SDCA state recorded no options: a state trained under one
+  loss, l2 or number of classes loaded (load_weights, load_model,
+  tf.train.Checkpoint) into a model built with others and trained on from
+  duals that mean something else there, without a word. It records them
+  now (sdca_options, as SdcaModel's checkpoints do) and a model of other
+  ones refuses it naming each option, the saved value and its own, with
+  nothing set; options of speed or path (threads, order, seed, shards)
+  and l1 (the state is the same dual point under any) load, and files
+  saved before the record load unchecked."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  trained = LinearModel(loss="logistic", l2=1.0)
+  trained.fit(x, y, epochs=3, verbose=0)
+
+  def save_all(name):
+    weights = str(tmp_path / f"{name}.weights.h5")
+    whole = str(tmp_path / f"{name}.keras")
+    trained.save_weights(weights)
+    trained.save(whole)
+    checkpoint = tf.train.Checkpoint(model=trained).write(
+        str(tmp_path / name))
+    return weights, whole, checkpoint
+
+  weights, whole, checkpoint = save_all("options")
+  refused = (
+      (dict(loss="squared"),
+       r"loss 'logistic_loss' \(this model 'squared_loss'\)"),
+      (dict(l2=2.0), r"l2 1\.0 \(this model 2\.0\)"),
+      (dict(loss="softmax", num_classes=2),
+       r"loss 'logistic_loss' \(this model 'softmax_loss'\), num_classes "
+       r"1 \(this model 2\)"))
+  for options, match in refused:
+    match = r"the saved SDCA state was trained with " + match
+    model = LinearModel(**options)
+    model.fit(x, y, epochs=1, verbose=0)
+    before, state = model.get_weights(), model.sdca_state()
+    for load in (model.load_weights,
+                 lambda path, m=model: tf.train.Checkpoint(model=m).read(
+                     checkpoint)):
+      with pytest.raises(ValueError, match=match):
+        load(weights)
+      for a, b in zip(model.get_weights(), before):
+        np.testing.assert_array_equal(a, b)
+      for key in ("keys", "values", "calls"):
+        np.testing.assert_array_equal(model.sdca_state()[key], state[key])
+    # Never built: the checkpoint leaves it so.
+    unbuilt = LinearModel(**options)
+    with pytest.raises(ValueError, match=match):
+      tf.train.Checkpoint(model=unbuilt).read(checkpoint)
+    assert not unbuilt.built
+  # load_model rebuilds the model from the file's config: refused where the
+  # config says other options than the state's.
+  keras.models.load_model(whole)
+  _rewrite_keras_config(whole, l2=2.0)
+  with pytest.raises(ValueError, match=r"trained with l2 1\.0 \(this "
+                     r"model 2\.0\)"):
+    keras.models.load_model(whole)
+  # Options that change the path or the speed, and l1: loaded, resumed.
+  for options in (dict(num_threads=1, seed=4, visit_order="cyclic",
+                       num_table_shards=3), dict(l1=0.1)):
+    model = LinearModel(**options)
+    model.fit(x, y, epochs=1, verbose=0)
+    model.load_weights(weights)
+    tf.train.Checkpoint(model=model).read(checkpoint).assert_consumed()
+    _assert_same_state(model.sdca_state(), trained.sdca_state())
+    model.fit(x, y, epochs=1, verbose=0)
+  # Saved before the record: loaded unchecked, as before.
+  original = LinearModel.save_own_variables
+
+  def without_record(self, store):
+    written = {}
+    original(self, written)
+    assert "sdca_options" in written
+    for key, value in written.items():
+      if key != "sdca_options":
+        store[key] = value
+
+  monkeypatch.setattr(LinearModel, "save_own_variables", without_record)
+  weights, whole, checkpoint = save_all("older")
+  monkeypatch.undo()
+  _rewrite_keras_config(whole, l2=2.0)
+  assert keras.models.load_model(whole).l2 == 2.0
+  model = LinearModel(l2=2.0)
+  model.fit(x, y, epochs=1, verbose=0)
+  model.load_weights(weights)
+  tf.train.Checkpoint(model=model).read(checkpoint).assert_consumed()
+  _assert_same_state(model.sdca_state(), trained.sdca_state())
 
 
 def test_a_sparse_tensor_with_repeated_indices_scores_as_fit_trains_it():

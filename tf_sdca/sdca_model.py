@@ -385,6 +385,55 @@ _HELD_ROWS_DROPPED = (
     "pending updates. ")
 
 
+def state_meaning(options, sharded=True):
+  """The options that give a dual state its meaning, from `options` (a dict
+  `SdcaModel.check_options` returned): the loss and l2 its duals and
+  weight slots (v / l2, v = X^T alpha) were trained under and the classes
+  (a state row's width); with `sharded`, the table shards too, which
+  matter where the state is read into the tables as written (a
+  checkpoint), not through `set_state` (which re-shards).
+
+  Not among them: l1 (the slots are unshrunk, the weights shrink(v / l2):
+  the state is the same dual point under any l1), gamma (the smooth
+  hinge's duals lie in [0, 1] under any) and the options of speed or path
+  (threads, visiting order, seed, carry_over, whose held rows
+  `set_state` and `_StateMeaning` check apart)."""
+  meaning = dict(
+      loss_type=options["loss_type"],
+      symmetric_l2_regularization=float(
+          options["symmetric_l2_regularization"]),
+      num_classes=options["num_classes"])
+  if sharded:
+    meaning["num_table_shards"] = options["num_table_shards"]
+  return meaning
+
+
+def check_state_meaning(theirs, ours, whose, remedy, label=str):
+  """Refuses a state trained under other options than this model's.
+
+  Args:
+    theirs: `state_meaning` of the state's writer (a dict, e.g. as read
+      back from JSON).
+    ours: `state_meaning` of the model reading it.
+    whose: the state in the message ("the checkpoint's SdcaModel state").
+    remedy: the message's last sentence(s): what to do instead.
+    label: option key -> its name in the message (the door's spelling).
+
+  Raises:
+    ValueError: naming every option that differs, its value in the state
+      and in this model.
+  """
+  if theirs == ours:
+    return
+  differ = ", ".join(f"{label(key)} {theirs.get(key)!r} (this model "
+                     f"{ours.get(key)!r})"
+                     for key in sorted(set(theirs) | set(ours))
+                     if theirs.get(key) != ours.get(key))
+  raise ValueError(f"{whose} was trained with {differ}: its duals and "
+                   f"weight slots mean something else in this model. "
+                   f"{remedy}")
+
+
 class _StateMeaning(tf.Module):
   """What a model's dual state means: the options its duals and slots were
   trained under (loss, l2, classes), its table shards, and how many rows it
@@ -461,17 +510,11 @@ class _StateMeaning(tf.Module):
             lambda: tf.group(*held.clear()), tf.no_op)
     theirs, ours = json.loads(saved.numpy().decode()), json.loads(self._text)
     count = theirs.pop("held_rows", None)
-    if theirs != ours:
-      differ = ", ".join(f"{key} {theirs.get(key)!r} (this model "
-                         f"{ours.get(key)!r})"
-                         for key in sorted(set(theirs) | set(ours))
-                         if theirs.get(key) != ours.get(key))
-      raise ValueError(
-          f"the checkpoint's SdcaModel state was trained with {differ}: its "
-          f"duals and weight slots mean something else in this model. "
-          f"Restore it into a model built with the checkpoint's options "
-          f"(num_table_shards may differ through get_state() / "
-          f"set_state(), which re-shard), or train this one from zero")
+    check_state_meaning(
+        theirs, ours, "the checkpoint's SdcaModel state",
+        "Restore it into a model built with the checkpoint's options "
+        "(num_table_shards may differ through get_state() / set_state(), "
+        "which re-shard), or train this one from zero")
     if count is not None and held is None and count > 0:
       raise ValueError(f"{count}".join(self._HELD_MESSAGE))
     if count == 0 and held is not None:
@@ -1101,13 +1144,8 @@ class SdcaModel(tf.Module):
       # epoch). Checkpointed, so a resumed run visits the same orders.
       self._calls = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                 name="minimize_calls")
-    self._state_meaning = _StateMeaning(dict(
-        loss_type=self._options["loss_type"],
-        symmetric_l2_regularization=float(
-            self._options["symmetric_l2_regularization"]),
-        num_classes=self._num_classes,
-        num_table_shards=self._options["num_table_shards"]),
-        self._held_rows)
+    self._state_meaning = _StateMeaning(state_meaning(self._options),
+                                        self._held_rows)
     # The held rows of `carry_over`, created at their first use
     # (`_held_rows`): their variables are ~0.5 ms of a model's ~1.7 ms
     # creation, which front ends training packed rows never use.

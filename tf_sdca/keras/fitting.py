@@ -34,6 +34,7 @@ from tf_sdca.keras import multi_worker
 from tf_sdca.keras import saving
 from tf_sdca.keras import state as state_lib
 from tf_sdca.sdca_model import SdcaModel
+from tf_sdca.sdca_model import state_meaning
 
 # What the model's traced `train_step` does: one epoch over packed rows, or
 # one streamed batch.
@@ -507,7 +508,8 @@ class TrainingState:
   def save(self, store, sdca):
     """Saves the SDCA state of `sdca` (or the loaded one it has not taken
     yet) into `store` with this training state (the packed rows' float64
-    duals, momentum's and the mean's state; see
+    duals, momentum's and the mean's state) and the options it was trained
+    under (`state_meaning`; see
     `tf_sdca.keras.saving.save_state`); nothing before any."""
     self.flush(sdca)
     state = sdca.get_state() if sdca is not None else self.pending_state
@@ -515,8 +517,15 @@ class TrainingState:
       return
     rows = (self.row_duals if self.packed is None else
             (self.packed.keys, self.packed.duals.numpy()))
-    saving.save_state(store, state, rows, self.train_weight,
-                      self.momentum_state, self.average)
+    saving.save_state(store, state, self.state_meaning(), rows,
+                      self.train_weight, self.momentum_state, self.average)
+
+  def state_meaning(self):
+    """The options that give the model's SDCA state its meaning
+    (`tf_sdca.sdca_model.state_meaning`), saved beside it and checked at
+    load; not the table shards, as a loaded state is re-sharded."""
+    return state_meaning(SdcaModel.check_options(self._sdca_options()),
+                         sharded=False)
 
   def restore(self, loaded, sdca):
     """Takes the training state of a loaded file

@@ -893,8 +893,9 @@ class LinearModel(keras.Model):
 
   # -------------------------------------------------------- save / export
   def save_own_variables(self, store):
-    """Keras weights, then the SDCA state (duals and float64 weights), so
-    that training resumes where it stopped after `load_model`."""
+    """Keras weights, then the SDCA state (duals and float64 weights) with
+    the options it was trained under (loss, l2, classes), so that training
+    resumes where it stopped after `load_model`."""
     super().save_own_variables(store)
     self._training.save(store, self._sdca)
 
@@ -919,13 +920,20 @@ class LinearModel(keras.Model):
 
   def load_own_variables(self, store):
     """Keras weights and the SDCA state of `store`: every part is checked
-    before any is set, so that a refused file (weights of other shapes, a
+    before any is set, so that a refused file (a state trained under
+    another loss, l2 or number of classes, weights of other shapes, a
     state `SdcaModel.set_state` refuses, e.g. held rows for a model built
     with `carry_over=0`) leaves the model's weights and training state as
     they were. A model built but never fitted takes its (zero) SdcaModel
     here, so that the file's state is checked at load too (it was checked
     only at the next fit, which refused it after the file's weights were
-    set)."""
+    set). A file saved before the options were recorded loads unchecked.
+
+    Raises:
+      ValueError: naming the part (for other options: each option, the
+        file's value and the model's).
+    """
+    saving.check_options(store, self._training.state_meaning(), self.name)
     variables = self._trainable_variables + self._non_trainable_variables
     values = saving.check_weights(store, variables, self.name)
     loaded = saving.load_state(store)
@@ -981,11 +989,12 @@ class LinearModel(keras.Model):
     built.
 
     Raises:
-      ValueError: naming the part, for features other than the model's
-        (name, kind, size), weights of other shapes or a state
-        `load_own_variables` refuses; nothing is set (a model never built
-        stays so when its features or weights are refused, and is left
-        built at zero weights, with no state, when only the state is).
+      ValueError: naming the part, for a state trained under other options
+        (loss, l2, classes), features other than the model's (name, kind,
+        size), weights of other shapes or a state `load_own_variables`
+        refuses; nothing is set (a model never built stays so when its
+        options, features or weights are refused, and is left built at
+        zero weights, with no state, when only the state is).
     """
     spec, store = saving.from_bytes(data)
     if spec is None:
@@ -993,6 +1002,7 @@ class LinearModel(keras.Model):
         raise ValueError(f"{self.name}: the checkpoint's training state has "
                          f"no feature spec")
       return
+    saving.check_options(store, self._training.state_meaning(), self.name)
     if self._spec is None:
       k = self.num_classes
       shapes = [(s[2], k) for s in spec] + ([(k,)] if self.use_bias else [])

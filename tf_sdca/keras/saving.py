@@ -5,8 +5,12 @@ SDCA training state under `sdca_*` names of the same store, so that a
 `fit` after `keras.models.load_model` resumes where training stopped: the
 example state and float64 weights (`SdcaModel.get_state()`), the float64
 duals of in-memory rows, held rows (carry_over), the momentum's
-extrapolation and the running mean of an averaging fit. The names are the
-file format: files saved before an entry existed load without it.
+extrapolation and the running mean of an averaging fit, and the options
+that give that state its meaning (`sdca_options`: loss, l2, classes; see
+`tf_sdca.sdca_model.state_meaning`), which a model of other ones refuses
+to load (`check_options`). The names are the file format: files saved
+before an entry existed load without it (one without `sdca_options`
+unchecked, as before the record).
 
 `tf.train.Checkpoint(model=...)` holds the same store: `CheckpointRecord`
 is the model's one checkpointed child, its store and feature spec in one
@@ -18,16 +22,20 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import options
+from tf_sdca import sdca_model
 from tf_sdca.keras import callbacks
 
 
-def save_state(store, state, row_duals, train_weight, momentum_state,
-               average):
+def save_state(store, state, meaning, row_duals, train_weight,
+               momentum_state, average):
   """Writes the SDCA state into a Keras variable store.
 
   Args:
     store: the store `save_own_variables` gets.
     state: `SdcaModel.get_state()`'s dict.
+    meaning: the options the state was trained under
+      (`tf_sdca.sdca_model.state_meaning`, a JSON-able dict).
     row_duals: `(example keys, float64 duals)` of in-memory rows, or None.
     train_weight: the total example weight of the training data.
     momentum_state: `(example keys, Extrapolation.state())` or None.
@@ -37,6 +45,9 @@ def save_state(store, state, row_duals, train_weight, momentum_state,
   if row_duals is not None:
     store["sdca_row_keys"] = row_duals[0]
     store["sdca_row_duals"] = row_duals[1]
+  # JSON as bytes: an .h5 store holds no numpy string arrays.
+  store[_OPTIONS] = np.frombuffer(
+      json.dumps(meaning, sort_keys=True).encode(), np.uint8)
   store["sdca_keys"] = state["keys"]
   store["sdca_values"] = state["values"]
   for i, slot in enumerate(state["slots"]):
@@ -69,6 +80,37 @@ def save_state(store, state, row_duals, train_weight, momentum_state,
       store["sdca_average_last_keys"] = average.last[0]
       store["sdca_average_last_table"] = average.last[1]
       store["sdca_average_last_duals"] = average.last[2]
+
+
+# The store's entry of the options the SDCA state was trained under.
+_OPTIONS = "sdca_options"
+
+
+def check_options(store, meaning, name):
+  """Refuses a store whose SDCA state was trained under other options than
+  `meaning` (the loading model's `tf_sdca.sdca_model.state_meaning`): its
+  duals and weight slots would mean something else in the model, which
+  would train on from them without a word. A store without the record
+  (saved before it existed) passes unchecked.
+
+  Raises:
+    ValueError: naming the model `name` and each option that differs
+      (as `LinearModel` spells it), the store's value and the model's.
+  """
+  if _OPTIONS not in list(store.keys()):
+    return
+  saved = json.loads(np.asarray(store[_OPTIONS]).tobytes().decode())
+  sdca_model.check_state_meaning(
+      saved, meaning, f"{name}: the saved SDCA state",
+      "Load it into a model built with the saved options, or train this "
+      "one from zero; nothing was set",
+      lambda key: _KERAS_NAMES.get(key, key))
+
+
+# `LinearModel`'s names of the `sdca_options` keys, for messages.
+_KERAS_NAMES = dict(
+    {o.sdca_key: o.name for o in options.OPTIONS.values() if o.sdca_key},
+    loss_type="loss")
 
 
 def check_finite(store, name):
@@ -224,8 +266,9 @@ class CheckpointRecord(tf.__internal__.tracking.Trackable):
   """The training state of a `LinearModel` as `tf.train.Checkpoint` keeps
   it: one string tensor (`<path>/.ATTRIBUTES/store`), the store
   `save_own_variables` writes (the Keras weights, the SdcaModel's state,
-  the float64 duals of in-memory rows, momentum's and the mean's state)
-  with the feature spec, as `to_bytes` packs them. Restoring it reads the
+  the float64 duals of in-memory rows, momentum's and the mean's state,
+  the options they were trained under) with the feature spec, as
+  `to_bytes` packs them. Restoring it reads the
   whole store back through `restore` (`LinearModel`'s, which checks every
   part before it sets any), so that a restored model resumes as
   `load_model` does, the duals included.
