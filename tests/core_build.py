@@ -11,7 +11,10 @@ A test session that collects tests building drivers starts their core
 builds on one background thread as it begins (`prebuild`, from
 tests/conftest.py) and runs those tests last, so the ~2 minutes of
 compiling overlap the TensorFlow tests, which leave the second core mostly
-idle; a test needing objects still being built waits for them.
+idle; a test needing objects still being built waits for them. The
+drivers' own sources (`DRIVER_BUILDS`: 2-10 s each, fourteen builds, one of
+them twice) are compiled there too, after the core, each once per flag set;
+a test then only links.
 """
 import atexit
 import concurrent.futures
@@ -38,7 +41,29 @@ TSAN = ["-O1", "-g1", "-fsanitize=thread"]
 # first need them (the tests' files in order).
 FLAG_SETS = (["-O2"], ASAN_UBSAN, TSAN)
 
+
+def _driver(name):
+  return os.path.join(ROOT, "kernels", "tests", name)
+
+
+# The drivers the tests build with each of FLAG_SETS (tests/test_asdca.py,
+# test_core_sanitizers.py, test_core_threads.py), for `prebuild`; a driver
+# missing here is compiled when its test builds it.
+DRIVER_BUILDS = (
+    (FLAG_SETS[0], [_driver(name) for name in (
+        "asdca_main.cc", "packed_chunks_main.cc", "packed_threads_main.cc",
+        "packed_rows_bench_main.cc", "multiclass_blocks_main.cc")]),
+    (FLAG_SETS[1], [_driver(name) for name in (
+        "asdca_main.cc", "packed_threads_main.cc", "loss_steps_main.cc",
+        "multiclass_blocks_main.cc", "corpus_replay_main.cc",
+        "text_reader_main.cc")]),
+    (FLAG_SETS[2], [_driver(name) for name in (
+        "packed_chunks_main.cc", "multiclass_blocks_main.cc",
+        "packed_threads_main.cc")]),
+)
+
 _builds = {}  # tuple(flags) -> Future of the object files of CORE
+_driver_objects = {}  # (source, tuple(flags)) -> Future of its object file
 _lock = threading.Lock()
 _directory = []
 
@@ -66,14 +91,16 @@ def _build_objects(flags, workers):
   return objs
 
 
-def _claim(flags):
-  """The future of `flags`' objects, and whether the caller must build
-  them (nobody has started)."""
+def _claim(flags, table=None, key=None):
+  """The future of `flags`' objects (or of `table[key]`), and whether the
+  caller must build them (nobody has started)."""
+  table = _builds if table is None else table
+  key = tuple(flags) if key is None else key
   with _lock:
-    future = _builds.get(tuple(flags))
+    future = table.get(key)
     if future is not None:
       return future, False
-    future = _builds[tuple(flags)] = concurrent.futures.Future()
+    future = table[key] = concurrent.futures.Future()
     return future, True
 
 
@@ -97,15 +124,40 @@ def core_objects(flags):
   return future.result()
 
 
-def prebuild(flag_sets):
+def driver_object(source, flags):
+  """`source` (a driver's own file) compiled with `flags` (compiled on
+  first use, or waited for where `prebuild` is compiling it).
+
+  Raises:
+    subprocess.CalledProcessError: when it does not compile.
+  """
+  future, mine = _claim(flags, _driver_objects, (source, tuple(flags)))
+  if mine:
+    try:
+      obj = os.path.join(tempfile.mkdtemp(dir=_scratch()),
+                         os.path.basename(source)[:-3] + ".o")
+      _compile(flags, source, obj)
+      future.set_result(obj)
+    except BaseException as e:  # pylint: disable=broad-except
+      future.set_exception(e)
+  return future.result()
+
+
+def prebuild(flag_sets, driver_builds=DRIVER_BUILDS):
   """Starts building the core with each of `flag_sets` in turn, one source
-  at a time, on a daemon thread (a set a test claimed first is left to
-  it)."""
+  at a time, then the drivers of `driver_builds` ((flags, sources) pairs),
+  on a daemon thread (what a test claimed first is left to it)."""
   def run():
     for flags in flag_sets:
       future, mine = _claim(flags)
       if mine:
         _fill(future, flags, 1)
+    for flags, sources in driver_builds:
+      for source in sources:
+        try:
+          driver_object(source, flags)
+        except subprocess.CalledProcessError:
+          pass  # kept in its future: the test that builds it reports it
   threading.Thread(target=run, name="core_build.prebuild",
                    daemon=True).start()
 
@@ -118,7 +170,8 @@ def build(binary, sources, flags):
     subprocess.CalledProcessError: (with `stderr` text) when compiling or
       linking fails, e.g. without the sanitizer's runtime library.
   """
-  subprocess.run(["g++", "-std=c++17", "-I" + ROOT, *flags, *sources,
-                  *core_objects(flags), "-o", binary, "-lpthread"],
+  objects = [driver_object(source, flags) for source in sources]
+  subprocess.run(["g++", *flags, *objects, *core_objects(flags), "-o",
+                  binary, "-lpthread"],
                  check=True, capture_output=True, text=True)
   return binary

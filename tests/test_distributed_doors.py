@@ -52,18 +52,28 @@ def _run_cluster(script_args, num_workers, timeout=150):
   return [(p.returncode, out) for p, out in zip(processes, outputs)]
 
 
-def test_estimator_with_a_multi_worker_config_trains_cocoa_plus_to_the_optimum(
-    tmp_path):
+@pytest.fixture(scope="module")
+def estimator_cluster(tmp_path_factory):
+  """The rows and, per worker, {class count: results} of one cluster whose
+  workers train a binary LinearClassifier, then a 3-class one (one
+  cluster's start, ~8-10 s of a 2-core machine, for both tests)."""
+  tmp_path = tmp_path_factory.mktemp("estimator_cluster")
   data = _rows()
   np.savez(tmp_path / "data.npz", **data)
   model_dir = str(tmp_path / "model")
   results = _run_cluster(lambda k: [
       os.path.join(_HERE, "distributed_estimator_worker.py"), model_dir,
-      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json")], 2)
+      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json"), "2,3"],
+                         2)
   for code, output in results:
     assert code == 0, output[-3000:]
-  chief, other = (json.load(open(tmp_path / f"out-{k}.json"))
-                  for k in range(2))
+  return data, [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
+
+
+def test_estimator_with_a_multi_worker_config_trains_cocoa_plus_to_the_optimum(
+    estimator_cluster):
+  data, outs = estimator_cluster
+  chief, other = (out["2"] for out in outs)
   # Both processes saw the same rounds and the same gap certificate.
   assert chief["gaps"] == other["gaps"] and chief["gaps"][-1] < 1e-10
   # The optimum of the same objective, solved in this process by
@@ -83,20 +93,12 @@ def test_estimator_with_a_multi_worker_config_trains_cocoa_plus_to_the_optimum(
 
 
 def test_estimator_with_three_classes_trains_cocoa_plus_across_processes(
-    tmp_path):
+    estimator_cluster):
   """LinearClassifier(n_classes=3) with a multi-worker config: the softmax
   rounds end at the optimum one process reaches, in TF's variable shapes
   ([rows, 3] per column, [3] for the bias)."""
-  data = _rows()
-  np.savez(tmp_path / "data.npz", **data)
-  model_dir = str(tmp_path / "model")
-  results = _run_cluster(lambda k: [
-      os.path.join(_HERE, "distributed_estimator_worker.py"), model_dir,
-      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json"), "3"], 2)
-  for code, output in results:
-    assert code == 0, output[-3000:]
-  chief, other = (json.load(open(tmp_path / f"out-{k}.json"))
-                  for k in range(2))
+  data, outs = estimator_cluster
+  chief, other = (out["3"] for out in outs)
   assert chief["gaps"] == other["gaps"] and chief["gaps"][-1] < 1e-10
   model = InMemorySdca("softmax", l2=2.0, num_classes=3)
   model.fit(data["y3"], dense=np.hstack([data["x"], np.ones((600, 1))]),
@@ -110,16 +112,27 @@ def test_estimator_with_three_classes_trains_cocoa_plus_across_processes(
   np.testing.assert_allclose(chief[prefix + "c/weights"],
                              model.sparse_weights.ravel(), atol=1e-4)
 
-def test_keras_linear_model_under_multi_worker_strategy_trains_cocoa_plus(
-    tmp_path):
+@pytest.fixture(scope="module")
+def keras_cluster(tmp_path_factory):
+  """The rows and, per worker, {mode: results} of one Keras cluster that
+  trains the logistic model, then the softmax one (one cluster's start,
+  ~8-10 s of a 2-core machine, for both tests)."""
+  tmp_path = tmp_path_factory.mktemp("keras_cluster")
   data = _rows()
   np.savez(tmp_path / "data.npz", **data)
   results = _run_cluster(lambda k: [
       os.path.join(_HERE, "distributed_keras_worker.py"),
-      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json")], 2)
+      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json"),
+      "logistic,softmax"], 2)
   for code, output in results:
     assert code == 0, output[-3000:]
-  outs = [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
+  return data, [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
+
+
+def test_keras_linear_model_under_multi_worker_strategy_trains_cocoa_plus(
+    keras_cluster):
+  data, outs = keras_cluster
+  outs = [out["logistic"] for out in outs]
   assert outs[0]["gaps"] == outs[1]["gaps"] and outs[0]["gaps"][-1] < 1e-10
   assert outs[0]["predictions"] == outs[1]["predictions"]  # one model
   assert "pass this worker's x and y (not a dataset)" in outs[0]["refused"]
@@ -132,18 +145,12 @@ def test_keras_linear_model_under_multi_worker_strategy_trains_cocoa_plus(
 
 
 
-def test_keras_softmax_under_multi_worker_strategy_trains_cocoa_plus(tmp_path):
+def test_keras_softmax_under_multi_worker_strategy_trains_cocoa_plus(
+    keras_cluster):
   """LinearModel(loss="softmax", num_classes=3) on two workers: one model,
   the probabilities of the same objective solved in this process."""
-  data = _rows()
-  np.savez(tmp_path / "data.npz", **data)
-  results = _run_cluster(lambda k: [
-      os.path.join(_HERE, "distributed_keras_worker.py"),
-      str(tmp_path / "data.npz"), str(tmp_path / f"out-{k}.json"),
-      "softmax"], 2)
-  for code, output in results:
-    assert code == 0, output[-3000:]
-  outs = [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
+  data, outs = keras_cluster
+  outs = [out["softmax"] for out in outs]
   assert outs[0]["gaps"] == outs[1]["gaps"] and outs[0]["gaps"][-1] < 1e-10
   assert outs[0]["predictions"] == outs[1]["predictions"]
   model = InMemorySdca("softmax", l2=2.0, num_classes=3)
