@@ -336,12 +336,17 @@ def _cluster_here(args, killed_at=None):
   from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
   env, tag = _tagged_env()
   out, err = io.StringIO(), io.StringIO()
+  # The tag goes to the workers' environment only: set in this process's,
+  # it also tagged what other threads started meanwhile (tests/core_build's
+  # background g++, then counted as left over).
+  tagged = {name: env[name]
+            for name in ("TF_SDCA_TEST_TAG", "TF_CPP_MIN_LOG_LEVEL",
+                         "PYTHONPATH")}
   with pytest.MonkeyPatch.context() as patch:
-    for name in ("TF_SDCA_TEST_TAG", "TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH"):
-      patch.setenv(name, env[name])
     run_workers = launch.run_workers
 
     def run_workers_here(*positional, **keywords):
+      keywords["env"] = dict(keywords.get("env") or {}, **tagged)
       keywords.setdefault("timeout", 240)  # (the child launcher's limit)
       if killed_at is not None:
         keywords.setdefault("worker_command",
