@@ -1405,11 +1405,10 @@ class AsdcaSolveOp : public OpKernel {
     OP_REQUIRES_OK(context, CheckFiniteWeights(TensorBuffer<double>(weights),
                                                slots));
     const double* iterate_in = TensorBuffer<double>(iterate);
-    for (int64_t j = 0; j < slots; ++j) {
-      OP_REQUIRES(context, std::isfinite(iterate_in[j]),
-                  InvalidArgument("iterate[", j, "] = ", iterate_in[j],
-                                  " must be finite"));
-    }
+    const int64_t bad_iterate = FirstNonFinite(iterate_in, slots);
+    OP_REQUIRES(context, bad_iterate == slots,
+                InvalidArgument("iterate[", bad_iterate, "] = ",
+                                iterate_in[bad_iterate], " must be finite"));
     std::string error;
     OP_REQUIRES(context,
                 rows->CheckDuals(TensorBuffer<double>(duals), *loss_, &error),
@@ -1452,8 +1451,10 @@ class AsdcaSolveOp : public OpKernel {
       OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>AsdcaSolve"));
       std::string dual_error;
       rows->CheckDuals(alpha, *loss_, &dual_error);
-      for (int64_t j = 0; j < slots && dual_error.empty(); ++j) {
-        if (!std::isfinite(w[j]) || !std::isfinite(w_iterate[j])) {
+      if (dual_error.empty()) {
+        const int64_t j = std::min(FirstNonFinite(w, slots),
+                                   FirstNonFinite(w_iterate, slots));
+        if (j < slots) {
           dual_error = "the weights or the iterate are not finite at slot " +
                        std::to_string(j);
         }
