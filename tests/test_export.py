@@ -1,7 +1,8 @@
 """`tf-sdca export`: a SavedModel that scores raw Criteo / LIBSVM lines,
-loaded in a fresh process without tf_sdca, gives the scores of `tf-sdca
-predict` (parsing, hashing, scaling, intercept, L1 shrink and activation
-all inside the SavedModel); bad lines are flagged, not fatal."""
+loaded in a process that never imported tf_sdca (one for the module), gives
+the scores of `tf-sdca predict` (parsing, hashing, scaling, intercept, L1
+shrink and activation all inside the SavedModel); bad lines are flagged,
+not fatal."""
 import json
 import os
 import subprocess
@@ -15,30 +16,53 @@ from tf_sdca import cli
 from tf_sdca.data import generate_criteo_arrays, write_criteo_tsv
 from tf_sdca.data import text_parser
 
-_LOAD = """
-import json, sys
+_SERVE = """
+import json, sys, traceback
 import numpy as np
 import tensorflow as tf
-assert "tf_sdca" not in sys.modules
-lines = json.load(open(sys.argv[2]))
-out = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](
-    lines=tf.constant(lines))
-json.dump({k: v.numpy().tolist() for k, v in out.items()},
-          open(sys.argv[3], "w"))
+for request in sys.stdin:
+  try:
+    assert "tf_sdca" not in sys.modules
+    saved, lines_path, out_path = json.loads(request)
+    lines = json.load(open(lines_path))
+    out = tf.saved_model.load(saved).signatures["serving_default"](
+        lines=tf.constant(lines))
+    json.dump({k: v.numpy().tolist() for k, v in out.items()},
+              open(out_path, "w"))
+    print("ok", flush=True)
+  except Exception:  # the test's assertion shows it
+    print(json.dumps(traceback.format_exc()), flush=True)
 """
 
 
-def _served(tmp_path, saved_model, lines):
-  """Scores of `lines` from the SavedModel, in a process without tf_sdca."""
-  (tmp_path / "lines.json").write_text(json.dumps(lines))
-  script = tmp_path / "load.py"
-  script.write_text(_LOAD)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+  """One process without tf_sdca (each start of TensorFlow costs ~5 s)
+  that loads each test's SavedModel afresh and serves its lines."""
+  tmp = tmp_path_factory.mktemp("server")
+  script = tmp / "serve.py"
+  script.write_text(_SERVE)
   env = dict(os.environ, PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="3")
-  result = subprocess.run(
-      [sys.executable, str(script), saved_model, str(tmp_path / "lines.json"),
-       str(tmp_path / "out.json")], capture_output=True, text=True, env=env,
-      cwd=str(tmp_path), check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp / "stderr.txt", "w") as err:
+    child = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=str(tmp))
+  yield child, tmp / "stderr.txt"
+  child.stdin.close()
+  child.wait(timeout=60)
+
+
+def _served(server, tmp_path, saved_model, lines):
+  """Scores of `lines` from the SavedModel, in the process without
+  tf_sdca."""
+  child, stderr = server
+  (tmp_path / "lines.json").write_text(json.dumps(lines))
+  child.stdin.write(json.dumps([saved_model, str(tmp_path / "lines.json"),
+                                str(tmp_path / "out.json")]) + "\n")
+  child.stdin.flush()
+  reply = child.stdout.readline().strip()
+  assert reply == "ok", (json.loads(reply) if reply else
+                         stderr.read_text()[-3000:])
   return json.loads((tmp_path / "out.json").read_text())
 
 
@@ -49,7 +73,7 @@ def _predicted(tmp_path, data, model_dir, *extra):
   return np.loadtxt(out)
 
 
-def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
+def test_criteo_model_scores_raw_lines_like_predict(tmp_path, server):
   data = str(tmp_path / "day.tsv")
   write_criteo_tsv(data, generate_criteo_arrays(3000, seed=5))
   model_dir = str(tmp_path / "model")
@@ -84,8 +108,7 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
     parsed = text_parser.parse_criteo((line + "\n").encode(), 14)
     assert len(parsed["labels"]) == len(parsed["bad_lines"]) == 0, repr(line)
   bad = ["1\tx", "\t".join(minus)] + blank
-  # (One process serves every line: each costs a TensorFlow start.)
-  out = _served(tmp_path, saved, lines + unlabeled + bad + carried)
+  out = _served(server, tmp_path, saved, lines + unlabeled + bad + carried)
   served_carried = {key: value[-len(carried):] for key, value in out.items()}
   out = {key: value[:-len(carried)] for key, value in out.items()}
   scores = np.asarray(out["scores"])
@@ -108,7 +131,7 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path):
 
 
 @pytest.mark.parametrize("loss", ["logistic", "squared"])
-def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
+def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss, server):
   x, y = load_breast_cancer(return_X_y=True)
   x = x[:, :12]  # natural units: values up to ~2,500
   data = str(tmp_path / "bc.libsvm")
@@ -151,8 +174,7 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss):
   # Blank lines (whitespace, a comment), which the reader and predict
   # skip, are invalid.
   blank = ["", " \t ", "# a comment", "\r\n", " # 1 2:1"]
-  # (One process serves every line: each costs a TensorFlow start.)
-  out = _served(tmp_path, saved, lines + extra + ends + split + blank)
+  out = _served(server, tmp_path, saved, lines + extra + ends + split + blank)
   line_ends = {key: value[len(lines) + len(extra):]
                for key, value in out.items()}
   out = {key: value[:len(lines) + len(extra)] for key, value in out.items()}
