@@ -3,6 +3,7 @@
 A model directory's files, metadata and checks: `tf_sdca.model_files`.
 """
 import argparse
+import json
 import os
 import re
 import sys
@@ -519,6 +520,9 @@ def train(args, start_tensorflow=None):
       raise ValueError(f"--resume: {args.model_dir}/checkpoint.npz: "
                        f"{error}") from None
 
+  # The history's entries as JSON, each encoded once (`files.readable_json`).
+  history_json = [json.dumps(entry) for entry in meta["history"]]
+
   def checkpoint(epoch, history):
     meta["epochs_done"] = epoch + 1
     meta["history"].append(dict(epoch=epoch + 1, loss=history["loss"][-1],
@@ -528,8 +532,10 @@ def train(args, start_tensorflow=None):
       meta["history"][-1].update(
           last_loss=history["last_loss"][-1],
           last_duality_gap=history["last_duality_gap"][-1])
-    files.save_model_atomically(args.model_dir, meta, epoch=epoch + 1,
-                                **model.state_dict())
+    history_json.append(json.dumps(meta["history"][-1]))
+    files.save_model_atomically(args.model_dir, meta,
+                                encoded={"history": history_json},
+                                epoch=epoch + 1, **model.state_dict())
 
   if meta["history"] and meta["history"][-1]["duality_gap"] < args.tol:
     print(f"already converged: gap {meta['history'][-1]['duality_gap']:.2e}")

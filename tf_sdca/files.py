@@ -61,21 +61,57 @@ def save_npz_atomically(path, **arrays):
   os.replace(temporary, path)
 
 
-def save_model_atomically(model_dir, meta, **arrays):
+def save_model_atomically(model_dir, meta, encoded=None, **arrays):
   """A model directory's state as one atomic unit: `checkpoint.npz` holds
   the arrays and `meta` (as JSON in `meta_json`), replaced in one rename,
   so that a kill at any moment leaves the old state or the new one, never
   weights of one epoch with the epoch count of another. `model.json` is
-  then written as a readable copy of `meta`; readers trust the
-  checkpoint's."""
+  then written as a readable copy of `meta` (the same text); readers trust
+  the checkpoint's. `encoded`: `readable_json`'s."""
+  text = readable_json(meta, encoded)
   save_npz_atomically(os.path.join(model_dir, "checkpoint.npz"),
-                      meta_json=np.array(json.dumps(meta)), **arrays)
-  save_json_atomically(os.path.join(model_dir, "model.json"), meta)
+                      meta_json=np.array(text), **arrays)
+  _save_text_atomically(os.path.join(model_dir, "model.json"), text)
+
+
+def readable_json(value, encoded=None):
+  """`value` as JSON text for people to read: a dict of string keys one key
+  a line, a list of dicts under one (a history of epochs) one dict a line,
+  everything else compact.
+
+  Each part goes through json's C encoder (`json.dump(indent=...)` takes its
+  Python one), and `encoded` may give a key's list items already encoded
+  (`{key: [json.dumps(item) for item in value[key]]}`, kept by a caller that
+  appends to the list): `tf-sdca train` rewrites its model's JSON after every
+  epoch, and encoding the whole history each time (its floats' shortest
+  repr, ~20 us an epoch's entry on the 2-core VM) made the saves of 1,000
+  epochs on iris take ~20 s, most of the training."""
+  encoded = encoded or {}
+  if not (isinstance(value, dict) and value and
+          all(isinstance(key, str) for key in value)):
+    return json.dumps(value)
+
+  def item(key, entry):
+    if (isinstance(entry, list) and entry and
+        all(isinstance(part, dict) for part in entry)):
+      lines = encoded.get(key)
+      if lines is None or len(lines) != len(entry):
+        lines = [json.dumps(part) for part in entry]
+      return "[\n" + ",\n".join("  " + line for line in lines) + "\n ]"
+    return json.dumps(entry)
+
+  return "{\n" + ",\n".join(f" {json.dumps(key)}: {item(key, entry)}"
+                             for key, entry in value.items()) + "\n}\n"
 
 
 def save_json_atomically(path, value):
-  """`value` as indented JSON at `path`, replacing it in one rename."""
+  """`value` as readable JSON (`readable_json`) at `path`, replacing it in
+  one rename."""
+  _save_text_atomically(path, readable_json(value))
+
+
+def _save_text_atomically(path, text):
   temporary = path + ".tmp"
   with open(temporary, "w") as f:
-    json.dump(value, f, indent=1)
+    f.write(text)
   os.replace(temporary, path)
