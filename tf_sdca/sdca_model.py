@@ -408,7 +408,7 @@ def state_meaning(options, sharded=True):
   return meaning
 
 
-def check_state_meaning(theirs, ours, whose, remedy, label=str):
+def check_state_meaning(theirs, ours, whose, remedy, label=str, show=None):
   """Refuses a state trained under other options than this model's.
 
   Args:
@@ -418,6 +418,9 @@ def check_state_meaning(theirs, ours, whose, remedy, label=str):
     whose: the state in the message ("the checkpoint's SdcaModel state").
     remedy: the message's last sentence(s): what to do instead.
     label: option key -> its name in the message (the door's spelling).
+    show: (option key, value) -> the value as the message writes it (the
+      door's spelling, e.g. the Keras loss 'logistic' for the op's
+      'logistic_loss'); None: its repr.
 
   Raises:
     ValueError: naming every option that differs, its value in the state
@@ -425,8 +428,9 @@ def check_state_meaning(theirs, ours, whose, remedy, label=str):
   """
   if theirs == ours:
     return
-  differ = ", ".join(f"{label(key)} {theirs.get(key)!r} (this model "
-                     f"{ours.get(key)!r})"
+  show = show or (lambda key, value: repr(value))
+  differ = ", ".join(f"{label(key)} {show(key, theirs.get(key))} (this model "
+                     f"{show(key, ours.get(key))})"
                      for key in sorted(set(theirs) | set(ours))
                      if theirs.get(key) != ours.get(key))
   raise ValueError(f"{whose} was trained with {differ}: its duals and "

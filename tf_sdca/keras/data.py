@@ -98,6 +98,7 @@ def streamed_error(error, example_id):
     return None
   dual, loss, label = found.groups()
   stored = f" {dual}" if dual is not None else " block"
+  loss = losses.short_name(loss)  # as LinearModel(loss=...) takes it
   return InvalidInputError(
       f"a streamed batch has a row of label {label} whose example id "
       f"(feature {example_id!r}) was trained before with another label: "
@@ -248,7 +249,8 @@ def to_host(value):
 
 
 def checked_labels(y, n, loss_type, num_classes=1):
-  """float32 labels `[n]` of `y`, checked for the loss `loss_type`.
+  """float32 labels `[n]` of `y`, checked for the loss `loss_type` (the
+  op's name; the messages name it as `LinearModel(loss=...)` takes it).
 
   Raises:
     InvalidInputError: for non-numeric, misshaped, non-finite or
@@ -274,18 +276,18 @@ def checked_labels(y, n, loss_type, num_classes=1):
     bad = np.flatnonzero((y != 0) & (y != 1))
     if bad.size:
       raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be 0 or "
-                              f"1 for {loss_type}")
+                              f"1 for {losses.short_name(loss_type)}")
   elif losses.is_multiclass(loss_type):
     bad = np.flatnonzero((y < 0) | (y >= num_classes) | (y != np.round(y)))
     if bad.size:
       raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be a "
                               f"class id in [0, {num_classes}) for "
-                              f"{loss_type}")
+                              f"{losses.short_name(loss_type)}")
   elif loss_type == "poisson_loss":
     bad = np.flatnonzero(y < 0)
     if bad.size:
       raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be >= 0 "
-                              f"for poisson_loss")
+                              f"for poisson")
   return y.astype(np.float32)
 
 

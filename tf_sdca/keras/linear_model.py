@@ -554,7 +554,7 @@ class LinearModel(keras.Model):
     for key in ("optimizer", "loss"):
       if kwargs.pop(key, None) is not None:
         raise ValueError(f"LinearModel trains by SDCA on its own loss "
-                         f"({self.loss_type}): do not pass {key}= to "
+                         f"({self.loss_name!r}): do not pass {key}= to "
                          f"compile()")
     if kwargs.pop("jit_compile", False) not in (False, "auto"):
       raise ValueError("LinearModel cannot be XLA-compiled (jit_compile)")

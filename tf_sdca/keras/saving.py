@@ -22,6 +22,7 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import losses
 from tf_sdca import options
 from tf_sdca import sdca_model
 from tf_sdca.keras import callbacks
@@ -95,7 +96,8 @@ def check_options(store, meaning, name):
 
   Raises:
     ValueError: naming the model `name` and each option that differs
-      (as `LinearModel` spells it), the store's value and the model's.
+      and its value as `LinearModel` spells them (loss 'logistic'), the
+      store's value and the model's.
   """
   if _OPTIONS not in list(store.keys()):
     return
@@ -104,7 +106,18 @@ def check_options(store, meaning, name):
       saved, meaning, f"{name}: the saved SDCA state",
       "Load it into a model built with the saved options, or train this "
       "one from zero; nothing was set",
-      lambda key: _KERAS_NAMES.get(key, key))
+      lambda key: _KERAS_NAMES.get(key, key), _keras_value)
+
+
+def _keras_value(key, value):
+  """An option's value as `LinearModel` takes it: the loss by its short
+  name ('logistic', not the op's 'logistic_loss')."""
+  if key == "loss_type" and isinstance(value, str):
+    try:
+      return repr(losses.short_name(value))
+    except ValueError:  # not a loss of this version: as saved
+      pass
+  return repr(value)
 
 
 # `LinearModel`'s names of the `sdca_options` keys, for messages.
