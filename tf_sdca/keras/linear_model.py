@@ -923,8 +923,9 @@ class LinearModel(keras.Model):
     before any is set, so that a refused file (a state trained under
     another loss, l2 or number of classes, weights of other shapes, a
     state `SdcaModel.set_state` refuses, e.g. held rows for a model built
-    with `carry_over=0`) leaves the model's weights and training state as
-    they were. A model built but never fitted takes its (zero) SdcaModel
+    with `carry_over=0`, the mean of the iterates for one built without
+    `average_from`) leaves the model's weights and training state as they
+    were. A model built but never fitted takes its (zero) SdcaModel
     here, so that the file's state is checked at load too (it was checked
     only at the next fit, which refused it after the file's weights were
     set). A file saved before the options were recorded loads unchecked.
@@ -934,6 +935,7 @@ class LinearModel(keras.Model):
         file's value and the model's).
     """
     saving.check_options(store, self._training.state_meaning(), self.name)
+    saving.check_average(store, self.average_from, self.name)
     variables = self._trainable_variables + self._non_trainable_variables
     values = saving.check_weights(store, variables, self.name)
     loaded = saving.load_state(store)
@@ -1003,6 +1005,7 @@ class LinearModel(keras.Model):
                          f"no feature spec")
       return
     saving.check_options(store, self._training.state_meaning(), self.name)
+    saving.check_average(store, self.average_from, self.name)
     if self._spec is None:
       k = self.num_classes
       shapes = [(s[2], k) for s in spec] + ([(k,)] if self.use_bias else [])
