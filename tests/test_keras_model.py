@@ -1245,3 +1245,33 @@ def test_the_keras_messages_name_the_loss_as_the_user_gave_it():
   with pytest.raises(ValueError, match=r"num_classes must be 1 for logistic "
                      r"\(K classes need loss softmax or multiclass_hinge\)"):
     LinearModel(loss="logistic", num_classes=3)
+
+
+def test_validation_of_no_rows_is_refused():
+  """validation_data of 0 rows (arrays or a dataset of known size) or a
+  validation_split leaving one part no rows trained and logged no val_
+  metrics without a word. Each is a ValueError naming the argument and the
+  counts now (Keras refuses such a split alike), before any training; one
+  row to validate on logs val_loss."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(10, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  empty = (x[:0], y[:0])
+  for validation, name in (
+      (dict(validation_data=empty), r"validation_data"),
+      (dict(validation_data=tf.data.Dataset.from_tensor_slices(empty)
+            .batch(4)), r"validation_data \(a dataset\)")):
+    model = LinearModel()
+    with pytest.raises(ValueError, match="^" + name + r" has 0 rows: fit "
+                       r"would log no val_ metrics"):
+      model.fit(x, y, epochs=1, verbose=0, **validation)
+    assert model._sdca is None or not model.sdca_state()["keys"].size
+  for fraction, train, held in ((1e-17, 10, 0), (0.95, 0, 10)):
+    model = LinearModel()
+    with pytest.raises(ValueError, match=re.escape(
+        f"validation_split={fraction!r} splits the 10 rows into {train} to "
+        f"train on and {held} to validate on: each needs at least one")):
+      model.fit(x, y, epochs=1, verbose=0, validation_split=fraction)
+  history = LinearModel().fit(x, y, epochs=1, verbose=0,
+                              validation_split=0.1).history
+  assert np.isfinite(history["val_loss"][0])

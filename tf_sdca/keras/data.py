@@ -183,6 +183,19 @@ def num_rows(x):
   return n
 
 
+def leading_rows(x):
+  """The first dimension of the first feature of in-memory `x` (a value or
+  a dict of them), as given (not converted, not checked); None where it is
+  not known without converting."""
+  for value in as_dict(x).values():
+    shape = getattr(value, "shape", None)
+    try:
+      return int(shape[0]) if shape is not None else len(value)
+    except (TypeError, IndexError, ValueError):
+      return None
+  return None
+
+
 def csr_of(value, n):
   """(indptr, int64 columns, float32 values) of a model-side feature: a
   SparseTensor, a RaggedTensor of ids or dense ids `[n, k]`."""
@@ -364,11 +377,22 @@ def _class_error(label, row, size):
 
 
 def split(x, y, sample_weight, fraction):
-  """Keras' validation_split: the last `fraction` of the rows."""
+  """Keras' validation_split: the last `fraction` of the rows.
+
+  Raises:
+    ValueError: where either part would have 0 rows, as Keras refuses
+      such a split (it left the validation no rows and the History no
+      val_ metrics, without a word).
+  """
   x = {k: host(v) for k, v in (x.items() if isinstance(x, dict) else
                                  [(DEFAULT_FEATURE, x)])}
   n = int(next(iter(x.values())).shape[0])
   cut = int(n * (1.0 - fraction))
+  if cut in (0, n):
+    raise ValueError(
+        f"validation_split={fraction!r} splits the {n} rows into {cut} to "
+        f"train on and {n - cut} to validate on: each needs at least one. "
+        f"Give more rows or another validation_split")
 
   def rows(value, lo, hi):
     if is_scipy(value):
