@@ -222,9 +222,13 @@ def test_sparse_rows_train_as_their_dense_copy():
 
 @pytest.mark.parametrize("loss", ["hinge", "absolute", "poisson", "softmax"])
 def test_non_smooth_losses_are_refused(loss):
-  with pytest.raises(ValueError, match=r"smooth_hinge_loss") as error:
+  with pytest.raises(ValueError, match=r"use smooth_hinge for a hinge-like "
+                     "loss") as error:
     InMemorySdca(loss=loss, visit_order="asdca", num_classes=None)
-  assert f"{loss}_loss is not smooth" in str(error.value)
+  # The losses as InMemorySdca(loss=...) takes them, not the op's names.
+  assert (f"ASDCA needs a smooth loss (logistic, squared, smooth_hinge); "
+          f"{loss} is not smooth" in str(error.value))
+  assert "_loss" not in str(error.value)
 
 
 def test_threads_are_not_used_and_say_so():
@@ -368,7 +372,7 @@ def test_keras_model_trains_asdca_in_memory_to_the_sdca_optimum(tmp_path):
   with pytest.raises(ValueError, match=r"ASDCA .*needs the whole data set in "
                      r"memory .*not streamed \(a tf.data.Dataset\), got 'asdca'"):
     model.fit(data, epochs=1, verbose=0)
-  with pytest.raises(ValueError, match="hinge_loss is not smooth"):
+  with pytest.raises(ValueError, match="; hinge is not smooth"):
     sdca_keras.LinearModel(loss="hinge", visit_order="asdca")
 
 

@@ -181,3 +181,51 @@ def test_resuming_the_mean_on_other_rows_is_refused(cancer):
   # From epoch 0, a new mean on the new rows.
   model.fit(x[:100], y[:100], epochs=2, verbose=0)
   assert model.last_iterate is not None
+
+
+def test_a_saved_mean_is_refused_by_a_model_without_averaging(cancer,
+                                                              tmp_path):
+  """A file (or checkpoint) of a model built with average_from loaded into
+  one built without it took the mean as its weights and the last iterate
+  as its SDCA state, then trained on from the last iterate at the next
+  fit, the mean dropped without a word. Refused now, naming average_from,
+  with nothing set (a never-built model stays so); a model with
+  average_from loads it. Momentum's saved state is the path's, not the
+  duals' meaning: a model built with momentum=0 loads it and trains on."""
+  x, y = cancer
+  averaged, _ = _fit(x, y, 4, average_from=2)
+  weights = str(tmp_path / "mean.weights.h5")
+  averaged.save_weights(weights)
+  checkpoint = tf.train.Checkpoint(model=averaged).write(
+      str(tmp_path / "mean"))
+  message = ("the saved SDCA state holds the mean of the iterates of a "
+             "model built with average_from; this model is built without "
+             "it and would drop the mean")
+  plain, _ = _fit(x, y, 1)
+  before, duals = plain.get_weights(), _duals(plain)
+  for load in (plain.load_weights,
+               lambda _: tf.train.Checkpoint(model=plain).read(checkpoint)):
+    with pytest.raises(ValueError, match=message):
+      load(weights)
+    for a, b in zip(plain.get_weights(), before):
+      np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(_duals(plain), duals)
+  unbuilt = LinearModel(loss="logistic", l2=1.0)
+  with pytest.raises(ValueError, match=message):
+    tf.train.Checkpoint(model=unbuilt).read(checkpoint)
+  assert not unbuilt.built
+  other, _ = _fit(x, y, 1, average_from=5)
+  other.load_weights(weights)
+  np.testing.assert_array_equal(other.get_weights()[0],
+                                averaged.get_weights()[0])
+  # Momentum's state (the default 'auto' extrapolates these epochs).
+  fast = LinearModel(loss="logistic", l2=1.0)
+  fast.fit(x, y, epochs=4, verbose=0)
+  assert fast._training.momentum_state is not None
+  fast.save_weights(weights)
+  slow, _ = _fit(x, y, 1)
+  slow.load_weights(weights)
+  np.testing.assert_array_equal(_duals(slow), _duals(fast))
+  gap = slow.fit(x, y, epochs=6, initial_epoch=4,
+                 verbose=0).history["duality_gap"]
+  assert gap[-1] < 1e-3

@@ -233,3 +233,21 @@ def test_hinge_step_is_kept_and_resumed(iris_file, tmp_path):
                verbose=0)
     w = np.concatenate([a["sparse_weights"], a["dense_weights"]])
     assert np.allclose(w, engine.dense_weights, rtol=0, atol=1e-5) == same
+
+
+def test_class_ids_names_the_row_in_the_labels_it_was_given():
+  """model_files.class_ids named a bad label's row as "(row 1)", whose
+  origin (the labels given, a chunk's or the data's, counted from 0 where
+  the commands' file:line count from 1) the message left to guess. Its
+  contract says it now: rows of the labels given, counted from 0, and the
+  commands refuse such a label by its file:line before they reach it
+  (evaluate's 'label 7 is none of the model's classes' above)."""
+  from tf_sdca import model_files  # pylint: disable=import-outside-toplevel
+  meta = dict(classes=[1.0, 2.0, 3.0])
+  np.testing.assert_array_equal(
+      model_files.class_ids(np.float32([3, 1, 2]), meta), [2, 0, 1])
+  labels = np.ones(70000, np.float32)
+  labels[65540] = 7
+  with pytest.raises(ValueError, match=r"^label 7 \(row 65,540, counted "
+                     r"from 0\) is none of the model's classes \(1, 2, 3\)$"):
+    model_files.class_ids(labels, meta)

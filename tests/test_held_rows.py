@@ -1023,6 +1023,63 @@ def test_set_state_refuses_means_given_to_a_model_without_averaging():
     np.testing.assert_array_equal(a, b)
 
 
+def test_a_checkpoint_of_means_is_refused_by_a_model_without_averaging(
+    tmp_path):
+  """A checkpoint of a model built with average_from read into one built
+  without it restored the last iterate and skipped the mean (the model
+  has no means to read it into) without a word, where set_state refuses
+  the same means: refused now, eagerly and in a graph, naming
+  average_from; a model with average_from reads it whole, and a record
+  written before the mean was recorded restores as before."""
+  x, ids, y, s = _data("logistic_loss", seed=4)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  averaged, _ = _model(batches[0], "logistic_loss", average_from=2)
+  for ex in batches[:5]:
+    averaged.update_weights(averaged.minimize(examples=ex))
+  path = tf.train.Checkpoint(model=averaged).write(str(tmp_path / "mean"))
+  message = re.escape(
+      "the checkpoint holds the mean of the iterates of a model built with "
+      "average_from; this model is built without it and would drop the "
+      "mean")
+  plain, _ = _model(batches[0], "logistic_loss")
+  with pytest.raises(ValueError, match="^" + message):
+    tf.train.Checkpoint(model=plain).read(path)
+  graph = tf.Graph()
+  with graph.as_default():
+    in_graph, _ = _model(batches[0], "logistic_loss")
+    status = tf.train.Checkpoint(model=in_graph).read(path)
+  with tf.compat.v1.Session(graph=graph) as session:
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+      status.run_restore_ops(session)
+  # In a graph, a model with average_from reads it (the record's mark
+  # is no option of its own).
+  graph = tf.Graph()
+  with graph.as_default():
+    in_graph, _ = _model(batches[0], "logistic_loss", average_from=2)
+    status = tf.train.Checkpoint(model=in_graph).read(path)
+  with tf.compat.v1.Session(graph=graph) as session:
+    status.run_restore_ops(session)
+  again, _ = _model(batches[0], "logistic_loss", average_from=2)
+  tf.train.Checkpoint(model=again).read(path).assert_consumed()
+  for a, b in zip(again.get_state()["average_slots"],
+                  averaged.get_state()["average_slots"]):
+    np.testing.assert_array_equal(a, b)
+  # A plain model's checkpoint is read by either.
+  path = tf.train.Checkpoint(model=plain).write(str(tmp_path / "plain"))
+  for average_from in (None, 2):
+    model, _ = _model(batches[0], "logistic_loss", average_from=average_from)
+    tf.train.Checkpoint(model=model).read(path).expect_partial()
+  # A record without the mark (written before it was kept) restores as
+  # before.
+  meaning = averaged._state_meaning
+  text = meaning._text[:1] + '"held_rows": 0, ' + meaning._text[1:]
+  meaning._serialize_to_tensors = lambda: {"meaning": tf.constant(text)}
+  older = tf.train.Checkpoint(model=averaged).write(str(tmp_path / "older"))
+  plain, _ = _model(batches[0], "logistic_loss")
+  tf.train.Checkpoint(model=plain).read(older).expect_partial()
+  assert plain.state_size() == averaged.state_size()
+
+
 def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
   """Keras load_weights assigned the file's weights, then the rows' duals,
   momentum and mean, before SdcaModel.set_state refused the file's state

@@ -743,7 +743,7 @@ def test_a_streamed_id_reused_with_another_label_is_named_as_such():
     with pytest.raises(InvalidInputError, match=(
         r"a streamed batch has a row of label [0-9] whose example id "
         r"\(feature 'example_id'\) was trained before with another label: "
-        rf"its stored dual{dual} is not one of {loss}_loss for label [0-9]"
+        rf"its stored dual{dual} is not one of {loss} for label [0-9]"
         r"\. SDCA keeps one dual per example id")):
       model.fit(stream(np.arange(n) % 50, labels), epochs=3, verbose=0)
 
@@ -1048,11 +1048,13 @@ def test_a_state_saved_under_other_options_is_refused_on_load(
 
   weights, whole, checkpoint = save_all("options")
   refused = (
-      (dict(loss="squared"),
-       r"loss 'logistic_loss' \(this model 'squared_loss'\)"),
+      # The losses as LinearModel takes them, not the op's 'hinge_loss'.
+      (dict(loss="hinge"), r"loss 'logistic' \(this model 'hinge'\): "),
+      (dict(loss="squared_loss"),
+       r"loss 'logistic' \(this model 'squared'\): "),
       (dict(l2=2.0), r"l2 1\.0 \(this model 2\.0\)"),
       (dict(loss="softmax", num_classes=2),
-       r"loss 'logistic_loss' \(this model 'softmax_loss'\), num_classes "
+       r"loss 'logistic' \(this model 'softmax'\), num_classes "
        r"1 \(this model 2\)"))
   for options, match in refused:
     match = r"the saved SDCA state was trained with " + match
@@ -1062,8 +1064,9 @@ def test_a_state_saved_under_other_options_is_refused_on_load(
     for load in (model.load_weights,
                  lambda path, m=model: tf.train.Checkpoint(model=m).read(
                      checkpoint)):
-      with pytest.raises(ValueError, match=match):
+      with pytest.raises(ValueError, match=match) as error:
         load(weights)
+      assert "_loss" not in str(error.value)
       for a, b in zip(model.get_weights(), before):
         np.testing.assert_array_equal(a, b)
       for key in ("keys", "values", "calls"):
@@ -1221,3 +1224,58 @@ def test_evaluate_on_no_rows_is_an_error():
                         verbose=0)[0] == pytest.approx(
                             model.evaluate(x[y > 0], y[y > 0], verbose=0)[0],
                             rel=1e-6)
+
+
+def test_the_keras_messages_name_the_loss_as_the_user_gave_it():
+  """LinearModel takes its loss as loss="hinge"; its messages named it by
+  the op's name ('hinge_loss', 'poisson_loss', 'softmax_loss'), which the
+  user never typed."""
+  x = np.ones((4, 2), np.float32)
+  with pytest.raises(ValueError, match=r"on its own loss \('hinge'\): do "
+                     r"not pass loss= to compile\(\)"):
+    LinearModel(loss="hinge").compile(loss="mse")
+  for options, y, match in (
+      (dict(loss="hinge"), [0, 1, 2, 1],
+       r"labels\[2\] = 2\.0 must be 0 or 1 for hinge$"),
+      (dict(loss="poisson"), [0, -1, 2, 1],
+       r"labels\[1\] = -1\.0 must be >= 0 for poisson$"),
+      (dict(loss="softmax", num_classes=3), [0, 1, 5, 1],
+       r"labels\[2\] = 5\.0 must be a class id in \[0, 3\) for softmax$")):
+    model = LinearModel(**options)
+    with pytest.raises(ValueError, match=match):
+      model.fit(x, np.array(y, np.float32), epochs=1, verbose=0)
+  with pytest.raises(ValueError, match=r"^softmax needs num_classes"):
+    LinearModel(loss="softmax")
+  with pytest.raises(ValueError, match=r"num_classes must be 1 for logistic "
+                     r"\(K classes need loss softmax or multiclass_hinge\)"):
+    LinearModel(loss="logistic", num_classes=3)
+
+
+def test_validation_of_no_rows_is_refused():
+  """validation_data of 0 rows (arrays or a dataset of known size) or a
+  validation_split leaving one part no rows trained and logged no val_
+  metrics without a word. Each is a ValueError naming the argument and the
+  counts now (Keras refuses such a split alike), before any training; one
+  row to validate on logs val_loss."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(10, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  empty = (x[:0], y[:0])
+  for validation, name in (
+      (dict(validation_data=empty), r"validation_data"),
+      (dict(validation_data=tf.data.Dataset.from_tensor_slices(empty)
+            .batch(4)), r"validation_data \(a dataset\)")):
+    model = LinearModel()
+    with pytest.raises(ValueError, match="^" + name + r" has 0 rows: fit "
+                       r"would log no val_ metrics"):
+      model.fit(x, y, epochs=1, verbose=0, **validation)
+    assert model._sdca is None or not model.sdca_state()["keys"].size
+  for fraction, train, held in ((1e-17, 10, 0), (0.95, 0, 10)):
+    model = LinearModel()
+    with pytest.raises(ValueError, match=re.escape(
+        f"validation_split={fraction!r} splits the 10 rows into {train} to "
+        f"train on and {held} to validate on: each needs at least one")):
+      model.fit(x, y, epochs=1, verbose=0, validation_split=fraction)
+  history = LinearModel().fit(x, y, epochs=1, verbose=0,
+                              validation_split=0.1).history
+  assert np.isfinite(history["val_loss"][0])

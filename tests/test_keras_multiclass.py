@@ -139,5 +139,6 @@ def test_hinge_step_trains_in_memory_and_streamed_and_saves(tmp_path):
   assert _objective("multiclass_hinge", _weights(streamed), x1, y, 10.0) == \
       pytest.approx(_objective("multiclass_hinge", _weights(best), x1, y,
                                10.0), rel=2e-5)
-  with pytest.raises(ValueError, match="block step of multiclass_hinge_loss"):
+  with pytest.raises(ValueError, match="block step of multiclass_hinge, not "
+                     "of softmax$"):
     LinearModel(loss="softmax", num_classes=3, hinge_step="steepest_ascent")

@@ -233,7 +233,8 @@ def test_sequential_dual_ascent_reaches_the_crammer_singer_optimum(step,
 def test_hinge_step_is_refused_where_it_means_nothing():
   with pytest.raises(ValueError, match="hinge_step must be one of"):
     InMemorySdca(loss="multiclass_hinge", num_classes=3, hinge_step="fw")
-  with pytest.raises(ValueError, match="block step of multiclass_hinge_loss"):
+  with pytest.raises(ValueError, match="block step of multiclass_hinge, not "
+                     "of softmax$"):
     InMemorySdca(loss="softmax", num_classes=3, hinge_step="near_max_gain")
   # The op's own check, past the Python wrappers.
   rows = sdca_ops.pack_rows(*_empty_sparse(), np.zeros((1, 2), np.float32),

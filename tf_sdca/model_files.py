@@ -398,9 +398,20 @@ def choose_classes(labels, num_classes):
 def class_ids(labels, meta):
   """float32 class ids of label values, by the model's `classes`.
 
+  `labels` are the rows of one data set in order, from its first: the
+  message names a row by its index there. Its callers (`features`,
+  `row_parts`) pass every cached row of the data, except `tf-sdca
+  evaluate`, which passes a chunk at a time but has refused any label
+  that is none of the classes by its `file:line` first
+  (`commands._check_labels`, as `train --resume` does before these
+  calls; a new model's classes are its labels', across processes every
+  worker's): no command reaches this error, which stays as the backstop
+  of a caller without that check, who must then pass whole data or know
+  that the row counts from its chunk's first.
+
   Raises:
     ValueError: a label that is none of the model's classes (named with
-      its row).
+      its row, counted from 0, in `labels`).
   """
   classes = np.asarray(meta["classes"], np.float64)
   order = np.argsort(classes)
@@ -408,7 +419,8 @@ def class_ids(labels, meta):
   pos = np.minimum(pos, classes.size - 1)
   bad = np.flatnonzero(classes[order][pos] != labels)
   if bad.size:
-    raise ValueError(f"label {labels[bad[0]]:g} (row {bad[0]}) is none of "
+    raise ValueError(f"label {labels[bad[0]]:g} (row {bad[0]:,}, counted "
+                     f"from 0) is none of "
                      f"the model's classes "
                      f"({', '.join(f'{c:g}' for c in classes)})")
   return order[pos].astype(np.float32)

@@ -285,6 +285,14 @@ class Door(collections.namedtuple("Door", ["name", "style", "unit"])):
       return option.flag
     return name
 
+  def loss(self, loss):
+    """Loss `loss` (either spelling) as the door's messages name it: the
+    op's name ('logistic_loss', tf.estimator's `loss_type`) for SdcaModel's
+    options, the short name ('logistic') its `loss=` / --loss takes
+    elsewhere."""
+    return (losses.op_name(loss) if self.style == "sdca_options" else
+            losses.short_name(loss))
+
 
 IN_MEMORY_SDCA = Door("InMemorySdca", "keyword", "epoch")
 KERAS = Door("keras.LinearModel", "keyword", "epoch")
@@ -329,28 +337,30 @@ def check_loss(loss, num_classes=None, door=IN_MEMORY_SDCA):
   loss = losses.op_name(loss)  # ValueError naming the loss
   if losses.is_multiclass(loss):
     if num_classes is None:
-      raise ValueError(f"{losses.short_name(loss)} needs num_classes (the "
+      raise ValueError(f"{door.loss(loss)} needs num_classes (the "
                        "number of classes K >= 2)")
     if (isinstance(num_classes, bool) or
         not isinstance(num_classes, numbers.Integral) or num_classes < 2):
       raise ValueError(f"{door.label('num_classes')} must be >= 2 for "
-                       f"{loss}, got {num_classes!r}")
+                       f"{door.loss(loss)}, got {num_classes!r}")
     return loss, int(num_classes)
   if num_classes is not None and (
       isinstance(num_classes, bool) or
       not isinstance(num_classes, numbers.Integral) or num_classes != 1):
-    raise ValueError(f"{door.label('num_classes')} must be 1 for {loss} "
-                     "(K classes need loss softmax_loss or "
-                     f"multiclass_hinge_loss), got {num_classes!r}")
+    raise ValueError(f"{door.label('num_classes')} must be 1 for "
+                     f"{door.loss(loss)} (K classes need loss "
+                     f"{door.loss('softmax')} or "
+                     f"{door.loss('multiclass_hinge')}), got {num_classes!r}")
   return loss, 1
 
 
-def _asdca_loss(loss):
+def _asdca_loss(loss, door):
   if loss not in ASDCA_LOSSES:
+    smooth = ", ".join(door.loss(name) for name in ASDCA_LOSSES)
     raise ValueError(
-        f"ASDCA needs a smooth loss ({', '.join(ASDCA_LOSSES)}); "
-        f"{loss} is not smooth: use smooth_hinge_loss for a hinge-like "
-        "loss, or another visit_order for SDCA")
+        f"ASDCA needs a smooth loss ({smooth}); {door.loss(loss)} is not "
+        f"smooth: use {door.loss('smooth_hinge')} for a hinge-like loss, or "
+        "another visit_order for SDCA")
 
 
 def _combinations(loss, values, mode, door):
@@ -359,17 +369,19 @@ def _combinations(loss, values, mode, door):
                           mode or IN_MEMORY)
   asdca = order == "asdca"
   if asdca:
-    _asdca_loss(loss)
+    _asdca_loss(loss, door)
   if losses.is_multiclass(loss):
     orders = (MULTICLASS_HINGE_VISIT_ORDERS
               if loss == "multiclass_hinge_loss" else
               MULTICLASS_VISIT_ORDERS)
     if order not in orders:
-      _fail(door, "visit_order", f"one of {orders} for {loss}", order)
+      _fail(door, "visit_order", f"one of {orders} for {door.loss(loss)}",
+            order)
   step = values.get("hinge_step", "projection")
   if step != "projection" and loss != "multiclass_hinge_loss":
     raise ValueError(f"{door.label('hinge_step')} {step!r} is a block step "
-                     f"of multiclass_hinge_loss, not of {loss}")
+                     f"of {door.loss('multiclass_hinge')}, not of "
+                     f"{door.loss(loss)}")
   momentum = values.get("momentum")
   if momentum and (asdca or values.get("average_from") is not None):
     raise ValueError(
@@ -425,7 +437,7 @@ def validate(loss, values, mode=None, door=IN_MEMORY_SDCA, num_classes=None):
     ValueError: naming the option as the door spells it and the value.
   """
   if values.get("visit_order") == "asdca" and loss in _LOSS_NAMES:
-    _asdca_loss(losses.op_name(loss))  # before K: a multiclass loss is not
+    _asdca_loss(losses.op_name(loss), door)  # before K: a multiclass
   loss, k = check_loss(loss, num_classes, door)
   out = {}
   for name, value in values.items():

@@ -408,7 +408,7 @@ def state_meaning(options, sharded=True):
   return meaning
 
 
-def check_state_meaning(theirs, ours, whose, remedy, label=str):
+def check_state_meaning(theirs, ours, whose, remedy, label=str, show=None):
   """Refuses a state trained under other options than this model's.
 
   Args:
@@ -418,6 +418,9 @@ def check_state_meaning(theirs, ours, whose, remedy, label=str):
     whose: the state in the message ("the checkpoint's SdcaModel state").
     remedy: the message's last sentence(s): what to do instead.
     label: option key -> its name in the message (the door's spelling).
+    show: (option key, value) -> the value as the message writes it (the
+      door's spelling, e.g. the Keras loss 'logistic' for the op's
+      'logistic_loss'); None: its repr.
 
   Raises:
     ValueError: naming every option that differs, its value in the state
@@ -425,13 +428,20 @@ def check_state_meaning(theirs, ours, whose, remedy, label=str):
   """
   if theirs == ours:
     return
-  differ = ", ".join(f"{label(key)} {theirs.get(key)!r} (this model "
-                     f"{ours.get(key)!r})"
+  show = show or (lambda key, value: repr(value))
+  differ = ", ".join(f"{label(key)} {show(key, theirs.get(key))} (this model "
+                     f"{show(key, ours.get(key))})"
                      for key in sorted(set(theirs) | set(ours))
                      if theirs.get(key) != ours.get(key))
   raise ValueError(f"{whose} was trained with {differ}: its duals and "
                    f"weight slots mean something else in this model. "
                    f"{remedy}")
+
+
+# `_StateMeaning`'s record of a model that keeps the mean of its iterates
+# (after "held_rows" among the sorted keys, which the restore's pattern
+# expects first).
+_MEAN_KEY = "mean_of_iterates"
 
 
 class _StateMeaning(tf.Module):
@@ -448,20 +458,31 @@ class _StateMeaning(tf.Module):
   built with carry_over=0, which has nowhere to keep them, were dropped
   just as silently (their examples' pending updates lost); a model with
   `carry_over` reading a checkpoint that held none (one written with
-  carry_over=0) empties its own held rows, as the writer had none. A
+  carry_over=0) empties its own held rows, as the writer had none. The
+  mean of the iterates of a model built with `average_from` (its record
+  says `"mean_of_iterates": true`) read into one built without it, which
+  has no means to read it into, was dropped as silently (the model went
+  on from the last iterate, its weights no longer the mean): refused. A
   checkpoint without the record (written before 2026-11-28) restores
   unchecked, and one whose record has no `held_rows` (written earlier on
-  2026-11-28) leaves the held rows unchecked."""
+  2026-11-28) leaves the held rows unchecked, one without
+  `mean_of_iterates` (written before 2026-11-29) the mean."""
 
-  def __init__(self, meaning, held_rows):
+  def __init__(self, meaning, held_rows, averaged=False):
     """`meaning`: the options (a JSON-able dict); `held_rows`: a callable
-    returning the model's `_HeldRows`, or None without `carry_over`."""
+    returning the model's `_HeldRows`, or None without `carry_over`;
+    `averaged`: the model keeps the mean of its iterates
+    (`average_from`)."""
     super().__init__(name="state_meaning")
     self._text = json.dumps(meaning, sort_keys=True)
     self._held_rows = held_rows
+    self._averaged = averaged
     # The saved text is `meaning` with "held_rows": <count> (first of the
-    # sorted keys), joined at save time around the count.
-    recorded = json.dumps(dict(meaning, held_rows=0), sort_keys=True)
+    # sorted keys), joined at save time around the count, and
+    # "mean_of_iterates": true for an averaging model.
+    recorded = json.dumps(
+        dict(meaning, held_rows=0,
+             **({_MEAN_KEY: True} if averaged else {})), sort_keys=True)
     self._head, self._tail = recorded.split('"held_rows": 0', 1)
     self._head += '"held_rows": '
     self._frozen_count = None  # (a copy's count: `_copy_trackable_to_cpu`)
@@ -487,15 +508,31 @@ class _StateMeaning(tf.Module):
       "such a model and give its get_state(), less 'held', to this model's "
       "set_state()")
 
+  # The message for a mean read into a model without average_from (no
+  # quote marks, which a graph's assertion prints escaped).
+  _MEAN_MESSAGE = (
+      "the checkpoint holds the mean of the iterates of a model built with "
+      "average_from; this model is built without it and would drop the "
+      "mean, its weights then those of the last iterate. Restore it into a "
+      "model built with average_from; to take the last iterate knowingly, "
+      "restore it into such a model and give its get_state(), less "
+      "average_slots and average_count, to the set_state() of this model")
+
   def _restore_from_tensors(self, restored_tensors):
     saved = restored_tensors["meaning"]
     held = self._held_rows()
     if not tf.executing_eagerly():
       head = r'^\{"held_rows": '
       options = tf.strings.regex_replace(saved, head + r"[0-9]+, ", "{")
+      options = tf.strings.regex_replace(
+          options, f'"{_MEAN_KEY}": true, ', "")
       checks = [tf.debugging.assert_equal(
           options, self._text, message="the checkpoint's SdcaModel state "
           "was trained under other options than this model's")]
+      if not self._averaged:
+        checks.append(tf.debugging.Assert(
+            tf.logical_not(tf.strings.regex_full_match(
+                saved, f'.*"{_MEAN_KEY}": true.*')), [self._MEAN_MESSAGE]))
       if held is None:
         count = tf.strings.regex_replace(saved, head + r"([0-9]+), .*$",
                                          r"\1")
@@ -510,11 +547,14 @@ class _StateMeaning(tf.Module):
             lambda: tf.group(*held.clear()), tf.no_op)
     theirs, ours = json.loads(saved.numpy().decode()), json.loads(self._text)
     count = theirs.pop("held_rows", None)
+    mean = theirs.pop(_MEAN_KEY, False)
     check_state_meaning(
         theirs, ours, "the checkpoint's SdcaModel state",
         "Restore it into a model built with the checkpoint's options "
         "(num_table_shards may differ through get_state() / set_state(), "
         "which re-shard), or train this one from zero")
+    if mean and not self._averaged:
+      raise ValueError(self._MEAN_MESSAGE)
     if count is not None and held is None and count > 0:
       raise ValueError(f"{count}".join(self._HELD_MESSAGE))
     if count == 0 and held is not None:
@@ -523,7 +563,8 @@ class _StateMeaning(tf.Module):
 
   def _copy_trackable_to_cpu(self, object_map):
     if self not in object_map:
-      copy = _StateMeaning(json.loads(self._text), self._held_rows)
+      copy = _StateMeaning(json.loads(self._text), self._held_rows,
+                           self._averaged)
       copy._frozen_count = tf.identity(self._held_count())  # pylint: disable=protected-access
       object_map[self] = copy
 
@@ -1144,8 +1185,9 @@ class SdcaModel(tf.Module):
       # epoch). Checkpointed, so a resumed run visits the same orders.
       self._calls = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                 name="minimize_calls")
-    self._state_meaning = _StateMeaning(state_meaning(self._options),
-                                        self._held_rows)
+    self._state_meaning = _StateMeaning(
+        state_meaning(self._options), self._held_rows,
+        averaged=self._options["average_from"] is not None)
     # The held rows of `carry_over`, created at their first use
     # (`_held_rows`): their variables are ~0.5 ms of a model's ~1.7 ms
     # creation, which front ends training packed rows never use.

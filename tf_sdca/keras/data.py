@@ -98,6 +98,7 @@ def streamed_error(error, example_id):
     return None
   dual, loss, label = found.groups()
   stored = f" {dual}" if dual is not None else " block"
+  loss = losses.short_name(loss)  # as LinearModel(loss=...) takes it
   return InvalidInputError(
       f"a streamed batch has a row of label {label} whose example id "
       f"(feature {example_id!r}) was trained before with another label: "
@@ -182,6 +183,19 @@ def num_rows(x):
   return n
 
 
+def leading_rows(x):
+  """The first dimension of the first feature of in-memory `x` (a value or
+  a dict of them), as given (not converted, not checked); None where it is
+  not known without converting."""
+  for value in as_dict(x).values():
+    shape = getattr(value, "shape", None)
+    try:
+      return int(shape[0]) if shape is not None else len(value)
+    except (TypeError, IndexError, ValueError):
+      return None
+  return None
+
+
 def csr_of(value, n):
   """(indptr, int64 columns, float32 values) of a model-side feature: a
   SparseTensor, a RaggedTensor of ids or dense ids `[n, k]`."""
@@ -248,7 +262,8 @@ def to_host(value):
 
 
 def checked_labels(y, n, loss_type, num_classes=1):
-  """float32 labels `[n]` of `y`, checked for the loss `loss_type`.
+  """float32 labels `[n]` of `y`, checked for the loss `loss_type` (the
+  op's name; the messages name it as `LinearModel(loss=...)` takes it).
 
   Raises:
     InvalidInputError: for non-numeric, misshaped, non-finite or
@@ -274,18 +289,18 @@ def checked_labels(y, n, loss_type, num_classes=1):
     bad = np.flatnonzero((y != 0) & (y != 1))
     if bad.size:
       raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be 0 or "
-                              f"1 for {loss_type}")
+                              f"1 for {losses.short_name(loss_type)}")
   elif losses.is_multiclass(loss_type):
     bad = np.flatnonzero((y < 0) | (y >= num_classes) | (y != np.round(y)))
     if bad.size:
       raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be a "
                               f"class id in [0, {num_classes}) for "
-                              f"{loss_type}")
+                              f"{losses.short_name(loss_type)}")
   elif loss_type == "poisson_loss":
     bad = np.flatnonzero(y < 0)
     if bad.size:
       raise InvalidInputError(f"labels[{bad[0]}] = {y[bad[0]]} must be >= 0 "
-                              f"for poisson_loss")
+                              f"for poisson")
   return y.astype(np.float32)
 
 
@@ -362,11 +377,22 @@ def _class_error(label, row, size):
 
 
 def split(x, y, sample_weight, fraction):
-  """Keras' validation_split: the last `fraction` of the rows."""
+  """Keras' validation_split: the last `fraction` of the rows.
+
+  Raises:
+    ValueError: where either part would have 0 rows, as Keras refuses
+      such a split (it left the validation no rows and the History no
+      val_ metrics, without a word).
+  """
   x = {k: host(v) for k, v in (x.items() if isinstance(x, dict) else
                                  [(DEFAULT_FEATURE, x)])}
   n = int(next(iter(x.values())).shape[0])
   cut = int(n * (1.0 - fraction))
+  if cut in (0, n):
+    raise ValueError(
+        f"validation_split={fraction!r} splits the {n} rows into {cut} to "
+        f"train on and {n - cut} to validate on: each needs at least one. "
+        f"Give more rows or another validation_split")
 
   def rows(value, lo, hi):
     if is_scipy(value):

@@ -177,6 +177,12 @@ def _check_finite(dataset, name):
         f"once (without .repeat()) and let epochs= repeat it")
 
 
+# `fit`'s validation data of 0 rows, which Keras' loop would score as no
+# batch: the History would hold no val_ metrics, without a word.
+_NO_VALIDATION_ROWS = ("{} has 0 rows: fit would log no val_ metrics. Give "
+                       "it rows to validate on, or leave it out")
+
+
 @keras.saving.register_keras_serializable(package="tf_sdca")
 class LinearModel(keras.Model):
   """Linear model for classification, regression or counts, trained by SDCA.
@@ -554,7 +560,7 @@ class LinearModel(keras.Model):
     for key in ("optimizer", "loss"):
       if kwargs.pop(key, None) is not None:
         raise ValueError(f"LinearModel trains by SDCA on its own loss "
-                         f"({self.loss_type}): do not pass {key}= to "
+                         f"({self.loss_name!r}): do not pass {key}= to "
                          f"compile()")
     if kwargs.pop("jit_compile", False) not in (False, "auto"):
       raise ValueError("LinearModel cannot be XLA-compiled (jit_compile)")
@@ -572,7 +578,7 @@ class LinearModel(keras.Model):
 
   # ----------------------------------------------------------------- data
   def _batches(self, x, y=None, sample_weight=None, batch_size=None,
-               targets=True):
+               targets=True, argument=None):
     """Data to score (evaluate, predict, validation) as batches: in-memory
     data checked (building the model for it) and batched, or a user
     `tf.data.Dataset` (see `_dataset`; `targets`: whether its labels and
@@ -580,12 +586,15 @@ class LinearModel(keras.Model):
 
     Raises:
       InvalidInputError: for mismatched lengths, non-numeric or out-of-
-        domain labels, non-finite features or bad weights.
+        domain labels, non-finite features or bad weights; with
+        `argument` (the data's name in the message), for 0 rows.
     """
     if isinstance(x, tf.data.Dataset):
       return self._dataset(x, targets=targets)
     x, n, y, sample_weight = data_lib.scoring_inputs(
         x, y, sample_weight, self.loss_type, self.num_classes)
+    if argument is not None and n == 0:
+      raise data_lib.InvalidInputError(_NO_VALIDATION_ROWS.format(argument))
     self._build_spec(data_lib.feature_spec(
         {k: v for k, v in x.items() if k != self.example_id},
         self.categorical_features))
@@ -642,8 +651,10 @@ class LinearModel(keras.Model):
       epochs: maximum number of passes.
       verbose: Keras' progress output ("auto", 0, 1, 2).
       callbacks: Keras callbacks (EarlyStopping, ModelCheckpoint, ...).
-      validation_split: fraction of in-memory rows (the last ones) held out.
-      validation_data: `(x, y[, sample_weight])` or a dataset.
+      validation_split: fraction of in-memory rows (the last ones) held
+        out; ValueError where either part would have 0 rows.
+      validation_data: `(x, y[, sample_weight])` or a dataset;
+        ValueError for 0 rows (a dataset: of known cardinality 0).
       shuffle: unused (Keras compatibility): in-memory rows are visited in
         the order `visit_order` draws every epoch; a dataset in its own.
       class_weight: `{class: weight}` multiplying the example weights.
@@ -690,6 +701,16 @@ class LinearModel(keras.Model):
       _check_finite(x, "fit")
     if isinstance(validation_data, tf.data.Dataset):
       data_lib.check_dataset_targets(validation_data)
+      if tf.executing_eagerly() and int(
+          validation_data.cardinality()) == 0:  # (unknown: -2)
+        raise ValueError(_NO_VALIDATION_ROWS.format(
+            "validation_data (a dataset)"))
+    elif validation_data is not None and data_lib.leading_rows(
+        keras.utils.unpack_x_y_sample_weight(tuple(validation_data))[0]) == 0:
+      # (before the training rows are packed; `_batches` checks it again,
+      # for data whose rows are known only once converted)
+      raise data_lib.InvalidInputError(
+          _NO_VALIDATION_ROWS.format("validation_data"))
     self._training.check_mode(options.STREAMED if streamed else
                               options.IN_MEMORY)
     if not self.compiled:
@@ -715,7 +736,8 @@ class LinearModel(keras.Model):
       vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(
           tuple(validation_data))
       validation_data = self._batches(vx, vy, vsw,
-                                      validation_batch_size or batch_size)
+                                      validation_batch_size or batch_size,
+                                      argument="validation_data")
     self._ensure_sdca()
     # The traced step differs between packed rows and streamed batches, and
     # captures one fit's packed rows.
@@ -923,8 +945,9 @@ class LinearModel(keras.Model):
     before any is set, so that a refused file (a state trained under
     another loss, l2 or number of classes, weights of other shapes, a
     state `SdcaModel.set_state` refuses, e.g. held rows for a model built
-    with `carry_over=0`) leaves the model's weights and training state as
-    they were. A model built but never fitted takes its (zero) SdcaModel
+    with `carry_over=0`, the mean of the iterates for one built without
+    `average_from`) leaves the model's weights and training state as they
+    were. A model built but never fitted takes its (zero) SdcaModel
     here, so that the file's state is checked at load too (it was checked
     only at the next fit, which refused it after the file's weights were
     set). A file saved before the options were recorded loads unchecked.
@@ -934,6 +957,7 @@ class LinearModel(keras.Model):
         file's value and the model's).
     """
     saving.check_options(store, self._training.state_meaning(), self.name)
+    saving.check_average(store, self.average_from, self.name)
     variables = self._trainable_variables + self._non_trainable_variables
     values = saving.check_weights(store, variables, self.name)
     loaded = saving.load_state(store)
@@ -1003,6 +1027,7 @@ class LinearModel(keras.Model):
                          f"no feature spec")
       return
     saving.check_options(store, self._training.state_meaning(), self.name)
+    saving.check_average(store, self.average_from, self.name)
     if self._spec is None:
       k = self.num_classes
       shapes = [(s[2], k) for s in spec] + ([(k,)] if self.use_bias else [])

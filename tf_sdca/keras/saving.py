@@ -22,6 +22,7 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from tf_sdca import losses
 from tf_sdca import options
 from tf_sdca import sdca_model
 from tf_sdca.keras import callbacks
@@ -95,7 +96,8 @@ def check_options(store, meaning, name):
 
   Raises:
     ValueError: naming the model `name` and each option that differs
-      (as `LinearModel` spells it), the store's value and the model's.
+      and its value as `LinearModel` spells them (loss 'logistic'), the
+      store's value and the model's.
   """
   if _OPTIONS not in list(store.keys()):
     return
@@ -104,7 +106,40 @@ def check_options(store, meaning, name):
       saved, meaning, f"{name}: the saved SDCA state",
       "Load it into a model built with the saved options, or train this "
       "one from zero; nothing was set",
-      lambda key: _KERAS_NAMES.get(key, key))
+      lambda key: _KERAS_NAMES.get(key, key), _keras_value)
+
+
+def check_average(store, average_from, name):
+  """Refuses a store holding the mean of the iterates (saved by a model
+  built with `average_from`) for a model built without it (`average_from`
+  None): the model took the file's weights (the mean) and its SDCA state
+  (the last iterate) and went on from the last iterate at the next fit,
+  the mean dropped without a word (`SdcaModel.set_state` refuses means
+  given to a model without averaging alike). Momentum's saved state is
+  not refused: it is the path's (the extrapolation's last point), the
+  duals and weights mean the same without it, and a model built with
+  `momentum=0` trains on plainly from them.
+
+  Raises:
+    ValueError: naming the model `name` and `average_from`.
+  """
+  if average_from is None and "sdca_average_count" in list(store.keys()):
+    raise ValueError(
+        f"{name}: the saved SDCA state holds the mean of the iterates of a "
+        f"model built with average_from; this model is built without it "
+        f"and would drop the mean, training on from the last iterate. Load "
+        f"it into a model built with average_from; nothing was set")
+
+
+def _keras_value(key, value):
+  """An option's value as `LinearModel` takes it: the loss by its short
+  name ('logistic', not the op's 'logistic_loss')."""
+  if key == "loss_type" and isinstance(value, str):
+    try:
+      return repr(losses.short_name(value))
+    except ValueError:  # not a loss of this version: as saved
+      pass
+  return repr(value)
 
 
 # `LinearModel`'s names of the `sdca_options` keys, for messages.
