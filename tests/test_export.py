@@ -174,7 +174,23 @@ def test_libsvm_model_scores_raw_lines_like_predict(tmp_path, loss, server):
   # Blank lines (whitespace, a comment), which the reader and predict
   # skip, are invalid.
   blank = ["", " \t ", "# a comment", "\r\n", " # 1 2:1"]
-  out = _served(server, tmp_path, saved, lines + extra + ends + split + blank)
+  # The separators \x1c-\x1f are whitespace to the reader (str.split's),
+  # not to TensorFlow's split: these are lines 0 and 1, valid.
+  separators = [lines[0].replace(" ", "\x1c"),
+                "\x1f" + lines[1].replace(" ", " \x1d", 1) + "\x1e"]
+  out = _served(server, tmp_path, saved,
+                lines + extra + ends + split + blank + separators)
+  served_separators = {key: value[-len(separators):]
+                       for key, value in out.items()}
+  out = {key: value[:-len(separators)] for key, value in out.items()}
+  assert served_separators["valid"] == [True, True]
+  np.testing.assert_allclose(served_separators["scores"], expected[:2],
+                             rtol=1e-6, atol=1e-9)
+  for line, plain in zip(separators, lines):  # (the reader's own verdict)
+    parsed = text_parser.parse_libsvm((line + "\n").encode())
+    reference = text_parser.parse_libsvm((plain + "\n").encode())
+    for key in ("labels", "indices", "values"):
+      np.testing.assert_array_equal(parsed[key], reference[key])
   line_ends = {key: value[len(lines) + len(extra):]
                for key, value in out.items()}
   out = {key: value[:len(lines) + len(extra)] for key, value in out.items()}

@@ -41,6 +41,11 @@ def _libsvm_features(lines, num_features):
   # `readlines()` gives it, or split at '\n' from a CRLF file) is dropped.
   lines = tf.strings.regex_replace(lines, "(\r\n|\n|\r)$", "")
   one_line = tf.strings.regex_full_match(lines, "[^\r\n]*")
+  # Training's readers split on Python's `str.split` whitespace in ASCII,
+  # which holds the separators \x1c-\x1f; TensorFlow's split and strip do
+  # not (a line "1 1:2\x1c3:4", two features there, was one bad token
+  # here): they are spaces here too.
+  lines = tf.strings.regex_replace(lines, r"[\x1c-\x1f]", " ")
   body = tf.strings.strip(tf.strings.regex_replace(lines, "#.*$", ""))
   tokens = tf.strings.split(body)
   first = tokens[:, :1].to_tensor(default_value="")[:, 0]
