@@ -1,7 +1,10 @@
-"""The `tf-sdca demo` command."""
+"""The `tf-sdca demo` command; the model files `train` writes."""
+import json
 import os
 import subprocess
 import sys
+
+import numpy as np
 
 
 def test_demo_command_trains_and_reports(capsys):
@@ -35,3 +38,35 @@ def test_demo_output_to_a_pipe_has_no_escapes_and_says_what_it_compares():
   assert "parsed 18,000 rows" in result.stdout
   assert ("held-out rows: the trained model against the ground truth"
           in result.stdout)
+
+
+def test_model_json_is_read_back_whole_and_one_history_entry_a_line(
+    tmp_path):
+  """`files.readable_json`: the model's JSON with one key a line and one
+  history entry a line (each part through json's C encoder: the Python
+  encoder of `indent=` over the whole history after every epoch made the
+  saves quadratic in the epochs), read back to the same values, given
+  entries already encoded or not."""
+  from tf_sdca import files  # pylint: disable=import-outside-toplevel
+  history = [dict(epoch=k, loss=1.0 / k, duality_gap=float("nan") if k == 2
+                  else 10.0 ** -k) for k in range(1, 5)]
+  meta = dict(format="libsvm", scale=[1.5, 2.0], history=history,
+              classes=[0.0, 1.0], seed=0, nested={"a": [1, {"b": None}]})
+  plain = files.readable_json(meta)
+  cached = files.readable_json(
+      meta, {"history": [json.dumps(entry) for entry in history]})
+  # A stale cache (other length) is not used.
+  stale = files.readable_json(meta, {"history": ["{}"]})
+  assert plain == cached == stale
+  back = json.loads(plain)
+  assert json.dumps(back, sort_keys=True) == json.dumps(meta, sort_keys=True)
+  rows = plain.splitlines()
+  assert rows[0] == "{" and rows[-1] == "}"
+  assert rows.count(' "history": [') == 1
+  assert [r.rstrip(",") for r in rows if r.startswith('  {"epoch": ')] == [
+      "  " + json.dumps(entry) for entry in history]
+  # tf-sdca train's files: checkpoint.npz's meta and model.json the same.
+  files.save_model_atomically(str(tmp_path), meta, epoch=4,
+                              weights=np.arange(3.0))
+  with np.load(tmp_path / "checkpoint.npz") as ckpt:
+    assert str(ckpt["meta_json"]) == (tmp_path / "model.json").read_text()
