@@ -4,6 +4,7 @@ reaches the optimum, a held row that comes back is visited once, and a
 checkpoint keeps the held rows. (The passes it saves on real data:
 tests/test_streaming_order.py.)"""
 import collections
+import json
 import re
 
 import numpy as np
@@ -1064,11 +1065,11 @@ def test_a_checkpoint_of_means_is_refused_by_a_model_without_averaging(
   for a, b in zip(again.get_state()["average_slots"],
                   averaged.get_state()["average_slots"]):
     np.testing.assert_array_equal(a, b)
-  # A plain model's checkpoint is read by either.
+  # A plain model's checkpoint is read by a plain model (one with
+  # average_from refuses it: the next test).
   path = tf.train.Checkpoint(model=plain).write(str(tmp_path / "plain"))
-  for average_from in (None, 2):
-    model, _ = _model(batches[0], "logistic_loss", average_from=average_from)
-    tf.train.Checkpoint(model=model).read(path).expect_partial()
+  model, _ = _model(batches[0], "logistic_loss")
+  tf.train.Checkpoint(model=model).read(path).assert_consumed()
   # A record without the mark (written before it was kept) restores as
   # before.
   meaning = averaged._state_meaning
@@ -1078,6 +1079,87 @@ def test_a_checkpoint_of_means_is_refused_by_a_model_without_averaging(
   plain, _ = _model(batches[0], "logistic_loss")
   tf.train.Checkpoint(model=plain).read(older).expect_partial()
   assert plain.state_size() == averaged.state_size()
+
+
+def test_a_checkpoint_without_means_is_refused_by_an_averaging_model(
+    tmp_path):
+  """A checkpoint of a model built without average_from read into one
+  built with it restored the iterate and left the model's own means and
+  count (its initial ones here: average_from=0 counts the start, so its
+  weights became the mean of the zero start and what followed, not the
+  checkpoint's iterate) without a word. Refused now, eagerly and in a
+  graph, naming average_from (a refused restore, as any, may have set
+  some of the checkpoint's values before the record's), and a record
+  without the mark (written before 2026-11-29, by either kind
+  of model) restores unchecked, as before."""
+  x, ids, y, s = _data("logistic_loss", seed=4)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  plain, _ = _model(batches[0], "logistic_loss")
+  for ex in batches[:5]:
+    plain.update_weights(plain.minimize(examples=ex))
+  path = tf.train.Checkpoint(model=plain).write(str(tmp_path / "plain"))
+  message = re.escape(
+      "the checkpoint holds no mean of the iterates: it was written by a "
+      "model built without average_from; this model is built with it")
+  for average_from in (0, 2):
+    averaged, _ = _model(batches[0], "logistic_loss",
+                         average_from=average_from)
+    with pytest.raises(ValueError, match="^" + message):
+      tf.train.Checkpoint(model=averaged).read(path)
+  graph = tf.Graph()
+  with graph.as_default():
+    in_graph, _ = _model(batches[0], "logistic_loss", average_from=0)
+    status = tf.train.Checkpoint(model=in_graph).read(path)
+  with tf.compat.v1.Session(graph=graph) as session:
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+      status.run_restore_ops(session)
+  # A record without the mark restores unchecked.
+  meaning = plain._state_meaning
+  recorded = json.loads(meaning._text)
+  text = json.dumps(dict(recorded, held_rows=0), sort_keys=True)
+  meaning._serialize_to_tensors = lambda: {"meaning": tf.constant(text)}
+  older = tf.train.Checkpoint(model=plain).write(str(tmp_path / "older"))
+  averaged, _ = _model(batches[0], "logistic_loss", average_from=2)
+  tf.train.Checkpoint(model=averaged).read(older).expect_partial()
+  np.testing.assert_array_equal(averaged.get_state()["slots"][0],
+                                plain.get_state()["slots"][0])
+
+
+def test_set_state_refuses_a_state_without_means_given_to_an_averaging_model():
+  """set_state() of a model built with average_from given a state without
+  `average_slots` (a plain model's get_state()) set the iterate and kept
+  the model's own means and count without a word (and `average_count`
+  alone was skipped). Refused now, naming the missing part and
+  average_from; nothing is set, and the state with a mean given is
+  taken."""
+  x, ids, y, s = _data("logistic_loss", seed=4)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  plain, _ = _model(batches[0], "logistic_loss")
+  for ex in batches[:5]:
+    plain.update_weights(plain.minimize(examples=ex))
+  state = plain.get_state()
+  averaged, variables = _model(batches[0], "logistic_loss", average_from=0)
+  before, weights = averaged.get_state(), _flat(variables)
+  for given, part in ((state, "average_slots"),
+                      (dict(state, average_count=3), "average_slots"),
+                      (dict(state, average_slots=state["slots"]),
+                       "average_count")):
+    with pytest.raises(ValueError, match="^" + re.escape(
+        f"state has no '{part}': ")):
+      averaged.set_state(given)
+    after = averaged.get_state()
+    for key in before:
+      np.testing.assert_array_equal(np.concatenate(
+          [np.ravel(a) for a in tf.nest.flatten(after[key])] or [[]]),
+          np.concatenate([np.ravel(b) for b in tf.nest.flatten(before[key])]
+                         or [[]]), err_msg=key)
+    np.testing.assert_array_equal(_flat(variables), weights)
+  averaged.set_state(dict(state, average_slots=state["slots"],
+                          average_count=1))
+  got = averaged.get_state()
+  assert got["average_count"] == 1
+  for a, b in zip(got["average_slots"], state["slots"]):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):

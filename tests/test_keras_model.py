@@ -1279,3 +1279,40 @@ def test_validation_of_no_rows_is_refused():
   history = LinearModel().fit(x, y, epochs=1, verbose=0,
                               validation_split=0.1).history
   assert np.isfinite(history["val_loss"][0])
+
+
+def test_validation_dataset_of_unknown_size_that_is_empty_warns():
+  """A validation dataset of unknown size (filtered) that yields no batch
+  logged no val_ metrics, and Keras' only word was that the input "ran out
+  of data; interrupting training", which it did not interrupt. Its size
+  shows only once read, after an epoch's training: fit warns now, once, at
+  the end of the first epoch that validated (validation_freq), naming
+  validation_data; one whose filter keeps rows logs val_loss, unwarned."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(10, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.float32)
+  streamed = tf.data.Dataset.from_tensor_slices(
+      ({"x": x, "example_id": np.arange(10)}, y)).batch(4)
+
+  def validation(keep):
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).filter(
+        lambda *_: keep).batch(4)
+  assert int(validation(False).cardinality()) == tf.data.UNKNOWN_CARDINALITY
+  message = ("validation_data (a dataset of unknown size) has 0 rows: fit "
+             "logs no val_ metrics. Give it rows to validate on, or leave it "
+             "out (epoch 2 validated no batch)")
+  for data in (dict(x={"x": x}, y=y), dict(x=streamed)):
+    with pytest.warns(UserWarning) as caught:
+      history = LinearModel().fit(**data, epochs=3, verbose=0,
+                                  validation_data=validation(False),
+                                  validation_freq=2).history
+    assert [str(w.message) for w in caught
+            if "validation_data" in str(w.message)] == [message]
+    assert not [k for k in history if k.startswith("val_")]
+    import warnings  # pylint: disable=import-outside-toplevel
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      history = LinearModel().fit(**data, epochs=2, verbose=0,
+                                  validation_data=validation(True)).history
+    assert not [w for w in caught if "validation_data" in str(w.message)]
+    assert np.isfinite(history["val_loss"]).all()

@@ -438,9 +438,10 @@ def check_state_meaning(theirs, ours, whose, remedy, label=str, show=None):
                    f"{remedy}")
 
 
-# `_StateMeaning`'s record of a model that keeps the mean of its iterates
-# (after "held_rows" among the sorted keys, which the restore's pattern
-# expects first).
+# `_StateMeaning`'s record of whether its model keeps the mean of its
+# iterates (true or false; after "held_rows" among the sorted keys, which
+# the restore's pattern expects first, and before "num_classes", so that
+# the pattern's ", " follows it).
 _MEAN_KEY = "mean_of_iterates"
 
 
@@ -462,11 +463,18 @@ class _StateMeaning(tf.Module):
   mean of the iterates of a model built with `average_from` (its record
   says `"mean_of_iterates": true`) read into one built without it, which
   has no means to read it into, was dropped as silently (the model went
-  on from the last iterate, its weights no longer the mean): refused. A
-  checkpoint without the record (written before 2026-11-28) restores
-  unchecked, and one whose record has no `held_rows` (written earlier on
-  2026-11-28) leaves the held rows unchecked, one without
-  `mean_of_iterates` (written before 2026-11-29) the mean."""
+  on from the last iterate, its weights no longer the mean): refused. So
+  is the reverse, the checkpoint of a model built without `average_from`
+  (its record says `"mean_of_iterates": false`) read into one built with
+  it, which has no mean to read and kept its own means and count beside
+  the checkpoint's weights (its initial ones, or another run's: the
+  outputs then a mean of iterates the checkpoint never had, or a mean
+  started afresh after the checkpoint's calls, which no uninterrupted
+  run has). A checkpoint without the record (written before 2026-11-28)
+  restores unchecked, and one whose record has no `held_rows` (written
+  earlier on 2026-11-28) leaves the held rows unchecked, one without
+  `mean_of_iterates` (written before 2026-11-29, by a model with or
+  without averaging: it cannot tell) the mean."""
 
   def __init__(self, meaning, held_rows, averaged=False):
     """`meaning`: the options (a JSON-able dict); `held_rows`: a callable
@@ -479,10 +487,10 @@ class _StateMeaning(tf.Module):
     self._averaged = averaged
     # The saved text is `meaning` with "held_rows": <count> (first of the
     # sorted keys), joined at save time around the count, and
-    # "mean_of_iterates": true for an averaging model.
+    # "mean_of_iterates": true for an averaging model, false for another.
     recorded = json.dumps(
-        dict(meaning, held_rows=0,
-             **({_MEAN_KEY: True} if averaged else {})), sort_keys=True)
+        dict(meaning, held_rows=0, **{_MEAN_KEY: bool(averaged)}),
+        sort_keys=True)
     self._head, self._tail = recorded.split('"held_rows": 0', 1)
     self._head += '"held_rows": '
     self._frozen_count = None  # (a copy's count: `_copy_trackable_to_cpu`)
@@ -518,6 +526,19 @@ class _StateMeaning(tf.Module):
       "restore it into such a model and give its get_state(), less "
       "average_slots and average_count, to the set_state() of this model")
 
+  # The message for a checkpoint without a mean read into a model with
+  # average_from (no quote marks either).
+  _NO_MEAN_MESSAGE = (
+      "the checkpoint holds no mean of the iterates: it was written by a "
+      "model built without average_from; this model is built with it and "
+      "would keep its own mean and count beside the checkpoint's iterate, "
+      "its weights then a mean the checkpoint's run never had. Restore it "
+      "into a model built without average_from; to start a mean knowingly, "
+      "restore it into such a model and give its get_state(), with "
+      "average_slots and average_count added (average_slots its slots and "
+      "average_count 1: a mean of this iterate alone), to the set_state() "
+      "of this model")
+
   def _restore_from_tensors(self, restored_tensors):
     saved = restored_tensors["meaning"]
     held = self._held_rows()
@@ -525,14 +546,15 @@ class _StateMeaning(tf.Module):
       head = r'^\{"held_rows": '
       options = tf.strings.regex_replace(saved, head + r"[0-9]+, ", "{")
       options = tf.strings.regex_replace(
-          options, f'"{_MEAN_KEY}": true, ', "")
+          options, f'"{_MEAN_KEY}": (true|false), ', "")
       checks = [tf.debugging.assert_equal(
           options, self._text, message="the checkpoint's SdcaModel state "
           "was trained under other options than this model's")]
-      if not self._averaged:
-        checks.append(tf.debugging.Assert(
-            tf.logical_not(tf.strings.regex_full_match(
-                saved, f'.*"{_MEAN_KEY}": true.*')), [self._MEAN_MESSAGE]))
+      checks.append(tf.debugging.Assert(
+          tf.logical_not(tf.strings.regex_full_match(
+              saved, f'.*"{_MEAN_KEY}": {str(not self._averaged).lower()}'
+              '.*')),
+          [self._NO_MEAN_MESSAGE if self._averaged else self._MEAN_MESSAGE]))
       if held is None:
         count = tf.strings.regex_replace(saved, head + r"([0-9]+), .*$",
                                          r"\1")
@@ -547,14 +569,16 @@ class _StateMeaning(tf.Module):
             lambda: tf.group(*held.clear()), tf.no_op)
     theirs, ours = json.loads(saved.numpy().decode()), json.loads(self._text)
     count = theirs.pop("held_rows", None)
-    mean = theirs.pop(_MEAN_KEY, False)
+    mean = theirs.pop(_MEAN_KEY, None)  # None: not recorded
     check_state_meaning(
         theirs, ours, "the checkpoint's SdcaModel state",
         "Restore it into a model built with the checkpoint's options "
         "(num_table_shards may differ through get_state() / set_state(), "
         "which re-shard), or train this one from zero")
-    if mean and not self._averaged:
+    if mean is True and not self._averaged:
       raise ValueError(self._MEAN_MESSAGE)
+    if mean is False and self._averaged:
+      raise ValueError(self._NO_MEAN_MESSAGE)
     if count is not None and held is None and count > 0:
       raise ValueError(f"{count}".join(self._HELD_MESSAGE))
     if count == 0 and held is not None:
@@ -2039,6 +2063,23 @@ class SdcaModel(tf.Module):
           f"the state to a model built with average_from; to take the last "
           f"iterate knowingly, give this model the state less "
           f"'average_slots' and 'average_count'")
+    missing = [k for k in ("average_slots", "average_count")
+               if k not in state]
+    if self._average_from is not None and missing:
+      # (Skipped, the model's own mean and count stayed beside the state's
+      # iterate: its outputs a mean the state's run never had.)
+      raise ValueError(
+          f"state has no '{missing[0]}': "
+          + ("it holds no mean of the iterates, as the state of a model "
+             "built without average_from; " if len(missing) == 2 else
+             "it holds half of the mean of the iterates; ")
+          + "this model is built with average_from and would keep its own "
+          "mean and count beside the state's iterate, its weights then a "
+          "mean the state's run never had. Give the state to a model built "
+          "without average_from; to start a mean knowingly, give this model "
+          "the state with 'average_slots' and 'average_count' (e.g. "
+          "average_slots=state['slots'], average_count=1: a mean of this "
+          "iterate alone)")
     groups = self._sparse + self._dense
     slots = [slot for w in groups for slot in w.slots]
     slot_values = self._state_slots(state, "slots", slots)
@@ -2056,7 +2097,7 @@ class SdcaModel(tf.Module):
     else:
       held = None
     means = None
-    if self._average_from is not None and "average_slots" in state:
+    if self._average_from is not None:
       means = [mean for w in groups for mean in w.means]
       mean_values = self._state_slots(state, "average_slots", means)
       average_count = _state_count(state, "average_count")
@@ -2091,7 +2132,11 @@ class SdcaModel(tf.Module):
         state less `'held'`; likewise for `average_slots` or
         `average_count` (an averaging model's mean) given to a model built
         without `average_from`, which would drop the mean: give the state
-        less them to take the last iterate knowingly.
+        less them to take the last iterate knowingly; and for a state
+        without them (a model's built without `average_from`) given to a
+        model built with it, which would keep its own mean beside the
+        state's iterate: give the state with them (e.g. `average_slots`
+        the state's `slots`, `average_count` 1) to start a mean knowingly.
     """
     checked = self._checked_state(state)  # sets nothing, or raises
     slots, slot_values = checked["slots"]

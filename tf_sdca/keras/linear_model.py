@@ -148,6 +148,7 @@ Example:
   >>> probabilities = model.predict(x, verbose=0)
 """
 import numbers
+import warnings
 
 import keras
 import numpy as np
@@ -181,6 +182,35 @@ def _check_finite(dataset, name):
 # batch: the History would hold no val_ metrics, without a word.
 _NO_VALIDATION_ROWS = ("{} has 0 rows: fit would log no val_ metrics. Give "
                        "it rows to validate on, or leave it out")
+
+
+class _EmptyValidationWarning(keras.callbacks.Callback):
+  """Warns (a `UserWarning`, once per fit) at the end of the first epoch
+  whose validation was due (`validation_freq`) and logged no val_ metric:
+  a validation dataset of unknown size (e.g. filtered) that yielded no
+  batch, which Keras scores as nothing, the History then without val_
+  metrics (and Keras' only word its warning that the input "ran out of
+  data", interrupting a training it does not interrupt). Its size is
+  known only once read, after training: a warning, not an error, keeps
+  the epochs trained."""
+
+  def __init__(self, validation_freq):
+    super().__init__()
+    self._freq = validation_freq
+    self._warned = False
+
+  def on_epoch_end(self, epoch, logs=None):
+    due = ((epoch + 1) % self._freq == 0
+           if isinstance(self._freq, numbers.Integral)
+           else epoch + 1 in self._freq)
+    if self._warned or not due or any(
+        k.startswith("val_") for k in (logs or {})):
+      return
+    self._warned = True
+    warnings.warn(_NO_VALIDATION_ROWS.format(
+        "validation_data (a dataset of unknown size)").replace(
+            "fit would log", "fit logs") + f" (epoch {epoch + 1} validated "
+                  "no batch)", UserWarning, stacklevel=2)
 
 
 @keras.saving.register_keras_serializable(package="tf_sdca")
@@ -654,7 +684,9 @@ class LinearModel(keras.Model):
       validation_split: fraction of in-memory rows (the last ones) held
         out; ValueError where either part would have 0 rows.
       validation_data: `(x, y[, sample_weight])` or a dataset;
-        ValueError for 0 rows (a dataset: of known cardinality 0).
+        ValueError for 0 rows (a dataset: of known cardinality 0; one of
+        unknown size that yields no batch: a UserWarning at the end of
+        the first epoch that validated, `_EmptyValidationWarning`).
       shuffle: unused (Keras compatibility): in-memory rows are visited in
         the order `visit_order` draws every epoch; a dataset in its own.
       class_weight: `{class: weight}` multiplying the example weights.
@@ -753,6 +785,12 @@ class LinearModel(keras.Model):
     callbacks = self._training.callbacks(
         self._sdca, train if streamed else None, tol, initial_epoch, epochs,
         callbacks, unread=unread)
+    if (isinstance(validation_data, tf.data.Dataset) and
+        tf.executing_eagerly() and int(validation_data.cardinality()) ==
+        tf.data.UNKNOWN_CARDINALITY):
+      # (its emptiness shows only when read, at the first validation)
+      callbacks = list(callbacks) + [
+          _EmptyValidationWarning(validation_freq)]
     try:
       if (unread and fitting.ONE_GO and
           self._training.writes_at_end and epochs > initial_epoch and
