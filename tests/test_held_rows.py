@@ -852,6 +852,19 @@ def test_hold_rows_random_bad_rows_and_splits_are_errors_or_valid_outputs():
 
 
 
+def _assert_state_unchanged(model, before, variables, weights):
+  """`model`'s state and weight variables are still `before` (a
+  get_state()) and `weights` (their `_flat`): a refused set_state set
+  nothing."""
+  after = model.get_state()
+  for key in before:
+    np.testing.assert_array_equal(np.concatenate(
+        [np.ravel(a) for a in tf.nest.flatten(after[key])] or [[]]),
+        np.concatenate([np.ravel(b) for b in tf.nest.flatten(before[key])]
+                       or [[]]), err_msg=key)
+  np.testing.assert_array_equal(_flat(variables), weights)
+
+
 def _bad_states(state):
   """(what is wrong, a state that is wrong in it, the ValueError's
   message) for `state` (a carry_over, average_from model's get_state())."""
@@ -1011,13 +1024,7 @@ def test_set_state_refuses_means_given_to_a_model_without_averaging():
         "with average_from; this model is built without it and would drop "
         "the mean")):
       plain.set_state(given)
-    after = plain.get_state()
-    for key in before:
-      np.testing.assert_array_equal(np.concatenate(
-          [np.ravel(a) for a in tf.nest.flatten(after[key])] or [[]]),
-          np.concatenate([np.ravel(b) for b in tf.nest.flatten(before[key])]
-                         or [[]]), err_msg=key)
-    np.testing.assert_array_equal(_flat(variables), weights)
+    _assert_state_unchanged(plain, before, variables, weights)
   plain.set_state({k: v for k, v in state.items()
                    if k not in ("average_slots", "average_count")})
   for a, b in zip(plain.get_state()["slots"], state["slots"]):
@@ -1147,13 +1154,7 @@ def test_set_state_refuses_a_state_without_means_given_to_an_averaging_model():
     with pytest.raises(ValueError, match="^" + re.escape(
         f"state has no '{part}': ")):
       averaged.set_state(given)
-    after = averaged.get_state()
-    for key in before:
-      np.testing.assert_array_equal(np.concatenate(
-          [np.ravel(a) for a in tf.nest.flatten(after[key])] or [[]]),
-          np.concatenate([np.ravel(b) for b in tf.nest.flatten(before[key])]
-                         or [[]]), err_msg=key)
-    np.testing.assert_array_equal(_flat(variables), weights)
+    _assert_state_unchanged(averaged, before, variables, weights)
   averaged.set_state(dict(state, average_slots=state["slots"],
                           average_count=1))
   got = averaged.get_state()
