@@ -443,6 +443,9 @@ def check_state_meaning(theirs, ours, whose, remedy, label=str, show=None):
 # the restore's pattern expects first, and before "num_classes", so that
 # the pattern's ", " follows it).
 _MEAN_KEY = "mean_of_iterates"
+# A state's parts that hold the mean of the iterates (`get_state()` of a
+# model built with `average_from`).
+_MEAN_PARTS = ("average_slots", "average_count")
 
 
 class _StateMeaning(tf.Module):
@@ -2052,8 +2055,7 @@ class SdcaModel(tf.Module):
             f"to a model built with carry_over (e.g. 'auto', the default); "
             f"to drop them knowingly, give this model the state less "
             f"'held' ({{k: v for k, v in state.items() if k != 'held'}})")
-    means_given = [k for k in ("average_slots", "average_count")
-                   if k in state]
+    means_given = [k for k in _MEAN_PARTS if k in state]
     if self._average_from is None and means_given:
       # (Skipped, the caller's mean became the last iterate unsaid.)
       raise ValueError(
@@ -2063,8 +2065,7 @@ class SdcaModel(tf.Module):
           f"the state to a model built with average_from; to take the last "
           f"iterate knowingly, give this model the state less "
           f"'average_slots' and 'average_count'")
-    missing = [k for k in ("average_slots", "average_count")
-               if k not in state]
+    missing = [k for k in _MEAN_PARTS if k not in means_given]
     if self._average_from is not None and missing:
       # (Skipped, the model's own mean and count stayed beside the state's
       # iterate: its outputs a mean the state's run never had.)

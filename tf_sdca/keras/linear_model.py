@@ -180,8 +180,8 @@ def _check_finite(dataset, name):
 
 # `fit`'s validation data of 0 rows, which Keras' loop would score as no
 # batch: the History would hold no val_ metrics, without a word.
-_NO_VALIDATION_ROWS = ("{} has 0 rows: fit would log no val_ metrics. Give "
-                       "it rows to validate on, or leave it out")
+_NO_VALIDATION_ROWS = ("{} has 0 rows: fit {} no val_ metrics. Give it "
+                       "rows to validate on, or leave it out")
 
 
 class _EmptyValidationWarning(keras.callbacks.Callback):
@@ -208,9 +208,9 @@ class _EmptyValidationWarning(keras.callbacks.Callback):
       return
     self._warned = True
     warnings.warn(_NO_VALIDATION_ROWS.format(
-        "validation_data (a dataset of unknown size)").replace(
-            "fit would log", "fit logs") + f" (epoch {epoch + 1} validated "
-                  "no batch)", UserWarning, stacklevel=2)
+        "validation_data (a dataset of unknown size)", "logs") +
+                  f" (epoch {epoch + 1} validated no batch)", UserWarning,
+                  stacklevel=2)
 
 
 @keras.saving.register_keras_serializable(package="tf_sdca")
@@ -624,7 +624,8 @@ class LinearModel(keras.Model):
     x, n, y, sample_weight = data_lib.scoring_inputs(
         x, y, sample_weight, self.loss_type, self.num_classes)
     if argument is not None and n == 0:
-      raise data_lib.InvalidInputError(_NO_VALIDATION_ROWS.format(argument))
+      raise data_lib.InvalidInputError(
+          _NO_VALIDATION_ROWS.format(argument, "would log"))
     self._build_spec(data_lib.feature_spec(
         {k: v for k, v in x.items() if k != self.example_id},
         self.categorical_features))
@@ -736,13 +737,13 @@ class LinearModel(keras.Model):
       if tf.executing_eagerly() and int(
           validation_data.cardinality()) == 0:  # (unknown: -2)
         raise ValueError(_NO_VALIDATION_ROWS.format(
-            "validation_data (a dataset)"))
+            "validation_data (a dataset)", "would log"))
     elif validation_data is not None and data_lib.leading_rows(
         keras.utils.unpack_x_y_sample_weight(tuple(validation_data))[0]) == 0:
       # (before the training rows are packed; `_batches` checks it again,
       # for data whose rows are known only once converted)
       raise data_lib.InvalidInputError(
-          _NO_VALIDATION_ROWS.format("validation_data"))
+          _NO_VALIDATION_ROWS.format("validation_data", "would log"))
     self._training.check_mode(options.STREAMED if streamed else
                               options.IN_MEMORY)
     if not self.compiled:
