@@ -1,6 +1,7 @@
 """Test-wide settings: quiet TensorFlow, float64 numpy references."""
 import os
 import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # The tests' numpy/scipy work is on tiny matrices: OpenBLAS's worker threads
@@ -19,6 +20,17 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+  # One directory of the core's object files for the whole run, made by the
+  # process that runs the session (pytest-xdist's workers inherit it): each
+  # object is compiled once, not once per worker (tests/core_build.py).
+  import core_build  # pylint: disable=import-outside-toplevel
+  if (not hasattr(config, "workerinput") and
+      not os.environ.get(core_build.BUILD_DIR_ENV)):
+    os.environ[core_build.BUILD_DIR_ENV] = tempfile.mkdtemp(
+        prefix="tf_sdca_core_")
+    config.add_cleanup(lambda: (
+        shutil.rmtree(os.environ.pop(core_build.BUILD_DIR_ENV),
+                      ignore_errors=True)))
   config.addinivalue_line(
       "markers", "slow: a scale test taking minutes, or a costly case whose "
       "paths a cheaper test checks; runs with --run-slow "

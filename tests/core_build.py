@@ -15,10 +15,20 @@ idle; a test needing objects still being built waits for them. The
 drivers' own sources (`DRIVER_BUILDS`: 2-10 s each, fourteen builds, one of
 them twice) are compiled there too, after the core, each once per flag set;
 a test then only links.
+
+Under pytest-xdist (`-n 2`, what .ci/run uses) every worker collects the
+same tests and starts the same prebuild: the object files live in one
+directory for the whole run (`BUILD_DIR_ENV`, made by tests/conftest.py in
+the controlling process and removed there at its end), each compiled once
+by whichever process takes its lock first (`_compile_once`). A prebuild
+skips an object another process is compiling (a test needing it waits for
+it then), so that two prebuilds share the work instead of taking turns.
 """
 import atexit
 import concurrent.futures
+import fcntl
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
@@ -62,17 +72,35 @@ DRIVER_BUILDS = (
         "packed_threads_main.cc")]),
 )
 
-_builds = {}  # tuple(flags) -> Future of the object files of CORE
-_driver_objects = {}  # (source, tuple(flags)) -> Future of its object file
+# The environment variable naming the run's shared build directory.
+BUILD_DIR_ENV = "TF_SDCA_CORE_BUILD_DIR"
+
 _lock = threading.Lock()
 _directory = []
 
 
 def _scratch():
-  if not _directory:
-    _directory.append(tempfile.mkdtemp(prefix="tf_sdca_core_"))
-    atexit.register(shutil.rmtree, _directory[0], ignore_errors=True)
-  return _directory[0]
+  """The build directory: the run's shared one where the test session made
+  it (`BUILD_DIR_ENV`), else this process's own, removed at its exit."""
+  with _lock:
+    if not _directory:
+      shared = os.environ.get(BUILD_DIR_ENV)
+      if shared and os.path.isdir(shared):
+        _directory.append(shared)
+      else:
+        _directory.append(tempfile.mkdtemp(prefix="tf_sdca_core_"))
+        atexit.register(shutil.rmtree, _directory[0], ignore_errors=True)
+    return _directory[0]
+
+
+def _object_path(source, flags):
+  """Where `source` compiled with `flags` goes: one name per (flags,
+  source), the same in every process of the run."""
+  tag = hashlib.sha1(" ".join(flags).encode()).hexdigest()[:12]
+  out = os.path.join(_scratch(), tag)
+  os.makedirs(out, exist_ok=True)
+  folder = os.path.basename(os.path.dirname(source))
+  return os.path.join(out, f"{folder}_{os.path.basename(source)[:-3]}.o")
 
 
 def _compile(flags, source, obj):
@@ -80,84 +108,71 @@ def _compile(flags, source, obj):
                   "-o", obj], check=True, capture_output=True, text=True)
 
 
-def _build_objects(flags, workers):
-  out = tempfile.mkdtemp(dir=_scratch())
-  objs = [os.path.join(out, os.path.basename(src)[:-3] + ".o")
-          for src in CORE]
-  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    for done in [pool.submit(_compile, flags, src, obj)
-                 for src, obj in zip(CORE, objs)]:
-      done.result()
-  return objs
-
-
-def _claim(flags, table=None, key=None):
-  """The future of `flags`' objects (or of `table[key]`), and whether the
-  caller must build them (nobody has started)."""
-  table = _builds if table is None else table
-  key = tuple(flags) if key is None else key
-  with _lock:
-    future = table.get(key)
-    if future is not None:
-      return future, False
-    future = table[key] = concurrent.futures.Future()
-    return future, True
-
-
-def _fill(future, flags, workers):
-  try:
-    future.set_result(_build_objects(flags, workers))
-  except BaseException as e:  # pylint: disable=broad-except
-    future.set_exception(e)
-
-
-def core_objects(flags):
-  """The core's object files built with `flags` (compiled on first use, or
-  waited for where `prebuild` is compiling them).
-
-  Raises:
-    subprocess.CalledProcessError: when a source does not compile.
-  """
-  future, mine = _claim(flags)
-  if mine:
-    _fill(future, flags, os.cpu_count() or 2)
-  return future.result()
-
-
-def driver_object(source, flags):
-  """`source` (a driver's own file) compiled with `flags` (compiled on
-  first use, or waited for where `prebuild` is compiling it).
+def _compile_once(flags, source, wait=True):
+  """`source` compiled with `flags` (its object file's path): by this
+  thread unless another thread or process of the run compiled it, or is
+  compiling it (then waited for; with `wait` False, None is returned
+  instead).
 
   Raises:
     subprocess.CalledProcessError: when it does not compile.
   """
-  future, mine = _claim(flags, _driver_objects, (source, tuple(flags)))
-  if mine:
+  obj = _object_path(source, flags)
+  if os.path.exists(obj):
+    return obj
+  # (flock: each open() is its own lock, between threads as between
+  # processes.)
+  with open(obj + ".lock", "w") as lock:
     try:
-      obj = os.path.join(tempfile.mkdtemp(dir=_scratch()),
-                         os.path.basename(source)[:-3] + ".o")
-      _compile(flags, source, obj)
-      future.set_result(obj)
-    except BaseException as e:  # pylint: disable=broad-except
-      future.set_exception(e)
-  return future.result()
+      fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+      return None
+    try:
+      if not os.path.exists(obj):
+        partial = f"{obj}.{os.getpid()}.{threading.get_ident()}.tmp"
+        _compile(flags, source, partial)
+        os.replace(partial, obj)
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+  return obj
+
+
+def core_objects(flags):
+  """The core's object files built with `flags` (compiled on first use,
+  on all the machine's cores, or waited for where a prebuild is compiling
+  them).
+
+  Raises:
+    subprocess.CalledProcessError: when a source does not compile.
+  """
+  with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+    return list(pool.map(lambda src: _compile_once(flags, src), CORE))
+
+
+def driver_object(source, flags):
+  """`source` (a driver's own file) compiled with `flags` (compiled on
+  first use, or waited for where a prebuild is compiling it).
+
+  Raises:
+    subprocess.CalledProcessError: when it does not compile.
+  """
+  return _compile_once(flags, source)
 
 
 def prebuild(flag_sets, driver_builds=DRIVER_BUILDS):
-  """Starts building the core with each of `flag_sets` in turn, one source
-  at a time, then the drivers of `driver_builds` ((flags, sources) pairs),
-  on a daemon thread (what a test claimed first is left to it)."""
+  """Starts compiling the core with each of `flag_sets` in turn, then the
+  drivers of `driver_builds` ((flags, sources) pairs), one source at a
+  time, on a daemon thread. A source another thread or process is
+  compiling is left to it: a test needing it waits for it then."""
   def run():
-    for flags in flag_sets:
-      future, mine = _claim(flags)
-      if mine:
-        _fill(future, flags, 1)
-    for flags, sources in driver_builds:
-      for source in sources:
-        try:
-          driver_object(source, flags)
-        except subprocess.CalledProcessError:
-          pass  # kept in its future: the test that builds it reports it
+    jobs = [(flags, source) for flags in flag_sets for source in CORE]
+    jobs += [(flags, source) for flags, sources in driver_builds
+             for source in sources]
+    for flags, source in jobs:
+      try:
+        _compile_once(flags, source, wait=False)
+      except subprocess.CalledProcessError:
+        pass  # the test that builds it compiles it again and reports it
   threading.Thread(target=run, name="core_build.prebuild",
                    daemon=True).start()
 
