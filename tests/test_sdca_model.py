@@ -1,6 +1,7 @@
 """SdcaModel: optimum against scipy, persistence of the dual state across
 batches and checkpoints, tf.function, L1, CoCoA+ partitions, options."""
 import json
+import logging
 import os
 import re
 import subprocess
@@ -414,6 +415,26 @@ def test_training_inside_a_tf_function_loop():
     eager.update_weights(eager.minimize())
   np.testing.assert_allclose(_flat(variables), _flat(ve), atol=1e-6)
   assert gap < 1e-5
+
+
+def test_a_process_training_several_models_is_not_warned_of_retracing():
+  # Each eager model traces its steps once, for its own variables; TensorFlow
+  # counted a method's traces across all its objects and, from the fifth
+  # model, logged "triggered tf.function retracing" (an l2 sweep's loop).
+  x, ids, y, s = _data("logistic_loss", seed=3)
+  ex = _examples(x, ids, y, s)
+  records = []
+  handler = logging.Handler()
+  handler.emit = records.append
+  tf.get_logger().addHandler(handler)
+  try:
+    for l2 in (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0):
+      model, _ = _model(ex, "logistic_loss", l2=l2)
+      for _ in range(3):
+        model.update_weights(model.minimize())
+  finally:
+    tf.get_logger().removeHandler(handler)
+  assert not [r for r in records if "retracing" in r.getMessage()]
 
 
 def _l1_optimum(x, ids, y, s, l1, l2):
