@@ -1095,9 +1095,8 @@ def test_a_checkpoint_without_means_is_refused_by_an_averaging_model(
   count (its initial ones here: average_from=0 counts the start, so its
   weights became the mean of the zero start and what followed, not the
   checkpoint's iterate) without a word. Refused now, eagerly and in a
-  graph, naming average_from (a refused restore, as any, may have set
-  some of the checkpoint's values before the record's), and a record
-  without the mark (written before 2026-11-29, by either kind
+  graph, naming average_from (eagerly before anything is set: the next
+  test), and a record without the mark (written before 2026-11-29, by either kind
   of model) restores unchecked, as before."""
   x, ids, y, s = _data("logistic_loss", seed=4)
   batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
@@ -1130,6 +1129,51 @@ def test_a_checkpoint_without_means_is_refused_by_an_averaging_model(
   tf.train.Checkpoint(model=averaged).read(older).expect_partial()
   np.testing.assert_array_equal(averaged.get_state()["slots"][0],
                                 plain.get_state()["slots"][0])
+
+
+@pytest.mark.parametrize("writer, reader, message", [
+    (dict(average_from=2), dict(),
+     "the checkpoint holds the mean of the iterates of a model built with "
+     "average_from; this model is built without it"),
+    (dict(), dict(average_from=2),
+     "the checkpoint holds no mean of the iterates: it was written by a "
+     "model built without average_from"),
+    (dict(), dict(loss="squared_loss"),
+     "the checkpoint's SdcaModel state was trained with loss_type "
+     "'logistic_loss' (this model 'squared_loss')"),
+    (dict(), dict(l2=0.5),
+     "the checkpoint's SdcaModel state was trained with "
+     "symmetric_l2_regularization 1.0 (this model 0.5)"),
+    (dict(carry_over=0.5), dict(carry_over=0), "the checkpoint holds "),
+], ids=["mean", "no mean", "loss", "l2", "held rows"])
+def test_a_refused_restore_leaves_the_model_as_it_was(tmp_path, writer,
+                                                      reader, message):
+  """An eager restore checked the record (`_StateMeaning`) only when its
+  turn came among the checkpoint's values: a refused checkpoint had by
+  then set the call counter, weights, slots or duals that came before it,
+  and the model, refused, was left part restored. The record is checked
+  before anything is set now: the ValueError as before, and the weights,
+  every variable of the model and its get_state() bit for bit as they
+  were."""
+  x, ids, y, s = _data("logistic_loss", seed=4)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  written, _ = _model(batches[0], "logistic_loss", **writer)
+  for ex in batches[:5]:
+    written.update_weights(written.minimize(examples=ex))
+  path = tf.train.Checkpoint(model=written).write(str(tmp_path / "ckpt"))
+  reader = dict(reader)
+  model, variables = _model(batches[0], reader.pop("loss", "logistic_loss"),
+                            **reader)
+  for ex in batches[2:4]:
+    model.update_weights(model.minimize(examples=ex))
+  before, weights = model.get_state(), _flat(variables)
+  values = [np.copy(v.numpy()) for v in model.variables]
+  assert model.calls.numpy() == 2 and np.any(weights)
+  with pytest.raises(ValueError, match="^" + re.escape(message)):
+    tf.train.Checkpoint(model=model).read(path)
+  _assert_state_unchanged(model, before, variables, weights)
+  for v, value in zip(model.variables, values):
+    np.testing.assert_array_equal(v.numpy(), value, err_msg=v.name)
 
 
 def test_set_state_refuses_a_state_without_means_given_to_an_averaging_model():
