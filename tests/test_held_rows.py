@@ -1227,6 +1227,7 @@ def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
   count = len(held.sdca_state()["held"]["keys"])
   assert count > 0
   held.save_weights(str(tmp_path / "held.weights.h5"))
+  checkpoint = tf.train.Checkpoint(model=held).write(str(tmp_path / "held"))
   narrow = LinearModel(loss="logistic", carry_over=0)
   narrow.fit(data(xs[:, :5]), epochs=1, verbose=0)
   narrow.save_weights(str(tmp_path / "narrow.weights.h5"))
@@ -1234,12 +1235,18 @@ def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
   for m in (model, twin):
     m.fit(data(xs), epochs=1, verbose=0)
   weights, state = model.get_weights(), model.sdca_state()
-  for name, message in (
-      ("held", rf"state\['held'\] holds {count} held rows: "),
-      ("narrow", r"the file's weight 0 has shape \(5, 1\), the model's "
-                 r"\S+ \(30, 1\)")):
+  for name, load, message in (
+      ("held", lambda: model.load_weights(str(tmp_path / "held.weights.h5")),
+       rf"state\['held'\] holds {count} held rows: "),
+      ("held checkpoint",
+       lambda: tf.train.Checkpoint(model=model).read(checkpoint),
+       rf"state\['held'\] holds {count} held rows: "),
+      ("narrow",
+       lambda: model.load_weights(str(tmp_path / "narrow.weights.h5")),
+       r"the file's weight 0 has shape \(5, 1\), the model's "
+       r"\S+ \(30, 1\)")):
     with pytest.raises(ValueError, match=message):
-      model.load_weights(str(tmp_path / f"{name}.weights.h5"))
+      load()
     for a, b in zip(model.get_weights(), weights):
       np.testing.assert_array_equal(a, b, err_msg=name)
     after = model.sdca_state()
@@ -1258,8 +1265,10 @@ def test_a_keras_model_never_fitted_refuses_a_bad_state_at_load(tmp_path):
   (and load_model, through the same load_own_variables) set the file's
   weights and kept its SDCA state unchecked for the first fit, which then
   refused it. The state is checked at load now: a ValueError naming the
-  part, nothing set (zero weights, an empty state), and the model fits as
-  a fresh twin."""
+  part, nothing set (zero weights, still no SDCA state: the check's
+  SdcaModel is not kept), and the model fits as a fresh twin. A model
+  never built that reads a tf.train.Checkpoint whose state alone it
+  refuses stays unbuilt (it was left built at zero weights)."""
   from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
   xs, ys = _cancer()
   data = tf.data.Dataset.from_tensor_slices(
@@ -1288,14 +1297,23 @@ def test_a_keras_model_never_fitted_refuses_a_bad_state_at_load(tmp_path):
       load(model)
     for w in model.get_weights():
       assert not np.any(w), name
-    state = model.sdca_state()
-    assert len(state["keys"]) == 0 and state["calls"] == 0, name
-    assert not any(np.any(slot) for slot in state["slots"]), name
+    with pytest.raises(ValueError, match="the model has no SDCA state"):
+      model.sdca_state()
     twin = LinearModel(loss="logistic", carry_over=0)
     for m in (model, twin):
       m.fit(data, epochs=1, verbose=0)
     for a, b in zip(model.get_weights(), twin.get_weights()):
       np.testing.assert_array_equal(a, b, err_msg=name)
+  checkpoint = tf.train.Checkpoint(model=held).write(str(tmp_path / "held"))
+  model, twin = (LinearModel(loss="logistic", carry_over=0) for _ in "ab")
+  with pytest.raises(ValueError, match=(
+      rf"state\['held'\] holds {count} held rows: ")):
+    tf.train.Checkpoint(model=model).read(checkpoint)
+  assert not model.built and not model.weights
+  for m in (model, twin):
+    m.fit(data, epochs=1, verbose=0)
+  for a, b in zip(model.get_weights(), twin.get_weights()):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):
