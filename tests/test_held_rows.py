@@ -1095,9 +1095,8 @@ def test_a_checkpoint_without_means_is_refused_by_an_averaging_model(
   count (its initial ones here: average_from=0 counts the start, so its
   weights became the mean of the zero start and what followed, not the
   checkpoint's iterate) without a word. Refused now, eagerly and in a
-  graph, naming average_from (a refused restore, as any, may have set
-  some of the checkpoint's values before the record's), and a record
-  without the mark (written before 2026-11-29, by either kind
+  graph, naming average_from (eagerly before anything is set: the next
+  test), and a record without the mark (written before 2026-11-29, by either kind
   of model) restores unchecked, as before."""
   x, ids, y, s = _data("logistic_loss", seed=4)
   batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
@@ -1130,6 +1129,51 @@ def test_a_checkpoint_without_means_is_refused_by_an_averaging_model(
   tf.train.Checkpoint(model=averaged).read(older).expect_partial()
   np.testing.assert_array_equal(averaged.get_state()["slots"][0],
                                 plain.get_state()["slots"][0])
+
+
+@pytest.mark.parametrize("writer, reader, message", [
+    (dict(average_from=2), dict(),
+     "the checkpoint holds the mean of the iterates of a model built with "
+     "average_from; this model is built without it"),
+    (dict(), dict(average_from=2),
+     "the checkpoint holds no mean of the iterates: it was written by a "
+     "model built without average_from"),
+    (dict(), dict(loss="squared_loss"),
+     "the checkpoint's SdcaModel state was trained with loss_type "
+     "'logistic_loss' (this model 'squared_loss')"),
+    (dict(), dict(l2=0.5),
+     "the checkpoint's SdcaModel state was trained with "
+     "symmetric_l2_regularization 1.0 (this model 0.5)"),
+    (dict(carry_over=0.5), dict(carry_over=0), "the checkpoint holds "),
+], ids=["mean", "no mean", "loss", "l2", "held rows"])
+def test_a_refused_restore_leaves_the_model_as_it_was(tmp_path, writer,
+                                                      reader, message):
+  """An eager restore checked the record (`_StateMeaning`) only when its
+  turn came among the checkpoint's values: a refused checkpoint had by
+  then set the call counter, weights, slots or duals that came before it,
+  and the model, refused, was left part restored. The record is checked
+  before anything is set now: the ValueError as before, and the weights,
+  every variable of the model and its get_state() bit for bit as they
+  were."""
+  x, ids, y, s = _data("logistic_loss", seed=4)
+  batches = [ex for _, ex in _fixed_batches(x, ids, y, s)]
+  written, _ = _model(batches[0], "logistic_loss", **writer)
+  for ex in batches[:5]:
+    written.update_weights(written.minimize(examples=ex))
+  path = tf.train.Checkpoint(model=written).write(str(tmp_path / "ckpt"))
+  reader = dict(reader)
+  model, variables = _model(batches[0], reader.pop("loss", "logistic_loss"),
+                            **reader)
+  for ex in batches[2:4]:
+    model.update_weights(model.minimize(examples=ex))
+  before, weights = model.get_state(), _flat(variables)
+  values = [np.copy(v.numpy()) for v in model.variables]
+  assert model.calls.numpy() == 2 and np.any(weights)
+  with pytest.raises(ValueError, match="^" + re.escape(message)):
+    tf.train.Checkpoint(model=model).read(path)
+  _assert_state_unchanged(model, before, variables, weights)
+  for v, value in zip(model.variables, values):
+    np.testing.assert_array_equal(v.numpy(), value, err_msg=v.name)
 
 
 def test_set_state_refuses_a_state_without_means_given_to_an_averaging_model():
@@ -1183,6 +1227,7 @@ def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
   count = len(held.sdca_state()["held"]["keys"])
   assert count > 0
   held.save_weights(str(tmp_path / "held.weights.h5"))
+  checkpoint = tf.train.Checkpoint(model=held).write(str(tmp_path / "held"))
   narrow = LinearModel(loss="logistic", carry_over=0)
   narrow.fit(data(xs[:, :5]), epochs=1, verbose=0)
   narrow.save_weights(str(tmp_path / "narrow.weights.h5"))
@@ -1190,12 +1235,18 @@ def test_a_refused_keras_load_weights_leaves_the_model_as_it_was(tmp_path):
   for m in (model, twin):
     m.fit(data(xs), epochs=1, verbose=0)
   weights, state = model.get_weights(), model.sdca_state()
-  for name, message in (
-      ("held", rf"state\['held'\] holds {count} held rows: "),
-      ("narrow", r"the file's weight 0 has shape \(5, 1\), the model's "
-                 r"\S+ \(30, 1\)")):
+  for name, load, message in (
+      ("held", lambda: model.load_weights(str(tmp_path / "held.weights.h5")),
+       rf"state\['held'\] holds {count} held rows: "),
+      ("held checkpoint",
+       lambda: tf.train.Checkpoint(model=model).read(checkpoint),
+       rf"state\['held'\] holds {count} held rows: "),
+      ("narrow",
+       lambda: model.load_weights(str(tmp_path / "narrow.weights.h5")),
+       r"the file's weight 0 has shape \(5, 1\), the model's "
+       r"\S+ \(30, 1\)")):
     with pytest.raises(ValueError, match=message):
-      model.load_weights(str(tmp_path / f"{name}.weights.h5"))
+      load()
     for a, b in zip(model.get_weights(), weights):
       np.testing.assert_array_equal(a, b, err_msg=name)
     after = model.sdca_state()
@@ -1214,8 +1265,10 @@ def test_a_keras_model_never_fitted_refuses_a_bad_state_at_load(tmp_path):
   (and load_model, through the same load_own_variables) set the file's
   weights and kept its SDCA state unchecked for the first fit, which then
   refused it. The state is checked at load now: a ValueError naming the
-  part, nothing set (zero weights, an empty state), and the model fits as
-  a fresh twin."""
+  part, nothing set (zero weights, still no SDCA state: the check's
+  SdcaModel is not kept), and the model fits as a fresh twin. A model
+  never built that reads a tf.train.Checkpoint whose state alone it
+  refuses stays unbuilt (it was left built at zero weights)."""
   from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
   xs, ys = _cancer()
   data = tf.data.Dataset.from_tensor_slices(
@@ -1244,14 +1297,23 @@ def test_a_keras_model_never_fitted_refuses_a_bad_state_at_load(tmp_path):
       load(model)
     for w in model.get_weights():
       assert not np.any(w), name
-    state = model.sdca_state()
-    assert len(state["keys"]) == 0 and state["calls"] == 0, name
-    assert not any(np.any(slot) for slot in state["slots"]), name
+    with pytest.raises(ValueError, match="the model has no SDCA state"):
+      model.sdca_state()
     twin = LinearModel(loss="logistic", carry_over=0)
     for m in (model, twin):
       m.fit(data, epochs=1, verbose=0)
     for a, b in zip(model.get_weights(), twin.get_weights()):
       np.testing.assert_array_equal(a, b, err_msg=name)
+  checkpoint = tf.train.Checkpoint(model=held).write(str(tmp_path / "held"))
+  model, twin = (LinearModel(loss="logistic", carry_over=0) for _ in "ab")
+  with pytest.raises(ValueError, match=(
+      rf"state\['held'\] holds {count} held rows: ")):
+    tf.train.Checkpoint(model=model).read(checkpoint)
+  assert not model.built and not model.weights
+  for m in (model, twin):
+    m.fit(data, epochs=1, verbose=0)
+  for a, b in zip(model.get_weights(), twin.get_weights()):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):

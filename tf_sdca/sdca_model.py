@@ -446,6 +446,9 @@ _MEAN_KEY = "mean_of_iterates"
 # A state's parts that hold the mean of the iterates (`get_state()` of a
 # model built with `average_from`).
 _MEAN_PARTS = ("average_slots", "average_count")
+# The checkpoint key of a model's `_StateMeaning` record, after the model's
+# path.
+_RECORD_KEY = "_state_meaning/.ATTRIBUTES/meaning"
 
 
 class _StateMeaning(tf.Module):
@@ -570,7 +573,16 @@ class _StateMeaning(tf.Module):
         return tf.cond(
             tf.strings.regex_full_match(saved, head + r"0, .*"),
             lambda: tf.group(*held.clear()), tf.no_op)
-    theirs, ours = json.loads(saved.numpy().decode()), json.loads(self._text)
+    count = self._check(saved.numpy().decode())
+    if count == 0 and held is not None:
+      held.clear()
+    return tf.no_op()
+
+  def _check(self, saved):
+    """Refuses the record `saved` (its JSON text) as a restore does, with a
+    ValueError naming what differs; else its held rows' count (None: not
+    recorded). Sets nothing."""
+    theirs, ours = json.loads(saved), json.loads(self._text)
     count = theirs.pop("held_rows", None)
     mean = theirs.pop(_MEAN_KEY, None)  # None: not recorded
     check_state_meaning(
@@ -582,11 +594,34 @@ class _StateMeaning(tf.Module):
       raise ValueError(self._MEAN_MESSAGE)
     if mean is False and self._averaged:
       raise ValueError(self._NO_MEAN_MESSAGE)
-    if count is not None and held is None and count > 0:
+    if count is not None and self._held_rows() is None and count > 0:
       raise ValueError(f"{count}".join(self._HELD_MESSAGE))
-    if count == 0 and held is not None:
-      held.clear()
-    return tf.no_op()
+    return count
+
+  def check_checkpoint(self, path):
+    """Refuses, before a restore sets anything, the checkpoint at `path`
+    when every record in it (`_RECORD_KEY`) is one that `_check` refuses:
+    `_restore_from_tensors` checked the record only when its turn came,
+    and a restore had by then set whichever of the model's values came
+    before it (the call counter, weights, duals: a refused checkpoint left
+    the model part restored). The model's own record is one of them, as
+    the models in one checkpoint are written by one version; a checkpoint
+    of several models whose records differ, one of them taken, is left to
+    `_restore_from_tensors`."""
+    reader = tf.train.load_checkpoint(path)
+    records = sorted({reader.get_tensor(key) for key in
+                      reader.get_variable_to_dtype_map()
+                      if key == _RECORD_KEY or
+                      key.endswith("/" + _RECORD_KEY)})
+    refusal = None
+    for saved in records:
+      try:
+        self._check(saved.decode())
+        return
+      except ValueError as e:
+        refusal = refusal or e
+    if refusal is not None:
+      raise refusal
 
   def _copy_trackable_to_cpu(self, object_map):
     if self not in object_map:
@@ -1269,6 +1304,17 @@ class SdcaModel(tf.Module):
           int(tf.size(held.keys)) == 0):
       children.pop("_held", None)
     return children
+
+  def _checkpoint_adapter(self, path):
+    """Eagerly, refuses a checkpoint whose record (`_StateMeaning`) this
+    model refuses before anything of it is restored
+    (`_StateMeaning.check_checkpoint`): a restore calls this as it reaches
+    the model, before it sets the values of the model's children. A graph
+    refuses it when its restore ops run, with the record's assertions
+    (which do not order the other restore ops)."""
+    if path and tf.executing_eagerly():
+      self._state_meaning.check_checkpoint(path)
+    return super()._checkpoint_adapter(path)
 
   def _lookup_dependency(self, name, cached_dependencies=None):
     """A checkpoint's held rows restore into the model's, whether or not

@@ -108,20 +108,57 @@ class TrainingState:
              second_order=m.second_order),
         mode, options.KERAS, _MODE_WORDS[mode])
 
+  def _sdca_over(self, spec, kernels, bias):
+    """A `SdcaModel` over the tf.Variables `kernels` `{name: variable}` of
+    the features in `spec` (the sparse and categorical ones first, then
+    the dense ones, as the weight table holds them) and `bias` (or
+    None)."""
+    sparse, dense = [], []
+    for name, kind, _, _, _ in spec:
+      (dense if kind == "dense" else sparse).append(kernels[name])
+    if bias is not None:
+      dense.append(bias)
+    return SdcaModel(None, {"sparse_features_weights": sparse,
+                            "dense_features_weights": dense},
+                     self._sdca_options())
+
+  def check_state(self, state, spec, kernels=None, bias=None):
+    """Refuses a loaded SDCA `state` as the SdcaModel `new_sdca` creates
+    would (`SdcaModel.check_state`), on one of its own: over the model's
+    Keras weights `kernels` and `bias`, or, for a model not built yet
+    (`kernels` None), over zero weights of `spec`'s shapes. A refused
+    state so leaves a model never fitted without an SdcaModel (its pending
+    state kept) and one never built unbuilt.
+
+    Returns:
+      The SdcaModel that took the check, for the model to keep when it
+      then sets `state` into it (over its weights).
+
+    Raises:
+      ValueError: naming the part, as `SdcaModel.check_state`.
+    """
+    if kernels is None:
+      k = self._model.num_classes
+      kernels = {name: tf.Variable(tf.zeros([size, k]))
+                 for name, _, size, _, _ in spec}
+      bias = (tf.Variable(tf.zeros([k])) if self._model.use_bias else
+              None)
+    else:
+      kernels = {name: kernel.value for name, kernel in kernels.items()}
+      bias = None if bias is None else bias.value
+    sdca = self._sdca_over(spec, kernels, bias)
+    sdca.check_state(state)
+    return sdca
+
   def new_sdca(self, spec, kernels, bias):
     """A `SdcaModel` (created eagerly) over the model's Keras weights:
     `kernels` `{name: variable}` of the features in `spec` (the sparse and
     categorical ones first, then the dense ones, as the weight table holds
     them) and the `bias` variable or None; it takes a loaded state that
     waited for it."""
-    sparse, dense = [], []
-    for name, kind, _, _, _ in spec:
-      (dense if kind == "dense" else sparse).append(kernels[name].value)
-    if bias is not None:
-      dense.append(bias.value)
-    sdca = SdcaModel(None, {"sparse_features_weights": sparse,
-                            "dense_features_weights": dense},
-                     self._sdca_options())
+    sdca = self._sdca_over(
+        spec, {name: kernel.value for name, kernel in kernels.items()},
+        None if bias is None else bias.value)
     if self.pending_state is not None:
       sdca.set_state(self.pending_state)
       self.pending_state = None
@@ -533,6 +570,7 @@ class TrainingState:
     (or, None, into the SdcaModel `new_sdca` creates)."""
     if sdca is not None:  # first: a refused state sets nothing
       sdca.set_state(loaded["state"])
+      self.pending_state = None  # (replaced)
     else:
       self.pending_state = loaded["state"]
     if loaded["row_duals"] is not None:

@@ -986,10 +986,12 @@ class LinearModel(keras.Model):
     state `SdcaModel.set_state` refuses, e.g. held rows for a model built
     with `carry_over=0`, the mean of the iterates for one built without
     `average_from`) leaves the model's weights and training state as they
-    were. A model built but never fitted takes its (zero) SdcaModel
-    here, so that the file's state is checked at load too (it was checked
-    only at the next fit, which refused it after the file's weights were
-    set). A file saved before the options were recorded loads unchecked.
+    were. A model built but never fitted has the file's state checked
+    at load too, on an SdcaModel it keeps only once the state is taken
+    (it was checked only at the next fit, which refused it after the
+    file's weights were set): refused, it is left at zero weights without
+    an SdcaModel, as it was. A file saved before the options were recorded
+    loads unchecked.
 
     Raises:
       ValueError: naming the part (for other options: each option, the
@@ -1000,14 +1002,20 @@ class LinearModel(keras.Model):
     variables = self._trainable_variables + self._non_trainable_variables
     values = saving.check_weights(store, variables, self.name)
     loaded = saving.load_state(store)
+    sdca = self._sdca
     if loaded is not None and self._spec is not None:
-      # A model built but never fitted gets its SdcaModel (zero state) now,
-      # so that the state is checked here, not at the next fit.
-      self._ensure_sdca()
-      self._sdca.check_state(loaded["state"])
+      if sdca is None:
+        # A model built but never fitted has its state checked here, not
+        # at the next fit, on an SdcaModel it keeps only once the state
+        # is taken.
+        sdca = self._training.check_state(loaded["state"], self._spec,
+                                          self._kernels, self.bias)
+      else:
+        sdca.check_state(loaded["state"])
     for v, value in zip(variables, values):
       v.assign(value)
     if loaded is not None:
+      self._sdca = sdca
       self._training.restore(loaded, self._sdca)
 
   # ---------------------------------------------------- tf.train.Checkpoint
@@ -1055,9 +1063,10 @@ class LinearModel(keras.Model):
       ValueError: naming the part, for a state trained under other options
         (loss, l2, classes), features other than the model's (name, kind,
         size), weights of other shapes or a state `load_own_variables`
-        refuses; nothing is set (a model never built stays so when its
-        options, features or weights are refused, and is left built at
-        zero weights, with no state, when only the state is).
+        refuses; nothing is set: a model never built stays so (its state
+        is checked before the model is built, on an SdcaModel over zero
+        weights of the checkpoint's shapes), and a built or trained one
+        keeps its weights and state.
     """
     spec, store = saving.from_bytes(data)
     if spec is None:
@@ -1073,6 +1082,9 @@ class LinearModel(keras.Model):
       saving.check_weights(store, [tf.TensorSpec(shape, name=f"weight {i}")
                                    for i, shape in enumerate(shapes)],
                            self.name)
+      loaded = saving.load_state(store)
+      if loaded is not None:
+        self._training.check_state(loaded["state"], spec)
     self._build_spec(spec)
     self.load_own_variables(store)
 
