@@ -110,3 +110,23 @@ def test_averaging_is_refused_across_processes(cancer, tmp_path,
       config=estimator.RunConfig())
   with pytest.raises(ValueError, match="average_from=2"):
     classifier.train(_input(features, y), steps=3)
+
+
+@pytest.mark.parametrize("first, then, message", [
+    (None, 2, "the checkpoint holds no mean of the iterates"),
+    (2, None, "the checkpoint holds the mean of the iterates"),
+])
+def test_a_model_dir_of_the_other_kind_is_refused(cancer, tmp_path, first,
+                                                  then, message):
+  """An estimator resuming a model_dir written with (or without) averaging
+  would take a mean that run never had (or drop it): refused, and the
+  model_dir's weights are left as they were."""
+  features, y = cancer
+  written = _classifier(tmp_path, average_from=first)
+  written.train(_input(features, y), steps=3)
+  before = _weights(written)
+  resumed = _classifier(tmp_path, average_from=then)
+  with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                     match=message):
+    resumed.train(_input(features, y), steps=2)
+  np.testing.assert_array_equal(_weights(_classifier(tmp_path)), before)
