@@ -52,6 +52,7 @@ dispatch).
 """
 import argparse
 import collections
+import functools
 import glob
 import os
 import platform
@@ -366,7 +367,9 @@ class OursLoop:
           example_labels=labels, example_ids=example_ids)
       model.update_weights(model.minimize(examples=examples))
 
-    self._step = (tf.function(step, reduce_retracing=True)
+    # (A partial: TensorFlow counts a closure's traces by its code, across
+    # the loops of every shape, and warned of retracing from the fifth.)
+    self._step = (tf.function(functools.partial(step), reduce_retracing=True)
                   if loop == "tf.function" else step)
 
   def step(self, b):
@@ -392,7 +395,6 @@ class TheirsLoop:
     self.w_dense = tf.Variable(tf.zeros([13]))
     self.state = tf.Variable(tf.zeros([n, 4]))
 
-    @tf.function(reduce_retracing=True)
     def step(start, stop, example_indices, feature_ids, dense_x, weights,
              labels):
       uniq = tf.unique(tf.cast(feature_ids, tf.int64))[0]
@@ -412,7 +414,8 @@ class TheirsLoop:
       self.w_sparse.scatter_add(tf.IndexedSlices(out[1][0], uniq))
       self.w_dense.assign_add(out[2][0])
 
-    self._step = step
+    # (A partial, as OursLoop's.)
+    self._step = tf.function(functools.partial(step), reduce_retracing=True)
 
   def step(self, b):
     if self.loop == "tf.function":
