@@ -1118,7 +1118,6 @@ def _cumsum(values):
     yield total
 
 
-
 def _total_weight(example_weights):
   """sum(example_weights) (float64), which must be > 0 for a weighted
   mean: 0 (no examples, or all weighted 0) is an InvalidArgumentError,
@@ -1130,6 +1129,7 @@ def _total_weight(example_weights):
        "the weighted mean loss is undefined"])
   with tf.control_dependencies([check]):
     return tf.identity(total)
+
 
 class _Step:
   """`fn` as an object of its own, for `tf.function`: TensorFlow counts a
