@@ -659,11 +659,16 @@ bool PackedRows::Append(const ResidentData& d, int64_t chunks,
   const bool units = !split && has_values_;
   int64_t end = records_end_;
   int64_t units_not_stored = units_not_stored_;
-  for (int64_t i = 0; i < n && out.tellp() == 0; ++i) {
+  // Whether `out` holds an error, kept in a flag: out.tellp() per row (a
+  // virtual seekoff through the stream buffer) was 0.8% of a streaming
+  // minimize call's samples (2026-11-29, 50k Criteo-shaped rows, 'auto').
+  bool failed = out.tellp() != 0;
+  for (int64_t i = 0; i < n && !failed; ++i) {
     const int64_t nnz = d.row_ptr ? d.row_ptr[i + 1] - d.row_ptr[i] : 0;
     if (nnz > std::numeric_limits<int32_t>::max()) {
       out << "row " << first_row + i << " has " << nnz
           << " sparse entries, more than 2^31 - 1";
+      failed = true;
     }
     offsets_[first_row + i] = end;
     const int64_t leading =
@@ -675,7 +680,7 @@ bool PackedRows::Append(const ResidentData& d, int64_t chunks,
               : RecordSize(header, per_entry, nnz, dense_dim_);
     end += (bytes + 7) & ~int64_t{7};
   }
-  if (out.tellp() != 0) {
+  if (failed) {
     *error = out.str();
     return false;
   }

@@ -65,6 +65,42 @@ class FeatureIndexMap {
     }
   }
 
+  // One word of the rank bitmap: ids 64 * i .. 64 * i + 63, and how many
+  // ids lie below them.
+  struct Word {
+    uint64_t bits;
+    int64_t rank;
+  };
+
+  // The rank bitmap as two plain values (words null when the map is not
+  // ranked), for loops that keep them in registers: Find through the map
+  // reloads its vector after every store the loop makes.
+  struct Ranked {
+    const Word* words = nullptr;
+    uint64_t num_words = 0;
+    void Prefetch(int64_t id) const {
+      const uint64_t word = static_cast<uint64_t>(id) >> 6;
+      if (word < num_words) __builtin_prefetch(words + word);
+    }
+    // As Find on a ranked map.
+    int64_t Find(int64_t id) const {
+      const uint64_t word = static_cast<uint64_t>(id) >> 6;
+      if (word >= num_words) return -1;  // (a negative id too)
+      const Word& w = words[word];
+      const uint64_t bit = uint64_t{1} << (id & 63);
+      if ((w.bits & bit) == 0) return -1;
+      return w.rank + __builtin_popcountll(w.bits & (bit - 1));
+    }
+  };
+  Ranked ranked() const {
+    Ranked view;
+    if (ranked_) {
+      view.words = words_.data();
+      view.num_words = words_.size();
+    }
+    return view;
+  }
+
  private:
   static uint64_t Hash(int64_t id) {
     uint64_t x = static_cast<uint64_t>(id);
@@ -73,13 +109,6 @@ class FeatureIndexMap {
     x ^= x >> 33;
     return x;
   }
-
-  // One word of the rank bitmap: ids 64 * i .. 64 * i + 63, and how many
-  // ids lie below them.
-  struct Word {
-    uint64_t bits;
-    int64_t rank;
-  };
 
   bool ranked_ = false;
   std::vector<Word> words_;

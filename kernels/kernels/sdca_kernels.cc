@@ -465,38 +465,60 @@ class OptimizerOp : public OpKernel {
       std::vector<Status> errors(chunks);
       std::vector<char> sorted(chunks, 1);
       int64_t* starts = one_group ? batch->row_ptr.data() : nullptr;
+      int32_t* const slots = out.data();
       parallel_for(chunks, [&](int64_t c) {
+        // The loop reads only locals: with the captures read through the
+        // closure (reloaded after every store) this loop took 12.3% of a
+        // streaming minimize call's perf samples, 8.5% so (2026-11-29, 50k
+        // Criteo-shaped rows, 'auto', eager).
         const int64_t lo = nnz * c / chunks, hi = nnz * (c + 1) / chunks;
+        const FeatureIndexMap::Ranked ranked = map.ranked();
+        int64_t* const row_starts = starts;
+        int32_t* const dst = slots;
+        const int32_t first = offset;
+        const int64_t rows = n;
+        bool in_order = true;
         int64_t prev = lo > 0 ? e[lo - 1] : 0;
         constexpr int64_t kAhead = 16;  // table reads in flight
         for (int64_t k = lo; k < hi; ++k) {
-          if (k + kAhead < hi) map.Prefetch(f[k + kAhead]);
-          if (e[k] < 0 || e[k] >= n) {
+          const int64_t row = e[k], id = f[k];
+          if (k + kAhead < hi) {
+            if (ranked.words != nullptr) {
+              ranked.Prefetch(f[k + kAhead]);
+            } else {
+              map.Prefetch(f[k + kAhead]);
+            }
+          }
+          if (row < 0 || row >= rows) {
             errors[c] = InvalidArgument("sparse_example_indices", tag, "[", k,
-                                        "] = ", e[k], " is outside [0, ", n,
+                                        "] = ", row, " is outside [0, ", rows,
                                         ")");
+            sorted[c] = in_order;
             return;
           }
-          if (e[k] < prev) {
-            sorted[c] = 0;
-          } else if (starts != nullptr && e[k] != prev && sorted[c]) {
+          if (row < prev) {
+            in_order = false;
+          } else if (row_starts != nullptr && row != prev && in_order) {
             // Rows (prev, e[k]] start here. (A chunk writes only while its
             // indices, and the one before it, are in order: no two chunks
             // write one row's start.)
-            for (int64_t q = std::max<int64_t>(prev, 0) + 1; q <= e[k]; ++q) {
-              starts[q] = k;
+            for (int64_t q = std::max<int64_t>(prev, 0) + 1; q <= row; ++q) {
+              row_starts[q] = k;
             }
           }
-          prev = e[k];
-          const int64_t pos = map.Find(f[k]);
+          prev = row;
+          const int64_t pos =
+              ranked.words != nullptr ? ranked.Find(id) : map.Find(id);
           if (pos < 0) {
             errors[c] = InvalidArgument(
-                "sparse_feature_indices", tag, "[", k, "] = ", f[k],
-                f[k] < 0 ? " must be >= 0" : " is not in sparse_indices" + tag);
+                "sparse_feature_indices", tag, "[", k, "] = ", id,
+                id < 0 ? " must be >= 0" : " is not in sparse_indices" + tag);
+            sorted[c] = in_order;
             return;
           }
-          out[k] = offset + static_cast<int32_t>(pos);
+          dst[k] = first + static_cast<int32_t>(pos);
         }
+        sorted[c] = in_order;
       });
       for (const Status& status : errors) TF_RETURN_IF_ERROR(status);
       for (const char ok : sorted) all_sorted = all_sorted && ok;
