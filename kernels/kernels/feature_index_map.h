@@ -32,8 +32,7 @@ class FeatureIndexMap {
   // lookups probe a data-dependent chain).
   void Prefetch(int64_t id) const {
     if (ranked_) {
-      const uint64_t word = static_cast<uint64_t>(id) >> 6;
-      if (word < words_.size()) __builtin_prefetch(words_.data() + word);
+      ranked().Prefetch(id);
       return;
     }
     if (direct_ && id >= 0 && id < static_cast<int64_t>(table_.size())) {
@@ -43,14 +42,7 @@ class FeatureIndexMap {
 
   // Position of `id`, or -1.
   int64_t Find(int64_t id) const {
-    if (ranked_) {
-      const uint64_t word = static_cast<uint64_t>(id) >> 6;
-      if (word >= words_.size()) return -1;  // (a negative id too)
-      const Word& w = words_[word];
-      const uint64_t bit = uint64_t{1} << (id & 63);
-      if ((w.bits & bit) == 0) return -1;
-      return w.rank + __builtin_popcountll(w.bits & (bit - 1));
-    }
+    if (ranked_) return ranked().Find(id);
     if (direct_) {
       if (id < 0 || id >= static_cast<int64_t>(table_.size())) return -1;
       return table_[id];
@@ -82,7 +74,7 @@ class FeatureIndexMap {
       const uint64_t word = static_cast<uint64_t>(id) >> 6;
       if (word < num_words) __builtin_prefetch(words + word);
     }
-    // As Find on a ranked map.
+    // Position of `id`, or -1 (Find, on a ranked map).
     int64_t Find(int64_t id) const {
       const uint64_t word = static_cast<uint64_t>(id) >> 6;
       if (word >= num_words) return -1;  // (a negative id too)
