@@ -10,8 +10,8 @@ driver's own source takes ~1 s.
 A test session that collects tests building drivers starts their core
 builds on one background thread as it begins (`prebuild`, from
 tests/conftest.py) and runs those tests last, so the ~2 minutes of
-compiling overlap the TensorFlow tests, which leave the second core mostly
-idle; a test needing objects still being built waits for them. The
+compiling overlap the TensorFlow tests; a test needing objects still being
+built waits for them. The
 drivers' own sources (`DRIVER_BUILDS`: 2-10 s each, fourteen builds, one of
 them twice) are compiled there too, after the core, each once per flag set;
 a test then only links.
