@@ -1131,19 +1131,6 @@ def _total_weight(example_weights):
     return tf.identity(total)
 
 
-class _Step:
-  """`fn` as an object of its own, for `tf.function`: TensorFlow counts a
-  function's traces by its code (a method's across all its objects); an
-  object without code is counted alone."""
-
-  def __init__(self, fn, name):
-    self._fn = fn
-    self.__name__ = self.__qualname__ = name
-
-  def __call__(self, *args):
-    return self._fn(*args)
-
-
 class SdcaModel(tf.Module):
   """Linear model trained by SDCA with TensorFlow's `SdcaModel` interface.
 
@@ -1609,11 +1596,11 @@ class SdcaModel(tf.Module):
     structure; a second batch shape makes its sizes unknown, not another
     trace per shape)."""
     if key not in self._functions:
-      # Traced through a callable of this model's own: TensorFlow counts
-      # the traces of a method (or of a closure's code) across all its
-      # objects, so a process making a few models (each traced once, for
-      # its own variables) was warned of "excessive retracing".
-      self._functions[key] = tf.function(_Step(fn, f"sdca_{key}"),
+      # Traced through a partial of this model's own: TensorFlow counts the
+      # traces of a method (or of a closure's code) across all its objects,
+      # and a partial by itself; a process making a few models (each traced
+      # once, for its own variables) was warned of "excessive retracing".
+      self._functions[key] = tf.function(functools.partial(fn),
                                          reduce_retracing=True,
                                          autograph=False)
     return self._functions[key]
