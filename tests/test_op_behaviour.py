@@ -105,9 +105,11 @@ def test_same_seed_and_threads_are_bit_identical_other_seed_differs(
 @pytest.mark.parametrize("threads", [2, 4])
 def test_threads_read_the_batch_and_solve_like_one_thread(threads):
     # The 32-row shard merge is gone (slower than one thread everywhere it
-    # was measured): num_threads only sizes the pool that reads the batch,
-    # so the result is the one-thread solve, bit for bit.
-    problem = _big_problem()
+    # was measured): num_threads only sizes the pool that reads the batch
+    # and computes the rows' losses after the passes (in 4,096-row pieces
+    # at the least: 10,000 rows are two or more), so the result is the
+    # one-thread solve, bit for bit, the state's losses included.
+    problem = _big_problem(n=10000)
     one = Model(problem, "logistic_loss", l2=1.0, num_threads=1,
                 num_inner_iterations=3)
     many = Model(problem, "logistic_loss", l2=1.0, num_threads=threads,

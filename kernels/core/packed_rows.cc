@@ -1096,19 +1096,31 @@ void PackedRows::SolveOneThread(const SolverOptions& options,
     // solve reached, as the visited rows' primal losses are).
     const DualLossUpdater& loss = *options.loss;
     const double shrinkage = options.l1 / options.l2;
-    for (int64_t i = 0; i < n; ++i) {
-      const Header* h =
-          reinterpret_cast<const Header*>(buffer_.get() + offsets_[i]);
-      const double s = h->weight;
-      if (s <= 0.0) {
-        primal[i] = 0.0;
-        record->dual_losses[i] = 0.0;
-        continue;
+    auto losses = [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const Header* h =
+            reinterpret_cast<const Header*>(buffer_.get() + offsets_[i]);
+        const double s = h->weight;
+        if (s <= 0.0) {
+          primal[i] = 0.0;
+          record->dual_losses[i] = 0.0;
+          continue;
+        }
+        const double wx = std::isnan(primal[i])
+                              ? Margin(i, weights, shrinkage)
+                              : primal[i];
+        primal[i] = s * loss.PrimalLoss(wx, h->label);
+        record->dual_losses[i] = s * loss.DualLoss(duals[i], h->label);
       }
-      const double wx =
-          std::isnan(primal[i]) ? Margin(i, weights, shrinkage) : primal[i];
-      primal[i] = s * loss.PrimalLoss(wx, h->label);
-      record->dual_losses[i] = s * loss.DualLoss(duals[i], h->label);
+    };
+    const int64_t chunks =
+        record->parallel_for ? std::min<int64_t>(record->chunks, n) : 1;
+    if (chunks <= 1) {
+      losses(0, n);
+    } else {
+      record->parallel_for(chunks, [&](int64_t c) {
+        losses(n * c / chunks, n * (c + 1) / chunks);
+      });
     }
   });
 }

@@ -216,6 +216,8 @@ class OptimizerOp : public OpKernel {
       StateRecord record;
       record.primal_losses = primal.data();
       record.dual_losses = dual_loss.data();
+      record.parallel_for = parallel_for;
+      record.chunks = std::min<int64_t>(threads, n / 4096);
       rows.Solve(options, w.data(), duals.data(), &record);
       OP_REQUIRES_OK(context, CancelledStatus(options, "TfSdca>Optimizer"));
       OP_REQUIRES(context, record.error.empty(),
