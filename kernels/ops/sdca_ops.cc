@@ -353,8 +353,9 @@ visit_order: 'permutation' (a fresh permutation per pass), 'uniform' (draws
 seed: seed of the visiting order; it is mixed with call_index and a digest of
   the input duals, and the result is a function of the inputs.
 gamma: smoothing of smooth_hinge_loss (> 0).
-num_threads: threads reading the batch (mapping ids to slots); 0 = the CPU
-  device's threads. The solve itself runs on one thread.
+num_threads: threads reading the batch (mapping ids to slots) and computing
+  the rows' losses after the solve; 0 = the CPU device's threads. The solve
+  itself runs on one thread.
 num_classes: K for softmax_loss and multiclass_hinge_loss (>= 2; labels are
   class ids in [0, K), sparse_weights [u, K], dense_weights [d, K], each
   example's K duals a block e_y - p with p on the simplex, solved exactly per

@@ -242,8 +242,9 @@ def sdca_optimizer(sparse_example_indices,
     visit_order: one of `VISIT_ORDERS`.
     seed: seed of the visiting order.
     gamma: smoothing of `smooth_hinge_loss`.
-    num_threads: threads reading the batch (0: TensorFlow's CPU threads);
-      the solve itself is exact sequential SDCA on one thread.
+    num_threads: threads reading the batch and computing the rows' losses
+      after the solve (0: TensorFlow's CPU threads); the solve itself is
+      exact sequential SDCA on one thread.
     call_index: int64 scalar (may be a tensor) mixed into the seed: give
       successive calls successive values (`SdcaModel` counts its
       `minimize` calls) and each call visits its batch in a fresh order.
