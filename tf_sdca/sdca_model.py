@@ -1716,7 +1716,7 @@ class SdcaModel(tf.Module):
                   axis=0) + delta
     s = tf.cast(examples["example_weights"], tf.float64)
     y = tf.cast(examples["example_labels"], tf.float64)
-    duals, change = second_order.streamed_block_step(
+    duals, change = second_order.shared_streamed_block_step(
         o["loss_type"], o["symmetric_l2_regularization"], x, s, y, w,
         tf.cast(new_state[:, :k], tf.float64), o["second_order"])
     dual64 = tf.cast(duals, tf.float64)
