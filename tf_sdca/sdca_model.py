@@ -1580,6 +1580,9 @@ class SdcaModel(tf.Module):
                        "constructor")
     self._check_examples(examples)
     if tf.executing_eagerly():
+      # The held rows' variables exist before the step is first traced:
+      # made inside the trace, they made tf.function trace the step twice.
+      self._held_rows()
       # One call of the step compiled for the batch's structure, not ~40
       # ops dispatched one by one from Python; TensorFlow's executor also
       # overlaps the independent ones.
