@@ -1321,6 +1321,15 @@ class SdcaModel(tf.Module):
                 id_arguments=[self._group("sparse_features", g)
                               for g in range(len(self._sparse))])
 
+  def create_variables(self):
+    """Creates now the variables `minimize` would create at its first call
+    (with `carry_over`, the held rows'). TensorFlow traces a `tf.function`
+    twice when its first trace creates variables: call this (eagerly)
+    before tracing a function or Keras step that calls `minimize`, and the
+    step is traced once (eager `minimize` calls do so themselves). Creates
+    nothing the second time."""
+    self._held_rows()
+
   def _held_rows(self):
     """The `_HeldRows` of a model with `carry_over` (created at the first
     call that needs them), else None."""
@@ -1580,9 +1589,7 @@ class SdcaModel(tf.Module):
                        "constructor")
     self._check_examples(examples)
     if tf.executing_eagerly():
-      # The held rows' variables exist before the step is first traced:
-      # made inside the trace, they made tf.function trace the step twice.
-      self._held_rows()
+      self.create_variables()
       # One call of the step compiled for the batch's structure, not ~40
       # ops dispatched one by one from Python; TensorFlow's executor also
       # overlaps the independent ones.

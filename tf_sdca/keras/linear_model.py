@@ -772,6 +772,9 @@ class LinearModel(keras.Model):
                                       validation_batch_size or batch_size,
                                       argument="validation_data")
     self._ensure_sdca()
+    if streamed:
+      # Keras' step traced once, not twice (`SdcaModel.create_variables`).
+      self._sdca.create_variables()
     # The traced step differs between packed rows and streamed batches, and
     # captures one fit's packed rows.
     if not streamed or self._training.mode != fitting.BATCHES:
