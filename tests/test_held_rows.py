@@ -1351,3 +1351,46 @@ def test_get_state_and_keras_save_keep_the_held_rows(tmp_path):
   assert len(saved["keys"]) > 0
   np.testing.assert_array_equal(got["keys"], saved["keys"])
   np.testing.assert_array_equal(got["dense"][0], saved["dense"][0])
+
+
+def test_a_step_calling_minimize_is_traced_once_after_create_variables(
+    monkeypatch):
+  """TensorFlow traces a tf.function twice when its first trace creates
+  variables: the held rows' were made inside the first trace of a step
+  calling `minimize` (and of Keras' streamed train step). After
+  `create_variables` one trace; the same weights either way."""
+  x, _, y, s = _data("logistic_loss", seed=4)
+  # Arrays only (one trace per shape): a sparse group's column object is
+  # a Python value, traced per object.
+  batches = [dict(sparse_features=[], dense_features=[x[r]],
+                  example_weights=s[r], example_labels=y[r],
+                  example_ids=r.astype(np.int64))
+             for r in np.split(np.arange(N), N // 20)]
+  weights = []
+  for create_first, traces in ((False, 2), (True, 1)):
+    model, variables = _model(batches[0], "logistic_loss", sparse=False,
+                              carry_over="auto")
+    if create_first:
+      model.create_variables()
+      model.create_variables()  # makes nothing the second time
+
+    @tf.function
+    def step(ex, m=model):
+      m.update_weights(m.minimize(examples=ex))
+    for _ in range(3):
+      for ex in batches:
+        step(ex)
+    assert step.experimental_get_tracing_count() == traces
+    assert len(model.get_state()["held"]["keys"]) > 0
+    weights.append(_flat(variables))
+  np.testing.assert_array_equal(weights[0], weights[1])
+
+  from tf_sdca.keras import LinearModel  # pylint: disable=import-outside-toplevel
+  traced = []
+  original = LinearModel.train_step
+  monkeypatch.setattr(LinearModel, "train_step", lambda self, data: (
+      traced.append(1), original(self, data))[1])
+  dataset = tf.data.Dataset.from_tensor_slices(
+      ({"x": x, "example_id": np.arange(N)}, y)).batch(20)
+  LinearModel(loss="logistic").fit(dataset, epochs=2, verbose=0)
+  assert len(traced) == 1
