@@ -211,3 +211,62 @@ def test_auto_leaves_well_conditioned_problems_to_sdca():
       "logistic_loss", L2, design, y.astype(np.float32),
       np.ones(len(y), np.float32))
   assert 10 < passes < second_order.MIN_PASSES_PER_E_FOLD
+
+
+def test_streamed_step_is_traced_once_for_every_model_and_keeps_no_graph():
+  """`second_order.shared_streamed_block_step`: eager models of one (loss,
+  l2, choice) share one trace of the step, with the weights of the step
+  built inline in each model's own trace; in TF1 graphs the step is built
+  inline, so a finished graph (an estimator's per `train` call) is freed."""
+  import gc  # pylint: disable=import-outside-toplevel
+  import weakref  # pylint: disable=import-outside-toplevel
+  x, y = load_breast_cancer(return_X_y=True)
+  x, y = x[:120, :6].astype(np.float32), y[:120].astype(np.float32)
+  batches = [dict(sparse_features=[], dense_features=[x[r]],
+                  example_weights=np.ones(len(r), np.float32),
+                  example_labels=y[r], example_ids=r.astype(np.int64))
+             for r in np.split(np.arange(120), 3)]
+  options = dict(loss_type="logistic_loss", symmetric_l2_regularization=0.37,
+                 second_order="on")
+
+  def train():
+    w = tf.Variable(tf.zeros([6]))
+    model = SdcaModel(None, dict(sparse_features_weights=[],
+                                 dense_features_weights=[w]), options)
+    for _ in range(3):
+      for batch in batches:
+        model.update_weights(model.minimize(examples=batch))
+    return w.numpy()
+
+  key = ("logistic_loss", float(np.float32(0.37)), "on")
+  first = train()
+  shared = second_order._STEP_FUNCTIONS[key]  # pylint: disable=protected-access
+  traces = shared.experimental_get_tracing_count()
+  np.testing.assert_array_equal(train(), first)
+  assert shared.experimental_get_tracing_count() == traces
+  inline = second_order.shared_streamed_block_step
+  try:
+    second_order.shared_streamed_block_step = (
+        lambda *a, **k: second_order.streamed_block_step(*a, **k))
+    np.testing.assert_array_equal(train(), first)
+  finally:
+    second_order.shared_streamed_block_step = inline
+
+  graphs = []
+  for _ in range(2):
+    graph = tf.Graph()
+    with graph.as_default():
+      w = tf.compat.v1.Variable(tf.zeros([6]))
+      model = SdcaModel(None, dict(sparse_features_weights=[],
+                                   dense_features_weights=[w]), options)
+      op = model.update_weights(model.minimize(examples={
+          k: (v if k == "sparse_features" else
+              [tf.constant(t) for t in v] if isinstance(v, list) else
+              tf.constant(v)) for k, v in batches[0].items()}))
+      with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(op)
+    graphs.append(weakref.ref(graph))
+    del graph, w, model, op, session
+  gc.collect()
+  assert [g() for g in graphs] == [None, None]

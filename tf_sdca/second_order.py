@@ -312,8 +312,12 @@ def shared_streamed_block_step(loss, l2, x, s, y, w, duals, choice="auto"):
   model of the process instead of inside each model's own trace. Tracing
   the step (its Newton loop, line search and conds) was ~0.5 s of each new
   dense model's first call, ~0.13 s without it. The same ops, so the same
-  values."""
+  values. In a TF1 graph the step is built inline, as before: the shared
+  function would keep a trace for every graph, and with it the graph
+  (an estimator makes one per `train` call)."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if not tf.compat.v1.executing_eagerly_outside_functions():
+    return streamed_block_step(loss, l2, x, s, y, w, duals, choice)
   key = (loss, float(np.float32(l2)), choice)
   if key not in _STEP_FUNCTIONS:
     _STEP_FUNCTIONS[key] = tf.function(
