@@ -215,9 +215,10 @@ def test_auto_leaves_well_conditioned_problems_to_sdca():
 
 def test_streamed_step_is_traced_once_for_every_model_and_keeps_no_graph():
   """`second_order.shared_streamed_block_step`: eager models of one (loss,
-  l2, choice) share one trace of the step, with the weights of the step
-  built inline in each model's own trace; in TF1 graphs the step is built
-  inline, so a finished graph (an estimator's per `train` call) is freed."""
+  l2, choice) share one trace of the step and train the same weights as
+  with the step built inside each model's own trace; in TF1 graphs the
+  step is built inline, so a finished graph (an estimator's per `train`
+  call) is freed."""
   import gc  # pylint: disable=import-outside-toplevel
   import weakref  # pylint: disable=import-outside-toplevel
   x, y = load_breast_cancer(return_X_y=True)
