@@ -2,10 +2,12 @@
 
 `import tensorflow` runs TensorFlow's `__init__`, which imports its whole
 public API eagerly: 2,400 modules (data pipelines, distribution
-strategies, TPU, Lite, the legacy Keras layers, ...), 1.65-1.85 s of CPU
-on the project's 2-core machine, against ~0.5 s for the runtime and the
-modules the training ops need. A new `tf-sdca train` process waits for it
-before its first epoch. Two ways in:
+strategies, TPU, Lite, the legacy Keras layers, ...), and through Keras
+4,000 in all: on the project's 2-core machines 1.65-1.85 s of CPU on a
+fast one, 2.3-3.7 s without Keras and 4.1-6.4 s with it on a slower one
+(2026-11-29), against ~0.5 s (1.0-1.3 s there) for the runtime
+and the modules the training ops need. A new `tf-sdca train` process waits
+for it before its first epoch. Two ways in:
 
 - `import_tensorflow()`: the real import, without its eager import of Keras
   (a third of it).
@@ -30,8 +32,9 @@ before its first epoch. Two ways in:
 `tf-sdca train --quiet` in one process uses the stand-in (it shows no
 Keras progress bar): on 1M Criteo rows on the 2-core machine its import
 took 0.55 s of CPU instead of 1.65-1.75 s, 650 modules instead of 2,400
-(tests/test_tensorflow_import.py: the same models, to the byte, and the
-same messages as with the real import).
+(on the slower machine of 2026-11-29, the import alone: 1.0-1.3 s, 604
+modules, against 2.3-3.7 s; tests/test_tensorflow_import.py: the same
+models, to the byte, and the same messages as with the real import).
 """
 import importlib
 import importlib.util
