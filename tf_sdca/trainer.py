@@ -143,8 +143,8 @@ class InMemorySdca:
       faster or diverge (g3doc/benchmarks.md). The theta used is
       `asdca_theta_used` after `fit`.
     momentum: None (the default: 'auto' where it applies, whole epochs in
-      the 'permutation', 'uniform' or 'shrinking' order without 'asdca' or
-      `average_from`, else off), beta in [0, 1) (0: off) or 'auto' (also
+      the 'permutation', 'uniform', 'shrinking' or 'adaptive' order without
+      'asdca' or `average_from`, else off), beta in [0, 1) (0: off) or 'auto' (also
       `keras.LinearModel(momentum=)` and `tf-sdca train --momentum`): each
       epoch after the first starts from the last two epochs' points
       extrapolated, alpha_r + beta (alpha_r - alpha_{r-1}), and the weights
