@@ -130,20 +130,36 @@ class State:
     self.table = None
     self.asdca_iterate = None
 
-  def shape(self, n, num_features, dense_dim):
+  def shape(self, n, num_features, dense_dim, resuming=False):
     """Zero duals and weights for n rows, `num_features` sparse rows (None:
     none) and `dense_dim` dense columns (0: none), unless the state already
-    has that shape (a resumed or continued fit)."""
+    has that shape (a resumed or continued fit). A state of which any part
+    has another shape belongs to other data: all of it starts from zero
+    (weights kept beside zeroed duals would not be W(alpha)), or, where
+    `resuming`, a ValueError names the part.
+
+    Raises:
+      ValueError: `resuming` a state of another shape."""
     classes = (self.num_classes,) if self.multiclass else ()
-    if self.duals is None or self.duals.shape != (n,) + classes:
-      self.duals = np.zeros((n,) + classes, np.float64)
-    if num_features is not None and (
-        self.sparse_weights is None or
-        self.sparse_weights.shape != (num_features,) + classes):
-      self.sparse_weights = np.zeros((num_features,) + classes, np.float64)
-    if dense_dim and (self.dense_weights is None or
-                      self.dense_weights.shape != (dense_dim,) + classes):
-      self.dense_weights = np.zeros((dense_dim,) + classes, np.float64)
+    wanted = dict(duals=(n,) + classes,
+                  sparse_weights=(None if num_features is None else
+                                  (num_features,) + classes),
+                  dense_weights=(dense_dim,) + classes if dense_dim else None)
+    for name, shape in wanted.items():
+      value = getattr(self, name)
+      have = None if value is None else np.shape(value)
+      if have is None or shape is None or have == shape:
+        continue
+      if resuming:
+        raise ValueError(
+            f"{name} has shape {have}; resuming a fit of these rows "
+            f"(initial_epoch > 0) needs {shape}")
+      self.duals = self.sparse_weights = self.dense_weights = None
+      self.table = self.asdca_iterate = None
+      break
+    for name, shape in wanted.items():
+      if shape is not None and getattr(self, name) is None:
+        setattr(self, name, np.zeros(shape, np.float64))
 
   def weight_table(self):
     """The ops' weight table: sparse weights, then dense ones. When both are
@@ -888,9 +904,10 @@ def csr_arrays(n, ids=None, indptr=None, indices=None, values=None):
   """
   if ids is not None:
     ids = np.asarray(ids)
-    if ids.ndim != 2 or ids.shape[0] != n:
-      raise ValueError(f"ids must have shape [{n}, k], got {ids.shape}")
-    k = ids.shape[1]
+    if ids.ndim != 2 or ids.shape[0] != n or (n and ids.shape[1] == 0):
+      raise ValueError(f"ids must have shape [{n}, k], k >= 1, got "
+                       f"{ids.shape}")
+    k = max(ids.shape[1], 1)
     return (np.arange(0, n * k + 1, k, dtype=np.int64),
             # int32 ids stay int32 (half the memory of 26 ids a row);
             # each batch converts its own slice.
@@ -998,8 +1015,13 @@ def normalise(labels, dense=None, ids=None, indptr=None, indices=None,
     dense = np.ascontiguousarray(dense, dtype=np.float32)
     if dense.ndim == 1:
       dense = dense[:, None]
+    if dense.ndim != 2:
+      raise ValueError(f"dense must have shape [n] or [n, d], got "
+                       f"{dense.shape}")
     if dense.shape[0] != n:
       raise ValueError(f"dense has {dense.shape[0]} rows but labels has {n}")
+    if dense.shape[1] == 0:
+      dense = None  # (no dense part)
   if dense is None and csr is None:
     raise ValueError("give dense features, sparse ids, or both")
   weights = (np.ones(n, np.float32) if example_weights is None else
@@ -1348,6 +1370,25 @@ class PartedProblem:
 PARTED_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
 
 
+def check_sparse_ids(csr, num_features, first_row=0, source=None):
+  """Raises a ValueError for an id of the CSR arrays `csr` outside `[0,
+  num_features)`, naming the row (counting from `first_row`), the id and
+  `source`, or for a `num_features` beyond the op's int32 ids. Before
+  anything reads the rows by their ids (scipy's products in
+  `second_order` wrote outside their arrays on a negative id)."""
+  indptr, indices = csr[0], csr[1]
+  if num_features >= 2**31:
+    raise ValueError(f"num_features = {num_features} does not fit the "
+                     "op's int32 ids")
+  if indices.size and (int(indices.min()) < 0 or
+                       int(indices.max()) >= num_features):
+    k = int(np.flatnonzero((indices < 0) | (indices >= num_features))[0])
+    row = first_row + int(np.searchsorted(indptr, k, side="right")) - 1
+    raise ValueError(
+        f"{source + ': ' if source else ''}sparse ids must be in "
+        f"[0, {num_features}), got {indices[k]} in row {row:,}")
+
+
 def _op_inputs(csr, dense, labels, weights, num_features, first_row=0,
                source=None):
   """The six data inputs of `append_rows` for normalised rows (numpy
@@ -1363,17 +1404,8 @@ def _op_inputs(csr, dense, labels, weights, num_features, first_row=0,
     ids = np.zeros(0, np.int32)
     values = np.zeros(0, np.float32)
   else:
+    check_sparse_ids(csr, num_features, first_row, source)
     indptr, indices, values = csr
-    if num_features >= 2**31:
-      raise ValueError(f"num_features = {num_features} does not fit the "
-                       "op's int32 ids")
-    if indices.size and (int(indices.min()) < 0 or
-                         int(indices.max()) >= num_features):
-      k = int(np.flatnonzero((indices < 0) | (indices >= num_features))[0])
-      row = first_row + int(np.searchsorted(indptr, k, side="right")) - 1
-      raise ValueError(
-          f"{source + ': ' if source else ''}sparse ids must be in "
-          f"[0, {num_features}), got {indices[k]} in row {row:,}")
     row_ptr = indptr
     ids = indices if indices.dtype == np.int32 else indices.astype(np.int32)
     if values is None:
@@ -1389,7 +1421,7 @@ class ArrayRows:
 
   def __init__(self, n, csr, dense, labels, weights, num_features):
     if csr is not None:
-      _op_inputs(csr, None, labels[:0], weights[:0], num_features)
+      check_sparse_ids(csr, num_features)
     self.chunks = RowChunks([(csr, dense, labels, weights)], n,
                             0 if csr is None else int(csr[0][-1]),
                             0 if dense is None else dense.shape[1],

@@ -48,6 +48,15 @@ _SCORE_CHUNK = 1 << 18
 _ASDCA_BATCH_SIZE = options.ASDCA_BATCH_SIZE
 
 
+def _check_finite(name, x):
+  """Raises a ValueError naming `name` and the first non-finite entry of
+  the float array `x` (scores of NaN or inf features would be NaN)."""
+  if x.size and not np.isfinite(x.min() + x.max()):
+    k = np.unravel_index(int(np.flatnonzero(~np.isfinite(x))[0]), x.shape)
+    where = ", ".join(str(int(i)) for i in k)
+    raise ValueError(f"{name}[{where}] = {x[k]} must be finite")
+
+
 class InMemorySdca:
   """Linear model trained by SDCA on data held in memory.
 
@@ -366,7 +375,9 @@ class InMemorySdca:
       tol: stop when the relative duality gap (gap / primal) is below it.
       verbose: 1 shows a Keras progress bar per epoch, 0 is silent.
       initial_epoch: the epoch to start at (resuming: set `duals` and the
-        weights first; epochs count from 0).
+        weights first, of these rows' shapes; epochs count from 0). At 0, a
+        state of other shapes (an earlier fit on other rows) is dropped:
+        the fit starts from zero.
       callback: called as `callback(epoch, history)` after each epoch (e.g.
         to checkpoint).
       shuffle: with several batches, deal the rows (in chunks of 64) into
@@ -437,11 +448,18 @@ class InMemorySdca:
       # objective is a mean over the rows' weights.)
       if n == 0:
         raise ValueError("no rows to train on: labels is empty")
+      bad = np.flatnonzero(~(np.isfinite(weights) & (weights >= 0.0)))
+      if bad.size:
+        raise ValueError(f"example_weights[{bad[0]}] = {weights[bad[0]]} "
+                         "must be finite and >= 0")
       if not weights.sum(dtype=np.float64) > 0.0:
         raise ValueError("example_weights are all 0: no row counts in the "
                          "objective (a mean over the rows' weights)")
-      if csr is not None and num_features is None:
-        num_features = int(csr[1].max()) + 1 if csr[1].size else 1
+      if csr is not None:
+        if num_features is None:
+          num_features = int(csr[1].max()) + 1 if csr[1].size else 1
+        # Before `second_order.block_step_for` reads the rows by their ids.
+        engine.check_sparse_ids(csr, num_features)
       rows = RowChunks([(csr, dense, labels, weights)], n,
                        0 if csr is None else int(csr[0][-1]),
                        0 if dense is None else dense.shape[1],
@@ -471,7 +489,8 @@ class InMemorySdca:
         self.dense_weights = self.last_iterate["dense_weights"]
         self.duals = self.last_iterate["duals"]
         self._state.table = None
-    self._state.shape(n, num_features, rows.dense_dim if has_dense else 0)
+    self._state.shape(n, num_features, rows.dense_dim if has_dense else 0,
+                      resuming=initial_epoch > 0)
 
     batch_size = int(batch_size or n)
     one_call = batch_size >= n
@@ -787,7 +806,13 @@ class InMemorySdca:
                         values=None):
     """Returns `w.x` per row (float64); `[n, K]` scores `W^T x` for a
     multiclass loss."""
-    n = (dense.shape[0] if dense is not None else
+    if self.dense_weights is None and self.sparse_weights is None:
+      raise ValueError("this model has no weights yet: fit it (or set its "
+                       "weights) before scoring rows")
+    if dense is None and ids is None and indptr is None:
+      raise ValueError("give the rows' features: dense, ids, or indptr / "
+                       "indices (/ values), as fit took them")
+    n = (np.shape(dense)[0] if dense is not None else
          (np.asarray(ids).shape[0] if ids is not None else len(indptr) - 1))
     k = self.num_classes if self._multiclass else None
     z = np.zeros(n if k is None else (n, k))
@@ -795,9 +820,21 @@ class InMemorySdca:
       dense = np.asarray(dense, dtype=np.float32)
       if dense.ndim == 1:
         dense = dense[:, None]
+      width = (0 if self.dense_weights is None else
+               self.dense_weights.shape[0])
+      if dense.ndim != 2 or dense.shape[1] != width:
+        raise ValueError(f"dense has shape {dense.shape}; this model's "
+                         f"dense weights take [n, {width}]")
+      _check_finite("dense", dense)
       z += dense.astype(np.float64) @ self._shrunk(self.dense_weights)
     csr = engine.csr_arrays(n, ids, indptr, indices, values)
     if csr is not None:
+      if self.sparse_weights is None:
+        raise ValueError("this model has no sparse weights: it was fitted "
+                         "without ids")
+      engine.check_sparse_ids(csr, self.sparse_weights.shape[0])
+      if csr[2] is not None:
+        _check_finite("values", csr[2])
       ws = self._shrunk(self.sparse_weights)
       indptr_, indices_, values_ = csr
       # In chunks of rows: whole-data temporaries would take 16 bytes per
