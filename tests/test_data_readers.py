@@ -146,6 +146,21 @@ def test_libsvm_round_trip_and_errors(tmp_path):
   np.testing.assert_array_equal(element["indices"].numpy(), [0, 2, 0])
 
 
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_rows_per_chunk_below_one_are_refused(criteo_file, tmp_path, bad):
+  # chunk_rows=0 yielded empty chunks without end (list() never returned).
+  path = tmp_path / "ok.svm"
+  path.write_text("1 1:0.5 3:1\n0 2:1\n")
+  with pytest.raises(ValueError, match=r"chunk_rows must be an integer >= "
+                     rf"1 \(rows per chunk\), got {re.escape(repr(bad))}"):
+    list(libsvm.read_libsvm([str(path)], chunk_rows=bad))
+  with pytest.raises(ValueError, match=r"batch_size must be an integer >= "
+                     rf"1 \(rows per chunk\), got {re.escape(repr(bad))}"):
+    list(criteo.read_criteo([criteo_file], batch_size=bad))
+  (chunk,) = list(libsvm.read_libsvm([str(path)], chunk_rows=2))
+  assert chunk["labels"].tolist() == [1.0, 0.0]
+
+
 def test_cache_is_reused_and_rebuilt_when_the_source_changes(criteo_file,
                                                              tmp_path):
   path, data = criteo_file

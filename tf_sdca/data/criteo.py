@@ -181,6 +181,7 @@ def criteo_chunk_pieces(paths, batch_size=65536, bucket_bits=20,
   copy of the parsed arrays. Arguments and errors as `read_criteo`'s."""
   if not 1 <= bucket_bits <= 62:
     raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
+  text_files.check_chunk_rows("batch_size", batch_size)
   paths = [str(p) for p in paths]
   for path in paths:
     if not os.path.exists(path):

@@ -134,6 +134,7 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
     ValueError: `path:line: what is wrong` for a malformed line, unless
       `skip_bad_lines`; `path: ...` for a truncated or damaged gzip file.
   """
+  text_files.check_chunk_rows("chunk_rows", chunk_rows)
   bad_lines = BadLines() if bad_lines is None else bad_lines
   pending = []
 

@@ -3,11 +3,21 @@ read transparently (by its magic bytes, whatever the name), and a line that
 is not text is reported as such instead of as mojibake. The readers parse
 blocks of whole lines natively (`line_blocks`)."""
 import concurrent.futures
+import numbers
 import zlib
 
 import numpy as np
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+def check_chunk_rows(name, rows):
+  """Raises a ValueError naming `name` unless `rows` (rows per chunk) is an
+  integer >= 1 (0 made a reader yield empty chunks without end)."""
+  if (not isinstance(rows, numbers.Integral) or isinstance(rows, bool) or
+      rows < 1):
+    raise ValueError(f"{name} must be an integer >= 1 (rows per chunk), got "
+                     f"{rows!r}")
 
 
 def is_gzip(path):
