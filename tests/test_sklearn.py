@@ -453,3 +453,66 @@ def test_seed_of_random_state_is_scikit_learns_draw():
           for r in (5, 5, np.random.RandomState(5))]
   np.testing.assert_array_equal(fits[0], fits[1])
   np.testing.assert_array_equal(fits[0], fits[2])
+
+
+# ------------------------------------------------------------- bad input
+def test_warm_start_after_the_labels_changed_reaches_the_cold_optimum():
+  # The duals of rows whose label changed were outside the new label's
+  # dual domain: the op refused them ("duals[0] = 0.42 is not a valid dual
+  # of logistic_loss"); those rows now start from 0, the others keep theirs.
+  x, y = _cancer()
+  flipped = y.copy()
+  flipped[:60] = 1 - flipped[:60]
+  warm = SDCAClassifier(warm_start=True, random_state=0).fit(x, y)
+  warm.fit(x, flipped)
+  cold = SDCAClassifier(random_state=0).fit(x, flipped)
+  x1 = _with_ones(x)
+  p = _objective("logistic", _table(cold), x1, flipped)
+  assert abs(_objective("logistic", _table(warm), x1, flipped) - p) < 1e-9 * p
+  assert warm.duality_gap_ < 1e-10
+  # The same labels again: the duals are kept, one epoch certifies them.
+  warm.fit(x, flipped)
+  assert warm.n_iter_ <= 2
+  xw, yw = _wine()
+  moved = yw.copy()
+  moved[::7] = (moved[::7] + 1) % 3
+  warm = SDCAClassifier(warm_start=True, random_state=0).fit(xw, yw)
+  warm.fit(xw, moved)
+  cold = SDCAClassifier(random_state=0).fit(xw, moved)
+  p = _objective("softmax", _table(cold), _with_ones(xw), moved)
+  assert abs(_objective("softmax", _table(warm), _with_ones(xw), moved) -
+             p) < 1e-9 * p
+  xr, visits = rand_health_insurance()
+  xr, visits = StandardScaler().fit_transform(xr[:2000]), visits[:2000]
+  fewer = np.maximum(visits - 1, 0)  # every count > 0 changes
+  warm = SDCARegressor(loss="poisson", warm_start=True, random_state=0)
+  warm.fit(xr, visits).fit(xr, fewer)
+  cold = SDCARegressor(loss="poisson", random_state=0).fit(xr, fewer)
+  np.testing.assert_allclose(warm.predict(xr), cold.predict(xr), rtol=1e-6)
+  assert warm.duality_gap_ < 1e-10
+
+
+@pytest.mark.parametrize("params, data, message", [
+    (dict(n_jobs="x"), None,
+     r"n_jobs must be None or a nonzero integer \(-1: every core\), got 'x'"),
+    (dict(n_jobs=0), None, r"n_jobs must be None or a nonzero integer"),
+    (dict(class_weight={5: 1.0}), None,
+     r"class_weight names classes \[5\] that are not in y \(its classes: "
+     r"\[0, 1\]\)"),
+    (dict(class_weight={0: -1.0}), None,
+     r"class_weight\[0\] = -1.0 must be a finite number >= 0"),
+    (dict(class_weight={1: float("nan")}), None,
+     r"class_weight\[1\] = nan must be a finite number >= 0"),
+    ({}, "dense", r"X\[0, 0\] is beyond float32's range .*rescale X"),
+    ({}, "sparse", r"X\[0, 0\] is beyond float32's range .*rescale X")])
+def test_bad_parameters_and_overflowing_x_are_named(params, data, message):
+  # Before: a TypeError comparing 'x' with 0; an unknown class accepted; a
+  # negative or NaN class weight "every sample weight is zero"; float64 X
+  # beyond float32 an op error about an inf the user never gave.
+  x, y = _cancer()
+  if data == "dense":
+    x = x * 1e300
+  elif data == "sparse":
+    x = sp.csr_matrix(x * 1e300)
+  with pytest.raises(ValueError, match=message):
+    SDCAClassifier(**params).fit(x, y)

@@ -392,6 +392,39 @@ def extrapolation_limit(loss, labels, duals, change):
   return float(min(1e300, np.min(room, where=moving, initial=np.inf)))
 
 
+def duals_in_domain(loss, labels, duals):
+  """Whether each row's dual (a multiclass loss: its block of `[n, K]`
+  duals) is in the dual domain of `loss` for its label, as the op's
+  `DualInDomain` checks it, with its slack for rounding (see
+  `extrapolation_limit` for the domains): `[n]` booleans. A zero dual
+  (block) is in every domain: fits start there."""
+  loss = op_name(loss)
+  duals = np.asarray(duals, np.float64)
+  labels = np.asarray(labels)
+  slack = 1e-6  # the binary losses' kDualDomainSlack
+  with np.errstate(invalid="ignore"):
+    if is_multiclass(loss):
+      slack = 1e-9  # MulticlassLoss::DualInDomain's
+      blocks = duals.reshape(labels.shape[0], -1)
+      is_label = (np.arange(blocks.shape[1])[None, :] ==
+                  labels.astype(np.int64)[:, None])
+      inside = np.where(is_label,
+                        (blocks >= -slack) & (blocks <= 1.0 + slack),
+                        (blocks >= -1.0 - slack) & (blocks <= slack))
+      return (np.all(inside, axis=1) &
+              (np.abs(blocks.sum(axis=1)) <= slack * blocks.shape[1]))
+    finite = np.isfinite(duals)
+    if loss in _UNIT_DOMAIN:
+      value = duals * np.where(labels > 0, 1.0, -1.0)
+      return finite & (value >= -slack) & (value <= 1.0 + slack)
+    if loss == "absolute_loss":
+      return finite & (np.abs(duals) <= 1.0 + slack)
+    if loss == "poisson_loss":
+      y = np.asarray(labels, np.float64)
+      return finite & (duals <= y + slack * (1.0 + np.abs(y)))
+    return finite
+
+
 # `capped_extrapolation`'s margin: its check without the exact limit
 # accepts a point whose every dual is at least this far inside its
 # domain (|change| <= 1 there, so each dual's room is then at least this

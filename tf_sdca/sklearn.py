@@ -52,6 +52,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tf_sdca import engine
+from tf_sdca import losses
 from tf_sdca import options
 from tf_sdca.trainer import InMemorySdca
 
@@ -142,6 +143,10 @@ def _threads(n_jobs, n):
   engine's lock-free threads."""
   if n_jobs is None:
     return 1  # (whatever the cores: os.cpu_count took ~14 us a fit)
+  if (not isinstance(n_jobs, numbers.Integral) or isinstance(n_jobs, bool)
+      or n_jobs == 0):
+    raise ValueError(f"n_jobs must be None or a nonzero integer (-1: every "
+                     f"core), got {n_jobs!r}")
   cores = os.cpu_count() or 1
   if n_jobs < 0:
     jobs = max(1, cores + 1 + n_jobs)
@@ -150,6 +155,51 @@ def _threads(n_jobs, n):
   # (At most the threads engine.choose_threads takes without a warning:
   # n_jobs=-1 should not warn.)
   return max(1, min(jobs, cores, n // engine.MIN_ROWS_PER_THREAD))
+
+
+def _check_float32_range(name, values, where):
+  """Raises a ValueError naming `name` where a value of float32 `values`,
+  converted from finite float64 ones, overflowed to +-inf; `where(k)` is
+  the flat index k's (row, column)."""
+  with np.errstate(invalid="ignore"):  # (inf + -inf)
+    finite = np.isfinite(values.min() + values.max()) if values.size else True
+  if not finite:
+    k = int(np.flatnonzero(~np.isfinite(values))[0])
+    i, j = where(k)
+    raise ValueError(f"{name}[{i}, {j}] is beyond float32's range "
+                     f"(|x| < 3.4e38), which the op's features are in: "
+                     f"rescale {name}")
+
+
+def _check_class_weight(class_weight, classes):
+  """Raises a ValueError for a class of the dict `class_weight` that is not
+  one of `classes` (as scikit-learn's estimators do), or a weight that is
+  not a finite number >= 0."""
+  known = set(np.asarray(classes).tolist())
+  unknown = [c for c in class_weight if c not in known]
+  if unknown:
+    raise ValueError(f"class_weight names classes {unknown} that are not "
+                     f"in y (its classes: {np.asarray(classes).tolist()})")
+  for c, weight in class_weight.items():
+    try:
+      ok = np.isfinite(float(weight)) and float(weight) >= 0.0
+    except (TypeError, ValueError):
+      ok = False
+    if not ok:
+      raise ValueError(f"class_weight[{c!r}] = {weight!r} must be a finite "
+                       "number >= 0")
+
+
+def _float32(name, X):
+  """A numpy X as float32, checked against overflow (`_check_float32_range`)
+  where it was of another type."""
+  if isinstance(X, np.ndarray) and X.dtype == np.float32:
+    return X
+  with np.errstate(over="ignore"):  # (reported below, by name)
+    X32 = np.asarray(X, np.float32)
+  _check_float32_range(name, X32.reshape(-1),
+                       lambda k: divmod(k, max(X32.shape[-1], 1)))
+  return X32
 
 
 class _SDCAMixin:
@@ -204,13 +254,33 @@ class _SDCAMixin:
               X.has_canonical_format):
         # (A CSR float32 X in canonical form is used as it is: the same
         # arrays, without the ~35 us of a copy's format check.)
-        X = sp.csr_matrix(X, dtype=np.float32)
+        with np.errstate(over="ignore"):  # (reported below, by name)
+          X = sp.csr_matrix(X, dtype=np.float32)
         X.sum_duplicates()
+        _check_float32_range("X", X.data, lambda k: (
+            int(np.searchsorted(X.indptr, k, side="right")) - 1,
+            int(X.indices[k])))
       return dict(dense=ones, indptr=X.indptr, indices=X.indices,
                   values=X.data, num_features=X.shape[1])
-    X = np.asarray(X, np.float32)
+    X = _float32("X", X)
     dense = X if ones is None else np.hstack([X, ones])
     return dict(dense=dense)
+
+  def _warm_duals(self, y):
+    """warm_start's duals for the rows' labels `y`: the last fit's (None
+    for another number of rows), each row whose label changed since back
+    at 0 (its dual belonged to the old label: outside the new one's domain,
+    or a start far from its optimum)."""
+    duals = getattr(self, "duals_", None)
+    if duals is None or duals.shape[0] != len(y):
+      return None
+    old = getattr(self, "_duals_y", None)
+    if old is not None and old.shape == np.shape(y):
+      changed = old != np.asarray(y)
+      if changed.any():
+        duals = duals.copy()
+        duals[changed] = 0.0
+    return duals
 
   def _weights(self, sample_weight, n, extra=None):
     if sample_weight is None:
@@ -254,6 +324,13 @@ class _SDCAMixin:
                          visit_order=self._visit_order(loss),
                          gamma=getattr(self, "gamma", 1.0))
     if duals is not None:
+      # Duals of another fit's labels (warm_start, the labels changed) may
+      # be outside this fit's dual domain: those rows start from 0, which is
+      # in every domain (the op refused them).
+      inside = losses.duals_in_domain(loss, labels, duals)
+      if not inside.all():
+        duals = np.where(inside.reshape((-1,) + (1,) * (duals.ndim - 1)),
+                         duals, 0.0)
       # Warm start: the weights of these duals under this fit's l2 and
       # sample weights (w = sum_i s_i alpha_i x_i / l2, exactly what the
       # engine keeps, with its float32 s_i and l2), so that the pair is a
@@ -345,8 +422,9 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
       1e-6 (SDCA converges linearly on the smooth losses) and makes the
       results agree to ~1e-5 with any other path to the optimum.
     max_iter: the most epochs (passes over the data) per fit.
-    warm_start: start from the last fit's duals (same rows), with the
-      weights they give under this fit's C and sample weights.
+    warm_start: start from the last fit's duals (same rows; a row whose
+      label changed from 0), with the weights they give under this fit's C
+      and sample weights.
     n_jobs: lock-free threads per epoch (None: 1, -1: every core), at most
       one per 4096 rows.
     random_state: seed of the visiting order.
@@ -466,15 +544,14 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
     n = X.shape[0]
     extra = None
     if isinstance(self.class_weight, dict):
+      _check_class_weight(self.class_weight, self.classes_)
       extra = np.array([self.class_weight.get(c, 1.0) for c in
                         self.classes_])[codes]
     elif self.class_weight is not None:
       extra = compute_sample_weight(self.class_weight, codes)
     sw = self._weights(sample_weight, n, extra)
     if duals is None and self.warm_start:
-      duals = getattr(self, "duals_", None)
-      if duals is not None and duals.shape[0] != n:
-        duals = None
+      duals = self._warm_duals(codes)
     rows = self._rows(X)
     seed = _seed_of(self.random_state)
     labels = ([(codes == c).astype(np.float32) for c in range(k)] if ovr
@@ -487,6 +564,7 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
                                  start, seed))
     self.duals_ = (np.stack([r[0] for r in results], axis=1) if ovr
                    else results[0][0])
+    self._duals_y = np.array(codes)
     table = (np.stack([r[1] for r in results], axis=1) if ovr
              else results[0][1])
     self.coef_, self.intercept_ = self._split(table)
@@ -626,13 +704,12 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
     n = X.shape[0]
     sw = self._weights(sample_weight, n)
     if duals is None and self.warm_start:
-      duals = getattr(self, "duals_", None)
-      if duals is not None and duals.shape[0] != n:
-        duals = None
+      duals = self._warm_duals(y)
     seed = _seed_of(self.random_state)
     self.duals_, table, self.n_iter_, self.duality_gap_ = self._solve(
         self.loss, None, np.asarray(y, np.float32), self._rows(X), sw, l2,
         duals, seed)
+    self._duals_y = np.array(y)
     coef, intercept = self._split(table)
     self.coef_, self.intercept_ = coef[0], float(intercept[0])
     self._converged(self.n_iter_, self.duality_gap_)
