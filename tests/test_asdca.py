@@ -226,8 +226,8 @@ def test_non_smooth_losses_are_refused(loss):
                      "loss") as error:
     InMemorySdca(loss=loss, visit_order="asdca", num_classes=None)
   # The losses as InMemorySdca(loss=...) takes them, not the op's names.
-  assert (f"ASDCA needs a smooth loss (logistic, squared, smooth_hinge); "
-          f"{loss} is not smooth" in str(error.value))
+  assert ("ASDCA runs the smooth binary and real-valued losses (logistic, "
+          f"squared, smooth_hinge), not {loss}:" in str(error.value))
   assert "_loss" not in str(error.value)
 
 
@@ -372,7 +372,7 @@ def test_keras_model_trains_asdca_in_memory_to_the_sdca_optimum(tmp_path):
   with pytest.raises(ValueError, match=r"ASDCA .*needs the whole data set in "
                      r"memory .*not streamed \(a tf.data.Dataset\), got 'asdca'"):
     model.fit(data, epochs=1, verbose=0)
-  with pytest.raises(ValueError, match="; hinge is not smooth"):
+  with pytest.raises(ValueError, match=r"smooth_hinge\), not hinge:"):
     sdca_keras.LinearModel(loss="hinge", visit_order="asdca")
 
 

@@ -148,7 +148,7 @@ def test_the_table_declares_each_option_once_with_a_valid_default():
 
 @pytest.mark.parametrize("make", [_in_memory_sdca, _keras])
 def test_asdca_needs_a_smooth_loss_on_every_in_memory_door(make):
-  with pytest.raises(ValueError, match="; hinge is not smooth"):
+  with pytest.raises(ValueError, match=r"smooth_hinge\), not hinge:"):
     make("hinge", {"visit_order": "asdca"})
 
 

@@ -358,9 +358,9 @@ def _asdca_loss(loss, door):
   if loss not in ASDCA_LOSSES:
     smooth = ", ".join(door.loss(name) for name in ASDCA_LOSSES)
     raise ValueError(
-        f"ASDCA needs a smooth loss ({smooth}); {door.loss(loss)} is not "
-        f"smooth: use {door.loss('smooth_hinge')} for a hinge-like loss, or "
-        "another visit_order for SDCA")
+        f"ASDCA runs the smooth binary and real-valued losses ({smooth}), "
+        f"not {door.loss(loss)}: use {door.loss('smooth_hinge')} for a "
+        "hinge-like loss, or another visit_order for SDCA")
 
 
 def _combinations(loss, values, mode, door):

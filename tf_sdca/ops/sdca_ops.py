@@ -974,9 +974,10 @@ def check_asdca_options(loss_type, batch_size, theta):
   rows per step and `theta` (None: the paper's)."""
   if loss_type not in ASDCA_LOSSES:
     raise ValueError(
-        f"ASDCA needs a smooth loss ({', '.join(ASDCA_LOSSES)}); "
-        f"{loss_type} is not smooth: use smooth_hinge_loss for a hinge-like "
-        "loss, or another visit_order for SDCA")
+        f"ASDCA runs the smooth binary and real-valued losses "
+        f"({', '.join(ASDCA_LOSSES)}), not {loss_type}: use "
+        "smooth_hinge_loss for a hinge-like loss, or another visit_order "
+        "for SDCA")
   if (isinstance(batch_size, bool) or
       not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
     raise ValueError(f"asdca_batch_size must be an integer >= 1, got "
