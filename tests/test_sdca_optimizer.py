@@ -87,6 +87,15 @@ def test_missing_example_id_column_is_a_clear_error():
     opt.get_train_step({"num": np.ones((3, 1), np.float32)},
                        np.zeros(3, np.float32),
                        {"num": tf.Variable(tf.zeros([1]))})
+  # A weight column the features lack: a bare KeyError: 'w' before.
+  with pytest.raises(ValueError, match=r"features has no weight column 'w' "
+                     r"\(weight_column_name\); its keys: \['example_id', "
+                     r"'num'\]"):
+    opt.get_train_step({"num": np.ones((3, 1), np.float32),
+                        "example_id": np.arange(3)},
+                       np.zeros(3, np.float32),
+                       {"num": tf.Variable(tf.zeros([1]))},
+                       weight_column_name="w")
 
 
 def _optimizer_step(carry_over):

@@ -122,6 +122,10 @@ class SDCAOptimizer:
     if weight_column_name is None:
       weights = tf.ones_like(labels)
     else:
+      if weight_column_name not in features:
+        raise ValueError(f"features has no weight column "
+                         f"{weight_column_name!r} (weight_column_name); its "
+                         f"keys: {sorted(features)}")
       weights = tf.reshape(_numbers(features[weight_column_name],
                                     f"features[{weight_column_name!r}]"),
                            [-1])
