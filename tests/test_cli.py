@@ -23,6 +23,18 @@ def test_demo_command_trains_and_reports(capsys):
   assert 0.7 < model_auc <= truth_auc + 0.02
 
 
+def test_demo_with_one_class_held_out_says_the_auc_is_undefined(capsys):
+  # 10 rows: 1 held out, one class: its AUC printed 'nan'.
+  from tf_sdca import cli  # pylint: disable=import-outside-toplevel
+  capsys.readouterr()
+  assert cli.main(["demo", "--rows", "10", "--quiet"]) == 0
+  stdout = capsys.readouterr().out
+  assert "nan" not in stdout, stdout
+  model = [l for l in stdout.splitlines() if l.startswith("tf_sdca model")]
+  assert model[0].split()[3] == "-", stdout
+  assert "(AUC undefined: every held-out label is " in stdout, stdout
+
+
 def test_demo_output_to_a_pipe_has_no_escapes_and_says_what_it_compares():
   exe = os.path.join(os.path.dirname(sys.executable), "tf-sdca")
   cmd = ([exe] if os.path.exists(exe) else

@@ -186,3 +186,64 @@ def test_resume_refuses_data_with_features_past_the_models(
           f"{features:,} features of the model in {model_dir}") in err, err
   for key, value in before.items():
     np.testing.assert_array_equal(_checkpoint(model_dir)[key], value)
+
+
+def test_resume_refuses_other_rows_of_the_same_length(cancer_file, tmp_path,
+                                                      capsys):
+  """Other rows as many as the model's used to train on (exit 0): the
+  model's duals belong to its rows, so the squared loss's gap stayed near 1
+  (and a logistic dual of a flipped label failed in the op)."""
+  model_dir = str(tmp_path / "m")
+  assert _train(cancer_file, model_dir, "--format", "libsvm", "--loss",
+                "squared", "--epochs", "2") == 0
+  with open(cancer_file) as f:
+    lines = f.read().splitlines()
+  other = tmp_path / "other.svm"
+  # The same features, other labels: a row's label moved one row on.
+  labels = [line.split(" ", 1)[0] for line in lines]
+  other.write_text("".join(
+      label + " " + line.split(" ", 1)[1] + "\n"
+      for label, line in zip(labels[1:] + labels[:1], lines)))
+  before = _checkpoint(model_dir)
+  capsys.readouterr()
+  assert _train(str(other), model_dir, "--format", "libsvm", "--resume") == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1, err
+  assert (f"--resume: {other} is not the data the model in {model_dir} was "
+          "trained on (its labels differ") in err, err
+  for key, value in before.items():
+    np.testing.assert_array_equal(_checkpoint(model_dir)[key], value)
+  # Its own rows, from a copy elsewhere, resume.
+  copy = tmp_path / "copy.svm"
+  copy.write_text("\n".join(lines) + "\n")
+  assert _train(str(copy), model_dir, "--format", "libsvm", "--resume",
+                "--epochs", "3") == 0
+  assert _meta(model_dir)["epochs_done"] == 3
+
+
+def test_files_where_directories_go_and_bucket_bits_of_libsvm_are_named(
+    cancer_file, tmp_path, capsys):
+  """A file as --model-dir / --cache-dir / --out said '[Errno 17] File
+  exists'; --bucket-bits on a LIBSVM model named the unused default 20 as
+  the model's."""
+  a_file = tmp_path / "a_file"
+  a_file.write_text("x")
+  for argv, flag in (
+      (["train", cancer_file, "--format", "libsvm", "--model-dir",
+        str(a_file)], "--model-dir"),
+      (["train", cancer_file, "--format", "libsvm", "--model-dir",
+        str(tmp_path / "m"), "--cache-dir", str(a_file)], "--cache-dir"),
+      (["generate", "--rows", "10", "--out", str(a_file)], "--out")):
+    capsys.readouterr()
+    assert cli.main([*argv, "--quiet"] if argv[0] == "train" else argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag} {a_file} is a file, not a directory" in err, err
+  model_dir = str(tmp_path / "m2")
+  assert _train(cancer_file, model_dir, "--format", "libsvm", "--epochs",
+                "1") == 0
+  capsys.readouterr()
+  assert cli.main(["evaluate", cancer_file, "--model-dir", model_dir,
+                   "--bucket-bits", "12"]) == 2
+  err = capsys.readouterr().err
+  assert (f"--bucket-bits is for Criteo files; the model in {model_dir} was "
+          "trained on libsvm files") in err, err

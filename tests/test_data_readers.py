@@ -633,11 +633,21 @@ def _damage_cache(cache_dir, damage):
       f.write("[1, 2]")
   elif damage == "missing_part":
     os.remove(os.path.join(cache_dir, "part-00000-values.npy"))
+  elif damage == "manifest_rows":  # valid JSON, a count of other rows
+    # (Was used: the model kept 50 rows beside 569 duals, and nothing
+    # loaded it.)
+    path = os.path.join(cache_dir, "manifest.json")
+    with open(path) as f:
+      manifest = json.load(f)
+    manifest["rows"] = 50
+    with open(path, "w") as f:
+      json.dump(manifest, f)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "foreign",
                                     "empty_file", "manifest_garbage",
-                                    "manifest_list", "missing_part"])
+                                    "manifest_list", "missing_part",
+                                    "manifest_rows"])
 def test_a_damaged_cache_is_rebuilt_with_a_one_line_warning(
     tmp_path, capsys, damage):
   x, y = load_breast_cancer_libsvm(tmp_path)

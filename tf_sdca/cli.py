@@ -197,9 +197,16 @@ def _run_demo(args, start_tensorflow=None):
   print("held-out rows: the trained model against the ground truth (the "
         "probabilities the labels were drawn from: a perfect model)")
   print(f"{'':18s}{'log loss':>10s}{'AUC':>8s}{'accuracy':>10s}")
+  one_class = bool(np.all(labels > 0) or not np.any(labels > 0))
   for name, p in (("tf_sdca model", probs), ("ground truth", truth)):
-    print(f"{name:18s}{metrics.log_loss(labels, p):10.4f}"
-          f"{metrics.auc(labels, p):8.4f}{metrics.accuracy(labels, p):10.4f}")
+    # (One class among the held-out rows: the AUC is undefined; it printed
+    # nan.)
+    auc = f"{'-':>8s}" if one_class else f"{metrics.auc(labels, p):8.4f}"
+    print(f"{name:18s}{metrics.log_loss(labels, p):10.4f}{auc}"
+          f"{metrics.accuracy(labels, p):10.4f}")
+  if one_class:
+    print(f"(AUC undefined: every held-out label is "
+          f"{'positive' if labels[0] > 0 else 'negative'})")
   return 0
 
 

@@ -285,6 +285,10 @@ def _load(cache_dir, manifest):
   """The memory maps of the cache, each checked against the manifest
   (a ValueError naming the file otherwise)."""
   layout = _LAYOUT[manifest["format"]]
+  if sum(manifest["chunks"]) != manifest["rows"]:
+    # (A model trained on it kept the wrong count: nothing loaded it.)
+    raise ValueError(f"its manifest counts {manifest['rows']} rows, its "
+                     f"chunks {sum(manifest['chunks'])}")
   arrays = {name: [] for name in layout}
   for i, rows in enumerate(manifest["chunks"]):
     for name, (dtypes, inner) in layout.items():
