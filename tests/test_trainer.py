@@ -261,7 +261,24 @@ def test_load_state_dict_refuses_bad_arrays_and_clears_what_it_lacks():
       (dict(state, dense_weights=np.zeros(d - 1)),
        f"dense_weights has shape ({d - 1},), the data needs ({d},)"),
       ({k: v for k, v in state.items() if k != "duals"},
-       f"duals has shape none, the data needs ({n},)"),
+       f"duals is missing; the data needs it, of shape ({n},)"),
+      # (ASDCA's iterate of another shape was dropped, and the resumed fit
+      # went another way; the extrapolation's NaNs were blamed on the data
+      # and its other types on numpy's conversions.)
+      (dict(state, asdca_iterate=np.zeros(d - 3)),
+       f"asdca_iterate has shape ({d - 3},), the data needs ({d},)"),
+      (dict(state, asdca_iterate=np.array(["a"])),
+       "asdca_iterate must hold real numbers, got a <U1"),
+      (dict(state, momentum_previous_duals=nan),
+       "momentum_previous_duals[7] = nan is not finite"),
+      (dict(state, momentum_previous_duals=np.zeros(n),
+            momentum_previous_table=np.zeros(d), momentum_last_dual="x",
+            momentum_restart=False),
+       "momentum_last_dual must hold real numbers, got a <U1"),
+      (dict(state, momentum_previous_duals=np.zeros(n),
+            momentum_previous_table=np.zeros(d), momentum_last_dual=0.5,
+            momentum_restart=np.array([True, False])),
+       "momentum_restart has shape (2,), the data needs ()"),
       (dict(state, average_count="x"),
        "average_count must be a whole number >= 0, got 'x'"),
       (dict(state, average_count=-1),
@@ -382,3 +399,38 @@ def test_bad_weights_and_shapes_are_named(data, message):
   data = dict(dict(dense=np.ones((5, 3), np.float32)), **data)
   with pytest.raises(ValueError, match=message):
     InMemorySdca("logistic", l2=1.0).fit(y, epochs=1, verbose=0, **data)
+
+
+def test_row_chunks_that_disagree_with_their_counts_are_named():
+  """Sparse ids with num_features None was a TypeError comparing None; more
+  rows than num_examples or more ids than num_ids an error of the packing
+  op about its buffer; an id past the table did not name its chunk."""
+  from tf_sdca.engine import RowChunks  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  n = 40
+  x = rng.normal(size=(n, 3)).astype(np.float32)
+  y = (rng.random(n) > 0.5).astype(np.float32)
+  ids = rng.integers(0, 8, size=(n, 2))
+
+  def chunks(ids=ids):
+    return [dict(labels=y[r], dense=x[r], ids=ids[r])
+            for r in (slice(0, 20), slice(20, n))]
+
+  past = ids.copy()
+  past[25, 0] = 13
+  for rows, message in [
+      (RowChunks(chunks(), n, 0, 3, None), r"chunk 0 \(rows from 0 on\) has "
+       r"sparse ids; num_features is None \(no sparse part\)"),
+      (RowChunks(chunks(), 30, 2 * n, 3, 8), r"chunk 1 \(rows from 20 on\) "
+       r"holds rows past num_examples = 30"),
+      (RowChunks(chunks(), n, 50, 3, 8), r"chunk 1 \(rows from 20 on\): the "
+       r"chunks hold more than num_ids = 50 sparse entries"),
+      (RowChunks(chunks(past), n, 2 * n, 3, 8), r"chunk 1: sparse ids must "
+       r"be in \[0, 8\), got 13 in row 25")]:
+    with pytest.raises(ValueError, match=message):
+      InMemorySdca("logistic", l2=1.0).fit(rows=rows, epochs=1, verbose=0)
+  whole = InMemorySdca("logistic", l2=1.0)
+  whole.fit(y, dense=x, ids=ids, num_features=8, epochs=3, verbose=0)
+  parts = InMemorySdca("logistic", l2=1.0)
+  parts.fit(rows=RowChunks(chunks(), n, 2 * n, 3, 8), epochs=3, verbose=0)
+  np.testing.assert_array_equal(parts.sparse_weights, whole.sparse_weights)

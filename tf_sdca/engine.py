@@ -1086,7 +1086,7 @@ class RowChunks:
     each normalised as `fit` normalises whole arrays (a tuple chunk is
     already normalised)."""
     chunks = self.chunks() if callable(self.chunks) else self.chunks
-    first = 0
+    first = ids = 0
     for index, chunk in enumerate(chunks):
       if isinstance(chunk, tuple):
         csr, dense, labels, weights = chunk
@@ -1105,6 +1105,20 @@ class RowChunks:
               f"{where} (rows from {first:,} on) has "
               f"{0 if dense is None else dense.shape[1]} dense columns; "
               f"dense_dim is {self.dense_dim}")
+        # (These three reached the packing op: a TypeError comparing None,
+        # and its errors about a buffer's room.)
+        if csr is not None and self.num_features is None:
+          raise ValueError(f"{where} (rows from {first:,} on) has sparse "
+                           "ids; num_features is None (no sparse part)")
+        if first + labels.shape[0] > self.num_examples:
+          raise ValueError(f"{where} (rows from {first:,} on) holds rows "
+                           f"past num_examples = {self.num_examples:,}")
+        ids += 0 if csr is None else int(csr[0][-1] - csr[0][0])
+        if ids > self.num_ids:
+          raise ValueError(f"{where} (rows from {first:,} on): the chunks "
+                           f"hold more than num_ids = {self.num_ids:,} "
+                           "sparse entries")
+        source = where
       yield first, source, csr, dense, labels, weights
       first += labels.shape[0]
 

@@ -699,22 +699,42 @@ class InMemorySdca:
     if averaged:
       shapes.update({"last_" + key: shape for key, shape in
                      list(shapes.items())})
-    arrays = {}
-    for key, shape in shapes.items():
-      if key not in state or state[key] is None:
-        raise ValueError(f"{key} has shape none, the data needs {shape}")
+    def checked(key, shape=None, finite=True):
+      """state[key] as an array of real numbers (of `shape` where given,
+      finite where `finite`), or a ValueError naming it."""
       array = np.asarray(state[key])
       if array.dtype.kind not in "biuf":
         raise ValueError(f"{key} must hold real numbers, got a "
                          f"{array.dtype} array")
-      if array.shape != shape:
+      if shape is not None and array.shape != shape:
         raise ValueError(f"{key} has shape {array.shape}, the data needs "
                          f"{shape}")
-      if not np.isfinite(array).all():
-        bad = np.argwhere(~np.isfinite(array))[0]
+      bad = np.argwhere(~np.isfinite(array) if finite else np.isnan(array))
+      if bad.size:
+        bad = bad[0]
         raise ValueError(f"{key}[{', '.join(str(int(i)) for i in bad)}] = "
                          f"{float(array[tuple(bad)])!r} is not finite")
-      arrays[key] = array
+      return array
+
+    arrays = {}
+    for key, shape in shapes.items():
+      if key not in state or state[key] is None:
+        raise ValueError(f"{key} is missing; the data needs it, of shape "
+                         f"{shape}")
+      arrays[key] = checked(key, shape)
+    # ASDCA's iterate (a wrong one was dropped, and the resumed fit went
+    # another way) and the extrapolation's state (NaNs were blamed on the
+    # data, other types on numpy's conversions).
+    if state.get("asdca_iterate") is not None:
+      checked("asdca_iterate", ((num_features or 0) + dense_dim,))
+    for key, shape in (("momentum_previous_duals", None),
+                       ("momentum_previous_table", None),
+                       ("momentum_last_dual", ()), ("momentum_restart", ()),
+                       ("momentum_auto_gaps", None)):
+      if key in state:
+        array = checked(key, shape, finite=key != "momentum_last_dual")
+        if key == "momentum_auto_gaps" and array.ndim != 1:
+          raise ValueError(f"{key} has shape {array.shape}: a list of gaps")
     self.sparse_weights = arrays.get("sparse_weights")
     self.dense_weights = arrays.get("dense_weights")
     self.duals = arrays["duals"]
