@@ -396,6 +396,49 @@ def test_a_checkpoint_of_other_options_is_refused_on_restore(tmp_path):
   with pytest.raises(AssertionError, match=r"_StateMeaning"):
     status.assert_existing_objects_matched()
 
+def test_a_checkpoint_of_other_feature_sizes_is_refused_before_any_value(
+    tmp_path):
+  """A checkpoint whose sparse weights have another size: TensorFlow's
+  "incompatible tensor with shape (20,)" came as the restore reached that
+  variable, after the call counter, the dense weights and their slots had
+  been restored (the gap moved). Now refused by name, the model as it
+  was."""
+  def model(size):
+    variables = dict(sparse_features_weights=[tf.Variable(tf.zeros([size]))],
+                     dense_features_weights=[tf.Variable(tf.zeros([3]))])
+    return tf_sdca.SdcaModel(None, variables, dict(
+        loss_type="logistic_loss", symmetric_l2_regularization=1.0))
+
+  def examples(size, seed):
+    rng = np.random.default_rng(seed)
+    return dict(
+        sparse_features=[SparseFeatureColumn(
+            np.arange(8), rng.integers(0, size, 8), None)],
+        dense_features=[rng.normal(size=(8, 3)).astype(np.float32)],
+        example_weights=np.ones(8, np.float32),
+        example_labels=(rng.random(8) > 0.5).astype(np.float32),
+        example_ids=[str(i) for i in range(8)])
+
+  saved = model(20)
+  for _ in range(3):
+    saved.update_weights(saved.minimize(examples=examples(20, 0)))
+  path = tf.train.Checkpoint(model=saved).write(str(tmp_path / "ckpt"))
+  other = model(30)
+  for _ in range(2):
+    other.update_weights(other.minimize(examples=examples(30, 1)))
+  before = [v.numpy().copy() for v in other.variables]
+  with pytest.raises(ValueError, match=r"holds sparse_features_weights\[0\] "
+                     r"of shape \[20\], this model's is \[30\] \(a feature "
+                     r"of another size\): nothing was restored"):
+    tf.train.Checkpoint(model=other).read(path)
+  for value, variable in zip(before, other.variables):
+    np.testing.assert_array_equal(variable.numpy(), value)
+  same = model(20)
+  tf.train.Checkpoint(model=same).read(path).assert_existing_objects_matched()
+  np.testing.assert_array_equal(same.variables[0].numpy(),
+                                saved.variables[0].numpy())
+
+
 def test_training_inside_a_tf_function_loop():
   x, ids, y, s = _data("logistic_loss", seed=7)
   ex = _examples(x, ids, y, s)

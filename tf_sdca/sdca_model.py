@@ -1301,7 +1301,36 @@ class SdcaModel(tf.Module):
     (which do not order the other restore ops)."""
     if path and tf.executing_eagerly():
       self._state_meaning.check_checkpoint(path)
+      self._check_checkpoint_shapes(path)
     return super()._checkpoint_adapter(path)
+
+  def _check_checkpoint_shapes(self, path):
+    """Refuses, before a restore sets anything, a checkpoint of one model
+    whose weight variables or slots have other shapes than this model's (a
+    feature of another size: TensorFlow's own refusal came as the restore
+    reached that variable, after the call counter, the dense weights and
+    their slots had been restored). A checkpoint of several models is left
+    to TensorFlow (which of them is this one is not known here)."""
+    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    records = [key for key in shapes
+               if key == _RECORD_KEY or key.endswith("/" + _RECORD_KEY)]
+    if len(records) != 1:
+      return
+    prefix = records[0][:-len(_RECORD_KEY)]
+    for kind, groups in (("sparse", self._sparse), ("dense", self._dense)):
+      for g, weights in enumerate(groups):
+        for part, name in ((weights.variables_, "variables_"),
+                           (weights.slots, "slots")):
+          for k, variable in enumerate(part):
+            key = f"{prefix}_{kind}/{g}/{name}/{k}/.ATTRIBUTES/VARIABLE_VALUE"
+            saved = shapes.get(key)
+            if saved is not None and list(saved) != variable.shape.as_list():
+              raise ValueError(
+                  f"the checkpoint at {path} holds {kind}_features_weights"
+                  f"[{g}]{'' if len(part) == 1 else f' (part {k})'} of "
+                  f"shape {list(saved)}, this model's is "
+                  f"{variable.shape.as_list()} (a feature of another "
+                  "size): nothing was restored")
 
   def _lookup_dependency(self, name, cached_dependencies=None):
     """A checkpoint's held rows restore into the model's, whether or not
