@@ -306,6 +306,32 @@ def test_model_dir_checks_the_states_options_and_reads_older_checkpoints(
   assert resumed.get_variable_value("global_step") == 4
 
 
+def test_model_dir_of_a_column_of_another_size_is_refused_by_name(tmp_path):
+  """A crossed column's hash_bucket_size changed (7 -> 9) met TensorFlow's
+  "incompatible tensor with shape", naming neither the column nor the
+  checkpoint; the model_dir is left as it was."""
+  features, y, columns = _mixed_problem()
+  model_dir = str(tmp_path / "dir")
+  estimator.LinearClassifier(columns, model_dir=model_dir,
+                             optimizer=_sdca(0.5)).train(
+                                 _constant(features, y), steps=2)
+  before = _state(estimator.LinearClassifier(columns, model_dir=model_dir,
+                                             optimizer=_sdca(0.5)))
+  wider = columns[:3] + [fc.crossed_column([columns[1], "country"],
+                                           hash_bucket_size=9)]
+  with pytest.raises(ValueError, match=r"holds linear/linear_model/.*"
+                     r"weights of shape \[7, 1\], this estimator's is "
+                     r"\[9, 1\]: its feature column has another size"):
+    estimator.LinearClassifier(wider, model_dir=model_dir,
+                               optimizer=_sdca(0.5)).train(
+                                   _constant(features, y), steps=2)
+  after = _state(estimator.LinearClassifier(columns, model_dir=model_dir,
+                                            optimizer=_sdca(0.5)))
+  assert sorted(after) == sorted(before)
+  for name, value in before.items():
+    np.testing.assert_array_equal(after[name], value)
+
+
 def test_predict_and_evaluate_refuse_features_that_are_not_finite(tmp_path):
   """Training's op refuses them; predict gave NaN probabilities and evaluate
   a NaN loss (beside a finite accuracy) without a word."""

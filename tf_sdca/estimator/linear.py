@@ -449,6 +449,23 @@ class _LinearEstimator:
           f"the checkpoint {path!r} holds the weights {sorted(names)}, this "
           f"estimator has {sorted(self._model.weights)}: its feature "
           "columns differ from those that wrote it")
+    # (A column of another size, e.g. hash_bucket_size, met TensorFlow's
+    # "incompatible tensor with shape" naming neither the column nor the
+    # checkpoint.)
+    stored = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    shapes = self._model.shapes()
+    for name, keys in checkpoints.variables(path).items():
+      if name == checkpoints.GLOBAL_STEP:
+        continue
+      parts = [list(stored[key]) for key in keys]
+      saved_shape = ([sum(part[0] for part in parts)] + parts[0][1:]
+                     if name != BIAS else parts[0])
+      if saved_shape != shapes[name]:
+        raise ValueError(
+            f"the checkpoint {path!r} holds {name} of shape {saved_shape}, "
+            f"this estimator's is {shapes[name]}: its feature column has "
+            "another size (e.g. hash_bucket_size) than the one that wrote "
+            "it; train in a new model_dir")
     status = self._checkpoint.restore(path)
     if any("_state_meaning" in name
            for name, _ in tf.train.list_variables(path)):
