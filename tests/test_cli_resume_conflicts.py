@@ -247,3 +247,8 @@ def test_files_where_directories_go_and_bucket_bits_of_libsvm_are_named(
   err = capsys.readouterr().err
   assert (f"--bucket-bits is for Criteo files; the model in {model_dir} was "
           "trained on libsvm files") in err, err
+  capsys.readouterr()
+  assert cli.main(["predict", cancer_file, "--model-dir", model_dir,
+                   "--out", str(tmp_path)]) == 2
+  err = capsys.readouterr().err
+  assert f"--out {tmp_path} is a directory; give the path of the file" in err

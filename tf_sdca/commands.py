@@ -786,6 +786,9 @@ def _not_an_input(out, args):
 def predict(args):
   """`tf-sdca predict`: one score per line (probabilities for logistic)."""
   _not_an_input(args.out, args)
+  if os.path.isdir(args.out):  # (was '[Errno 21] Is a directory', late)
+    raise ValueError(f"--out {args.out} is a directory; give the path of "
+                     "the file to write the scores to")
   meta, _, scores = score_files(args)
   _check_scores(args, scores)
   if losses.is_multiclass(meta["loss"]):
