@@ -446,12 +446,6 @@ def train(args, start_tensorflow=None):
     if meta["rows"] != info["rows"]:
       raise ValueError(f"--resume: the model was trained on {meta['rows']:,} "
                        f"rows, the data has {info['rows']:,}")
-    # (A model saved before the digest was kept has none.)
-    if meta.get("labels_digest", digest) != digest:
-      raise ValueError(
-          f"--resume: {', '.join(args.data)} is not the data the model in "
-          f"{args.model_dir} was trained on (its labels differ: its duals "
-          "belong to those rows); train a new model (--overwrite)")
   else:
     meta = model_files.new_meta(
         args.format, losses.op_name(args.loss), args.l1, args.l2, args.seed,
@@ -499,6 +493,13 @@ def train(args, start_tensorflow=None):
           f"{args.model_dir}; a model cannot take new features: train a new "
           f"one (--overwrite)")
   _check_labels(args.data, args.format, arrays["labels"], meta)
+  # (After the labels' own check, which names a bad one's file and line. A
+  # model saved before the digest was kept has none.)
+  if args.resume and meta.get("labels_digest", digest) != digest:
+    raise ValueError(
+        f"--resume: {', '.join(args.data)} is not the data the model in "
+        f"{args.model_dir} was trained on (its labels differ: its duals "
+        "belong to those rows); train a new model (--overwrite)")
   plan = _memory_plan(args, arrays, info, meta, verbose)
   if plan["parts"]:
     labels = None
