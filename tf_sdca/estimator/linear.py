@@ -706,7 +706,7 @@ class _LinearEstimator:
     watch = losses.ProgressWatch(  # once per pass, with tol
         fixed_batches=not self._optimizer.extra_options.get(
             "carry_over", options_lib.OPTIONS["carry_over"].default),
-        loss=self._head.loss_type)
+        loss=self._head.loss_type, floor=losses.STREAMED_GAP_FLOOR)
     for features, labels in source.batches():
       if last is not None and step >= last:
         break

@@ -106,20 +106,25 @@ class DualityGapLogger(keras.callbacks.Callback):
     loss_type: the op's loss name (for the progress watch's messages).
     fixed_batches: the batches come in the same order every epoch
       (streamed, without held rows): what the progress watch expects.
+    streamed: the fit streams a dataset (float32 duals: the progress
+      watch's floor is `losses.STREAMED_GAP_FLOOR`).
     averaging: the `Averaging` hook of an averaging fit, else None: the
       logged `loss` and `duality_gap` are then the mean's, `last_loss` and
       `last_duality_gap` the last iterate's.
   """
 
   def __init__(self, model, measure, tol, loss_type, fixed_batches,
-               averaging=None):
+               averaging=None, streamed=False):
     super().__init__()
     self._linear = model
     self._measure = measure
     self._tol = tol
     self._averaging = averaging
-    self._watch = losses.ProgressWatch(fixed_batches=fixed_batches,
-                                       loss=loss_type)
+    # (A dataset's gap is measured over its float32 duals: the streamed
+    # floor; packed rows keep float64 ones.)
+    self._watch = losses.ProgressWatch(
+        fixed_batches=fixed_batches, loss=loss_type,
+        floor=losses.STREAMED_GAP_FLOOR if streamed else 1e-9)
 
   def on_epoch_end(self, epoch, logs=None):
     objective, gap = self._measure()

@@ -391,7 +391,7 @@ class TrainingState:
     # dataset's order.
     callbacks.insert(0, callbacks_lib.DualityGapLogger(
         m, measure, tol, m.loss_type, total is None and not m.carry_over,
-        averaging))
+        averaging, streamed=total is None))
     return callbacks
 
   def _on_engine(self):
