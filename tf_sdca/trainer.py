@@ -153,11 +153,12 @@ class InMemorySdca:
       `asdca_theta_used` after `fit`.
     momentum: None (the default: 'auto' where it applies, whole epochs in
       the 'permutation', 'uniform', 'shrinking' or 'adaptive' order without
-      'asdca' or `average_from`, else off), beta in [0, 1) (0: off) or 'auto' (also
-      `keras.LinearModel(momentum=)` and `tf-sdca train --momentum`): each
-      epoch after the first starts from the last two epochs' points
-      extrapolated, alpha_r + beta (alpha_r - alpha_{r-1}), and the weights
-      alike (they are linear in the duals, so they stay W(alpha)), with beta
+      'asdca' or `average_from`, else off), beta in [0, 1) (0: off) or
+      'auto' (also `keras.LinearModel(momentum=)` and `tf-sdca train
+      --momentum`): each epoch after the first starts from the last two
+      epochs' points extrapolated, alpha_r + beta (alpha_r - alpha_{r-1}),
+      and the weights alike (they are linear in the duals, so they stay
+      W(alpha)), with beta
       capped so that every dual stays in its loss's domain
       (`losses.extrapolation_limit`); an epoch whose dual objective fell
       restarts it (the next epoch starts at its own point). The history's gap
