@@ -222,3 +222,20 @@ def test_a_stream_at_its_float32_floor_is_not_called_badly_conditioned():
   gaps = history.history["duality_gap"]
   assert 1e-9 < gaps[-1] < 1e-8
   assert not [w for w in caught if "duality gap" in str(w.message)]
+
+
+def test_progress_watch_does_not_advise_the_order_in_use():
+  # It advised visit_order='adaptive' to fits that ran it (smooth hinge at
+  # l2 = 3e-5, logistic with l1 on standardised breast_cancer).
+  def said(loss, order):
+    watch = losses.ProgressWatch(window=3, factor=2.0, loss=loss, order=order)
+    texts = [watch.update(g) for g in (0.9, 0.5, 0.45, 0.44, 0.43)]
+    return texts[-1]
+
+  assert "visit_order='adaptive'" in said("logistic_loss", "permutation")
+  assert "visit_order='adaptive'" not in said("logistic_loss", "adaptive")
+  assert "visit_order='adaptive'" in said("hinge_loss", "shrinking")
+  assert "visit_order='adaptive'" not in said("hinge_loss", "adaptive")
+  assert "visit_order='shrinking'" in said("hinge_loss", "adaptive")
+  assert "visit_order='shrinking'" not in said("hinge_loss", "shrinking")
+  assert "Standardise" in said("logistic_loss", "adaptive")

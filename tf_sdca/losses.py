@@ -260,12 +260,15 @@ class ProgressWatch:
   """
 
   def __init__(self, window=10, factor=2.0, floor=1e-9, fixed_batches=False,
-               loss=None):
+               loss=None, order=None):
     """`fixed_batches`: the epochs stream batches as the input gives them
     (without held rows), so the warning also names their order. `loss`:
     the loss trained (short or op name), which decides the likely cause
-    named; None names conditioning."""
+    named; None names conditioning. `order`: the visit order in use, which
+    the advice then does not suggest (it advised 'adaptive' to fits that
+    ran it)."""
     self.window, self.factor, self.floor = window, factor, floor
+    self.order = order
     self.fixed_batches = fixed_batches
     self.loss = None if loss is None else op_name(loss)
     self._gaps = []
@@ -283,7 +286,8 @@ class ProgressWatch:
       text = (f"this problem is badly conditioned for SDCA. {standardise}, "
               "or raise l2")
       # (The multiclass losses have no adaptive order.)
-      if self.loss is None or not is_multiclass(self.loss):
+      if self.order != "adaptive" and (self.loss is None or
+                                       not is_multiclass(self.loss)):
         text += ("; on in-memory data visit_order='adaptive' can need far "
                  "fewer epochs on unscaled data (Poisson on doctor visits "
                  "in natural units: 143 epochs against > 3,000, "
@@ -299,11 +303,11 @@ class ProgressWatch:
       text += ("; on in-memory data the default momentum='auto' may need "
                "fewer epochs (~2x with a binary hinge on heart_scale, "
                "g3doc/trainer.md)")
-    else:
+    elif self.order != "adaptive":
       text += ("; on in-memory data visit_order='adaptive' may need fewer "
                "epochs (2.5-6x on heart_scale), as may the default "
                "momentum='auto' (~2x; g3doc/trainer.md)")
-    if self.loss != "absolute_loss":
+    if self.loss != "absolute_loss" and self.order != "shrinking":
       text += ("; visit_order='shrinking' (the hinge losses' default in "
                "memory) makes epochs cheaper, skipping the duals held at a "
                "bound")
