@@ -130,6 +130,11 @@ def block_step_for(choice, loss, l1, l2, n, csr, dense, num_features,
   if not applies(choice, loss, l1, None if csr is None else num_features,
                  0 if dense is None else dense.shape[1], num_classes):
     return None
+  if csr is not None:
+    # Before scipy reads the rows by their ids (a negative one corrupted
+    # the heap); packing checks them again where no step applies.
+    from tf_sdca import engine  # pylint: disable=import-outside-toplevel
+    engine.check_sparse_ids(csr, num_features)
   design = design_matrix(n, csr, dense, num_features)
   if choice == "on" or coordinate_passes(
       loss, l2, design, labels, weights) > MIN_PASSES_PER_E_FOLD:

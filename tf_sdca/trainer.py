@@ -456,11 +456,8 @@ class InMemorySdca:
       if not weights.sum(dtype=np.float64) > 0.0:
         raise ValueError("example_weights are all 0: no row counts in the "
                          "objective (a mean over the rows' weights)")
-      if csr is not None:
-        if num_features is None:
-          num_features = int(csr[1].max()) + 1 if csr[1].size else 1
-        # Before `second_order.block_step_for` reads the rows by their ids.
-        engine.check_sparse_ids(csr, num_features)
+      if csr is not None and num_features is None:
+        num_features = int(csr[1].max()) + 1 if csr[1].size else 1
       rows = RowChunks([(csr, dense, labels, weights)], n,
                        0 if csr is None else int(csr[0][-1]),
                        0 if dense is None else dense.shape[1],
