@@ -598,8 +598,8 @@ class _StateMeaning(tf.Module):
       raise ValueError(f"{count}".join(self._HELD_MESSAGE))
     return count
 
-  def check_checkpoint(self, path):
-    """Refuses, before a restore sets anything, the checkpoint at `path`
+  def check_checkpoint(self, reader):
+    """Refuses, before a restore sets anything, the checkpoint `reader` reads
     when every record in it (`_RECORD_KEY`) is one that `_check` refuses:
     `_restore_from_tensors` checked the record only when its turn came,
     and a restore had by then set whichever of the model's values came
@@ -607,8 +607,7 @@ class _StateMeaning(tf.Module):
     the model part restored). The model's own record is one of them, as
     the models in one checkpoint are written by one version; a checkpoint
     of several models whose records differ, one of them taken, is left to
-    `_restore_from_tensors`."""
-    reader = tf.train.load_checkpoint(path)
+    `_restore_from_tensors`. `reader`: `tf.train.load_checkpoint`'s."""
     records = sorted({reader.get_tensor(key) for key in
                       reader.get_variable_to_dtype_map()
                       if key == _RECORD_KEY or
@@ -1300,18 +1299,19 @@ class SdcaModel(tf.Module):
     refuses it when its restore ops run, with the record's assertions
     (which do not order the other restore ops)."""
     if path and tf.executing_eagerly():
-      self._state_meaning.check_checkpoint(path)
-      self._check_checkpoint_shapes(path)
+      reader = tf.train.load_checkpoint(path)
+      self._state_meaning.check_checkpoint(reader)
+      self._check_checkpoint_shapes(path, reader)
     return super()._checkpoint_adapter(path)
 
-  def _check_checkpoint_shapes(self, path):
+  def _check_checkpoint_shapes(self, path, reader):
     """Refuses, before a restore sets anything, a checkpoint of one model
     whose weight variables or slots have other shapes than this model's (a
     feature of another size: TensorFlow's own refusal came as the restore
     reached that variable, after the call counter, the dense weights and
     their slots had been restored). A checkpoint of several models is left
     to TensorFlow (which of them is this one is not known here)."""
-    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    shapes = reader.get_variable_to_shape_map()
     records = [key for key in shapes
                if key == _RECORD_KEY or key.endswith("/" + _RECORD_KEY)]
     if len(records) != 1:

@@ -438,7 +438,10 @@ class _LinearEstimator:
     """Loads checkpoint `path` unless the weights already come from it."""
     if path is None or path == self._loaded:
       return
-    names = set(checkpoints.variables(path)) - {checkpoints.GLOBAL_STEP}
+    # (The checkpoint's index read once: its variables' keys and shapes.)
+    stored = dict(tf.train.list_variables(path))
+    saved = checkpoints.variables(path)
+    names = set(saved) - {checkpoints.GLOBAL_STEP}
     if not names:
       raise ValueError(
           f"{path!r} is not a tf_sdca.estimator checkpoint (a TensorFlow 1 "
@@ -452,9 +455,8 @@ class _LinearEstimator:
     # (A column of another size, e.g. hash_bucket_size, met TensorFlow's
     # "incompatible tensor with shape" naming neither the column nor the
     # checkpoint.)
-    stored = tf.train.load_checkpoint(path).get_variable_to_shape_map()
     shapes = self._model.shapes()
-    for name, keys in checkpoints.variables(path).items():
+    for name, keys in saved.items():
       if name == checkpoints.GLOBAL_STEP:
         continue
       parts = [list(stored[key]) for key in keys]
@@ -467,8 +469,7 @@ class _LinearEstimator:
             "another size (e.g. hash_bucket_size) than the one that wrote "
             "it; train in a new model_dir")
     status = self._checkpoint.restore(path)
-    if any("_state_meaning" in name
-           for name, _ in tf.train.list_variables(path)):
+    if any("_state_meaning" in name for name in stored):
       status.assert_existing_objects_matched()
     else:
       # Written before the model recorded its state's meaning (2026-11-28):
