@@ -367,33 +367,47 @@ class ProgressWatch:
 STREAMED_GAP_FLOOR = 1e-8
 
 
+def _dual_box(loss, labels, size):
+  """The dual domain of `loss` over `size` flat duals as a box, the one
+  definition `extrapolation_limit` and `duals_in_domain` read (the op's
+  `DualInDomain`): `(sign, low, high, slack)` where each dual times `sign`
+  (None: 1) must lie in [low, high], and `slack` is the op's allowance for
+  rounding; None where the domain is unbounded (squared). Binary losses:
+  dual * y in [0, 1] (y = +-1); absolute: |dual| <= 1; Poisson: dual <=
+  label; a multiclass block (`[n * C]` duals, class-id labels) is e_y - p
+  with p on the simplex, so its label's dual lies in [0, 1] and the others
+  in [-1, 0] (its sum, 0, is `duals_in_domain`'s own check)."""
+  loss = op_name(loss)
+  labels = np.asarray(labels)
+  if is_multiclass(loss):
+    classes = size // max(labels.size, 1)
+    is_label = (np.arange(classes)[None, :] ==
+                labels.astype(np.int64)[:, None]).ravel()
+    return (None, np.where(is_label, 0.0, -1.0), np.where(is_label, 1.0, 0.0),
+            1e-9)  # MulticlassLoss::DualInDomain's slack
+  slack = 1e-6  # the binary losses' kDualDomainSlack
+  if loss in _UNIT_DOMAIN:
+    return np.where(labels > 0, 1.0, -1.0), 0.0, 1.0, slack
+  if loss == "absolute_loss":
+    return None, -1.0, 1.0, slack
+  if loss == "poisson_loss":
+    high = np.asarray(labels, np.float64)
+    return None, -np.inf, high, slack * (1.0 + np.abs(high))
+  return None
+
+
 def extrapolation_limit(loss, labels, duals, change):
   """The largest beta <= 1e300 keeping `duals + beta * change` in the dual
-  domain of `loss` (the op's `DualInDomain`): binary losses need
-  dual * y in [0, 1] (y = +-1), the absolute loss |dual| <= 1, Poisson
-  dual <= label; squared: unbounded; a multiclass block (`[n * C]` duals,
-  class-id labels) is e_y - p with p on the simplex, so its label's dual
-  must stay in [0, 1] and the others in [-1, 0] (the block's sum stays 0:
-  both ends of the extrapolation sum to 0)."""
-  loss = op_name(loss)
+  domain of `loss` (`_dual_box`); `[n * C]` duals for a multiclass loss
+  (both ends of the extrapolation sum to 0 in each block)."""
   duals = np.asarray(duals, np.float64)
   change = np.asarray(change, np.float64)
-  if is_multiclass(loss):
-    labels = np.asarray(labels).astype(np.int64)
-    classes = duals.size // max(labels.size, 1)
-    is_label = (np.arange(classes)[None, :] == labels[:, None]).ravel()
-    value, step = duals, change
-    low, high = np.where(is_label, 0.0, -1.0), np.where(is_label, 1.0, 0.0)
-  elif loss in ("logistic_loss", "hinge_loss", "smooth_hinge_loss"):
-    sign = np.where(np.asarray(labels) > 0, 1.0, -1.0)
-    value, step, low, high = duals * sign, change * sign, 0.0, 1.0
-  elif loss == "absolute_loss":
-    value, step, low, high = duals, change, -1.0, 1.0
-  elif loss == "poisson_loss":
-    value, step, low = duals, change, -np.inf
-    high = np.asarray(labels, np.float64)
-  else:
+  box = _dual_box(loss, labels, duals.size)
+  if box is None:
     return 1e300
+  sign, low, high, _ = box
+  value, step = ((duals, change) if sign is None else
+                 (duals * sign, change * sign))
   # Each dual's room (high - value) / step where step > 0, (low - value) /
   # step where step < 0, none where step is 0: the same quotients as one
   # np.where of both, in one array written in place (over 4M duals the
@@ -410,34 +424,23 @@ def extrapolation_limit(loss, labels, duals, change):
 def duals_in_domain(loss, labels, duals):
   """Whether each row's dual (a multiclass loss: its block of `[n, K]`
   duals) is in the dual domain of `loss` for its label, as the op's
-  `DualInDomain` checks it, with its slack for rounding (see
-  `extrapolation_limit` for the domains): `[n]` booleans. A zero dual
-  (block) is in every domain: fits start there."""
-  loss = op_name(loss)
+  `DualInDomain` checks it, with its slack for rounding (`_dual_box`):
+  `[n]` booleans. A zero dual (block) is in every domain: fits start
+  there."""
   duals = np.asarray(duals, np.float64)
   labels = np.asarray(labels)
-  slack = 1e-6  # the binary losses' kDualDomainSlack
+  box = _dual_box(loss, labels, duals.size)
+  if box is None:
+    return np.isfinite(duals)
+  sign, low, high, slack = box
+  value = duals.ravel() if sign is None else duals * sign
   with np.errstate(invalid="ignore"):
-    if is_multiclass(loss):
-      slack = 1e-9  # MulticlassLoss::DualInDomain's
-      blocks = duals.reshape(labels.shape[0], -1)
-      is_label = (np.arange(blocks.shape[1])[None, :] ==
-                  labels.astype(np.int64)[:, None])
-      inside = np.where(is_label,
-                        (blocks >= -slack) & (blocks <= 1.0 + slack),
-                        (blocks >= -1.0 - slack) & (blocks <= slack))
-      return (np.all(inside, axis=1) &
-              (np.abs(blocks.sum(axis=1)) <= slack * blocks.shape[1]))
-    finite = np.isfinite(duals)
-    if loss in _UNIT_DOMAIN:
-      value = duals * np.where(labels > 0, 1.0, -1.0)
-      return finite & (value >= -slack) & (value <= 1.0 + slack)
-    if loss == "absolute_loss":
-      return finite & (np.abs(duals) <= 1.0 + slack)
-    if loss == "poisson_loss":
-      y = np.asarray(labels, np.float64)
-      return finite & (duals <= y + slack * (1.0 + np.abs(y)))
-    return finite
+    inside = np.isfinite(value) & (value >= low - slack) & (value <= high + slack)
+  if not is_multiclass(op_name(loss)):
+    return inside
+  blocks = duals.reshape(labels.shape[0], -1)
+  return (np.all(inside.reshape(blocks.shape), axis=1) &
+          (np.abs(blocks.sum(axis=1)) <= slack * blocks.shape[1]))
 
 
 # `capped_extrapolation`'s margin: its check without the exact limit
