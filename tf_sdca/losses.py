@@ -435,7 +435,8 @@ def duals_in_domain(loss, labels, duals):
   sign, low, high, slack = box
   value = duals.ravel() if sign is None else duals * sign
   with np.errstate(invalid="ignore"):
-    inside = np.isfinite(value) & (value >= low - slack) & (value <= high + slack)
+    inside = (np.isfinite(value) & (value >= low - slack) &
+              (value <= high + slack))
   if not is_multiclass(op_name(loss)):
     return inside
   blocks = duals.reshape(labels.shape[0], -1)
