@@ -244,7 +244,10 @@ def test_many_bad_lines_are_counted_and_the_first_ten_kept(tmp_path):
      r"<= 2\^31"),
     ("libsvm", "1 36893488147419103237:1", r":1: '36893488147419103237:1' "
      r"\(feature 1\): indices must be <= 2\^31"),
-    ("libsvm", "1 1_0:1", r":1: '1 1_0:1' is not ASCII 'label index:value"),
+    # float() reads '1_0' as 10; the reader takes plain ASCII numbers (it
+    # said the line "is not ASCII").
+    ("libsvm", "1 1_0:1", r":1: '1 1_0:1' is not 'label index:value \.\.\.' "
+     r"in plain ASCII numbers .*not '_' between digits"),
     ("criteo", "1" + "\t1234567890123456789" * 13 + "\ta" * 26,
      r":1: I1 is not a decimal integer \(field 2\)"),
     ("criteo", "1" + "\t" * 13 + "\t0123456789abcdef0" * 26,
@@ -553,3 +556,69 @@ def test_packing_cache_parts_in_reused_buffers_trains_as_whole_arrays():
   assert models[0]["duals"].std() > 0
   for key in ("sparse_weights", "dense_weights", "duals"):
     np.testing.assert_array_equal(models[0][key], models[1][key], err_msg=key)
+
+
+def test_libsvm_lone_cr_line_ends_read_in_blocks_as_newlines(
+    libsvm_text, tmp_path, monkeypatch):
+  # A file whose lines all end in a lone '\r' (old Mac files): the same rows
+  # as with '\n', read in blocks of whole lines (they were cut at '\n' only:
+  # the whole file became one block, and its parse looked for a '\n' from
+  # every line to the block's end, quadratic in the lines) and split at line
+  # ends for the parser's threads (ranges of >= 256 KiB).
+  path, _ = libsvm_text
+  with open(path, "rb") as f:
+    lines = f.read().replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(
+        b"\n")
+  body = b"\n".join(lines * 3)
+  unix, mac = tmp_path / "unix.svm", tmp_path / "mac.svm"
+  unix.write_bytes(body)
+  mac.write_bytes(body.replace(b"\n", b"\r"))
+  assert len(body) > 2 * (1 << 18) and b"\n" not in mac.read_bytes()
+  _assert_same_chunks(libsvm.read_libsvm(str(mac), 700),
+                      libsvm.read_libsvm([str(unix)], 700))
+  monkeypatch.setattr(text_files, "BLOCK_BYTES", 20_000)
+  blocks = list(text_files.line_blocks(str(mac), cr_ends=True))
+  longest = max(len(line) for line in lines) + 1
+  assert len(blocks) > 10 and max(map(len, blocks)) < 20_000 + longest
+  assert b"".join(blocks) == mac.read_bytes()
+  assert all(b.endswith(b"\r") for b in blocks[:-1])
+  _assert_same_chunks(libsvm.read_libsvm([str(mac)], 700),
+                      libsvm.read_libsvm([str(unix)], 700))
+  # A bad line deep in the file is named by its line, as with '\n'.
+  bad = len(lines) * 2 + 5
+  broken = lines * 3
+  broken[bad - 1] = b"1 2:1 2:3"
+  mac.write_bytes(b"\r".join(broken))
+  with pytest.raises(ValueError, match=rf"mac.svm:{bad}: '2:3' \(feature 2\)"):
+    list(libsvm.read_libsvm([str(mac)], 700))
+
+
+def test_one_path_is_read_as_a_list_of_one(libsvm_text, criteo_text,
+                                           tmp_path):
+  # A str (or path object) is one file, as tf.data.TextLineDataset takes it:
+  # it was read as its characters ("no such file: b").
+  svm, _ = libsvm_text
+  import pathlib  # pylint: disable=import-outside-toplevel
+  for one in (svm, pathlib.Path(svm), svm.encode()):
+    _assert_same_chunks(libsvm.read_libsvm(one, 700),
+                        libsvm.read_libsvm([svm], 700))
+  got = libsvm.libsvm_dataset(svm, 700).as_numpy_iterator()
+  np.testing.assert_array_equal(
+      np.concatenate([c["labels"] for c in got]),
+      np.concatenate([c["labels"] for c in libsvm.read_libsvm([svm], 700)]))
+  tsv, _ = criteo_text
+  _assert_same_chunks(criteo.read_criteo(tsv, 1000),
+                      criteo.read_criteo([tsv], 1000))
+  got = criteo.criteo_dataset(tsv, 1000).as_numpy_iterator()
+  np.testing.assert_array_equal(
+      np.concatenate([c["labels"] for c in got]),
+      np.concatenate([c["labels"] for c in criteo.read_criteo([tsv], 1000)]))
+  one, _ = cache.load_or_build(svm, "libsvm", str(tmp_path / "c1"),
+                               verbose=0)
+  listed, _ = cache.load_or_build([svm], "libsvm", str(tmp_path / "c2"),
+                                  verbose=0)
+  assert one.keys() == listed.keys()
+  for key in one:
+    np.testing.assert_array_equal(cache.concatenate(one[key]),
+                                  cache.concatenate(listed[key]), err_msg=key)
+

@@ -272,15 +272,25 @@ bool ParseLibsvmLine(const char* line, const char* end, LibsvmRows* out,
 }  // namespace
 
 std::vector<int64_t> SplitAtLines(const char* block, int64_t size,
-                                  int parts) {
+                                  int parts, bool cr_ends) {
   std::vector<int64_t> bounds = {0};
+  const char* end = block + size;
   for (int k = 1; k < parts; ++k) {
     int64_t at = std::max(bounds.back(), size * k / parts);
     if (at >= size) break;
-    const void* newline = std::memchr(block + at, '\n',
-                                      static_cast<size_t>(size - at));
-    if (newline == nullptr) break;
-    at = static_cast<const char*>(newline) - block + 1;
+    const char* newline = static_cast<const char*>(
+        std::memchr(block + at, '\n', static_cast<size_t>(size - at)));
+    const char* next = newline ? newline + 1 : nullptr;
+    if (cr_ends) {  // the first line end: '\n', '\r\n' or a lone '\r'
+      const char* limit = newline ? newline : end;
+      const char* cr = static_cast<const char*>(std::memchr(
+          block + at, '\r', static_cast<size_t>(limit - (block + at))));
+      if (cr != nullptr) {
+        next = (cr + 1 < end && cr[1] == '\n') ? cr + 2 : cr + 1;
+      }
+    }
+    if (next == nullptr) break;
+    at = next - block;
     if (at >= size) break;
     if (at > bounds.back()) bounds.push_back(at);
   }
@@ -307,9 +317,17 @@ void ParseCriteo(const char* begin, const char* end, const char* block,
   out->lines.reserve(estimate);
   std::string scratch;
   int64_t line = 0;
+  // The next '\n' at or after p, found again only once p has passed it (a
+  // file of lone '\r' ends has none: looking for it from every line scanned
+  // the rest of the block each time, quadratic in the block's lines).
+  const char* newline = nullptr;
+  bool looked = false;
   for (const char* p = begin; p < end; ++line) {
-    const char* newline = static_cast<const char*>(
-        std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    if (!looked || (newline != nullptr && newline < p)) {
+      looked = true;
+      newline = static_cast<const char*>(
+          std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    }
     const char* line_end = newline ? newline : end;
     const char* line_start = p;
     const char* text = p;
@@ -348,9 +366,17 @@ void ParseCriteo(const char* begin, const char* end, const char* block,
 void ParseLibsvm(const char* begin, const char* end, const char* block,
                  LibsvmRows* out) {
   int64_t line = 0;
+  // The next '\n' at or after p, found again only once p has passed it (a
+  // file of lone '\r' ends has none: looking for it from every line scanned
+  // the rest of the block each time, quadratic in the block's lines).
+  const char* newline = nullptr;
+  bool looked = false;
   for (const char* p = begin; p < end; ++line) {
-    const char* newline = static_cast<const char*>(
-        std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    if (!looked || (newline != nullptr && newline < p)) {
+      looked = true;
+      newline = static_cast<const char*>(
+          std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    }
     const char* line_end = newline ? newline : end;
     // Python's text files end a line at '\r' too ('\r\n' being one end).
     const char* cr = static_cast<const char*>(

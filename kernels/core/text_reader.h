@@ -58,9 +58,11 @@ struct LibsvmRows {
 };
 
 // Up to `parts` ranges [bounds[k], bounds[k + 1]) of [0, size) that start at
-// line starts (after a '\n'), of about equal size; bounds has parts + 1
-// entries or fewer (no empty range but for an empty block).
-std::vector<int64_t> SplitAtLines(const char* block, int64_t size, int parts);
+// line starts (after a '\n'; with `cr_ends` also after a lone '\r', as
+// ParseLibsvm ends lines), of about equal size; bounds has parts + 1 entries
+// or fewer (no empty range but for an empty block).
+std::vector<int64_t> SplitAtLines(const char* block, int64_t size, int parts,
+                                  bool cr_ends = false);
 
 // Per-field hash offsets fingerprint("C1") .. fingerprint("C26") mod 2^62.
 struct CriteoHasher {

@@ -44,14 +44,15 @@ class KeepSubnormals {
 };
 
 // Parses [text, text + size) in up to `threads` ranges, one per thread (the
-// first on the calling one); `parse(begin, end, block, rows)` fills one
-// range's rows.
+// first on the calling one), cut at line ends as SplitAtLines' `cr_ends`;
+// `parse(begin, end, block, rows)` fills one range's rows.
 template <typename Rows, typename Parse>
 std::vector<Rows> ParseRanges(const char* text, int64_t size, int threads,
-                              Parse parse) {
+                              bool cr_ends, Parse parse) {
   const int parts = static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>(threads, size / kMinRangeBytes)));
-  const std::vector<int64_t> bounds = SplitAtLines(text, size, parts);
+  const std::vector<int64_t> bounds =
+      SplitAtLines(text, size, parts, cr_ends);
   const int ranges = static_cast<int>(bounds.size()) - 1;
   std::vector<Rows> rows(std::max(ranges, 0));
   auto run = [&](int k) {
@@ -119,7 +120,7 @@ void* TfSdcaCriteoParse(const char* text, int64_t size, int bucket_bits,
   const tf_sdca::CriteoHasher hasher(hash, bucket_bits);
   auto* parsed = new Parsed<CriteoRows>;
   parsed->ranges = tf_sdca::ParseRanges<CriteoRows>(
-      text, size, threads,
+      text, size, threads, /*cr_ends=*/false,
       [&hasher](const char* begin, const char* end, const char* block,
                 CriteoRows* out) {
         // Room for every line at once: grown by doubling, the vectors
@@ -160,7 +161,7 @@ void* TfSdcaLibsvmParse(const char* text, int64_t size, int threads,
                         int64_t* sizes) {
   auto* parsed = new Parsed<LibsvmRows>;
   parsed->ranges = tf_sdca::ParseRanges<LibsvmRows>(
-      text, size, threads,
+      text, size, threads, /*cr_ends=*/true,
       [](const char* begin, const char* end, const char* block,
          LibsvmRows* out) { tf_sdca::ParseLibsvm(begin, end, block, out); });
   tf_sdca::CountSizes(parsed);

@@ -33,6 +33,7 @@ import numpy as np
 from tf_sdca import files
 from tf_sdca.data import criteo as criteo_reader
 from tf_sdca.data import libsvm as libsvm_reader
+from tf_sdca.data import text_files
 
 _VERSION = 1
 
@@ -85,7 +86,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
   """Returns the data of `paths` from the cache, building it if needed.
 
   Args:
-    paths: the text files.
+    paths: the text files (or one file).
     fmt: "criteo" or "libsvm".
     cache_dir: directory of the cache (created).
     bucket_bits: Criteo hash buckets `2^bucket_bits`.
@@ -117,7 +118,7 @@ def load_or_build(paths, fmt, cache_dir, bucket_bits=20,
     ValueError: for a malformed line (with file and line), unless
       `skip_bad_lines`.
   """
-  paths = [str(p) for p in paths]
+  paths = text_files.path_list(paths)
   wanted = dict(version=_VERSION, format=fmt, sources=_sources(paths),
                 bucket_bits=bucket_bits if fmt == "criteo" else None,
                 skip_bad_lines=bool(skip_bad_lines))

@@ -117,11 +117,12 @@ def criteo_dataset(paths, batch_size=65536, bucket_bits=20,
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if not 1 <= bucket_bits <= 62:
     raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
+  paths = text_files.path_list(paths)
   spec = dict(labels=tf.TensorSpec([None], tf.float32),
               dense=tf.TensorSpec([None, NUM_INTEGER], tf.float32),
               ids=tf.TensorSpec([None, NUM_CATEGORICAL], tf.int64))
   return tf.data.Dataset.from_generator(
-      lambda: read_criteo(list(paths), batch_size, bucket_bits,
+      lambda: read_criteo(paths, batch_size, bucket_bits,
                           skip_bad_lines), output_signature=spec).prefetch(2)
 
 
@@ -147,7 +148,7 @@ def read_criteo(paths, batch_size=65536, bucket_bits=20,
   of `parse_criteo_lines`, in the files' order.
 
   Args:
-    paths: text files, read in order.
+    paths: text files, read in order (or one file).
     batch_size: lines per chunk (a chunk never spans two files; its bad and
       blank lines are dropped, so it may hold fewer rows).
     bucket_bits: `2^bucket_bits` hash buckets.
@@ -182,7 +183,7 @@ def criteo_chunk_pieces(paths, batch_size=65536, bucket_bits=20,
   if not 1 <= bucket_bits <= 62:
     raise ValueError(f"bucket_bits must be in [1, 62], got {bucket_bits}")
   text_files.check_chunk_rows("batch_size", batch_size)
-  paths = [str(p) for p in paths]
+  paths = text_files.path_list(paths)
   for path in paths:
     if not os.path.exists(path):
       raise FileNotFoundError(f"no such file: {path}")

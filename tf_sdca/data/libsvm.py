@@ -77,7 +77,9 @@ def _message(path, number, raw):
   # Python's float() and int() read a few spellings the native parser does
   # not: digits with '_', non-ASCII digits or spaces.
   return (f"{path}:{number}: {text_files.shown(text.rstrip())} is not "
-          "ASCII 'label index:value ...'")
+          "'label index:value ...' in plain ASCII numbers (decimal or "
+          "scientific, as '-1.5e-3'; not '_' between digits or non-ASCII "
+          "digits)")
 
 
 def _past_limit(out, path, first_line, max_features):
@@ -93,14 +95,21 @@ def _past_limit(out, path, first_line, max_features):
       "(a weight table is as wide as the largest index)")
 
 
+def _blocks(path):
+  """(block, parsed rows) of `path`'s blocks of whole lines, a lone '\\r'
+  ending a line too (Python's text files' line ends, as the parser's)."""
+  return text_files.parsed_blocks(path, text_parser.parse_libsvm,
+                                  cr_ends=True)
+
+
 def line_of_row(paths, row):
   """`(path, line)` (1-based) of data row `row` (0-based, counted over
   `paths` in order as `read_libsvm` reads them: blank and malformed lines
   are no rows), for errors about a row found after reading; None past the
   last row."""
-  for path in (str(p) for p in paths):
+  for path in text_files.path_list(paths):
     first_line = 0
-    for _, out in text_files.parsed_blocks(path, text_parser.parse_libsvm):
+    for _, out in _blocks(path):
       rows = out["labels"].shape[0]
       if row < rows:
         return path, first_line + int(out["lines"][row]) + 1
@@ -117,7 +126,7 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
   per core) in blocks of whole lines; the rows come in the files' order.
 
   Args:
-    paths: files, read in order.
+    paths: files, read in order (or one file).
     chunk_rows: rows per chunk.
     skip_bad_lines: skip malformed lines (counted in `bad_lines`) instead of
       raising.
@@ -159,9 +168,9 @@ def read_libsvm(paths, chunk_rows=65536, skip_bad_lines=False,
                        indices=merged["indices"][indptr[start]:],
                        values=merged["values"][indptr[start]:])]
 
-  for path in (str(p) for p in paths):
+  for path in text_files.path_list(paths):
     first_line = 0
-    for block, out in text_files.parsed_blocks(path, text_parser.parse_libsvm):
+    for block, out in _blocks(path):
       text_files.bad_line_messages(
           out, block, first_line,
           lambda number, raw, path=path: _message(path, number, raw),
@@ -179,10 +188,11 @@ def libsvm_dataset(paths, chunk_rows=65536, skip_bad_lines=False):
   """`read_libsvm` as a `tf.data.Dataset` of CSR-chunk dicts (parsed in a
   background thread by `from_generator`; prefetched)."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  paths = text_files.path_list(paths)
   spec = dict(labels=tf.TensorSpec([None], tf.float32),
               indptr=tf.TensorSpec([None], tf.int64),
               indices=tf.TensorSpec([None], tf.int64),
               values=tf.TensorSpec([None], tf.float32))
   return tf.data.Dataset.from_generator(
-      lambda: read_libsvm(list(paths), chunk_rows, skip_bad_lines),
+      lambda: read_libsvm(paths, chunk_rows, skip_bad_lines),
       output_signature=spec).prefetch(2)

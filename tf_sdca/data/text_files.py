@@ -4,11 +4,21 @@ is not text is reported as such instead of as mojibake. The readers parse
 blocks of whole lines natively (`line_blocks`)."""
 import concurrent.futures
 import numbers
+import os
 import zlib
 
 import numpy as np
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+def path_list(paths):
+  """`paths` as a list of str: one path (a str, bytes or `os.PathLike`) is a
+  list of one, as `tf.data.TextLineDataset` takes it (a str was read as its
+  characters, each one a file)."""
+  if isinstance(paths, (str, bytes, os.PathLike)):
+    paths = [paths]
+  return [os.fsdecode(p) for p in paths]
 
 
 def check_chunk_rows(name, rows):
@@ -121,8 +131,9 @@ def _gunzipped(f, path, block_bytes):
     yield b"".join(pieces)
 
 
-def _raw_blocks(path, block_bytes):
-  """The bytes of `path` (gunzipped if gzip) in blocks of whole lines."""
+def _raw_blocks(path, block_bytes, cr_ends=False):
+  """The bytes of `path` (gunzipped if gzip) in blocks of whole lines (with
+  `cr_ends`, a lone '\\r' ends a line too)."""
   gzipped = is_gzip(path)
   try:
     with open(path, "rb") as f:
@@ -133,6 +144,10 @@ def _raw_blocks(path, block_bytes):
         if rest:
           data = rest + data
         cut = data.rfind(b"\n") + 1
+        if cut == 0 and cr_ends:
+          # No '\n': the last lone '\r' (one last in `data` may be the
+          # first half of a '\r\n' split between reads).
+          cut = data.rfind(b"\r", 0, len(data) - 1) + 1
         if cut == 0:  # one line longer than a block: read on
           rest = data
           continue
@@ -163,23 +178,26 @@ def prefetched(items):
       yield item
 
 
-def line_blocks(path, block_bytes=None):
+def line_blocks(path, block_bytes=None, cr_ends=False):
   """Yields the bytes of `path` (gunzipped if it is gzip) in blocks of whole
-  lines: each block ends with '\\n' but the file's last. The next block is
-  read (and gunzipped) on a background thread.
+  lines: each block ends with '\\n' but the file's last (with `cr_ends`, as
+  the LIBSVM reader cuts lines, with a lone '\\r' where its bytes hold no
+  '\\n'). The next block is read (and gunzipped) on a background thread.
 
   Raises:
     ValueError: `path: ...` for a truncated or damaged gzip file.
   """
-  yield from prefetched(_raw_blocks(path, block_bytes or BLOCK_BYTES))
+  yield from prefetched(_raw_blocks(path, block_bytes or BLOCK_BYTES,
+                                    cr_ends))
 
 
-def parsed_blocks(path, parse, block_bytes=None):
-  """Yields (block, parse(block)) for `line_blocks(path)`, the next block
-  parsed on a background thread while the caller stores the current one
-  (the native parser runs on its own threads, without the GIL)."""
-  yield from prefetched((block, parse(block))
-                        for block in line_blocks(path, block_bytes))
+def parsed_blocks(path, parse, block_bytes=None, cr_ends=False):
+  """Yields (block, parse(block)) for `line_blocks(path, block_bytes,
+  cr_ends)`, the next block parsed on a background thread while the caller
+  stores the current one (the native parser runs on its own threads,
+  without the GIL)."""
+  yield from prefetched((block, parse(block)) for block in
+                        line_blocks(path, block_bytes, cr_ends))
 
 
 def bad_line_messages(out, block, first_line, message, skip_bad_lines,
