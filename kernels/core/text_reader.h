@@ -81,8 +81,9 @@ void ParseCriteo(const char* begin, const char* end, const char* block,
 
 // LIBSVM lines as Python's text files cut them ('\n', '\r\n' or '\r'):
 // `label [qid:N] index:value ...  [# comment]`, indices >= 1, increasing
-// and <= 2^31, label and values numbers as Python's float() reads them (in
-// float64), rounded to float32 and finite there. Lines that hold nothing
+// and <= 2^31, label and values plain ASCII decimal or scientific numbers
+// read as Python's float() reads them (in float64; not its other spellings,
+// such as '1_0'), rounded to float32 and finite there. Lines that hold nothing
 // but whitespace and a comment give no row.
 void ParseLibsvm(const char* begin, const char* end, const char* block,
                  LibsvmRows* out);
