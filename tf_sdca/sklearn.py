@@ -595,15 +595,31 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
     if scores.ndim == 1:
       p = 1.0 / (1.0 + np.exp(-scores))
       return np.stack([1.0 - p, p], axis=1)
-    if self._loss == "softmax_loss":
-      e = np.exp(scores - scores.max(axis=1, keepdims=True))
-      return e / e.sum(axis=1, keepdims=True)
+    if self._multinomial():
+      return np.exp(_log_softmax(scores))
     p = 1.0 / (1.0 + np.exp(-scores))
     return p / p.sum(axis=1, keepdims=True)
 
   @available_if(_has_proba)
   def predict_log_proba(self, X):
+    """The log of `predict_proba` (the log-softmax itself where the model
+    is multinomial: no log of an underflowed 0)."""
+    if self._multinomial():
+      scores = self.decision_function(X)
+      if scores.ndim == 2:
+        return _log_softmax(scores)
     return np.log(self.predict_proba(X))
+
+  def _multinomial(self):
+    # `_loss` is the engine's name, short ("softmax") or the op's: the
+    # test against "softmax_loss" alone never held, and every softmax
+    # model's probabilities were the one-vs-rest formula's.
+    return losses.op_name(self._loss) == "softmax_loss"
+
+
+def _log_softmax(scores):
+  shifted = scores - scores.max(axis=1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
 class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
