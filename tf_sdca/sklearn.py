@@ -591,7 +591,18 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
   def predict_proba(self, X):
     """Class probabilities `[n, K]`: the sigmoid (two classes), the
     softmax (multinomial) or the one-vs-rest sigmoids normalised."""
+    return self._proba(self.decision_function(X))
+
+  @available_if(_has_proba)
+  def predict_log_proba(self, X):
+    """The log of `predict_proba` (the log-softmax itself where the model
+    is multinomial: no log of an underflowed 0)."""
     scores = self.decision_function(X)
+    if scores.ndim == 2 and self._multinomial():
+      return _log_softmax(scores)
+    return np.log(self._proba(scores))
+
+  def _proba(self, scores):
     if scores.ndim == 1:
       p = 1.0 / (1.0 + np.exp(-scores))
       return np.stack([1.0 - p, p], axis=1)
@@ -599,16 +610,6 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
       return np.exp(_log_softmax(scores))
     p = 1.0 / (1.0 + np.exp(-scores))
     return p / p.sum(axis=1, keepdims=True)
-
-  @available_if(_has_proba)
-  def predict_log_proba(self, X):
-    """The log of `predict_proba` (the log-softmax itself where the model
-    is multinomial: no log of an underflowed 0)."""
-    if self._multinomial():
-      scores = self.decision_function(X)
-      if scores.ndim == 2:
-        return _log_softmax(scores)
-    return np.log(self.predict_proba(X))
 
   def _multinomial(self):
     # `_loss` is the engine's name, short ("softmax") or the op's: the
