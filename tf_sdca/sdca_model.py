@@ -2039,19 +2039,22 @@ class SdcaModel(tf.Module):
           f"{stored}, the examples given are {count}")
     return self.gap_from_parts(parts)
 
-  def gap_from_parts(self, parts):
+  def gap_from_parts(self, parts, exact=True):
     """`duality_gap`'s result from `gap_parts` summed over batches holding
     every trained example (not checked here: `duality_gap` checks it).
 
     Args:
       parts: float64 `[3]`, the sum of `gap_parts` over the batches.
+      exact: the parts are the exact gap's (False: an estimate, such as the
+        state's losses, which lag the weights and may sum to a negative
+        gap: returned as it is).
 
     Returns:
       `(objective, relative_gap)` as in `duality_gap`.
 
     Raises:
-      ValueError: when the examples' weights sum to 0, or the gap is
-        negative beyond rounding (not each trained example once).
+      ValueError: when the examples' weights sum to 0, or (`exact`) the gap
+        is negative beyond rounding (not each trained example once).
     """
     parts = np.asarray(parts, np.float64)
     if parts[2] <= 0.0:
@@ -2060,7 +2063,7 @@ class SdcaModel(tf.Module):
     r1, r2 = (float(r) for r in self._regularization())
     objective = parts[0] + r1 + 0.5 * r2
     gap = parts[0] + parts[1] + r1 + r2
-    if gap < -1e-6 * (abs(parts[0]) + abs(parts[1]) + r1 + r2):
+    if exact and gap < -1e-6 * (abs(parts[0]) + abs(parts[1]) + r1 + r2):
       # Weak duality, P(w) >= D(alpha), holds over each trained example
       # once; a stream that repeats an example (a dataset concatenated
       # with itself) counts its loss and dual loss twice but its weights'
