@@ -757,9 +757,12 @@ def check_dataset_targets(dataset):
   """
   spec = dataset.element_spec
   if not isinstance(spec, tuple):
+    check_batched(dataset)
     return
   for name, part in zip(("labels", "sample_weight"), spec[1:3]):
     shape = getattr(part, "shape", None)
+    if shape is not None and shape.rank == 0:
+      raise _unbatched(f"its {name} are scalars")
     if shape is None or shape.rank is None or shape.rank < 2:
       continue
     inner = shape[1:]
@@ -767,6 +770,26 @@ def check_dataset_targets(dataset):
       raise InvalidInputError(
           f"the dataset's {name} must have shape [batch] or [batch, 1] (one "
           f"number per example), got {tuple(shape.as_list())}")
+
+
+def check_batched(dataset):
+  """InvalidInputError for a dataset whose features are scalars (no batch
+  dimension): a dataset of single examples, not batches."""
+  spec = dataset.element_spec
+  x_spec = spec[0] if isinstance(spec, tuple) else spec
+  for name, part in as_dict(x_spec).items():
+    shape = getattr(part, "shape", None)
+    if shape is not None and shape.rank == 0:
+      raise _unbatched(f"its feature {name!r} is a scalar")
+
+
+def _unbatched(what):
+  # Keras' own models refuse such datasets; here an evaluate scored every
+  # example as one feature row (a loss of 30 log 2 at zero weights) and
+  # built the model for it.
+  return InvalidInputError(
+      f"the dataset gives single examples, not batches ({what}): batch it, "
+      "e.g. dataset.batch(256)")
 
 
 def class_weighted(dataset, class_weight):

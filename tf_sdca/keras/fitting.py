@@ -81,10 +81,35 @@ class TrainingState:
     self.packed = None
     self.row_duals = None
     self.gap_data = None
-    self.train_weight = 0.0
+    self._train_weight = 0.0
+    self._train_weight_variable = None
     self.average = None
     self.momentum_state = None
     self._run = None  # the engine's epochs of an in-memory fit under way
+    self._run_end = None  # (its last epoch, its tol): `callbacks`
+
+  @property
+  def train_weight(self):
+    return self._train_weight
+
+  @train_weight.setter
+  def train_weight(self, value):
+    self._train_weight = float(value)
+    if self._train_weight_variable is not None:
+      self._train_weight_variable.assign(self._train_weight)
+
+  def train_weight_tensor(self):
+    """`train_weight` as a float64 variable for `test_step`: read when a
+    traced step runs, where a Python number was frozen into Keras' cached
+    test function at its first trace (an `evaluate` before `fit` left the
+    regularisation out of every later one; a fit on other rows kept the
+    old divisor)."""
+    if self._train_weight_variable is None:
+      with tf.init_scope():
+        self._train_weight_variable = tf.Variable(
+            self._train_weight, trainable=False, dtype=tf.float64,
+            name="sdca_train_weight")
+    return self._train_weight_variable
 
   @property
   def asdca(self):
@@ -268,6 +293,15 @@ class TrainingState:
     # features' own array, not a copy of it.)
     dense = (None if not dense else dense[0] if len(dense) == 1 else
              np.concatenate(dense, axis=1))
+    k = m.num_classes
+    duals = state_lib.duals_in_domain(
+        np.reshape(duals, (n, k) if k > 1 else (n,)), m.loss_type, labels)
+    if self._on_engine():
+      made = state_lib.rows_table(table, duals, csr, dense, weights, m.l2,
+                                  num_sparse)
+      if made is not table:  # other rows under these keys: a new problem
+        self.momentum_state = None
+      table = made
     by_norms = (m.visit_order is None and
                 losses.op_name(m.loss_type) in options.NORM_SPREAD_LOSSES)
     # The exact block step of the engine's epochs (not ASDCA's or an
@@ -369,11 +403,17 @@ class TrainingState:
     if packed:
       measure, total = self.packed_gap, self.packed.total_weight
       if self._on_engine():
+        # (The fit's last epoch in the model's count of steps, and its tol:
+        # a restore during the fit starts the epochs again from there.)
+        self._run_end = (int(sdca.calls.numpy()) + epochs - initial_epoch,
+                         tol)
         self._run = _EngineEpochs(
             m, self.packed, sdca, epochs - initial_epoch, tol, self.config(),
             self.visit_order(), self.momentum_state, self._keep_momentum,
             write_at_end=unread and WRITE_AT_END)
-        measure = self._run.measure
+
+        def measure():
+          return self._run.measure()
       else:
         self.packed.variables()  # (before the traced steps of `epoch`)
     else:
@@ -554,8 +594,13 @@ class TrainingState:
       return
     rows = (self.row_duals if self.packed is None else
             (self.packed.keys, self.packed.duals.numpy()))
+    # During a fit on the engine's epochs (a backup or checkpoint at an
+    # epoch's end) its momentum now, which a fit resumed from the file
+    # goes on from, as the uninterrupted one does.
+    momentum = (self.momentum_state if self._run is None else
+                self._run.momentum_state())
     saving.save_state(store, state, self.state_meaning(), rows,
-                      self.train_weight, self.momentum_state, self.average)
+                      self.train_weight, momentum, self.average)
 
   def state_meaning(self):
     """The options that give the model's SDCA state its meaning
@@ -575,10 +620,36 @@ class TrainingState:
       self.pending_state = loaded["state"]
     if loaded["row_duals"] is not None:
       self.row_duals = loaded["row_duals"]
-    self.packed = None
     self.momentum_state = loaded["momentum"]
     self.average = loaded["average"]
     self.train_weight = loaded["train_weight"]
+    if self._run is not None and sdca is not None:
+      self._restart_run(sdca)
+    else:
+      self.packed = None
+
+  def _restart_run(self, sdca):
+    """A load during an in-memory fit on the engine's epochs (Keras'
+    `BackupAndRestore` loads its backup in `on_train_begin`, after the rows
+    were packed): the fit goes on from the loaded state, its epochs
+    started again from it (the load dropped the packed rows, and the next
+    step failed on them)."""
+    p, run = self.packed, self._run
+    duals = state_lib.known_duals(p.keys, None, self.row_duals)
+    if duals is None:
+      self._run, self.packed = None, None
+      run.abandon()
+      raise ValueError(
+          "LinearModel: the weights loaded during this fit were saved from "
+          "a fit on other rows (their duals are not these rows'); load them "
+          "before fit, or train them on their own rows")
+    p.set_arrays(state_lib.weight_table(sdca), duals)
+    run.abandon()
+    end, tol = self._run_end
+    self._run = _EngineEpochs(
+        self._model, p, sdca, end - int(sdca.calls.numpy()), tol,
+        self.config(), self.visit_order(), self.momentum_state,
+        self._keep_momentum, write_at_end=run.write_at_end)
 
 
 # Whether a packed fit on the engine's epochs that nothing reads between
@@ -719,12 +790,24 @@ class _EngineEpochs:
     return (self.history["loss"][self.shown],
             self.history["duality_gap"][self.shown])
 
+  def momentum_state(self):
+    """`(example keys, Extrapolation.state())` now, or None without
+    momentum (as `close` keeps it)."""
+    if self._extrapolation is None:
+      return None
+    state = self._extrapolation.state()
+    return None if state is None else (self._packed.keys, state)
+
+  def abandon(self):
+    """Stops the epochs without writing or keeping anything (a load
+    replaced the state they train)."""
+    self._epochs.close()
+    self._unwritten = None
+
   def close(self):
     self._epochs.close()
     unwritten, self._unwritten = self._unwritten, None
     if unwritten is not None:
       self._write(*unwritten)
     if self._extrapolation is not None:
-      state = self._extrapolation.state()
-      self._keep_momentum(
-          None if state is None else (self._packed.keys, state))
+      self._keep_momentum(self.momentum_state())

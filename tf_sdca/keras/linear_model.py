@@ -98,8 +98,9 @@ Constructor arguments (`LinearModel(...)`):
     `fit` from epoch 0 starts a new mean from the current weights. Kept by
     `get_config` and `save`. Not with a multi-worker strategy.
   momentum: None (the default: 'auto' for in-memory fits where it
-    applies, off for a streamed dataset, `visit_order` 'cyclic',
-    'adaptive' or 'asdca', `average_from` and multi-worker fits), beta in
+    applies, 'adaptive' among them, off for a streamed dataset,
+    `visit_order` 'cyclic' or 'asdca', `average_from` and multi-worker
+    fits), beta in
     [0, 1) (0: off) or 'auto' (beta 0 to 0.5, chosen from the first 4
     epochs' gaps as `InMemorySdca(momentum='auto')` does): in-memory fits
     start each epoch after a `fit`'s first from the last two epochs'
@@ -446,13 +447,14 @@ class LinearModel(keras.Model):
     loss = tf.math.divide_no_nan(
         tf.reduce_sum(s * losses.primal(self.loss_type, tf.cast(
             z, tf.float64), labels, self.gamma)), tf.reduce_sum(s))
-    if self._training.train_weight > 0:
-      w = [tf.cast(v, tf.float64) for v in list(self._kernels.values()) +
-           ([self.bias] if self.bias is not None else [])]
-      loss += (self.l1 * tf.add_n([tf.reduce_sum(tf.abs(v)) for v in w]) +
-               0.5 * self.l2 * tf.add_n([tf.reduce_sum(tf.square(v))
-                                         for v in w])
-               ) / self._training.train_weight
+    # The regularisation per unit of the training data's weight (0 before
+    # any fit), read from a variable when the step runs.
+    w = [tf.cast(v, tf.float64) for v in list(self._kernels.values()) +
+         ([self.bias] if self.bias is not None else [])]
+    loss += tf.math.divide_no_nan(
+        self.l1 * tf.add_n([tf.reduce_sum(tf.abs(v)) for v in w]) +
+        0.5 * self.l2 * tf.add_n([tf.reduce_sum(tf.square(v)) for v in w]),
+        self._training.train_weight_tensor())
     return self._update_metrics(y, self._outputs(None, z), sw,
                                 tf.cast(loss, tf.float32))
 
@@ -579,7 +581,11 @@ class LinearModel(keras.Model):
     Args:
       metrics: Keras metrics on `(labels, outputs)` ("auc", "accuracy",
         `keras.metrics.BinaryCrossentropy()`, "mse", ...). The outputs are
-        probabilities for the logistic loss.
+        probabilities for the logistic loss; for the hinge and smooth hinge
+        they are scores w . x + b (the class is their sign), where
+        "accuracy" (a 0.5 threshold) and "auc" (probabilities in [0, 1])
+        are wrong: use `keras.metrics.BinaryAccuracy(threshold=0.0)` and
+        `keras.metrics.AUC(from_logits=True)`.
       weighted_metrics: metrics weighted by the example weights.
       run_eagerly: run steps eagerly (debugging).
       steps_per_execution: steps per compiled call.
@@ -642,6 +648,8 @@ class LinearModel(keras.Model):
     its `targets` are read, the shapes of its labels and weights."""
     if targets:
       data_lib.check_dataset_targets(data)
+    else:
+      data_lib.check_batched(data)
     self._build_spec(data_lib.feature_spec(
         data_lib.dataset_features(data, self.example_id, for_training),
         self.categorical_features))
@@ -732,6 +740,11 @@ class LinearModel(keras.Model):
     streamed = isinstance(x, tf.data.Dataset)
     if streamed:
       _check_finite(x, "fit")
+      if validation_split:  # (ignored without a word; Keras refuses it)
+        raise ValueError(
+            f"validation_split={validation_split} is only supported for "
+            "arrays and tensors, not a tf.data.Dataset: pass "
+            "validation_data")
     if isinstance(validation_data, tf.data.Dataset):
       data_lib.check_dataset_targets(validation_data)
       if tf.executing_eagerly() and int(
