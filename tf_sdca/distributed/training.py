@@ -459,6 +459,11 @@ def _read_state(state_dir):
     return json.load(f)
 
 
+# The options a resume may change (the rounds' stop and checkpoints), not
+# what is trained.
+_MAY_CHANGE = ("max_rounds", "tol", "checkpoint_every")
+
+
 def _restore(state_dir, cluster, options, table_ids, shard, accelerate):
   """(the next round's start weights, history, (duals, weights) of the
   checkpoint's round) with this worker's duals set to the next round's
@@ -467,13 +472,17 @@ def _restore(state_dir, cluster, options, table_ids, shard, accelerate):
   state = _read_state(state_dir)
   if state is None:
     return None
-  if state["options"] != json.loads(json.dumps(options)):
-    now = json.loads(json.dumps(options))
-    changed = {k: (state["options"].get(k), now.get(k))
-               for k in sorted(set(state["options"]) | set(now))
-               if state["options"].get(k) != now.get(k)}
+  # When to stop and to checkpoint may change: training further means a
+  # larger max_rounds (it was compared too, so a distributed model could
+  # never be trained further).
+  saved, now = ({k: v for k, v in opts.items() if k not in _MAY_CHANGE}
+                for opts in (state["options"], json.loads(json.dumps(options))))
+  if saved != now:
+    changed = {k: (saved.get(k), now.get(k))
+               for k in sorted(set(saved) | set(now))
+               if saved.get(k) != now.get(k)}
     raise ClusterError(
-        f"--resume: the checkpoint in {state_dir} was written with other "
+        f"resuming: the checkpoint in {state_dir} was written with other "
         f"options (saved, now): {changed}; a saved None is an option the "
         f"checkpoint predates, i.e. its default then (num_classes 1, "
         f"hinge_step 'projection', exchanges_per_pass 1): resume with the "
