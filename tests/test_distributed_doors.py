@@ -67,6 +67,7 @@ def estimator_cluster(tmp_path_factory):
                          2)
   for code, output in results:
     assert code == 0, output[-3000:]
+  data["model_dir"] = model_dir
   return data, [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
 
 
@@ -91,6 +92,34 @@ def test_estimator_with_a_multi_worker_config_trains_cocoa_plus_to_the_optimum(
                              model.sparse_weights, atol=1e-4)
   assert chief["global_step"][0] == len(chief["gaps"])  # steps are rounds
 
+
+def test_one_process_refuses_to_train_a_model_workers_trained(
+    estimator_cluster):
+  """Its duals are in the workers' files: one process went on from the
+  weights with zero duals, its first step a fresh model's (the trained
+  model thrown away, silently). It is refused; evaluate still reads it."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from tf_sdca import estimator  # pylint: disable=import-outside-toplevel
+  data, outs = estimator_cluster
+  columns = [tf.feature_column.numeric_column("x", shape=3),
+             tf.feature_column.categorical_column_with_identity("c", 40)]
+  classifier = estimator.LinearClassifier(
+      columns, weight_column="w",
+      model_dir=os.path.join(data["model_dir"], "classes-2"),
+      optimizer=estimator.LinearSDCA("id", symmetric_l2_regularization=2.0))
+
+  def input_fn():
+    features = dict(x=data["x"], c=data["c"], w=data["w"],
+                    id=np.arange(len(data["y"])))
+    return tf.data.Dataset.from_tensor_slices((features, data["y"])).batch(64)
+
+  with pytest.raises(ValueError, match=r"was trained across processes .*"
+                     r"same multi-worker TF_CONFIG"):
+    classifier.train(input_fn, steps=1)
+  assert classifier.get_variable_value("global_step") == len(
+      outs[0]["2"]["gaps"])
+  metrics = classifier.evaluate(input_fn)
+  assert metrics["global_step"] == len(outs[0]["2"]["gaps"])
 
 def test_estimator_with_three_classes_trains_cocoa_plus_across_processes(
     estimator_cluster):
@@ -126,6 +155,7 @@ def keras_cluster(tmp_path_factory):
       "logistic,softmax"], 2)
   for code, output in results:
     assert code == 0, output[-3000:]
+  data["model_dir"] = model_dir
   return data, [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
 
 

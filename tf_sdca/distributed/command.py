@@ -91,8 +91,9 @@ def wanted(args):
 def guard_single_process_resume(args):
   """Raises ValueError when a one-process `--resume` targets a model that
   workers trained (its duals are spread over the workers' files)."""
-  state = os.path.join(args.model_dir, "cocoa", "state.json")
-  if getattr(args, "resume", False) and os.path.exists(state):
+  from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+  if getattr(args, "resume", False) and training.trained_across_processes(
+      args.model_dir):
     raise ValueError(f"{args.model_dir} was trained across processes; resume "
                      "it the same way (--local-cluster K or TF_CONFIG)")
 

@@ -686,6 +686,15 @@ class _LinearEstimator:
       return self._train_across_processes(input_fn, hooks, steps, max_steps,
                                           saving_listeners, tol)
     listeners = list(saving_listeners or [])
+    from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
+    if training.trained_across_processes(self._model_dir):
+      # (It went on from the weights with zero duals: a fresh model's
+      # weights after the first step, the trained model thrown away.)
+      raise ValueError(
+          f"{self._model_dir} was trained across processes (its duals are in "
+          "the workers' files under cocoa/): train it further with the same "
+          "multi-worker TF_CONFIG; evaluate, predict and export read it in "
+          "one process")
     model, step = self._restored_model(max_steps)
     if model is None:
       return self
