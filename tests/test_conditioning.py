@@ -239,3 +239,19 @@ def test_progress_watch_does_not_advise_the_order_in_use():
   assert "visit_order='shrinking'" in said("hinge_loss", "adaptive")
   assert "visit_order='shrinking'" not in said("hinge_loss", "shrinking")
   assert "Standardise" in said("logistic_loss", "adaptive")
+
+
+def test_progress_watch_does_not_advise_momentum_in_use():
+  # It advised the default momentum='auto' to multiclass hinge fits that
+  # ran it (raw wine, InMemorySdca at its defaults: beta 0.5 in use).
+  def said(loss, order, momentum):
+    watch = losses.ProgressWatch(window=3, factor=2.0, loss=loss, order=order,
+                                 momentum=momentum)
+    texts = [watch.update(g) for g in (0.9, 0.5, 0.45, 0.44, 0.43)]
+    return texts[-1]
+
+  for loss, order in (("multiclass_hinge_loss", "shrinking"),
+                      ("hinge_loss", "shrinking"), ("hinge_loss", "adaptive")):
+    assert "momentum='auto'" in said(loss, order, False), (loss, order)
+    assert "momentum" not in said(loss, order, True), (loss, order)
+  assert "visit_order='adaptive'" in said("hinge_loss", "shrinking", True)

@@ -538,3 +538,14 @@ def test_bad_parameters_and_overflowing_x_are_named(params, data, message):
     x = sp.csr_matrix(x * 1e300)
   with pytest.raises(ValueError, match=message):
     SDCAClassifier(**params).fit(x, y)
+
+
+def test_no_convergence_warning_at_a_gap_of_zero_with_tol_zero():
+  # tol=0 (the weight-equivalence checks' setting) at a gap of 0 was told
+  # "relative duality gap of 0 > tol=0: raise max_iter".
+  model = SDCAClassifier(tol=0.0, max_iter=5)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", ConvergenceWarning)
+    model._converged(5, 0.0)  # pylint: disable=protected-access
+  with pytest.warns(ConvergenceWarning, match=r"5.7e-16 > tol=0"):
+    model._converged(5, 5.7e-16)  # pylint: disable=protected-access

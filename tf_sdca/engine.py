@@ -411,7 +411,8 @@ def epochs_of(history, state, problem, config, n, epochs, initial_epoch=0,
     history.update(last_loss=[], last_duality_gap=[])
     if not average.count and initial_epoch >= average_from:
       average.add()  # the start is an iterate
-  watch = (losses.ProgressWatch(loss=config.loss, order=config.visit_order)
+  watch = (losses.ProgressWatch(loss=config.loss, order=config.visit_order,
+                                momentum=extrapolation is not None)
            if warn_slow else None)
   # Where nothing runs between the epochs, several per op call; on rows
   # too few for an evaluation to outweigh an op call per epoch

@@ -260,15 +260,17 @@ class ProgressWatch:
   """
 
   def __init__(self, window=10, factor=2.0, floor=1e-9, fixed_batches=False,
-               loss=None, order=None):
+               loss=None, order=None, momentum=False):
     """`fixed_batches`: the epochs stream batches as the input gives them
     (without held rows), so the warning also names their order. `loss`:
     the loss trained (short or op name), which decides the likely cause
     named; None names conditioning. `order`: the visit order in use, which
     the advice then does not suggest (it advised 'adaptive' to fits that
-    ran it)."""
+    ran it). `momentum`: the fit extrapolates (momentum 'auto' or a beta),
+    which the advice then does not suggest either."""
     self.window, self.factor, self.floor = window, factor, floor
     self.order = order
+    self.momentum = momentum
     self.fixed_batches = fixed_batches
     self.loss = None if loss is None else op_name(loss)
     self._gaps = []
@@ -299,14 +301,17 @@ class ProgressWatch:
             "on scaled features")
     if smooth is not None:
       text += f"; {short_name(smooth)} converges linearly"
+    momentum = ("the default momentum='auto' (~2x with a binary hinge on "
+                "heart_scale, g3doc/trainer.md)")
     if is_multiclass(self.loss):  # no adaptive order for a block of duals
-      text += ("; on in-memory data the default momentum='auto' may need "
-               "fewer epochs (~2x with a binary hinge on heart_scale, "
-               "g3doc/trainer.md)")
+      if not self.momentum:
+        text += f"; on in-memory data {momentum} may need fewer epochs"
     elif self.order != "adaptive":
       text += ("; on in-memory data visit_order='adaptive' may need fewer "
-               "epochs (2.5-6x on heart_scale), as may the default "
-               "momentum='auto' (~2x; g3doc/trainer.md)")
+               "epochs (2.5-6x on heart_scale)" +
+               ("" if self.momentum else f", as may {momentum}"))
+    elif not self.momentum:
+      text += f"; on in-memory data {momentum} may need fewer epochs"
     if self.loss != "absolute_loss" and self.order != "shrinking":
       text += ("; visit_order='shrinking' (the hinge losses' default in "
                "memory) makes epochs cheaper, skipping the duals held at a "

@@ -378,7 +378,9 @@ class _SDCAMixin:
     return coef, intercept
 
   def _converged(self, epochs, gap):
-    if epochs >= self.max_iter and gap >= self.tol:
+    # (gap > tol: a fit with tol=0, as weight-equivalence checks run, that
+    # reached a gap of 0 was told "0 > tol=0: raise max_iter".)
+    if epochs >= self.max_iter and gap > self.tol:
       warnings.warn(f"{self._door.name} stopped after max_iter={self.max_iter}"
                     f" epochs at a relative duality gap of {gap:.3g} > tol="
                     f"{self.tol:g}: raise max_iter", ConvergenceWarning,
