@@ -818,3 +818,20 @@ def test_cli_local_cluster_passes_the_hinge_step_to_every_worker(tmp_path):
   assert meta2["history"][-1]["duality_gap"] <= 1e-5
   assert meta2["history"][-1]["loss"] == pytest.approx(
       meta1["history"][-1]["loss"], rel=2e-5)
+
+
+def test_workers_compare_the_hinge_step_at_the_join():
+  # --hinge-step was left out of what the workers compare: workers started
+  # under TF_CONFIG with different steps trained without a word.
+  from tf_sdca import commands  # pylint: disable=import-outside-toplevel
+  from tf_sdca.distributed import command  # pylint: disable=import-outside-toplevel
+  parser = argparse.ArgumentParser()
+  commands.add_parsers(parser.add_subparsers(dest="command"))
+  base = ["train", "a.svm", "b.svm", "--format", "libsvm", "--loss",
+          "multiclass_hinge", "--num-classes", "3", "--model-dir", "m"]
+  options = [command.training_options(parser.parse_args(base + extra))
+             for extra in ([], ["--hinge-step", "projection"],
+                           ["--hinge-step", "near_max_gain"])]
+  assert options[0] == options[1] and "hinge_step" not in options[0]
+  assert options[2] != options[0]
+  assert options[2]["hinge_step"] == "near_max_gain"

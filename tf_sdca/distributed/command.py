@@ -130,6 +130,28 @@ def _worker_argv(args):
   return argv
 
 
+def training_options(args):
+  """What every worker of a `tf-sdca train` cluster must agree on, compared
+  at the join (`Cluster.join`): the flags that change what is trained,
+  read or written."""
+  from tf_sdca import losses  # pylint: disable=import-outside-toplevel
+  options = dict(format=args.format, bucket_bits=args.bucket_bits,
+                 num_classes=getattr(args, "num_classes", None),
+                 files=len(args.data), loss=losses.op_name(args.loss),
+                 l1=args.l1, l2=args.l2, epochs=args.epochs, tol=args.tol, seed=args.seed,
+                 local_passes=args.local_passes, exchange=args.exchange,
+                 exchanges_per_pass=args.exchanges_per_pass,
+                 momentum=bool(args.momentum),
+                 checkpoint_every=args.checkpoint_every,
+                 resume=bool(args.resume), overwrite=bool(args.overwrite))
+  # (Absent at its default, as training.train's: the workers compare these
+  # at the join; --hinge-step was left out, and workers given different
+  # steps trained without a word.)
+  if getattr(args, "hinge_step", None) not in (None, "projection"):
+    options["hinge_step"] = args.hinge_step
+  return options
+
+
 def _launch(args):
   from tf_sdca.distributed import launch  # pylint: disable=import-outside-toplevel
   if args.local_cluster < 2:
@@ -176,15 +198,7 @@ def _work(args):
                      "continue it or --overwrite to replace it")
   loss = losses.op_name(args.loss)
   num_classes = getattr(args, "num_classes", None)
-  options = dict(format=args.format, bucket_bits=args.bucket_bits,
-                 num_classes=num_classes,
-                 files=len(args.data), loss=loss, l1=args.l1, l2=args.l2,
-                 epochs=args.epochs, tol=args.tol, seed=args.seed,
-                 local_passes=args.local_passes, exchange=args.exchange,
-                 exchanges_per_pass=args.exchanges_per_pass,
-                 momentum=bool(args.momentum),
-                 checkpoint_every=args.checkpoint_every,
-                 resume=bool(args.resume), overwrite=bool(args.overwrite))
+  options = training_options(args)
   try:
     cluster = cluster_lib.Cluster(startup_timeout=args.startup_timeout)
     cluster.join(None, options)  # this process loaded the op to get here
