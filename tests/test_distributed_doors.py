@@ -141,6 +141,7 @@ def test_estimator_with_three_classes_trains_cocoa_plus_across_processes(
   np.testing.assert_allclose(chief[prefix + "c/weights"],
                              model.sparse_weights.ravel(), atol=1e-4)
 
+
 @pytest.fixture(scope="module")
 def keras_cluster(tmp_path_factory):
   """The rows and, per worker, {mode: results} of one Keras cluster that
@@ -155,7 +156,6 @@ def keras_cluster(tmp_path_factory):
       "logistic,softmax"], 2)
   for code, output in results:
     assert code == 0, output[-3000:]
-  data["model_dir"] = model_dir
   return data, [json.load(open(tmp_path / f"out-{k}.json")) for k in range(2)]
 
 
