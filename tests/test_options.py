@@ -6,6 +6,7 @@ value is a ValueError naming the option (as the door spells it) and the
 value; an option set where it does not run names the doors that run it.
 """
 import json
+import re
 
 import numpy as np
 import pytest
@@ -244,6 +245,13 @@ def test_a_bad_flag_value_is_refused_by_the_table_before_reading_data(
 @pytest.mark.parametrize("values,named", [
     ({"average_from": 2}, "average_from=2 runs in memory and streamed"),
     ({"carry_over": 0.5}, "carry_over=0.5 runs streamed"),
+    # Accepted and ignored across processes before (the same weights).
+    ({"num_loss_partitions": 7}, "num_loss_partitions=7 runs streamed .*"
+     "set sigma to the number of workers"),
+    ({"visit_order": "cyclic"}, "visit_order='cyclic' runs in memory and "
+     "streamed .*fresh random permutation"),
+    ({"num_threads": 2}, "num_threads=2 runs in memory and streamed .*one "
+     "thread"),
 ])
 def test_an_estimator_across_processes_refuses_what_runs_in_one(
     values, named, tmp_path, monkeypatch):
@@ -268,3 +276,41 @@ def test_a_bad_tol_is_refused_by_fit(bad):
   with pytest.raises(ValueError, match=f"tol must be None or a number >= 0, "
                      f"got {bad!r}"):
     InMemorySdca().fit(y, dense=x, tol=bad, verbose=0)
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--visit-order", "cyclic"], "--visit-order cyclic runs in memory and "
+     "streamed"),
+    (["--threads", "2"], "--threads 2 runs in memory and streamed"),
+    (["--batch-size", "7"], "--batch-size 7 streams rows in one process"),
+])
+def test_the_command_line_across_processes_refuses_what_runs_in_one(
+    flags, named, tmp_path, capsys):
+  # They were accepted with --local-cluster and ignored (the same weights
+  # as without them), where g3doc/defaults.md said they ran.
+  data = tmp_path / "a.tsv"
+  data.write_text("")
+  code = cli.main(["train", str(data), str(data), "--model-dir",
+                   str(tmp_path / "m"), "--local-cluster", "2", *flags])
+  assert code != 0
+  assert re.search(named, capsys.readouterr().err)
+  assert not (tmp_path / "m" / "cocoa").exists()
+
+
+def test_a_permutation_runs_across_processes():
+  options.applies({"visit_order": "permutation", "num_threads": 1},
+                  options.PROCESSES)
+
+
+@pytest.mark.parametrize("values,named", [
+    ({"num_loss_partitions": 5}, "num_loss_partitions=5 runs streamed"),
+    ({"visit_order": "cyclic"}, "visit_order='cyclic' runs in memory"),
+    ({"num_threads": 2}, "num_threads=2 runs in memory and streamed"),
+])
+def test_keras_across_processes_refuses_what_runs_in_one(values, named):
+  # Under a MultiWorkerMirroredStrategy they were accepted and ignored
+  # (num_loss_partitions was exempted from the one-replica check there).
+  model = LinearModel(**values)
+  with pytest.raises(ValueError, match=named + r".*not across processes "
+                     r"\(the workers of a MultiWorkerMirroredStrategy\)"):
+    model._training.check_mode(options.PROCESSES)  # pylint: disable=protected-access

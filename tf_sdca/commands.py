@@ -382,9 +382,17 @@ def train(args, start_tensorflow=None):
     # extrapolate by default, --no-momentum turns that off.)
     options.applies(dict(momentum=epoch_momentum, average_from=average_from,
                          visit_order=getattr(args, "visit_order", None) or
-                         "permutation"),
+                         "permutation",
+                         num_threads=getattr(args, "threads", None) or 0),
                     options.PROCESSES, options.COMMAND_LINE,
                     "--local-cluster or TF_CONFIG")
+    if getattr(args, "batch_size", None) is not None:
+      # (Each worker holds its rows in memory and solves them whole: the
+      # flag was accepted and ignored.)
+      raise ValueError(
+          f"--batch-size {args.batch_size} streams rows in one process, not "
+          "across processes (--local-cluster or TF_CONFIG), where each "
+          "worker trains its rows in memory")
     if start_tensorflow is not None:
       start_tensorflow()
     return distributed_command.train(args)

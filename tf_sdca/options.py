@@ -214,16 +214,20 @@ OPTIONS = collections.OrderedDict((o.name, o) for o in (
     # >= 0: each epoch's order is numpy's default_rng([seed, epoch]).
     Option("seed", 0, "an integer >= 0", integer_at_least(0), _ALL, None,
            "seed", "--seed", "seed of the visiting orders"),
-    Option("num_threads", 0, "an integer >= 0", integer_at_least(0), _ALL,
-           None, "num_threads", "--threads", "threads solving each epoch"),
+    # Across processes each worker solves its shard on one thread, in a
+    # fresh permutation every round (`distributed.shard`): the two were
+    # accepted there and ignored.
+    Option("num_threads", 0, "an integer >= 0", integer_at_least(0),
+           frozenset((IN_MEMORY, STREAMED)), None, "num_threads", "--threads",
+           "threads solving each epoch"),
     Option("num_loss_partitions", 1, "an integer >= 1", integer_at_least(1),
            frozenset((STREAMED,)), None, "num_loss_partitions", None,
            "CoCoA+'s sigma for a stream split over workers"),
     Option("visit_order", None,
            f"None (the loss's default) or one of "
            f"{VISIT_ORDERS + ('asdca',)}",
-           lambda v: v is None or v in VISIT_ORDERS + ("asdca",), _ALL,
-           None, "visit_order", "--visit-order",
+           lambda v: v is None or v in VISIT_ORDERS + ("asdca",),
+           frozenset((IN_MEMORY, STREAMED)), None, "visit_order", "--visit-order",
            "the order of the coordinate steps, or 'asdca' (None: "
            "'shrinking' for the hinge losses and 'adaptive' for the "
            "absolute deviation and Poisson in memory, and for rows whose "
@@ -397,6 +401,11 @@ _NOTES = {
                              "that off)",
     ("carry_over", IN_MEMORY): "in-memory rows are visited in a fresh order "
                                "every epoch",
+    ("num_threads", PROCESSES): "each worker solves its rows on one thread",
+    ("visit_order", PROCESSES): "each worker visits its rows in a fresh "
+                                "random permutation every round",
+    ("num_loss_partitions", PROCESSES): "CoCoA+'s rounds set sigma to the "
+                                        "number of workers themselves",
 }
 
 
@@ -404,9 +413,12 @@ def _applies(name, value, mode, door, data=None):
   """ValueError when option `name`, set to `value`, does not run in
   `mode` (`data`: the door's words for it), naming the doors that run it."""
   option = OPTIONS[name]
-  # momentum 0 and carry_over 0 are what the other modes do anyway.
+  # momentum 0 and carry_over 0 are what the other modes do anyway, as is
+  # a permutation (or 1 thread) across processes.
   if mode in option.modes or value == option.default or (
-      name in ("momentum", "carry_over") and not value):
+      name in ("momentum", "carry_over") and not value) or (
+          mode == PROCESSES and (name, value) in (
+              ("visit_order", "permutation"), ("num_threads", 1))):
     return
   where = {IN_MEMORY: IN_MEMORY_DOORS, STREAMED: STREAMED_DOORS,
            PROCESSES: "tf-sdca train with --local-cluster or TF_CONFIG"}

@@ -677,9 +677,10 @@ class _LinearEstimator:
     hooks = _check_hooks(hooks, "train")
     if self._config.is_distributed:
       options_lib.applies(
-          {key: self._optimizer.extra_options[key] for key in
-           ("average_from", "carry_over", "visit_order")
-           if key in self._optimizer.extra_options},
+          {**{key: self._optimizer.extra_options[key] for key in
+              ("average_from", "carry_over", "visit_order", "num_threads")
+              if key in self._optimizer.extra_options},
+           "num_loss_partitions": self._optimizer.num_loss_partitions},
           options_lib.PROCESSES,
           options_lib.Door("LinearSDCA", "keyword", "step"),
           "a TF_CONFIG cluster")

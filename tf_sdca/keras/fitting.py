@@ -130,7 +130,9 @@ class TrainingState:
     options.applies(
         dict(visit_order=m.visit_order, momentum=m.momentum,
              average_from=m.average_from, carry_over=m.carry_over,
-             second_order=m.second_order),
+             second_order=m.second_order, num_threads=m.num_threads,
+             **({"num_loss_partitions": m.num_loss_partitions}
+                if mode == options.PROCESSES else {})),
         mode, options.KERAS, _MODE_WORDS[mode])
 
   def _sdca_over(self, spec, kernels, bias):
