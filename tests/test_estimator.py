@@ -733,3 +733,47 @@ def test_a_numeric_feature_of_another_width_than_its_column_is_named(
     next(iter(model.predict(_constant({"x": x[:, :4]}, y))))
   with pytest.raises(ValueError, match=r"feature 'x' has 4 per example"):
     model.evaluate(_constant({"x": x[:, :4]}, y))
+
+
+def test_two_columns_on_one_raw_feature_keep_their_own_vocabularies(
+    tmp_path):
+  """Two vocabularies over one raw feature ("city" and an indicator of
+  "city", which TensorFlow accepts): the second column took the first's
+  lookup table (tables were keyed by the inner column's name), its ids
+  were the other vocabulary's, past its size, and became other examples'
+  features; predict failed on them."""
+  from tensorflow.python.feature_column import feature_column_v2 as fcv2  # pylint: disable=import-outside-toplevel
+  from tf_sdca.estimator.feature_layer import FeatureLayer  # pylint: disable=import-outside-toplevel
+  city = np.array(["lima", "oslo", "rome", "zzz", "lima", "paris"] * 20)
+  y = (city == "rome").astype(np.float32)
+  big = fc.categorical_column_with_vocabulary_list(
+      "city", ["paris", "rome", "oslo", "lima"], num_oov_buckets=2)
+  small = fc.indicator_column(fc.categorical_column_with_vocabulary_list(
+      "city", ["paris", "rome", "oslo"]))
+  out, _ = FeatureLayer([big, small]).transform({"city": tf.constant(city)})
+  reference = small.categorical_column.get_sparse_tensors(
+      fcv2.FeatureTransformationCache({"city": tf.constant(city)}), None)
+  ids = reference.id_tensor.values.numpy()
+  np.testing.assert_array_equal(out["city_indicator"][2].numpy(),
+                                ids[ids >= 0])
+  classifier = estimator.LinearClassifier(
+      [big, small], model_dir=str(tmp_path), optimizer=_sdca(1.0))
+  classifier.train(lambda: ({"city": city, "example_id": np.arange(len(y))},
+                            y), steps=5)
+  logits = np.array([p["logits"][0] for p in classifier.predict(
+      lambda: {"city": city[:6]})])
+  weights = classifier.get_variable_value(
+      "linear/linear_model/city_indicator/weights").ravel()
+  others = classifier.get_variable_value(
+      "linear/linear_model/city/weights").ravel()
+  bias = classifier.get_variable_value(
+      "linear/linear_model/bias_weights")[0]
+  big_ids = {"paris": 0, "rome": 1, "oslo": 2, "lima": 3}
+  small_ids = {"paris": 0, "rome": 1, "oslo": 2}
+  expected = [bias + others[big_ids[c]] if c in big_ids else None
+              for c in city[:6]]
+  for k, c in enumerate(city[:6]):
+    if c in big_ids:
+      assert logits[k] == pytest.approx(
+          expected[k] + (weights[small_ids[c]] if c in small_ids else 0.0),
+          abs=1e-5), c

@@ -40,13 +40,24 @@ class _Resources(_fc.StateManager):
 
   def __init__(self, store):
     self._store = store
+    self._owners = {}  # key -> the column whose resource it holds
 
-  @staticmethod
-  def _key(column, name):
-    return f"{column.name}/{name}"
+  def _key(self, column, name):
+    # Two columns may share a name (two vocabularies over one raw
+    # feature: "city" and indicator_column("city")): the second gets its
+    # own table, not the first's (its ids were the other vocabulary's,
+    # past its size). TensorFlow keeps a table per column object.
+    base = key = f"{column.name}/{name}"
+    k = 1
+    while self._owners.get(key, column) != column:
+      k += 1
+      key = f"{base}_{k}"
+    return key
 
   def add_resource(self, feature_column, name, resource):
-    self._store[self._key(feature_column, name)] = resource
+    key = self._key(feature_column, name)
+    self._owners[key] = feature_column
+    self._store[key] = resource
 
   def has_resource(self, feature_column, name):
     return self._key(feature_column, name) in self._store
@@ -322,7 +333,12 @@ class FeatureLayer(tf.Module):
 
 def sdca_columns(rows, ids, values, num_rows):
   """The op's view of a sparse group: each (example, id) once, with the
-  values of repeats summed (the op's |x_i|^2 needs them merged)."""
+  values of repeats summed (the op's |x_i|^2 needs them merged). An id
+  outside [0, num_rows) is an error (folded into the key, it became
+  another example's feature)."""
+  tf.debugging.assert_less(
+      ids, tf.cast(num_rows, ids.dtype),
+      message=f"a feature column gave ids past its {num_rows} weight rows")
   key = rows * num_rows + ids
   unique, index = tf.unique(key)
   summed = tf.math.unsorted_segment_sum(values, index, tf.size(unique))
