@@ -777,3 +777,27 @@ def test_two_columns_on_one_raw_feature_keep_their_own_vocabularies(
       assert logits[k] == pytest.approx(
           expected[k] + (weights[small_ids[c]] if c in small_ids else 0.0),
           abs=1e-5), c
+
+
+def test_a_weight_columns_normalizer_is_applied(tmp_path, cancer):
+  """weight_column=numeric_column("w", normalizer_fn=...) kept only the
+  key: the raw weights trained and scored. Weights of 5 normalised by /5
+  train the unweighted model, and evaluate's loss is the unweighted one."""
+  x, y = cancer
+  runs = {}
+  for name, weight_column, value in (
+      ("normalised", fc.numeric_column("w", normalizer_fn=lambda w: w / 5.0),
+       5.0), ("ones", fc.numeric_column("w"), 1.0)):
+    features = {"example_id": np.arange(len(y)), "x": x,
+                "w": np.full(len(y), value, np.float32)}
+    classifier = estimator.LinearClassifier(
+        [fc.numeric_column("x", shape=x.shape[1])],
+        model_dir=str(tmp_path / name), weight_column=weight_column,
+        optimizer=_sdca(1.0))
+    classifier.train(_constant(features, y), steps=30)
+    runs[name] = (classifier.get_variable_value(
+        "linear/linear_model/x/weights").ravel(),
+                  classifier.evaluate(_constant(features, y), steps=1)["loss"])
+  np.testing.assert_allclose(runs["normalised"][0], runs["ones"][0],
+                             rtol=1e-5, atol=1e-6)
+  assert runs["normalised"][1] == pytest.approx(runs["ones"][1], rel=1e-5)

@@ -87,12 +87,19 @@ class _Head:
   def __init__(self, weight_column, reduction):
     self.weight_column = weight_column
     self.reduction = loss_reduction(reduction)
+    # A numeric_column's normalizer_fn, applied to the weight feature as
+    # TensorFlow's heads applied it (it was dropped: the raw weights
+    # trained and scored); None for a feature name.
+    self.weight_normalizer = None
 
   def weights(self, features, batch):
     """float32 `[B]` example weights (ones without a weight column)."""
     if self.weight_column is None:
       return tf.ones([batch], tf.float32)
-    w = tf.reshape(tf.cast(features[self.weight_column], tf.float32), [-1])
+    w = tf.cast(features[self.weight_column], tf.float32)
+    if self.weight_normalizer is not None:
+      w = tf.cast(self.weight_normalizer(w), tf.float32)
+    w = tf.reshape(w, [-1])
     check = _assert_each(
         tf.math.is_finite(w) & (w >= 0.0), w,
         f"weight column {self.weight_column!r} must be finite and >= 0",

@@ -1067,6 +1067,12 @@ def _weight_column_name(weight_column):
                    f"numeric_column, got {weight_column!r}")
 
 
+def _with_weights(head, weight_column):
+  """`head` with the normalizer_fn of a numeric_column `weight_column`."""
+  head.weight_normalizer = getattr(weight_column, "normalizer_fn", None)
+  return head
+
+
 def _classifier_head(n_classes, weight_column, label_vocabulary,
                      loss_reduction):
   if isinstance(n_classes, bool) or not isinstance(n_classes,
@@ -1074,10 +1080,12 @@ def _classifier_head(n_classes, weight_column, label_vocabulary,
       or n_classes < 2:
     raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}")
   if n_classes > 2:
-    return heads.MultiClassHead(n_classes, _weight_column_name(weight_column),
-                                label_vocabulary, loss_reduction)
-  return heads.BinaryClassHead(_weight_column_name(weight_column),
-                               label_vocabulary, loss_reduction)
+    return _with_weights(heads.MultiClassHead(
+        n_classes, _weight_column_name(weight_column), label_vocabulary,
+        loss_reduction), weight_column)
+  return _with_weights(heads.BinaryClassHead(
+      _weight_column_name(weight_column), label_vocabulary, loss_reduction),
+                       weight_column)
 
 
 def _regression_head(label_dimension, weight_column, loss_reduction):
@@ -1089,8 +1097,8 @@ def _regression_head(label_dimension, weight_column, loss_reduction):
     raise NotImplementedError(
         f"label_dimension={label_dimension}: LinearSDCA trains one label per "
         "example (structured output is issue 16)")
-  return heads.RegressionHead(_weight_column_name(weight_column),
-                              loss_reduction)
+  return _with_weights(heads.RegressionHead(
+      _weight_column_name(weight_column), loss_reduction), weight_column)
 
 
 class LinearClassifier(_LinearEstimator):
