@@ -1236,3 +1236,36 @@ def test_integer_example_ids_are_keyed_as_their_decimal_text(in_function):
                      match=r"example_ids\[2\] = 7 has the key of "
                            r"example_ids\[0\] = 7"):
     sdca_ops.example_keys(np.array([7, 8, 7], np.int64))
+
+
+@pytest.mark.parametrize("carry_over", ["auto", 0])
+def test_tf1_graph_pattern_initializer_before_minimize(carry_over):
+  """TensorFlow's own SdcaModel tests run global_variables_initializer()
+  before minimize(): at the default carry_over the held rows' variables,
+  created by minimize, were uninitialized (FailedPreconditionError). They
+  are created with the model in a graph now; both settings train the
+  same separable rows to the same weights."""
+  n = 4
+  with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    examples = dict(
+        sparse_features=[SparseFeatureColumn(
+            tf.constant(np.arange(n), tf.int64),
+            tf.constant([0, 1, 0, 1], tf.int64), None)],
+        dense_features=[], example_weights=tf.ones([n]),
+        example_labels=tf.constant([0.0, 1.0, 0.0, 1.0]),
+        example_ids=tf.constant(["a", "b", "c", "d"]))
+    weights = tf.compat.v1.Variable(tf.zeros([2]))
+    model = SdcaModel(examples, dict(sparse_features_weights=[weights],
+                                     dense_features_weights=[]),
+                      dict(symmetric_l2_regularization=1.0,
+                           symmetric_l1_regularization=0.0,
+                           loss_type="logistic_loss", carry_over=carry_over))
+    session.run(tf.compat.v1.global_variables_initializer())
+    train_op = model.minimize()
+    for _ in range(30):
+      session.run(model.update_weights(train_op))
+    w = session.run(weights)
+  # Weights -a and a: the optimum of 4 log(1 + e^-a) + l2/2 (2 a^2), where
+  # -4 / (1 + e^a) + 2 a = 0.
+  assert w[0] == pytest.approx(-w[1], abs=1e-6)
+  assert abs(-4.0 / (1.0 + np.exp(w[1])) + 2.0 * w[1]) < 1e-5

@@ -1251,8 +1251,13 @@ class SdcaModel(tf.Module):
         averaged=self._options["average_from"] is not None)
     # The held rows of `carry_over`, created at their first use
     # (`_held_rows`): their variables are ~0.5 ms of a model's ~1.7 ms
-    # creation, which front ends training packed rows never use.
+    # creation, which front ends training packed rows never use. In a TF1
+    # graph now: TensorFlow's own SdcaModel pattern runs
+    # `global_variables_initializer()` before `minimize()`, and variables
+    # created by minimize were then uninitialized.
     self._held = None
+    if not tf.executing_eagerly() and not tf.inside_function():
+      self._held_rows()
     self._average_from = self._options["average_from"]
     if self._average_from is not None:
       for weights in self._sparse + self._dense:
