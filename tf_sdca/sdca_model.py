@@ -2276,7 +2276,7 @@ class SdcaModel(tf.Module):
 
     `(sum primal + sum dual losses + l1 |w|_1 + l2 |w|^2) / sum weights`,
     where each example's primal loss is the one at the weights its last
-    `minimize` call started from: the estimate lags when later batches
+    visit saw (as the pass reached it): the estimate lags when later batches
     moved the weights (it can be negative: -3.5e-3 of the objective on
     three fixed batches of heart_scale, squared loss, while the weights were
     6.7e-4 above the optimum, g3doc/sdca_model.md), and equals the

@@ -80,7 +80,10 @@ class Cluster:
 
   Raises:
     ClusterError: on a `TF_CONFIG` this design cannot run (parameter servers,
-      no workers) or when the workers do not all start in time.
+      no workers). Workers that do not all start within `startup_timeout`
+      raise nothing: a watchdog prints why and kills the process (SIGKILL,
+      exit status 137), since TensorFlow's wait for them cannot be
+      interrupted (g3doc/distributed.md).
   """
 
   def __init__(self, startup_timeout=120.0, heartbeat_timeout=10.0):

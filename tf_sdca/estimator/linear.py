@@ -601,8 +601,8 @@ class _LinearEstimator:
                                 examples=examples)
     model.sdca.update_weights(state)
     # The state's primal column (1 of 4; K of K + 3) holds s_i loss_i at the
-    # weights the step started from: the batch's loss for the logs, without
-    # another pass.
+    # weights each row's own coordinate step saw (an online loss of the
+    # visited rows): the step's loss for the logs, without another pass.
     return (tf.reduce_sum(tf.cast(state[:, -3], tf.float64)),
             tf.reduce_sum(tf.cast(s, tf.float64)))
 

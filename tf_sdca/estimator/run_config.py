@@ -139,8 +139,10 @@ class RunConfig:
     Raises:
       ValueError: the config is not multi-worker.
       tf_sdca.distributed.cluster.ClusterError: TensorFlow's runtime
-        already started in this process, parameter servers in the cluster,
-        or workers that did not start in time.
+        already started in this process, or parameter servers in the
+        cluster. Workers that do not all start within `startup_timeout`
+        raise nothing: a watchdog prints why and kills the process
+        (SIGKILL, exit status 137).
     """
     global _JOINED  # pylint: disable=global-statement
     if not self.is_distributed:
