@@ -801,3 +801,24 @@ def test_a_weight_columns_normalizer_is_applied(tmp_path, cancer):
   np.testing.assert_allclose(runs["normalised"][0], runs["ones"][0],
                              rtol=1e-5, atol=1e-6)
   assert runs["normalised"][1] == pytest.approx(runs["ones"][1], rel=1e-5)
+
+
+def test_a_model_dir_of_another_partitioner_is_named_as_such(tmp_path):
+  """The same column and size, its weights in 3 parts against 1: read 'a
+  feature of another size' naming the first part's shape."""
+  rng = np.random.default_rng(0)
+  c = rng.choice(["a", "b", "c", "d"], 300)
+  y = (c == "a").astype(np.float32)
+  columns = [fc.categorical_column_with_hash_bucket("c", 8)]
+
+  def make(partitioner):
+    return estimator.LinearClassifier(
+        columns, model_dir=str(tmp_path), partitioner=partitioner,
+        optimizer=_sdca(1.0))
+
+  make(tf.compat.v1.fixed_size_partitioner(3)).train(
+      lambda: ({"example_id": np.arange(300), "c": c}, y), steps=2)
+  with pytest.raises(ValueError, match=r"in 3 part\(s\), this model's in 1 "
+                     r"\(another partitioning of its weights"):
+    make(None).train(lambda: ({"example_id": np.arange(300), "c": c}, y),
+                     steps=1)

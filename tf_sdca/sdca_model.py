@@ -1322,17 +1322,33 @@ class SdcaModel(tf.Module):
     if len(records) != 1:
       return
     prefix = records[0][:-len(_RECORD_KEY)]
+
+    def key(kind, g, name, k):
+      return f"{prefix}_{kind}/{g}/{name}/{k}/.ATTRIBUTES/VARIABLE_VALUE"
+
     for kind, groups in (("sparse", self._sparse), ("dense", self._dense)):
       for g, weights in enumerate(groups):
+        group = self._group(f"{kind}_features", g,
+                            f"{kind}_features_weights[{g}]")
+        saved_parts = 0
+        while key(kind, g, "slots", saved_parts) in shapes:
+          saved_parts += 1
+        if saved_parts and saved_parts != len(weights.slots):
+          # (Another partitioner of the same feature read as "a feature of
+          # another size", naming the first part's shape.)
+          raise ValueError(
+              f"the checkpoint at {path} holds {group} in {saved_parts} "
+              f"part(s), this model's in {len(weights.slots)} (another "
+              "partitioning of its weights, or a feature of another size): "
+              "nothing was restored")
         for part, name in ((weights.variables_, "variables_"),
                            (weights.slots, "slots")):
           for k, variable in enumerate(part):
-            key = f"{prefix}_{kind}/{g}/{name}/{k}/.ATTRIBUTES/VARIABLE_VALUE"
-            saved = shapes.get(key)
+            saved = shapes.get(key(kind, g, name, k))
             if saved is not None and list(saved) != variable.shape.as_list():
               raise ValueError(
-                  f"the checkpoint at {path} holds {kind}_features_weights"
-                  f"[{g}]{'' if len(part) == 1 else f' (part {k})'} of "
+                  f"the checkpoint at {path} holds {group}"
+                  f"{'' if len(part) == 1 else f' (part {k})'} of "
                   f"shape {list(saved)}, this model's is "
                   f"{variable.shape.as_list()} (a feature of another "
                   "size): nothing was restored")
