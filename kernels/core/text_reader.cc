@@ -317,17 +317,9 @@ void ParseCriteo(const char* begin, const char* end, const char* block,
   out->lines.reserve(estimate);
   std::string scratch;
   int64_t line = 0;
-  // The next '\n' at or after p, found again only once p has passed it (a
-  // file of lone '\r' ends has none: looking for it from every line scanned
-  // the rest of the block each time, quadratic in the block's lines).
-  const char* newline = nullptr;
-  bool looked = false;
   for (const char* p = begin; p < end; ++line) {
-    if (!looked || (newline != nullptr && newline < p)) {
-      looked = true;
-      newline = static_cast<const char*>(
-          std::memchr(p, '\n', static_cast<size_t>(end - p)));
-    }
+    const char* newline = static_cast<const char*>(
+        std::memchr(p, '\n', static_cast<size_t>(end - p)));
     const char* line_end = newline ? newline : end;
     const char* line_start = p;
     const char* text = p;
