@@ -55,9 +55,9 @@ def _train(model_dir, data_path, n_classes):
 
   classifier.train(input_fn, tol=1e-10, max_steps=2000, hooks=[Hook()])
   out = dict(gaps=gaps)
-  if config.is_chief:  # the chief saved the checkpoint
-    out.update({name: classifier.get_variable_value(name).ravel().tolist()
-                for name in classifier.get_variable_names()})
+  # Every worker reads the chief's checkpoint once train returns.
+  out.update({name: classifier.get_variable_value(name).ravel().tolist()
+              for name in classifier.get_variable_names()})
   return out
 
 

@@ -75,8 +75,11 @@ def test_estimator_with_a_multi_worker_config_trains_cocoa_plus_to_the_optimum(
     estimator_cluster):
   data, outs = estimator_cluster
   chief, other = (out["2"] for out in outs)
-  # Both processes saw the same rounds and the same gap certificate.
+  # Both processes saw the same rounds and the same gap certificate, and
+  # read the same model once train returned (the other worker's train
+  # returned before the chief's checkpoint: "no checkpoint yet").
   assert chief["gaps"] == other["gaps"] and chief["gaps"][-1] < 1e-10
+  assert chief == other
   # The optimum of the same objective, solved in this process by
   # InMemorySdca: sum_i w_i loss_i + l2/2 (|w|^2 + b^2), bias regularised.
   model = InMemorySdca("logistic", l2=2.0)

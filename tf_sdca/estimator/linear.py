@@ -843,6 +843,10 @@ class _LinearEstimator:
               float("nan"))
     if cluster.is_chief:
       self._save(list(saving_listeners or []))
+    # Every worker returns once the chief's checkpoint is written: the
+    # others' get_variable_value, evaluate and predict read it (they found
+    # no checkpoint yet, or the one before this train).
+    cluster.barrier()
     for hook in hooks:
       if hasattr(hook, "end"):
         hook.end()
