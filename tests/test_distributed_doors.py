@@ -193,6 +193,44 @@ def test_keras_softmax_under_multi_worker_strategy_trains_cocoa_plus(
   np.testing.assert_allclose(np.reshape(outs[0]["predictions"], (600, 3)),
                              model.predict(dense=x1), atol=1e-5)
 
+
+_BAD_ROWS = """
+import sys
+import numpy as np, tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+from tf_sdca.keras import LinearModel
+index = strategy.cluster_resolver.task_id
+x = np.random.default_rng(index).normal(size=(100, 3)).astype(np.float32)
+y = (x[:, 0] > 0).astype(np.float32)
+if index == 1:
+  x[7, 2] = np.nan
+with strategy.scope():
+  model = LinearModel(l2=1.0)
+try:
+  model.fit(x, y, epochs=5, verbose=0)
+  print("TRAINED")
+except Exception as error:  # pylint: disable=broad-except
+  print("ERROR", type(error).__name__, error)
+"""
+
+
+def test_a_keras_worker_with_bad_rows_tells_the_others():
+  """Worker 1's rows hold a NaN: its fit raised before joining the rounds,
+  and worker 0 waited for it until its heartbeats stopped (for as long as
+  its process lived, where the script caught the error) and then said a
+  worker had probably died. Now worker 1 raises its own error and worker 0
+  a ClusterError naming it."""
+  results = _run_cluster(lambda k: ["-c", _BAD_ROWS], 2)
+  for code, output in results:
+    assert code == 0, output[-3000:]
+  first, second = (next(line for line in output.splitlines()
+                        if line.startswith(("ERROR", "TRAINED")))
+                   for _, output in results)
+  assert first.startswith("ERROR ClusterError") and \
+      "workers [1] could not pack their rows" in first, first
+  assert second.startswith("ERROR InvalidInputError") and "nan" in second, \
+      second
+
 _REPLICAS = """
 import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]

@@ -126,7 +126,8 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
           max_rounds=100, tol=1e-4, local_passes=1, seed=0, exchange="auto",
           checkpoint_every=1, resume=False, startup_timeout=120.0,
           verbose=1, cluster=None, momentum=True, num_classes=1,
-          hinge_step="projection", exchanges_per_pass=EXCHANGES_PER_PASS):
+          hinge_step="projection", exchanges_per_pass=EXCHANGES_PER_PASS,
+          rows_error=None):
   """Trains one model with the other workers of the `TF_CONFIG` cluster.
 
   Every worker calls it with its own rows and the same options; the rows
@@ -172,6 +173,12 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
       per pass (the gap, momentum and checkpoints stay once per round).
       With weak regularisation the rounds to a gap fall to about one
       process's epochs (g3doc/distributed.md); 1: one exchange per round.
+    rows_error: the exception this worker's rows raised while a front end
+      prepared them (the rows are then None): it joins the cluster and
+      tells the others, which stop with a `ClusterError` naming it, and
+      raises it (a worker that raised before calling `train` left the
+      others waiting for it: until its heartbeats stopped, or for as long as
+      its process lived).
 
   Returns:
     A `Result` (the same weights on every worker).
@@ -218,21 +225,27 @@ def train(labels, dense=None, ids=None, indptr=None, indices=None,
   if parts != 1:  # (absent for 1: checkpoints from before it resume)
     options["exchanges_per_pass"] = parts
   if not cluster.joined:
-    cluster.join(op_error, options)
+    try:
+      cluster.join(op_error, options)
+    except cluster_lib.ClusterError:
+      if rows_error is not None:  # (its options may lack what rows give)
+        raise rows_error from None
+      raise
 
   log = (lambda text: print(text, flush=True)) if (
       verbose and cluster.is_chief) else (lambda text: None)
-  shard, error = None, None
-  try:
-    shard = shard_lib.Shard(
-        labels, dense=dense, ids=ids, indptr=indptr, indices=indices,
-        values=values, example_weights=example_weights,
-        num_features=num_features, loss=loss, l1=l1, l2=l2, gamma=gamma,
-        num_shards=cluster.size, combine="add", num_passes=local_passes,
-        seed=seed, index=cluster.index, num_classes=classes,
-        hinge_step=hinge_step, num_parts=parts)
-  except Exception as e:  # pylint: disable=broad-except
-    error = e
+  shard, error = None, rows_error
+  if error is None:
+    try:
+      shard = shard_lib.Shard(
+          labels, dense=dense, ids=ids, indptr=indptr, indices=indices,
+          values=values, example_weights=example_weights,
+          num_features=num_features, loss=loss, l1=l1, l2=l2, gamma=gamma,
+          num_shards=cluster.size, combine="add", num_passes=local_passes,
+          seed=seed, index=cluster.index, num_classes=classes,
+          hinge_step=hinge_step, num_parts=parts)
+    except Exception as e:  # pylint: disable=broad-except
+      error = e
   # Everyone learns whether every shard could be built, and the shapes.
   facts = np.zeros((4, cluster.size))
   facts[:, cluster.index] = ((1, 0, 0, 0) if shard is None else

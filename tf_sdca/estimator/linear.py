@@ -799,7 +799,15 @@ class _LinearEstimator:
     if tol is None and steps is None and max_steps is None:
       tol = 1e-4
     source = _call_input_fn(input_fn, ModeKeys.TRAIN, self._config)
-    rows = self._shard_arrays(source)
+    try:
+      rows, rows_error = self._shard_arrays(source), None
+    except (ValueError, tf.errors.InvalidArgumentError) as error:
+      # Told to the other workers, which waited for this one otherwise.
+      rows = dict.fromkeys(("labels", "dense", "indptr", "indices", "values",
+                            "weights"))
+      rows["num_features"] = sum(group.rows for group in model.groups
+                                 if group.kind == "sparse")
+      rows_error = error
     l1 = self._optimizer.symmetric_l1_regularization
     l2 = self._optimizer.symmetric_l2_regularization
     for hook in hooks + list(saving_listeners or []):
@@ -813,7 +821,7 @@ class _LinearEstimator:
         max_rounds=step + rounds, tol=tol, seed=int(
             self._config.tf_random_seed or 0),
         resume=step > 0, verbose=0, cluster=cluster,
-        num_classes=model.width)
+        num_classes=model.width, rows_error=rows_error)
     # [rows, K] blocks for K > 1 classes (the variables' shapes).
     sparse = losses.shrink_l1(result.sparse_weights, l1, l2)
     dense = losses.shrink_l1(result.dense_weights, l1, l2)

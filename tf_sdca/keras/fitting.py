@@ -489,17 +489,20 @@ class TrainingState:
     self.momentum_state = state
 
   def fit_across_processes(self, sdca, strategy, arrays, epochs, tol,
-                           verbose):
+                           verbose, rows_error=None, num_features=None):
     """`fit` in one worker of a multi-worker strategy: CoCoA+ rounds across
     the workers (`tf_sdca.keras.multi_worker.train`) on `arrays`, this
     worker's fixed shard (`pack(arrays_only=True)`); a round is one pass
     over every shard (`epochs` bounds them). Every worker ends with the
     same weights; the History has the rounds' `loss` and `duality_gap`.
     Each call trains from zero duals (w = 0): the rounds' duals live in the
-    workers' shards, not the model."""
+    workers' shards, not the model. `rows_error`: what this worker's rows
+    raised (`arrays` None; `num_features`: the sparse slots' width, where
+    known): the other workers are told, then it is raised."""
     m = self._model
     result = multi_worker.train(
-        strategy, arrays, epochs, tol, verbose, loss=m.loss_type, l1=m.l1,
+        strategy, arrays, epochs, tol, verbose, rows_error=rows_error,
+        num_features=num_features, loss=m.loss_type, l1=m.l1,
         l2=m.l2, gamma=m.gamma, seed=m.seed, num_classes=m.num_classes,
         hinge_step=m.hinge_step)
     self.packed, self.row_duals = None, None

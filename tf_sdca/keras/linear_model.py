@@ -733,10 +733,16 @@ class LinearModel(keras.Model):
       multi_worker.check_fit(x, y, validation_data, validation_split,
                              callbacks, initial_epoch, steps_per_epoch)
       self._training.check_mode(options.PROCESSES)
-      arrays = self._pack(x, y, sample_weight, class_weight,
-                          arrays_only=True)
+      try:
+        arrays, rows_error = self._pack(x, y, sample_weight, class_weight,
+                                        arrays_only=True), None
+      except (ValueError, tf.errors.InvalidArgumentError) as error:
+        # Told to the other workers, which waited for this one otherwise.
+        arrays, rows_error = None, error
       return self._training.fit_across_processes(
-          self._sdca, workers, arrays, epochs, tol, verbose)
+          self._sdca, workers, arrays, epochs, tol, verbose, rows_error,
+          None if self._spec is None else sum(
+              size for _, kind, size, _, _ in self._spec if kind != "dense"))
     streamed = isinstance(x, tf.data.Dataset)
     if streamed:
       _check_finite(x, "fit")

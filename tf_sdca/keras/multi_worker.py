@@ -53,13 +53,17 @@ def strategy_workers(strategy):
   return None
 
 
-def train(strategy, arrays, epochs, tol, verbose, **options):
+def train(strategy, arrays, epochs, tol, verbose, rows_error=None,
+          num_features=None, **options):
   """CoCoA+ rounds over this worker's rows and the other workers'.
 
   Args:
     strategy: the multi-worker strategy (see `strategy_workers`).
     arrays: this worker's validated rows `(csr or None, dense, labels,
-      weights, num_sparse)`, the columns in the weight table's order.
+      weights, num_sparse)`, the columns in the weight table's order; None
+      when they raised `rows_error` (the others are told, and it is raised).
+    num_features: the sparse slots' width where `arrays` is None (else
+      theirs), as the other workers have it.
     epochs: the most rounds (a round is one pass over every shard).
     tol: stop below this relative duality gap (None: never).
     verbose: print the rounds.
@@ -71,13 +75,15 @@ def train(strategy, arrays, epochs, tol, verbose, **options):
   """
   from tf_sdca.distributed import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
   from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
-  csr, dense, labels, weights, num_sparse = arrays
+  csr, dense, labels, weights, num_sparse = (
+      arrays if arrays is not None else (None,) * 4 + (num_features,))
   indptr, indices, values = csr if csr is not None else (None,) * 3
   return training.train(
       labels, dense=dense, indptr=indptr, indices=indices, values=values,
       example_weights=weights, num_features=num_sparse, max_rounds=epochs,
       tol=tol, verbose=1 if verbose else 0,
-      cluster=cluster_lib.Cluster.from_strategy(strategy), **options)
+      cluster=cluster_lib.Cluster.from_strategy(strategy),
+      rows_error=rows_error, **options)
 
 
 def weight_table(result):
