@@ -540,3 +540,12 @@ def check_checkpoint(model_dir, meta, arrays):
   if "epoch" in arrays and int(arrays["epoch"]) != meta["epochs_done"]:
     fail(f"is of epoch {int(arrays['epoch'])}, the metadata of epoch "
          f"{meta['epochs_done']}")
+
+
+def trained_across_processes(model_dir):
+  """Whether `model_dir` holds a model trained by workers (CoCoA+ rounds,
+  `tf_sdca.distributed.training`'s `cocoa/state.json`): its duals are
+  spread over the workers' files, so one process can go on from its
+  weights but not from its duals. (Here, not beside the rounds: the
+  command line asks before TensorFlow starts.)"""
+  return os.path.exists(os.path.join(model_dir, "cocoa", "state.json"))

@@ -91,8 +91,7 @@ def wanted(args):
 def guard_single_process_resume(args):
   """Raises ValueError when a one-process `--resume` targets a model that
   workers trained (its duals are spread over the workers' files)."""
-  from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
-  if getattr(args, "resume", False) and training.trained_across_processes(
+  if getattr(args, "resume", False) and model_files.trained_across_processes(
       args.model_dir):
     raise ValueError(f"{args.model_dir} was trained across processes; resume "
                      "it the same way (--local-cluster K or TF_CONFIG)")

@@ -44,13 +44,6 @@ EXCHANGES_PER_PASS = shard_lib.EXCHANGES_PER_PASS
 _STATE = "state.json"
 
 
-def trained_across_processes(model_dir):
-  """Whether `model_dir` holds a model trained by workers (CoCoA+ rounds):
-  its duals are spread over the workers' files, so one process can go on
-  from its weights but not from its duals."""
-  return os.path.exists(os.path.join(model_dir, "cocoa", _STATE))
-
-
 class Result:
   """What `train` returns on every worker.
 

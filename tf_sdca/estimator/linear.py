@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_sdca import losses
+from tf_sdca import model_files
 from tf_sdca import options as options_lib
 from tf_sdca.estimator import checkpoints
 from tf_sdca.estimator import export as export_lib
@@ -687,8 +688,7 @@ class _LinearEstimator:
       return self._train_across_processes(input_fn, hooks, steps, max_steps,
                                           saving_listeners, tol)
     listeners = list(saving_listeners or [])
-    from tf_sdca.distributed import training  # pylint: disable=import-outside-toplevel
-    if training.trained_across_processes(self._model_dir):
+    if model_files.trained_across_processes(self._model_dir):
       # (It went on from the weights with zero duals: a fresh model's
       # weights after the first step, the trained model thrown away.)
       raise ValueError(

@@ -296,11 +296,11 @@ class TrainingState:
     dense = (None if not dense else dense[0] if len(dense) == 1 else
              np.concatenate(dense, axis=1))
     k = m.num_classes
-    duals = state_lib.duals_in_domain(
+    duals = engine.project_duals(
         np.reshape(duals, (n, k) if k > 1 else (n,)), m.loss_type, labels)
     if self._on_engine():
-      made = state_lib.rows_table(table, duals, csr, dense, weights, m.l2,
-                                  num_sparse)
+      made = engine.rows_table(table, duals, csr, dense, weights, m.l2,
+                               num_sparse)
       if made is not table:  # other rows under these keys: a new problem
         self.momentum_state = None
       table = made

@@ -9,7 +9,6 @@ float32 rows, and an iterate `(example keys, weight table, duals)` as output
 averaging takes and gives it.
 """
 import numpy as np
-import scipy.sparse as sp
 import tensorflow as tf
 
 from tf_sdca import engine
@@ -198,63 +197,6 @@ def table_slots(sdca, table):
       offset += size
   return slots
 
-
-def duals_in_domain(duals, loss, labels):
-  """`duals` (`[n]` or `[n, K]`) with every row whose dual is outside its
-  label's domain set to 0 (in every domain): the duals found for a fit's
-  keys may be another fit's, of rows with other labels under the same
-  positions (the op refused them: "not a valid dual")."""
-  inside = losses.duals_in_domain(loss, labels, duals)
-  if inside.all():
-    return duals
-  return np.where(inside.reshape((-1,) + (1,) * (duals.ndim - 1)), duals, 0.0)
-
-
-def rows_table(table, duals, csr, dense, weights, l2, num_sparse):
-  """The weight table that these rows' `duals` make, w = sum_i s_i alpha_i
-  x_i / l2 (what the engine keeps, with its float32 s_i and l2), where
-  `table` is not that within rounding (1e-9 of the largest weight); else
-  `table` itself, bit for bit (a fit going on on the same rows).
-
-  An in-memory fit's duals are found by example key, and without ids a
-  row's key is its position: a second fit on other arrays took the first
-  fit's duals and table, whose weights hold rows this fit does not have
-  (squared loss on another half of diabetes: the gap stuck at 0.06, the
-  weights 0.14 from its optimum; a fit on 100 of 569 rows stuck at 0.9);
-  duals from a stream are float32 roundings of the table's (its gap stuck
-  at 1.7e-9). The pair is made a primal-dual one over these rows.
-
-  Args:
-    table: float64 `[num_sparse * K + d * K]`, the model's weights now.
-    duals: float64 `[n]` or `[n, K]`.
-    csr: `(indptr, indices, values or None)` over `num_sparse` columns, or
-      None.
-    dense: `[n, d]` or None.
-    weights: `[n]` example weights.
-    l2, num_sparse: the model's.
-  """
-  if not np.any(duals):
-    return table if not np.any(table) else np.zeros_like(table)
-  s32 = np.asarray(weights, np.float32).astype(np.float64)
-  scaled = duals * (s32 if duals.ndim == 1 else s32[:, None])
-  k = 1 if duals.ndim == 1 else duals.shape[1]
-  parts = []
-  if csr is not None:
-    indptr, indices, values = csr
-    values = (np.ones(len(indices)) if values is None else
-              np.asarray(values, np.float64))
-    matrix = sp.csr_matrix((values, indices, indptr),
-                           shape=(len(indptr) - 1, num_sparse))
-    parts.append(np.asarray(matrix.T @ scaled).reshape(-1))
-  elif num_sparse:
-    parts.append(np.zeros(num_sparse * k))
-  if dense is not None:
-    parts.append((np.asarray(dense, np.float64).T @ scaled).reshape(-1))
-  made = np.concatenate(parts) / float(np.float32(l2))
-  scale = max(float(np.abs(made).max()), float(np.abs(table).max()), 1e-300)
-  if made.shape == table.shape and np.abs(made - table).max() <= 1e-9 * scale:
-    return table
-  return made
 
 def known_duals(keys, packed, row_duals):
   """float64 duals of the rows with the example-id `keys`, from the packed
