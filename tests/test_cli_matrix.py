@@ -99,6 +99,17 @@ def test_predict_on_an_empty_file_writes_its_empty_prediction(
   assert capsys.readouterr().out.endswith(
       f"wrote 0 predictions to {out}\n")
   assert out.read_text() == "labels 0 1 2\n"
+  # Class labels of 7 digits keep every digit in the header, as in the rows
+  # (%g wrote 1234567 and 1234568 both as 1.23457e+06).
+  wide = tmp_path / "wide.libsvm"
+  wide.write_text("3 1:1\n1234567 2:1\n1234568 1:1 2:1\n")
+  wide_model = str(tmp_path / "wide")
+  assert cli.main(["train", str(wide), "--format", "libsvm", "--loss",
+                   "softmax", "--num-classes", "3", "--model-dir", wide_model,
+                   "--epochs", "1", "--quiet"]) == 0
+  assert cli.main(["predict", str(wide), "--model-dir", wide_model,
+                   "--out", str(out)]) == 0
+  assert out.read_text().splitlines()[0] == "labels 3 1234567 1234568"
 
 
 def test_export_into_an_unwritable_place_is_one_line(trained, tmp_path,

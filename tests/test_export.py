@@ -96,10 +96,13 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path, server):
   fields = lines[5].split("\t")
   fields[2] = fields[2][:1] + "\r" + fields[2][1:]  # "1\t3\t\r5" and the like
   fields[20] = "\r" + fields[20] + "\r"
+  # A line as readlines() gives it, with its '\n' or '\r\n' end: it was
+  # invalid, where the LIBSVM model scores it.
   carried = ["\t".join(fields), "\r" + lines[6], lines[7] + "\r",
-             lines[8][:9] + "\r\r" + lines[8][9:]]
-  assert all(line.replace("\r", "") == plain
-             for line, plain in zip(carried, lines[5:9]))
+             lines[8][:9] + "\r\r" + lines[8][9:], lines[9] + "\n",
+             lines[10] + "\r\n"]
+  assert all(line.replace("\r", "").replace("\n", "") == plain
+             for line, plain in zip(carried, lines[5:11]))
   # Blank lines (whitespace only, '\r' dropped), which training's reader
   # and predict skip: 38 tabs, a label-less line of empty fields, scored
   # as one (the others were bad lines already).
@@ -122,9 +125,9 @@ def test_criteo_model_scores_raw_lines_like_predict(tmp_path, server):
   with open(cr_file, "w", newline="") as f:
     f.write("\n".join(carried) + "\n")
   np.testing.assert_array_equal(_predicted(tmp_path, str(cr_file), model_dir),
-                                expected[5:9])
-  assert served_carried["valid"] == [True] * 4
-  np.testing.assert_allclose(served_carried["scores"], expected[5:9],
+                                expected[5:11])
+  assert served_carried["valid"] == [True] * 6
+  np.testing.assert_allclose(served_carried["scores"], expected[5:11],
                              rtol=1e-6, atol=1e-9)
   # An existing --out is refused.
   assert cli.main(["export", "--model-dir", model_dir, "--out", saved]) == 2

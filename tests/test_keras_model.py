@@ -1316,3 +1316,49 @@ def test_validation_dataset_of_unknown_size_that_is_empty_warns():
                                   validation_data=validation(True)).history
     assert not [w for w in caught if "validation_data" in str(w.message)]
     assert np.isfinite(history["val_loss"]).all()
+
+
+def test_a_model_with_a_sparse_feature_exports_and_serves(tmp_path):
+  # Keras' add_endpoint(input_signature=...) refused the sparse feature's
+  # SparseTensorSpec (a TypeError), where keras.md says it exports and is
+  # served through serve(dict).
+  import scipy.sparse as sp  # pylint: disable=import-outside-toplevel
+  x = sp.random(200, 30, density=0.1, format="csr", random_state=0,
+                dtype=np.float32)
+  y = (np.asarray(x.sum(1)).ravel() > 0.7).astype(np.float32)
+  model = LinearModel(l2=0.1)
+  model.fit(x, y, epochs=20, verbose=0)
+  path = str(tmp_path / "served")
+  model.export(path, verbose=False)
+  served = tf.saved_model.load(path)
+  coo = x.tocoo()
+  rows = tf.sparse.reorder(tf.SparseTensor(
+      np.stack([coo.row, coo.col], axis=1).astype(np.int64),
+      coo.data.astype(np.float32), [200, 30]))
+  scores = served.serve({"features": rows}).numpy()
+  np.testing.assert_allclose(scores, model.predict(x, verbose=0), rtol=1e-6,
+                             atol=1e-7)
+
+
+def test_a_multi_valued_categorical_feature_serves_padded_rows(tmp_path):
+  # Served as a dense [n, k] string tensor, a short row's padding went
+  # through the lookup as an out-of-vocabulary value and added its weight
+  # (a row of one tag scored 0.61 for 0.39): '' pads, as keras.md says.
+  rng = np.random.default_rng(0)
+  vocab = [f"t{i}" for i in range(10)]
+  tags = tf.ragged.constant([
+      [(vocab + ["zz"])[j] for j in rng.choice(11, rng.integers(1, 4),
+                                                replace=False)]
+      for _ in range(300)])
+  y = rng.integers(0, 2, 300).astype(np.float32)
+  model = LinearModel(categorical_features={
+      "tags": keras.layers.StringLookup(vocabulary=vocab)})
+  model.fit({"tags": tags}, y, epochs=5, verbose=0)
+  path = str(tmp_path / "served")
+  model.export(path, verbose=False)
+  served = tf.saved_model.load(path)
+  rows = tf.ragged.constant([["t1"], ["t2", "t3", "t4"], ["zz", "t5"]])
+  expected = model.predict({"tags": rows}, verbose=0)
+  out = served.signatures["serving_default"](tags=rows.to_tensor(""))
+  np.testing.assert_allclose(next(iter(out.values())).numpy(), expected,
+                             rtol=1e-6, atol=1e-7)

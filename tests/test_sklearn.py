@@ -549,3 +549,60 @@ def test_no_convergence_warning_at_a_gap_of_zero_with_tol_zero():
     model._converged(5, 0.0)  # pylint: disable=protected-access
   with pytest.warns(ConvergenceWarning, match=r"5.7e-16 > tol=0"):
     model._converged(5, 5.7e-16)  # pylint: disable=protected-access
+
+
+def test_fit_leaves_a_users_unsorted_csr_as_it_was():
+  # csr_matrix shared the caller's indptr and indices, and sum_duplicates
+  # sorted them in place: column indexing leaves a CSR's columns unsorted,
+  # and fit scrambled it (entries moved by up to 1 on breast_cancer).
+  x, y = load_breast_cancer(return_X_y=True)
+  x = StandardScaler().fit_transform(x)
+  perm = np.random.default_rng(0).permutation(x.shape[1])
+  unsorted = sp.csr_matrix(x)[:, perm]
+  assert not unsorted.has_sorted_indices
+  before = [a.copy() for a in (unsorted.data, unsorted.indices,
+                               unsorted.indptr)]
+  dense_before = unsorted.toarray()
+  model = SDCAClassifier(random_state=0).fit(unsorted, y)
+  for a, b in zip((unsorted.data, unsorted.indices, unsorted.indptr), before):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(unsorted.toarray(), dense_before)
+  reference = SDCAClassifier(random_state=0).fit(dense_before, y)
+  np.testing.assert_allclose(model.coef_, reference.coef_, atol=1e-6)
+
+
+def test_partial_fit_takes_a_dense_batch_after_a_sparse_one():
+  x, y = _diabetes()
+  x = StandardScaler().fit_transform(x)
+  first, second = sp.csr_matrix(x[:200]), x[200:]
+  model = SDCARegressor(tol=1e-12)
+  model.partial_fit(first, y[:200]).partial_fit(second, y[200:])
+  whole = SDCARegressor(tol=1e-12).fit(x, y)
+  np.testing.assert_allclose(model.coef_, whole.coef_, rtol=1e-4, atol=1e-4)
+
+
+def test_cv_estimators_read_sample_weight_as_the_single_ones_do():
+  # A scalar weight (accepted by fit) raised an IndexError in the CV
+  # estimators, and a short vector an IndexError instead of its shape.
+  x, y = _wine()
+  twice = SDCAClassifierCV(Cs=[0.1, 1.0], cv=3, random_state=0).fit(
+      x, y, sample_weight=2.0)
+  ones = SDCAClassifierCV(Cs=[0.2, 2.0], cv=3, random_state=0).fit(x, y)
+  np.testing.assert_allclose(twice.coef_, ones.coef_, atol=1e-5)
+  with pytest.raises(ValueError, match=r"sample_weight.shape == \(10,\), "
+                     r"expected \(178,\)"):
+    SDCAClassifierCV(Cs=[1.0], cv=3).fit(x, y, sample_weight=np.ones(10))
+  d, t = _diabetes()
+  with pytest.raises(ValueError, match=r"sample_weight.shape"):
+    SDCARegressorCV(alphas=[1.0], cv=3).fit(d, t, sample_weight=np.ones(5))
+
+
+def test_predict_proba_warns_nothing_on_large_scores():
+  x, y = _wine()
+  model = SDCAClassifier(multi_class="ovr", random_state=0).fit(x, y)
+  binary = SDCAClassifier(random_state=0).fit(x, (y == 0).astype(int))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)
+    for m in (model, binary):
+      proba = m.predict_proba(x * 1e3)
+      assert np.all(np.isfinite(proba))

@@ -215,3 +215,26 @@ print(type(tf).__name__, "tensorflow.python.data" in sys.modules,
       tf is sys.modules["tensorflow"])
 """
   assert _python(script).split() == ["module", "True", "True"]
+
+
+def test_train_quiet_starts_tensorflow_lazily_and_without_banners(files,
+                                                                  tmp_path):
+  # A check added before TensorFlow's start (whether the model_dir was
+  # trained across processes) imported the distributed rounds, which import
+  # TensorFlow and Keras at once: the C++ banners came back on stderr and
+  # the lazy start was gone.
+  out = _python(
+      "import contextlib, io, sys\n"
+      "from tf_sdca import cli\n"
+      "err = io.StringIO()\n"
+      "status = cli.main(['train', sys.argv[1], '--model-dir', sys.argv[2],"
+      " '--epochs', '1', '--quiet'])\n"
+      "print(status, 'keras' in sys.modules, 'sklearn' in sys.modules)\n",
+      files["criteo"], str(tmp_path / "m"))
+  assert out.split()[-3:] == ["0", "False", "False"], out
+  done = subprocess.run(
+      [os.path.join(os.path.dirname(sys.executable), "tf-sdca"), "train",
+       files["criteo"], "--model-dir", str(tmp_path / "m2"), "--epochs", "1",
+       "--quiet"], capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stderr == "", done.stderr

@@ -807,7 +807,7 @@ def predict(args):
     classes = np.asarray(meta["classes"])
     rows = np.column_stack([classes[np.argmax(scores, axis=1)], scores])
     np.savetxt(args.out, rows, fmt="%.9g", comments="",
-               header="labels " + " ".join(f"{c:g}" for c in classes))
+               header="labels " + " ".join(f"{c:.9g}" for c in classes))
     print(f"wrote {scores.shape[0]:,} predictions to {args.out}")
     return 0
   np.savetxt(args.out, scores, fmt="%.9g")

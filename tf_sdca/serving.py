@@ -128,8 +128,10 @@ class LinesScorer(tf.Module):
       # Training's reader (the native one, as TextLineDataset before it)
       # drops every '\r' of a line, a CRLF end's and any other: so does
       # serving, so that a line scores as the model read it ("1\t3\t\r5"
-      # as "1\t3\t5"; it was a bad line here).
-      lines = tf.strings.regex_replace(lines, "\r", "")
+      # as "1\t3\t5"; it was a bad line here). A '\n' can only be the
+      # line's end, as `readlines()` gives it (such a line was invalid,
+      # where the LIBSVM model drops its end).
+      lines = tf.strings.regex_replace(lines, "[\r\n]", "")
       # A line that strip empties (its whitespace is C's isspace, as the
       # reader's) is no example to training's reader, which skips it, nor
       # to predict: invalid here. (Of such lines only 38 tabs, a label-less

@@ -39,6 +39,7 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
+from scipy import special
 from sklearn.base import (BaseEstimator, ClassifierMixin, RegressorMixin,
                           clone)
 from sklearn.exceptions import ConvergenceWarning
@@ -254,8 +255,11 @@ class _SDCAMixin:
               X.has_canonical_format):
         # (A CSR float32 X in canonical form is used as it is: the same
         # arrays, without the ~35 us of a copy's format check.)
+        # (A copy of every array: csr_matrix shares the caller's indptr and
+        # indices, and sum_duplicates sorts them in place: a user's CSR of
+        # unsorted columns, as column indexing leaves it, was scrambled.)
         with np.errstate(over="ignore"):  # (reported below, by name)
-          X = sp.csr_matrix(X, dtype=np.float32)
+          X = sp.csr_matrix(X, dtype=np.float32, copy=True)
         X.sum_duplicates()
         _check_float32_range("X", X.data, lambda k: (
             int(np.searchsorted(X.indptr, k, side="right")) - 1,
@@ -526,7 +530,8 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
     seen["X"].append(X)
     seen["y"].append(np.searchsorted(self.classes_, y))
     seen["sw"].append(self._weights(sample_weight, X.shape[0]))
-    stack = sp.vstack if sp.issparse(X) else np.vstack
+    stack = (sp.vstack if any(sp.issparse(x) for x in seen["X"]) else
+             np.vstack)  # (a dense batch after a sparse one: sp.vstack)
     self._train(stack(seen["X"]), np.concatenate(seen["y"]),
                 np.concatenate(seen["sw"]), duals)
     return self
@@ -605,12 +610,13 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
     return np.log(self._proba(scores))
 
   def _proba(self, scores):
+    # (expit: no overflow warning for scores below -709.)
     if scores.ndim == 1:
-      p = 1.0 / (1.0 + np.exp(-scores))
+      p = special.expit(scores)
       return np.stack([1.0 - p, p], axis=1)
     if self._multinomial():
       return np.exp(_log_softmax(scores))
-    p = 1.0 / (1.0 + np.exp(-scores))
+    p = special.expit(scores)
     return p / p.sum(axis=1, keepdims=True)
 
   def _multinomial(self):
@@ -704,7 +710,8 @@ class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
     seen["X"].append(X)
     seen["y"].append(y)
     seen["sw"].append(self._weights(sample_weight, X.shape[0]))
-    stack = sp.vstack if sp.issparse(X) else np.vstack
+    stack = (sp.vstack if any(sp.issparse(x) for x in seen["X"]) else
+             np.vstack)  # (a dense batch after a sparse one: sp.vstack)
     self._train(stack(seen["X"]), np.concatenate(seen["y"]),
                 np.concatenate(seen["sw"]), duals)
     return self
@@ -824,8 +831,9 @@ class _PathCV:
     width = d + 1 if self.fit_intercept else d
     csr = sp.csr_matrix(X, dtype=np.float64)
     blocks, labels, weights = [], [], []
-    sw = (np.ones(n) if sample_weight is None else
-          np.asarray(sample_weight, np.float64))
+    # (As the single estimators read it: a scalar, the shape checked; the
+    # CV ones raised an IndexError on both.)
+    sw = self._weights(sample_weight, n)
     for f, (train, _) in enumerate(splits):
       part = csr[train]
       if self.fit_intercept:
