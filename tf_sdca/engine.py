@@ -120,6 +120,29 @@ def project_duals(duals, loss, labels):
   return np.where(inside.reshape((-1,) + (1,) * (duals.ndim - 1)), duals, 0.0)
 
 
+def paired_weights(duals, csr, dense, weights, l2, num_sparse):
+  """The weights these rows' `duals` make, w = sum_i s_i alpha_i x_i / l2
+  (what the engine keeps, with its float32 s_i and l2): `(sparse, dense)`
+  float64 arrays `[num_sparse(, K)]` and `[d(, K)]`, each None where the
+  rows have no such part (`rows_table`'s arguments)."""
+  s32 = np.asarray(weights, np.float32).astype(np.float64)
+  scaled = duals * (s32 if duals.ndim == 1 else s32[:, None])
+  l2 = float(np.float32(l2))
+  sparse = dense_part = None
+  if csr is not None:
+    indptr, indices, values = csr
+    values = (np.ones(len(indices)) if values is None else
+              np.asarray(values, np.float64))
+    matrix = sp.csr_matrix((values, indices, indptr),
+                           shape=(len(indptr) - 1, num_sparse))
+    sparse = np.asarray(matrix.T @ scaled) / l2
+  elif num_sparse:
+    sparse = np.zeros((num_sparse,) + duals.shape[1:])
+  if dense is not None:
+    dense_part = np.asarray(dense, np.float64).T @ scaled / l2
+  return sparse, dense_part
+
+
 def rows_table(table, duals, csr, dense, weights, l2, num_sparse):
   """The weight table that these rows' `duals` make, w = sum_i s_i alpha_i
   x_i / l2 (what the engine keeps, with its float32 s_i and l2), where
@@ -147,22 +170,8 @@ def rows_table(table, duals, csr, dense, weights, l2, num_sparse):
   """
   if not np.any(duals):
     return table if not np.any(table) else np.zeros_like(table)
-  s32 = np.asarray(weights, np.float32).astype(np.float64)
-  scaled = duals * (s32 if duals.ndim == 1 else s32[:, None])
-  k = 1 if duals.ndim == 1 else duals.shape[1]
-  parts = []
-  if csr is not None:
-    indptr, indices, values = csr
-    values = (np.ones(len(indices)) if values is None else
-              np.asarray(values, np.float64))
-    matrix = sp.csr_matrix((values, indices, indptr),
-                           shape=(len(indptr) - 1, num_sparse))
-    parts.append(np.asarray(matrix.T @ scaled).reshape(-1))
-  elif num_sparse:
-    parts.append(np.zeros(num_sparse * k))
-  if dense is not None:
-    parts.append((np.asarray(dense, np.float64).T @ scaled).reshape(-1))
-  made = np.concatenate(parts) / float(np.float32(l2))
+  made = np.concatenate([part.reshape(-1) for part in paired_weights(
+      duals, csr, dense, weights, l2, num_sparse) if part is not None])
   scale = max(float(np.abs(made).max()), float(np.abs(table).max()), 1e-300)
   if made.shape == table.shape and np.abs(made - table).max() <= 1e-9 * scale:
     return table

@@ -328,29 +328,19 @@ class _SDCAMixin:
                          visit_order=self._visit_order(loss),
                          gamma=getattr(self, "gamma", 1.0))
     if duals is not None:
-      # Duals of another fit's labels (warm_start, the labels changed) may
-      # be outside this fit's dual domain: those rows start from 0, which is
-      # in every domain (the op refused them).
-      inside = losses.duals_in_domain(loss, labels, duals)
-      if not inside.all():
-        duals = np.where(inside.reshape((-1,) + (1,) * (duals.ndim - 1)),
-                         duals, 0.0)
-      # Warm start: the weights of these duals under this fit's l2 and
-      # sample weights (w = sum_i s_i alpha_i x_i / l2, exactly what the
-      # engine keeps, with its float32 s_i and l2), so that the pair is a
-      # primal-dual one and the gap stays exact.
-      s32 = sw.astype(np.float32).astype(np.float64)
-      scaled = duals * (s32 if duals.ndim == 1 else s32[:, None])
-      l2_op = float(np.float32(l2))
-      model.duals = np.array(duals, np.float64)
-      if rows.get("dense") is not None:
-        model.dense_weights = (rows["dense"].T.astype(np.float64) @ scaled /
-                               l2_op)
-      if rows.get("indptr") is not None:
-        csr = sp.csr_matrix((rows["values"], rows["indices"], rows["indptr"]),
-                            shape=(n, rows["num_features"]))
-        model.sparse_weights = np.asarray(
-            csr.T.astype(np.float64) @ scaled) / l2_op
+      # Warm start: duals of another fit's labels (the labels changed) may
+      # be outside this fit's dual domain: those rows start from 0 (the op
+      # refused them); the weights are those of the duals under this fit's
+      # l2 and sample weights, so that the pair is a primal-dual one and
+      # the gap stays exact (the engine's own pairing, which an ASDCA fit
+      # does not take).
+      model.duals = np.array(engine.project_duals(duals, loss, labels),
+                             np.float64)
+      csr = ((rows["indptr"], rows["indices"], rows["values"])
+             if rows.get("indptr") is not None else None)
+      model.sparse_weights, model.dense_weights = engine.paired_weights(
+          model.duals, csr, rows.get("dense"), sw, l2,
+          rows.get("num_features") or 0)
     with warnings.catch_warnings():
       # The engine's advice on slow epochs names its other doors (Keras
       # layers, the command line); here max_iter ends in a
