@@ -46,7 +46,12 @@ def _cancel_once_running(function, args, cancel, cpu_seconds=0.1):
   """Runs function(*args) in a thread and calls cancel() once this process
   has spent `cpu_seconds` of CPU time since the call began (the op
   running: the call's own dispatch takes milliseconds); returns (the error
-  raised, the process's CPU seconds from the call's start to its end)."""
+  raised, the process's CPU seconds from the cancel to the call's end).
+
+  The poll sleeps between its reads of the clock, and on a loaded machine
+  a sleep of 1 ms can last tens: the op's threads run on meanwhile, so the
+  cancel comes later than asked. The CPU time is counted from the cancel
+  itself, not from the point asked for."""
   result = {}
   start = time.process_time()
 
@@ -55,16 +60,17 @@ def _cancel_once_running(function, args, cancel, cpu_seconds=0.1):
       function(*args)
     except Exception as error:  # pylint: disable=broad-except
       result["error"] = error
-    result["cpu"] = time.process_time() - start
+    result["end"] = time.process_time()
 
   thread = threading.Thread(target=run, daemon=True)
   thread.start()
   while thread.is_alive() and time.process_time() - start < cpu_seconds:
     time.sleep(0.001)
+  cancelled_at = time.process_time()
   cancel()
   thread.join(timeout=_HUNG_SECONDS)
   assert not thread.is_alive(), "the call went on after its cancel"
-  return result.get("error"), result["cpu"]
+  return result.get("error"), max(0.0, result["end"] - cancelled_at)
 
 
 def test_eager_cancellation_stops_packed_solve(data):
@@ -149,9 +155,11 @@ def test_a_session_timeout_stops_packed_solve(data):
 def test_a_cancel_stops_a_single_pass_in_its_middle(num_threads):
   """One pass over 1M rows: the cancel is seen within 2^16 rows
   (kCancelCheckRows) of each thread's share, so the cancelled pass does a
-  fraction of a whole pass's work (in CPU time: cancelled at a fifth of
-  it, the op stops within the next ~7% (one thread) or ~13% (two) of the
-  rows, where a check only between passes would do it all)."""
+  fraction of a whole pass's work (in CPU time: cancelled at about a fifth
+  of it, the op stops within the next ~7% (one thread) or ~13% (two) of
+  the rows, where a check only between passes would do the rest: 80%).
+  A call that ended before its cancel came (a loaded machine's poll can
+  oversleep a whole pass) proves nothing and is run again."""
   n, d = 1_000_000, 8
   rng = np.random.default_rng(1)
   x = rng.normal(size=(n, d)).astype(np.float32)
@@ -174,9 +182,13 @@ def test_a_cancel_stops_a_single_pass_in_its_middle(num_threads):
   start = time.process_time()
   concrete(w, a)
   pass_cpu = time.process_time() - start
-  manager = cancellation.CancellationManager()
-  error, cpu = _cancel_once_running(manager.get_cancelable_function(concrete),
-                                    (w, a), manager.start_cancel,
-                                    cpu_seconds=0.2 * pass_cpu)
+  for _ in range(3):
+    manager = cancellation.CancellationManager()
+    error, cpu = _cancel_once_running(
+        manager.get_cancelable_function(concrete), (w, a),
+        manager.start_cancel, cpu_seconds=0.2 * pass_cpu)
+    if error is not None:
+      break
   assert isinstance(error, tf.errors.CancelledError), (error, pass_cpu)
-  assert cpu < 0.6 * pass_cpu, (cpu, pass_cpu)
+  # After the cancel: at most ~13% of a pass's rows, and the call's end.
+  assert cpu < 0.4 * pass_cpu, (cpu, pass_cpu)
