@@ -15,7 +15,8 @@
 # (momentum 0.5, as InMemorySdca(momentum=0.5)), and prints a markdown
 # table: epochs and seconds to 1e-4, rows/s, the gap after 20 epochs. Then builds kernels/tests/packed_threads_main.cc
 # with ThreadSanitizer (2 and 4 real threads over every loss and order, and
-# 3, 4 and 8 in lockstep) and reports whether it is race-free.
+# 3, 4 and 8 in lockstep) and reports whether it is race-free (not with
+# SKIP_TSAN set).
 # Logs go to ${OUT:-/tmp}/thread_scaling/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,6 +66,9 @@ for sync in ("auto", "scaled", "momentum"):
           f"{'%.2e' % at20[0] if at20 else '(reached before)' if reached else '(fewer epochs)'} |")
 EOF
 echo
+if [ -n "${SKIP_TSAN:-}" ]; then
+  exit 0  # run_device_checks.sh: tests/test_core_threads.py runs it there
+fi
 if g++ -O1 -g -std=c++17 -fsanitize=thread -pthread -I. kernels/core/*.cc \
     kernels/tests/packed_threads_main.cc -o "$LOG/packed_threads_tsan" \
     2> "$LOG/tsan_build.txt"; then
