@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -1269,3 +1270,53 @@ def test_tf1_graph_pattern_initializer_before_minimize(carry_over):
   # -4 / (1 + e^a) + 2 a = 0.
   assert w[0] == pytest.approx(-w[1], abs=1e-6)
   assert abs(-4.0 / (1.0 + np.exp(w[1])) + 2.0 * w[1]) < 1e-5
+
+
+def test_tf1_saver_checkpoint_keeps_the_duals():
+  """A TF1 graph's `tf.compat.v1.train.Saver()` saves the global variables
+  and the SAVEABLE_OBJECTS collection, where TensorFlow's own tables put
+  themselves. The example-state tables were not there: the checkpoint held
+  the weights without their duals, and training after a restore went on
+  from zero duals under trained weights (breast_cancer: 7% above the
+  optimum for good). Saved with two table shards (each its own entries), a
+  restored run goes on bit for bit as the uninterrupted one."""
+  from sklearn.datasets import load_breast_cancer  # pylint: disable=import-outside-toplevel
+  x, y = load_breast_cancer(return_X_y=True)
+  x = ((x - x.mean(0)) / x.std(0)).astype(np.float32)
+  y = y.astype(np.float32)
+  n, d = x.shape
+
+  def build():
+    graph = tf.Graph()
+    with graph.as_default():
+      w = tf.compat.v1.Variable(tf.zeros([d]), name="w")
+      examples = dict(sparse_features=[], dense_features=[tf.constant(x)],
+                      example_weights=tf.ones([n]),
+                      example_labels=tf.constant(y),
+                      example_ids=tf.constant(np.arange(n)))
+      model = SdcaModel(examples, dict(sparse_features_weights=[],
+                                       dense_features_weights=[w]),
+                        dict(loss_type="logistic_loss", num_table_shards=2,
+                             symmetric_l2_regularization=1.0))
+      step = model.update_weights(model.minimize())
+      return (graph, w, step, tf.compat.v1.train.Saver(),
+              tf.compat.v1.global_variables_initializer())
+
+  path = os.path.join(tempfile.mkdtemp(), "ckpt")
+  graph, w, step, saver, init = build()
+  with tf.compat.v1.Session(graph=graph) as session:
+    session.run(init)
+    for _ in range(3):
+      session.run(step)
+    saver.save(session, path)
+    for _ in range(10):
+      session.run(step)
+    uninterrupted = session.run(w)
+  graph, w, step, saver, init = build()
+  with tf.compat.v1.Session(graph=graph) as session:
+    session.run(init)
+    saver.restore(session, path)
+    for _ in range(10):
+      session.run(step)
+    resumed = session.run(w)
+  np.testing.assert_array_equal(resumed, uninterrupted)

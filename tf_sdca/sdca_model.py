@@ -321,6 +321,15 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     self._shared_name = (f"{name}_{next(_TABLE_NAMES)}"
                          if tf.executing_eagerly() else "")
     self._resource_handle = self._create_resource()
+    if not tf.executing_eagerly():
+      # A TF1 graph's `tf.compat.v1.train.Saver()` (and the sessions that
+      # make one) saves the global variables and this collection, where
+      # TensorFlow's own tables put themselves: without it a Saver's
+      # checkpoint held the weights and no duals, and training after its
+      # restore went on from zero duals under trained weights (their
+      # offset never unlearned: 7% above the optimum for good).
+      tf.compat.v1.add_to_collection(
+          tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, _SaverEntries(self))
 
   def _create_resource(self):
     return sdca_ops.example_state_table(self.width, self._shared_name,
@@ -374,6 +383,25 @@ class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
     if self not in object_map:
       object_map[self] = _ExampleStateTable(self._name, self.width)
     object_map[self]._restore_from_tensors(self._serialize_to_tensors())  # pylint: disable=protected-access
+
+
+class _SaverEntries(tf.__internal__.tracking.Trackable):
+  """What a TF1 graph's `tf.compat.v1.train.Saver` saves of one
+  `_ExampleStateTable`: its entries, `<table op>/table-keys` and
+  `<table op>/table-values` (the Saver names a trackable's tensors by their
+  own names alone when it is handed the trackable itself, and every table's
+  would be "table-keys")."""
+
+  def __init__(self, table):
+    self._table = table
+    self.name = table.resource_handle.op.name
+
+  def _gather_saveables_for_checkpoint(self):
+    return {
+        key: functools.partial(factory, name=self.name + "/")
+        for key, factory in
+        tf.__internal__.tracking.saveable_objects_from_trackable(
+            self._table).items()}
 
 
 # What held rows given to a model built with carry_over=0 would lose (the
