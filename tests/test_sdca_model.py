@@ -1320,3 +1320,45 @@ def test_tf1_saver_checkpoint_keeps_the_duals():
       session.run(step)
     resumed = session.run(w)
   np.testing.assert_array_equal(resumed, uninterrupted)
+
+
+def test_tf1_behaviour_switch_builds_and_trains():
+  """Under `tf.compat.v1.disable_v2_behavior()` (TF1 code's usual first
+  line) a shape's entries are `Dimension`s, never None and unhashable: the
+  constructor's row check raised "unhashable type: 'Dimension'" for
+  `SdcaModel` and `SDCAOptimizer` alike. Run in a fresh process (the switch
+  is global): both build and train to the optimum of the rows below."""
+  code = r"""
+import numpy as np, tensorflow as tf, tf_sdca
+tf.compat.v1.disable_v2_behavior()
+n = 4
+x = tf.constant([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+y = tf.constant([0.0, 1.0, 0.0, 1.0])
+ids = tf.constant(["a", "b", "c", "d"])
+w = tf.compat.v1.Variable(tf.zeros([2]))
+model = tf_sdca.SdcaModel(
+    dict(sparse_features=[], dense_features=[x], example_weights=tf.ones([n]),
+         example_labels=y, example_ids=ids),
+    dict(sparse_features_weights=[], dense_features_weights=[w]),
+    dict(loss_type="logistic_loss", symmetric_l2_regularization=1.0))
+train = model.update_weights(model.minimize())
+v = tf.compat.v1.Variable(tf.zeros([2]))
+step = tf_sdca.SDCAOptimizer("id", symmetric_l2_regularization=1.0
+                             ).get_train_step({"id": ids, "x": x}, y, {"x": v})
+with tf.compat.v1.Session() as session:
+  session.run(tf.compat.v1.global_variables_initializer())
+  for _ in range(30):
+    session.run(train)
+  for _ in range(30):
+    session.run(step)
+  print(*session.run(w), *session.run(v))
+"""
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  w0, w1, v0, v1 = map(float, result.stdout.split())
+  # Weights -a and a: the optimum of 4 log(1 + e^-a) + l2/2 (2 a^2), where
+  # -4 / (1 + e^a) + 2 a = 0 (2 log(1 + e^-a) per column and its l2).
+  for low, high in ((w0, w1), (v0, v1)):
+    assert low == pytest.approx(-high, abs=1e-6)
+    assert abs(-4.0 / (1.0 + np.exp(high)) + 2.0 * high) < 1e-5

@@ -297,6 +297,13 @@ def _table_keys(keys):
 _TABLE_NAMES = itertools.count()
 
 
+def _dim(shape, i):
+  """`shape[i]` as an int or None, also under TF1's shapes
+  (`tf.compat.v1.disable_v2_behavior()`), where it is a `Dimension`: never
+  None, and unhashable."""
+  return tf.compat.dimension_value(shape[i])
+
+
 class _ExampleStateTable(tf.saved_model.experimental.TrackableResource):
   """The `[width]` state rows of examples by key (TfSdca>ExampleStateTable).
 
@@ -1503,7 +1510,7 @@ class SdcaModel(tf.Module):
                                          self._dense)):
       shape = _known_shape(x)
       columns = (1 if shape.rank == 1 else
-                 shape[1] if shape.rank == 2 else None)
+                 _dim(shape, 1) if shape.rank == 2 else None)
       if columns is not None and columns != weights.size:
         group = self._group("dense_features", g,
                             f"examples['dense_features'][{g}]")
@@ -1514,8 +1521,8 @@ class SdcaModel(tf.Module):
       x = examples[key]
       shape = (tf.TensorShape([len(x)]) if isinstance(x, (list, tuple)) else
                _known_shape(x))
-      if shape.rank and shape[0] is not None:
-        rows[key] = shape[0]
+      if shape.rank and _dim(shape, 0) is not None:
+        rows[key] = _dim(shape, 0)
     if len(set(rows.values())) > 1:
       raise ValueError("examples' rows differ: " + ", ".join(
           f"{key} has {n}" for key, n in rows.items()))
@@ -1525,7 +1532,7 @@ class SdcaModel(tf.Module):
     weight variable's rows as columns; None where the static shape let
     `_check_examples` compare them."""
     shape = x.shape
-    if shape.rank == 1 or (shape.rank == 2 and shape[1] is not None):
+    if shape.rank == 1 or (shape.rank == 2 and _dim(shape, 1) is not None):
       return None
     width = self._dense[g].size
     columns = tf.reduce_prod(tf.shape(x, out_type=tf.int64)[1:])
@@ -1548,7 +1555,7 @@ class SdcaModel(tf.Module):
     checks = [check for check in checks if check is not None]
     fields = ("example_ids", "example_weights", "example_labels")
     if not all(examples[key].shape.rank and
-               examples[key].shape[0] is not None for key in fields):
+               _dim(examples[key].shape, 0) is not None for key in fields):
       rows = [tf.size(examples[key], out_type=tf.int64) for key in fields]
       checks.append(tf.debugging.Assert(
           tf.logical_and(tf.equal(rows[0], rows[1]),
