@@ -1362,3 +1362,63 @@ with tf.compat.v1.Session() as session:
   for low, high in ((w0, w1), (v0, v1)):
     assert low == pytest.approx(-high, abs=1e-6)
     assert abs(-4.0 / (1.0 + np.exp(high)) + 2.0 * high) < 1e-5
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_evaluation_methods_check_the_batch_as_minimize_does(in_function):
+  """unregularized_loss, regularized_loss, gap_parts, predictions and
+  linear_predictions read a batch checked as `minimize` checks one: labels
+  `[n, 1]` broadcast against the `[n]` scores into an `[n, n]` loss
+  (breast_cancer: 2368 for 0.053), a class outside [0, K) or 0.5 was
+  scored, and a bad feature id failed in a gather naming no argument. The
+  predictions take any labels (only their rows are read)."""
+  from sklearn.datasets import load_breast_cancer  # pylint: disable=import-outside-toplevel
+  x, y = load_breast_cancer(return_X_y=True)
+  x = ((x - x.mean(0)) / x.std(0)).astype(np.float32)
+  y = y.astype(np.float32)
+  n, d = x.shape
+  w = tf.Variable(tf.zeros([d]))
+  model = SdcaModel(None, dict(sparse_features_weights=[],
+                               dense_features_weights=[w]),
+                    dict(loss_type="logistic_loss",
+                         symmetric_l2_regularization=1.0))
+  good = dict(sparse_features=[], dense_features=[x],
+              example_weights=np.ones(n, np.float32), example_labels=y,
+              example_ids=np.arange(n))
+  for _ in range(20):
+    model.update_weights(model.minimize(examples=good))
+  methods = {name: getattr(model, name) for name in (
+      "unregularized_loss", "regularized_loss", "gap_parts", "predictions",
+      "linear_predictions")}
+  if in_function:
+    methods = {name: tf.function(f) for name, f in methods.items()}
+  # A valid batch's numbers: the closed forms.
+  z = x.astype(np.float64) @ w.numpy().astype(np.float64)
+  loss = np.mean(np.logaddexp(0.0, -(2 * y - 1) * z))
+  assert float(methods["unregularized_loss"](good)) == pytest.approx(
+      loss, rel=1e-6)
+  assert 0.0 < loss < 0.1
+  np.testing.assert_allclose(methods["predictions"](good),
+                             1 / (1 + np.exp(-z)), rtol=1e-5)
+  bad = {
+      "labels [n, 1]": (dict(good, example_labels=y[:, None]),
+                        r"example_labels must have rank 1, got shape "
+                        r"\[569,1\]"),
+      "label 2": (dict(good, example_labels=np.where(np.arange(n) == 5, 2.0,
+                                                     y)),
+                  r"example_labels\[5\] = 2 must be 0 or 1"),
+      "NaN weight": (dict(good, example_weights=np.where(
+          np.arange(n) == 7, np.nan, 1.0).astype(np.float32)),
+                     r"example_weights\[7\] = nan must be finite and >= 0"),
+      "dense rows": (dict(good, dense_features=[x[:-1]]),
+                     r"dense_features\[0\] has 568 rows, not 569"),
+  }
+  for what, (batch, message) in bad.items():
+    for name, method in methods.items():
+      if name in ("predictions", "linear_predictions") and what == "label 2":
+        np.testing.assert_allclose(method(batch), method(good))
+        continue
+      # (Where the shapes tell, a ValueError when traced.)
+      with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                         match=message):
+        method(batch)

@@ -853,6 +853,37 @@ def _auto_carry_over(examples_stored, batch_rows, loss_type=None):
                              _AUTO_CARRY_MAX))
 
 
+def _hold_batch(examples, keys, widths):
+  """The batch side of `sdca_ops.hold_rows` from a batch dict (`minimize`'s
+  structure) and its int64 `keys`; `widths`: each dense group's columns."""
+  return dict(
+      keys=keys,
+      example_weights=_floats(examples["example_weights"],
+                              "examples['example_weights']"),
+      example_labels=_floats(examples["example_labels"],
+                             "examples['example_labels']"),
+      sparse=[(col.example_indices, col.feature_indices,
+               None if col.feature_values is None else
+               _floats(col.feature_values,
+                       f"examples['sparse_features'][{g}].feature_values"))
+              for g, col in enumerate(examples["sparse_features"])],
+      dense=[tf.reshape(_floats(x, f"examples['dense_features'][{g}]"),
+                        [-1, width])
+             for g, (x, width) in enumerate(zip(examples["dense_features"],
+                                                widths))])
+
+
+def _no_held_rows(num_sparse, widths):
+  """A held side of `sdca_ops.hold_rows` without rows: `num_sparse` sparse
+  groups and dense groups of `widths` columns."""
+  return dict(keys=np.zeros([0], np.int64),
+              example_weights=np.zeros([0], np.float32),
+              example_labels=np.zeros([0], np.float32),
+              sparse=[(np.zeros([1], np.int64), np.zeros([0], np.int64),
+                       np.zeros([0], np.float32)) for _ in range(num_sparse)],
+              dense=[np.zeros([0, width], np.float32) for width in widths])
+
+
 class _HeldRows(tf.Module):
   """The rows a `minimize` call holds back for the next (option
   `carry_over`): their keys, example weights, labels and features, in
@@ -997,13 +1028,8 @@ class _HeldRows(tf.Module):
         held, sparse=[(np.repeat(np.arange(n), np.diff(splits)), ids,
                        values if values.size else None)
                       for splits, ids, values in held["sparse"]])
-    none = dict(keys=np.zeros([0], np.int64),
-                example_weights=np.zeros([0], np.float32),
-                example_labels=np.zeros([0], np.float32),
-                sparse=[(np.zeros([1], np.int64), np.zeros([0], np.int64),
-                         np.zeros([0], np.float32)) for _ in held["sparse"]],
-                dense=[np.zeros([0, d.shape[1]], np.float32)
-                       for d in held["dense"]])
+    none = _no_held_rows(len(held["sparse"]),
+                         [d.shape[1] for d in held["dense"]])
     try:
       sdca_ops.hold_rows(batch, none, 0, 0.0, loss_type=checks["loss_type"],
                          num_classes=checks["num_classes"])
@@ -1052,21 +1078,7 @@ class _HeldRows(tf.Module):
       is back in the batch is dropped: the batch's copy is visited or held
       in its place.
     """
-    batch = dict(
-        keys=keys,
-        example_weights=_floats(examples["example_weights"],
-                                "examples['example_weights']"),
-        example_labels=_floats(examples["example_labels"],
-                               "examples['example_labels']"),
-        sparse=[(col.example_indices, col.feature_indices,
-                 None if col.feature_values is None else
-                 _floats(col.feature_values,
-                         f"examples['sparse_features'][{g}].feature_values"))
-                for g, col in enumerate(examples["sparse_features"])],
-        dense=[tf.reshape(_floats(x, f"examples['dense_features'][{g}]"),
-                          [-1, var.shape[1]])
-               for g, (x, var) in enumerate(zip(examples["dense_features"],
-                                                self.dense))])
+    batch = _hold_batch(examples, keys, [var.shape[1] for var in self.dense])
     held_keys = self.keys.read_value()
     held = dict(keys=held_keys,
                 example_weights=self.weights.read_value(),
@@ -1913,6 +1925,71 @@ class SdcaModel(tf.Module):
   def _shrunk(self, weights):
     return self._shrink(weights.all_rows())
 
+  def _evaluated(self, examples, labels=True, ids=False):
+    """`examples` for an evaluation method, checked first as `minimize`
+    checks a batch (TfSdca>HoldRows' checks: the ranks and rows of every
+    field, finite features and weights >= 0, feature ids within their
+    variables, with `labels` the labels in the loss's domain, with `ids`
+    the example ids distinct): evaluated unchecked, labels `[n, 1]`
+    broadcast against the `[n]` scores into an `[n, n]` loss (breast_cancer:
+    2368 for 0.053), an out-of-range class was scored, and a bad id or
+    width failed in a gather or matmul naming no argument. Returns the
+    fields as given (their dtypes, so the numbers are those of the
+    unchecked evaluation), each to be read after the check."""
+    examples = dict(examples)
+    if not ids and "example_labels" in examples:
+      # (Not read: rows by position, so that the checks below name the
+      # labels and weights, not the ids.)
+      labels_given = _real(examples["example_labels"],
+                           "examples['example_labels']")
+      examples["example_ids"] = tf.range(
+          tf.shape(labels_given, out_type=tf.int64)[0] if
+          labels_given.shape.rank else tf.constant(1, tf.int64))
+    self._check_examples(examples)
+    batch = self._checked_when_run(_batch_tensors(examples))
+    # A dense group's rows against the labels', where the shapes tell (in a
+    # tf.function the scores' sum failed first, naming no argument).
+    rows = (_dim(batch["example_labels"].shape, 0)
+            if batch["example_labels"].shape.rank else None)
+    for g, x in enumerate(batch["dense_features"]):
+      if x.shape.rank and rows is not None and _dim(x.shape, 0) not in (
+          None, rows):
+        raise ValueError(f"dense_features[{g}] has {_dim(x.shape, 0)} rows, "
+                         f"not {rows}")
+    keys = (sdca_ops.example_keys(batch["example_ids"]) if ids else
+            batch["example_ids"])
+    checks = self._hold_checks()
+    if not labels:
+      checks["loss_type"] = ""
+    visit, _ = sdca_ops.hold_rows(
+        _hold_batch(batch, keys, [w.size for w in self._dense]),
+        _no_held_rows(len(self._sparse), [w.size for w in self._dense]),
+        0, 0.0, **checks)
+    # (A stateful op reading the check's output: a control dependency on
+    # the stateless op itself was pruned from a tf.function's graph.)
+    done = [tf.debugging.Assert(tf.size(visit["keys"]) >= 0,
+                                ["unreachable"])]
+
+    def after(x):
+      if x is None:
+        return None
+      with tf.control_dependencies(done):
+        return tf.identity(x)
+
+    return dict(
+        examples,
+        sparse_features=[SparseFeatureColumn(after(col.example_indices),
+                                             after(col.feature_indices),
+                                             after(col.feature_values))
+                         for col in batch["sparse_features"]],
+        dense_features=[after(_real(x, f"examples['dense_features'][{g}]"))
+                        for g, x in enumerate(examples["dense_features"])],
+        example_weights=after(_real(examples["example_weights"],
+                                    "examples['example_weights']")),
+        example_labels=after(_real(examples["example_labels"],
+                                   "examples['example_labels']")),
+        example_ids=after(batch["example_ids"]))
+
   def _linear_predictions(self, examples):
     """`w.x` at the model's weights: the mean of the iterates when
     averaging (once it holds one), else the training state's."""
@@ -1952,8 +2029,9 @@ class SdcaModel(tf.Module):
     """Sigmoid for logistic, exp for Poisson, w.x otherwise (float32);
     `[B, K]` class probabilities for softmax, scores `W^T x` for the
     multiclass hinge."""
-    z = losses.activation(self._options["loss_type"],
-                          self._linear_predictions(examples))
+    z = losses.activation(
+        self._options["loss_type"],
+        self._linear_predictions(self._evaluated(examples, labels=False)))
     return tf.cast(z, tf.float32)
 
   @_plain_python
@@ -1969,6 +2047,9 @@ class SdcaModel(tf.Module):
     Returns:
       float64 scalar `sum_i s_i loss_i / sum_i s_i`.
     """
+    return self._unregularized_loss(self._evaluated(examples))
+
+  def _unregularized_loss(self, examples):
     z = self._linear_predictions(examples)
     y = tf.cast(_real(examples["example_labels"],
                       "examples['example_labels']"),
@@ -1994,6 +2075,7 @@ class SdcaModel(tf.Module):
   def regularized_loss(self, examples):
     """unregularized_loss + (l1 |w|_1 + l2/2 |w|^2) / sum of the weights
     (at the mean of the iterates when averaging)."""
+    examples = self._evaluated(examples)
     averaged = self._averaged()
     if averaged is False:
       r1, r2 = self._regularization()
@@ -2004,13 +2086,13 @@ class SdcaModel(tf.Module):
     s = _total_weight(tf.cast(_real(examples["example_weights"],
                                     "examples['example_weights']"),
                               tf.float64))
-    return self.unregularized_loss(examples) + (r1 + 0.5 * r2) / s
+    return self._unregularized_loss(examples) + (r1 + 0.5 * r2) / s
 
   @_plain_python
   def linear_predictions(self, examples):
     """float64 `w.x` per example (`[B, K]` `W^T x` for a multiclass loss)
     at the current shrunk float64 weights."""
-    return self._linear_predictions(examples)
+    return self._linear_predictions(self._evaluated(examples, labels=False))
 
   @_plain_python
   def example_state(self, examples):
@@ -2036,6 +2118,11 @@ class SdcaModel(tf.Module):
       weights, `sum_i s_i phi_i*(-alpha_i)` at the stored duals (0 for ids
       never trained) and `sum_i s_i`. Works inside `tf.function`.
     """
+    return self._gap_parts(self._evaluated(examples, ids=True))
+
+  def _gap_parts(self, examples):
+    """`gap_parts` of a batch already checked (a front end's, which
+    `minimize` checked in training)."""
     loss, gamma = self._options["loss_type"], self._options["gamma"]
     z = self._linear_predictions_at(examples, False)
     state = tf.cast(self.example_state(examples), tf.float64)

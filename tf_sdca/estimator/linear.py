@@ -429,7 +429,7 @@ class _LinearEstimator:
         reduce_retracing=True)
     self._train_fn = compile_step(self._train_step)
     self._gap_parts_fn = compile_step(
-        lambda features, labels: self._model.sdca.gap_parts(
+        lambda features, labels: self._model.sdca._gap_parts(  # pylint: disable=protected-access
             self._examples(features, labels)))
     self._eval_fn = compile_step(self._eval_step)
     self._predict_fn = compile_step(self._predict_step)
