@@ -125,8 +125,9 @@ def test_a_bad_row_is_reported_in_its_own_call_and_nothing_is_lost():
   # (and every call after) at a row of another batch, and the failed call
   # had already rewritten the held rows.
   for bad, message in (
-      # Row 3, column 1: flat entry 3 * 3 + 1.
-      (nan, r"dense_features\[0\]\[10\] = nan must be finite"),
+      # Row 3, column 1 (named by its flat entry, 3 * 3 + 1, before
+      # 2026-11-29).
+      (nan, r"dense_features\[0\]\[3, 1\] = nan must be finite"),
       (label, r"example_labels\[7\] = 2 must be 0 or 1 for logistic_loss"),
       (wide, r"sparse_features\[0\] has an id >= \d+ or < 0, outside the "
        r"rows of its weight variable: feature id \[5\] = 1000000")):
@@ -731,7 +732,7 @@ def test_hold_rows_bad_input_is_an_error_naming_the_argument():
   # row can be held (and reported a call later, elsewhere).
   nan = dict(batch, dense=[np.array([[0, 1], [np.nan, 3]], np.float32)])
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"dense_features\[0\]\[2\] = nan must be finite"):
+                     match=r"dense_features\[0\]\[1, 0\] = nan must be finite"):
     sdca_ops.hold_rows(nan, held, 0, 0.5)
   inf = dict(batch, sparse=[batch["sparse"][0][:2] +
                             (np.array([1, np.inf], np.float32),)])

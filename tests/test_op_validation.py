@@ -91,7 +91,7 @@ BAD_INPUTS = [
     ("NaN dense feature",
      dict(dense_features=[np.array([[1, 1], [1, np.nan], [1, 1]],
                                    np.float32)]),
-     r"dense_features\[0\]\[3\] = nan must be finite"),
+     r"dense_features\[0\]\[1, 1\] = nan must be finite"),
     ("inf sparse value",
      dict(sparse_feature_values=[np.array([1, 1, np.inf, 1], np.float32)]),
      r"sparse_feature_values\[0\]\[2\] = inf must be finite"),

@@ -729,9 +729,9 @@ class HoldRowsOp : public OpKernel {
                                dense[g].dim_size(0), " rows, not ", n);
       }
       if (check) {
-        TF_RETURN_IF_ERROR(CheckFinite(dense[g].flat<float>().data(),
-                                       dense[g].NumElements(),
-                                       "dense_features" + tag));
+        TF_RETURN_IF_ERROR(CheckFiniteMatrix(
+            dense[g].flat<float>().data(), dense[g].dim_size(0),
+            dense[g].dim_size(1), "dense_features" + tag));
       }
       side->dense.push_back(&dense[g]);
     }

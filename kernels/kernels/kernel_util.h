@@ -258,6 +258,21 @@ inline ::tensorflow::Status CheckFinite(const float* v, int64_t n,
   return absl::OkStatus();
 }
 
+// CheckFinite of a row-major `rows` x `cols` matrix, naming the entry as
+// `name`[row, col] (as TfSdca>PackRows names a dense row's): the flat index
+// of a [B, d] block read as a row of the batch that was not the bad one.
+inline ::tensorflow::Status CheckFiniteMatrix(const float* v, int64_t rows,
+                                              int64_t cols,
+                                              const std::string& name) {
+  const int64_t n = rows * cols;
+  const int64_t k = FirstNonFinite(v, n);
+  if (k < n) {
+    return ::tensorflow::errors::InvalidArgument(
+        name, "[", k / cols, ", ", k % cols, "] = ", v[k], " must be finite");
+  }
+  return absl::OkStatus();
+}
+
 // A ParallelFor over the CPU device's worker threads (tasks may queue, so
 // not for work that must run concurrently); one task runs inline.
 inline ParallelFor DevicePool(::tensorflow::OpKernelContext* context) {

@@ -681,8 +681,8 @@ class OptimizerOp : public OpKernel {
                                                  ")"
                                            : std::string());
       }
-      TF_RETURN_IF_ERROR(
-          CheckFinite(x.flat<float>().data(), n * d, "dense_features" + tag));
+      TF_RETURN_IF_ERROR(CheckFiniteMatrix(x.flat<float>().data(), n, d,
+                                           "dense_features" + tag));
       TF_RETURN_IF_ERROR(CheckFinite(w.flat<float>().data(),
                                      d * num_classes_, "dense_weights" + tag));
       groups.push_back(x.flat<float>().data());
