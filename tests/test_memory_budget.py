@@ -207,8 +207,10 @@ def test_heart_scale_in_parts_reaches_the_in_memory_optimum(tmp_path,
   status, out, _ = _train(capsys, [heart_scale], tmp_path / "parts",
                           *common, "--memory-budget", str(budget))
   assert status == 0
+  # (The parts trained: each cache chunk's last block is short, so more
+  # than the 4-5 of the rows alone; the line said 4-8 before 2026-11-29.)
   parts = int(_parts_line(out).split(": ")[-1].split()[0])
-  assert 4 <= parts <= 8
+  assert 4 <= parts <= 12
   meta = model_files.read_meta(str(tmp_path / "parts"))
   assert meta["history"][-1]["duality_gap"] < 1e-12
   parted = _checkpoint(tmp_path / "parts")

@@ -121,17 +121,24 @@ class _PlainText:
     self._stream.flush()
 
 
-def _demo(args, start_tensorflow=None):
-  """Runs the demo, its output cleaned of progress redraws and colour codes
-  where stdout is not a terminal."""
+def _plain_unless_terminal(body):
+  """body()'s result, its output cleaned of progress redraws and colour
+  codes where stdout is not a terminal (`train > log` held Keras's raw
+  escapes)."""
   if sys.stdout.isatty():
-    return _run_demo(args, start_tensorflow)
+    return body()
   plain = _PlainText(sys.stdout)
   try:
     with contextlib.redirect_stdout(plain):
-      return _run_demo(args, start_tensorflow)
+      return body()
   finally:
     plain.close_line()
+
+
+def _demo(args, start_tensorflow=None):
+  """Runs the demo, its output cleaned where stdout is not a terminal."""
+  return _plain_unless_terminal(
+      functools.partial(_run_demo, args, start_tensorflow))
 
 
 def _run_demo(args, start_tensorflow=None):
@@ -268,8 +275,9 @@ def _run_command(argv):
     # (`tensorflow_import.import_tensorflow_lazily`).
     lazily = bool(args.quiet and not getattr(args, "local_cluster", None)
                   and not os.environ.get("TF_CONFIG"))
-    return commands.run(args, start_tensorflow=functools.partial(
-        _start_tensorflow_quietly, lazily))
+    return _plain_unless_terminal(functools.partial(
+        commands.run, args, start_tensorflow=functools.partial(
+            _start_tensorflow_quietly, lazily)))
   _start_tensorflow_quietly()
   if args.command == "demo":
     return commands.run(args, body=functools.partial(_demo, args))

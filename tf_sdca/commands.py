@@ -62,7 +62,10 @@ def add_parsers(sub):
                      help=options.flag_help("l1"))
   train.add_argument("--l2", type=options.flag_type("l2"), default=None,
                      help=options.flag_help("l2"))
-  train.add_argument("--epochs", type=int_in(1), default=10)
+  train.add_argument("--epochs", type=int_in(1), default=10,
+                     help="the most epochs in all: with --resume the "
+                     "model's count too (--epochs 20 trains a model of 12 "
+                     "epochs 8 more); default: %(default)s")
   train.add_argument("--tol", type=options.flag_type("tol"),
                      default=options.COMMAND_LINE_DEFAULTS["tol"],
                      help=options.flag_help("tol"))
@@ -367,7 +370,15 @@ def train(args, start_tensorflow=None):
   cache is built in a child process (`cache.load_or_build`'s
   `alongside`): the text parser needs no TensorFlow, so the first pass
   does not wait for its import."""
+  asdca_flags = [flag for flag in ("asdca_batch_size", "asdca_theta")
+                 if getattr(args, flag, None) is not None]
   _kept_options(args)
+  if asdca_flags and args.visit_order != "asdca":
+    # (They were ignored, and model.json kept neither.)
+    raise ValueError(
+        " and ".join("--" + flag.replace("_", "-") for flag in asdca_flags) +
+        f" set ASDCA's steps (--visit-order asdca), not --visit-order "
+        f"{args.visit_order}")
   if losses.is_multiclass(args.loss) and distributed_command.wanted(args):
     if getattr(args, "num_classes", None) is None:
       raise ValueError(f"--loss {args.loss} needs --num-classes K")
@@ -386,6 +397,13 @@ def train(args, start_tensorflow=None):
                          num_threads=getattr(args, "threads", None) or 0),
                     options.PROCESSES, options.COMMAND_LINE,
                     "--local-cluster or TF_CONFIG")
+    if getattr(args, "memory_budget", None) is not None:
+      # (Each worker packs its rows whole: the flag was accepted and
+      # ignored, none of the one-process plan's refusals either.)
+      raise ValueError(
+          "--memory-budget plans one process's parts, not training across "
+          "processes (--local-cluster or TF_CONFIG), where each worker "
+          "trains its rows in memory")
     if getattr(args, "batch_size", None) is not None:
       # (Each worker holds its rows in memory and solves them whole: the
       # flag was accepted and ignored.)
@@ -397,6 +415,7 @@ def train(args, start_tensorflow=None):
       start_tensorflow()
     return distributed_command.train(args)
   distributed_command.guard_single_process_resume(args)
+  distributed_command.refuse_in_one_process(args)
   # The weight table's width, bounded before any directory or memory is
   # taken (LIBSVM's largest index is bounded while parsing).
   limit = model_files.max_sparse_features(
@@ -562,6 +581,12 @@ def train(args, start_tensorflow=None):
   if meta["history"] and meta["history"][-1]["duality_gap"] < args.tol:
     print(f"already converged: gap {meta['history'][-1]['duality_gap']:.2e}")
     return 0
+  if meta["epochs_done"] >= args.epochs:
+    # (It trained nothing and said "trained 4 epoch(s)" as if it had.)
+    print(f"--epochs {args.epochs}: the model has {meta['epochs_done']} "
+          "epoch(s) done already; --epochs counts them (give more to train "
+          "further)")
+    return 0
   try:
     model.fit(labels, epochs=args.epochs, initial_epoch=meta["epochs_done"],
               batch_size=args.batch_size, tol=args.tol, verbose=verbose,
@@ -628,6 +653,9 @@ def _memory_plan(args, arrays, info, meta, verbose):
         (int(a.max()) + 1 for a in arrays["indices"] if a.size), default=1)
   plan = model_files.memory_plan(args.format, rows, num_ids, num_features,
                                  getattr(args, "num_classes", None), budget)
+  if plan["parts"]:
+    plan["parts"] = model_files.num_parts(
+        [a.shape[0] for a in arrays["labels"]], plan["part_rows"])
   flag = "--memory-budget " + (f"{budget:,}" if given else
                                f"{budget:,} (the default)")
   if plan["parts"] and args.batch_size is not None and \
@@ -636,6 +664,14 @@ def _memory_plan(args, arrays, info, meta, verbose):
         f"{flag}: the {rows:,} rows train in {plan['parts']} parts, and "
         f"--batch-size {args.batch_size} needs them in memory (leave "
         "--batch-size out, or give a larger --memory-budget)")
+  order = getattr(args, "visit_order", None)
+  parted = options.PARTED_VISIT_ORDERS
+  if plan["parts"] and order is not None and order not in parted:
+    # (Refused by the trainer after the parse, in its keyword's words.)
+    raise ValueError(
+        f"{flag}: the {rows:,} rows train in {plan['parts']} parts, and "
+        f"--visit-order {order} needs them in memory (use --visit-order "
+        f"{', '.join(parted)}, or give a larger --memory-budget)")
   if verbose:
     import resource  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -652,7 +688,8 @@ def _memory_plan(args, arrays, info, meta, verbose):
     print(f"memory: {_resident_bytes() / 2**20:.1f} MiB held before the "
           f"data (peak {peak:.1f} MiB); training the rows in memory takes ~"
           f"{plan['in_memory'] / 2**20:,.1f} MiB of {flag} bytes" +
-          (f": {plan['parts']} parts of {plan['part_rows']:,} rows, packed "
+          (f": {plan['parts']} parts of at most {plan['part_rows']:,} rows, "
+           "packed "
            "one at a time every epoch" if plan["parts"] else ""))
   return plan
 

@@ -39,6 +39,7 @@ import tensorflow as tf
 
 from tf_sdca import averaging
 from tf_sdca import losses
+from tf_sdca import options
 from tf_sdca.ops import sdca_ops
 
 # Fewest rows per lock-free thread over packed rows: with fewer, starting
@@ -1454,7 +1455,7 @@ class PartedProblem:
 
 # The visit orders a parted fit runs: 'adaptive' and 'shrinking' keep state
 # in the packed rows from call to call, and ASDCA's iterate spans them.
-PARTED_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
+PARTED_VISIT_ORDERS = options.PARTED_VISIT_ORDERS
 
 
 def check_sparse_ids(csr, num_features, first_row=0, source=None):

@@ -187,6 +187,24 @@ def memory_plan(fmt, rows, num_ids, num_features, num_classes, budget):
   return dict(plan, parts=parts, part_rows=-(-rows // parts))
 
 
+def part_blocks(part_rows):
+  """(rows per block, blocks per part) of `row_parts`' parts of at most
+  `part_rows` rows: blocks of a sixteenth of a part (at least 16 rows, at
+  most a part and 65,536 rows), within one cache chunk each, dealt into
+  parts afresh every epoch."""
+  block_rows = int(min(65536, part_rows, max(16, part_rows // 16)))
+  return block_rows, max(1, part_rows // block_rows)
+
+
+def num_parts(chunk_rows, part_rows):
+  """The parts `row_parts` makes of cache chunks of `chunk_rows` rows: a
+  chunk's last block is short, so there can be more than
+  ceil(rows / part_rows) (the plan said 18 where the rows went in 19)."""
+  block_rows, per_part = part_blocks(part_rows)
+  blocks = sum(-(-int(rows) // block_rows) for rows in chunk_rows)
+  return -(-blocks // per_part)
+
+
 def _opened(path, rows):
   """A copy of `rows` (a slice) of the cached array at `path`, its memory
   map dropped at once, so that its pages leave the resident set."""
@@ -236,10 +254,7 @@ def row_parts(fmt, arrays, meta, part_rows):
       labels = (labels > 0).astype(np.float32)
     elif losses.is_multiclass(meta["loss"]):
       labels = class_ids(labels, meta)
-  # Blocks of a sixteenth of a part (at least 16 rows, at most a part and
-  # 65,536 rows), within one cache chunk each: the parts are dealt from
-  # them afresh every epoch.
-  block_rows = int(min(65536, part_rows, max(16, part_rows // 16)))
+  block_rows, blocks_per_part = part_blocks(part_rows)
   starts = []
   for i in range(len(chunk_rows)):
     starts.extend(range(int(first[i]), int(first[i + 1]), block_rows))
@@ -287,7 +302,7 @@ def row_parts(fmt, arrays, meta, part_rows):
     yield piece(i, slice(int(starts[b] - first[i]), int(ends[b] - first[i])))
 
   return RowParts(blocks, ends - starts[:-1], block_ids,
-                  blocks_per_part=max(1, part_rows // block_rows),
+                  blocks_per_part=blocks_per_part,
                   dense_dim=14 if fmt == "criteo" else 1,
                   num_features=num_features, has_values=fmt != "criteo",
                   labels=labels)

@@ -70,6 +70,9 @@ HINGE_STEPS = ("projection", "steepest_ascent", "near_max_gain")
 #   cpunish 34 -> 30).
 # Streamed batches keep 'permutation' (a batch's rows are visited once per
 # call: nothing to shrink or to weigh across calls).
+# The orders that run over rows packed part by part (`engine.RowParts`:
+# `tf-sdca train` past its --memory-budget), without state across parts.
+PARTED_VISIT_ORDERS = ("permutation", "uniform", "cyclic")
 IN_MEMORY_DEFAULT_ORDERS = {"hinge_loss": "shrinking",
                             "multiclass_hinge_loss": "shrinking",
                             "smooth_hinge_loss": "shrinking",

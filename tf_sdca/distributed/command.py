@@ -29,6 +29,48 @@ _EXIT_FAILED = 1
 EXCHANGES_PER_PASS = 16  # shard.EXCHANGES_PER_PASS (no TensorFlow import here)
 
 
+# The flags of training across processes, with their defaults: given
+# otherwise in one process, each is refused (`refuse_in_one_process`).
+_DEFAULTS = dict(local_passes=1, exchanges_per_pass=EXCHANGES_PER_PASS,
+                 momentum=True, exchange="auto", checkpoint_every=1,
+                 startup_timeout=120.0)
+
+
+def _at_least(low, kind, flag):
+  """An argparse type: a `kind` (int or float) >= `low` (> 0 for a float
+  `low` of 0), so that `--local-passes -4` is refused, not trained."""
+  def parse(text):
+    try:
+      value = kind(text)
+    except ValueError:
+      value = None
+    ok = value is not None and (value > low if kind is float else
+                                value >= low)
+    if not ok:
+      bound = f"> {low}" if kind is float else f">= {low}"
+      raise argparse.ArgumentTypeError(
+          f"{flag} must be {'a number' if kind is float else 'an integer'} "
+          f"{bound}, got {text}")
+    return value
+  return parse
+
+
+def refuse_in_one_process(args):
+  """Raises ValueError naming the flags of training across processes given
+  (away from their defaults) to a one-process `train`, which ignored them:
+  `--no-momentum` left the epochs' momentum 'auto' on."""
+  given = [name for name, default in _DEFAULTS.items()
+           if getattr(args, name, default) != default]
+  if given:
+    flags = ", ".join("--no-momentum" if name == "momentum" else
+                      "--" + name.replace("_", "-") for name in given)
+    raise ValueError(
+        f"{flags}: for training across processes (--local-cluster K or "
+        "TF_CONFIG); one process trains without them" +
+        (" (its epochs' momentum is --momentum: --momentum 0 turns it off)"
+         if "momentum" in given else ""))
+
+
 def add_arguments(parser):
   """Adds the distributed options to the `train` subparser."""
   group = parser.add_argument_group(
@@ -38,10 +80,13 @@ def add_arguments(parser):
                      help="start K worker processes on 127.0.0.1 (free "
                      "ports, each with its own TF_CONFIG) and train with "
                      "CoCoA+ across them")
-  group.add_argument("--local-passes", type=int, default=1, metavar="H",
+  group.add_argument("--local-passes",
+                     type=_at_least(1, int, "--local-passes"),
+                     default=_DEFAULTS["local_passes"], metavar="H",
                      help="SDCA passes over each worker's rows per round")
-  group.add_argument("--exchanges-per-pass", type=int,
-                     default=EXCHANGES_PER_PASS, metavar="S",
+  group.add_argument("--exchanges-per-pass",
+                     type=_at_least(1, int, "--exchanges-per-pass"),
+                     default=_DEFAULTS["exchanges_per_pass"], metavar="S",
                      help="cut every local pass into S parts and add the "
                      "workers' changes after each (CoCoA+ with n_k / S "
                      "local steps; default %(default)s: about as many "
@@ -52,15 +97,19 @@ def add_arguments(parser):
                      help="plain CoCoA+ rounds, without extrapolating them "
                      "(Nesterov momentum with restarts, the default; far "
                      "fewer rounds with weak regularisation)")
-  group.add_argument("--exchange", default="auto",
+  group.add_argument("--exchange", default=_DEFAULTS["exchange"],
                      choices=("auto", "allreduce", "allgather"),
                      help="how the workers add their changes: all-reduce of "
                      "the touched table, all-gather of each worker's "
                      "touched rows, or whichever sends fewer bytes")
-  group.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
+  group.add_argument("--checkpoint-every",
+                     type=_at_least(1, int, "--checkpoint-every"),
+                     default=_DEFAULTS["checkpoint_every"], metavar="N",
                      help="checkpoint every N rounds (and at the end)")
-  group.add_argument("--startup-timeout", type=float, default=120.0,
-                     metavar="S", help="seconds to wait for every worker")
+  group.add_argument("--startup-timeout",
+                     type=_at_least(0.0, float, "--startup-timeout"),
+                     default=_DEFAULTS["startup_timeout"], metavar="S",
+                     help="seconds to wait for every worker")
 
 
 def _workers(text):
