@@ -193,3 +193,29 @@ def test_hinge_scores_metrics_as_the_docs_say(cancer):
   _, accuracy, auc = model.evaluate(x, y, verbose=0)
   assert accuracy == pytest.approx(np.mean((scores > 0) == (y > 0)))
   assert auc == pytest.approx(roc_auc_score(y, scores), abs=2e-3)
+
+
+def test_first_streamed_epoch_validates_with_the_regularisation(cancer):
+  """Keras validates an epoch before its callbacks end it, and the training
+  weight (the divisor of the regularisation) of a streamed fit was set by
+  the gap measured at the epoch's end: the first epoch of a model's first
+  streamed fit validated with a weight of 0, the regularisation left out
+  of its `val_loss` (an EarlyStopping on val_loss saw epoch 1 lower than
+  it was). The train steps sum it now, so every epoch's `val_loss` is what
+  `evaluate` gives at that epoch's weights."""
+  x, y = cancer
+  data = tf.data.Dataset.from_tensor_slices(
+      ({"features": x, "example_id": np.arange(len(y))}, y)).batch(100)
+  model = LinearModel(l2=30.0)
+  model.compile()
+  history = model.fit(data, epochs=1, verbose=0, validation_data=(x, y))
+  evaluated = model.evaluate(x, y, verbose=0)
+  kernel, bias = model.get_weights()
+  penalty = 0.5 * 30.0 * (np.sum(kernel.astype(np.float64) ** 2) +
+                          np.sum(bias.astype(np.float64) ** 2)) / len(y)
+  assert penalty > 1e-3  # what the first epoch's val_loss left out
+  assert history.history["val_loss"][0] == pytest.approx(evaluated,
+                                                         rel=1e-6)
+  history = model.fit(data, epochs=2, verbose=0, validation_data=(x, y))
+  assert history.history["val_loss"][-1] == pytest.approx(
+      model.evaluate(x, y, verbose=0), rel=1e-6)

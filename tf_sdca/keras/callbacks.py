@@ -94,6 +94,23 @@ class EpochHooks:
         history.model.history = history
 
 
+class StreamedWeightCount(keras.callbacks.Callback):
+  """A streamed fit's training weight, the divisor of the regularisation in
+  `test_step`'s loss, summed by its train steps over each epoch (zeroed as
+  one begins): Keras validates an epoch before its callbacks end it, and
+  the first epoch of a model's first streamed fit validated with a weight
+  of 0, its regularisation left out of `val_loss` (an EarlyStopping on it
+  saw epoch 1 lower than it was)."""
+
+  def __init__(self, training):
+    super().__init__()
+    self._training = training
+
+  def on_epoch_begin(self, epoch, logs=None):
+    del epoch, logs
+    self._training.train_weight = 0.0
+
+
 class DualityGapLogger(keras.callbacks.Callback):
   """Runs first at each epoch's end: replaces `loss` by the exact
   regularised objective, adds `duality_gap`, stops below `tol`.

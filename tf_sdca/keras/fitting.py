@@ -429,6 +429,9 @@ class TrainingState:
     if total is not None:
       self.train_weight = total
     callbacks = list(callbacks or [])
+    if total is None:
+      self.train_weight_tensor()  # (before the train step is traced)
+      callbacks.insert(0, callbacks_lib.StreamedWeightCount(self))
     # Streamed batches (no total weight of packed rows) come in the
     # dataset's order.
     callbacks.insert(0, callbacks_lib.DualityGapLogger(

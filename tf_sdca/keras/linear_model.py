@@ -430,6 +430,9 @@ class LinearModel(keras.Model):
     examples = self._examples(features, y, sw, x[self.example_id])
     state = self._sdca.minimize(examples=examples)
     self._sdca.update_weights(state)
+    # The epoch's training weight so far (`callbacks.StreamedWeightCount`).
+    self._training.train_weight_tensor().assign_add(
+        tf.reduce_sum(tf.cast(sw, tf.float64)))
     # The state's primal column (1 of 4; K of K + 3) is each example's
     # weighted loss at the weights its step started from: the batch's loss,
     # for the progress bar.
