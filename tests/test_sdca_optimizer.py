@@ -162,6 +162,15 @@ def test_messages_about_a_feature_name_it(carry_over):
     with pytest.raises(ValueError, match=re.escape(
         f"features['{name}'] must hold numbers, got a string tensor")):
       train(dict(good, **{name: tf.strings.as_string(good[name])}))
+  # A non-finite dense value: the ops named their argument alone
+  # (dense_features[0]), and at its flat index until 2026-11-29.
+  bad = good["num"].numpy().copy() if tf.is_tensor(good["num"]) else (
+      np.array(good["num"], copy=True))
+  bad[3, 1] = np.nan
+  for eager in (True, False):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(
+        "dense_features[0] (features['num'])[3, 1] = nan must be finite")):
+      train(dict(good, num=bad), eager)
 
 
 @pytest.mark.parametrize("carry_over", [0, "auto"])

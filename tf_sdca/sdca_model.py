@@ -1416,7 +1416,15 @@ class SdcaModel(tf.Module):
                 num_classes=self._num_classes,
                 id_limits=[w.size for w in self._sparse],
                 id_arguments=[self._group("sparse_features", g)
-                              for g in range(len(self._sparse))])
+                              for g in range(len(self._sparse))],
+                dense_arguments=self._dense_arguments())
+
+  def _dense_arguments(self):
+    """The dense groups' names in the ops' messages, where a front end
+    named them (`_name_groups`), else None (the ops' `dense_features[g]`)."""
+    if self._group_names.get("dense_features") is None:
+      return None
+    return [self._group("dense_features", g) for g in range(len(self._dense))]
 
   def create_variables(self):
     """Creates now the variables `minimize` would create at its first call
@@ -1771,7 +1779,8 @@ class SdcaModel(tf.Module):
         adaptive=o["adaptive"], visit_order=o["visit_order"],
         seed=o["seed"], gamma=o["gamma"], num_threads=o["num_threads"],
         num_classes=self._num_classes, hinge_step=o["hinge_step"],
-        call_index=self._calls.read_value())
+        call_index=self._calls.read_value(),
+        dense_arguments=self._dense_arguments())
     if self._block_step_applies(examples):
       new_state, d_dense = self._block_step(examples, dense, new_state,
                                             d_dense)

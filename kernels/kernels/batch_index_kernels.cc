@@ -267,6 +267,17 @@ class HoldRowsOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("id_limits", &id_limits_));
     OP_REQUIRES_OK(context,
                    context->GetAttr("id_arguments", &id_arguments_));
+    OP_REQUIRES_OK(context,
+                   context->GetAttr("dense_arguments", &dense_arguments_));
+    int64_t num_dense;
+    OP_REQUIRES_OK(context, context->GetAttr("num_dense", &num_dense));
+    OP_REQUIRES(context,
+                dense_arguments_.empty() ||
+                    static_cast<int64_t>(dense_arguments_.size()) == num_dense,
+                InvalidArgument("dense_arguments has ",
+                                dense_arguments_.size(),
+                                " entries: give none, or num_dense = ",
+                                num_dense));
     OP_REQUIRES(
         context,
         id_limits_.empty() ||
@@ -635,10 +646,10 @@ class HoldRowsOp : public OpKernel {
     return absl::OkStatus();
   }
 
-  static ::tensorflow::Status ReadSide(OpKernelContext* context,
-                                       const std::string& prefix,
-                                       const std::vector<bool>& has_values,
-                                       Side* side) {
+  ::tensorflow::Status ReadSide(OpKernelContext* context,
+                                const std::string& prefix,
+                                const std::vector<bool>& has_values,
+                                Side* side) const {
     const Tensor* keys;
     const Tensor* weights;
     const Tensor* labels;
@@ -723,15 +734,19 @@ class HoldRowsOp : public OpKernel {
     }
     for (int g = 0; g < dense.size(); ++g) {
       const std::string tag = "[" + std::to_string(g) + "]";
-      TF_RETURN_IF_ERROR(CheckRank(dense[g], 2, prefix + "dense_features" + tag));
+      // (The batch's group by the name its caller gave, where it gave one.)
+      const std::string name = check && !dense_arguments_.empty()
+                                   ? dense_arguments_[g]
+                                   : prefix + "dense_features" + tag;
+      TF_RETURN_IF_ERROR(CheckRank(dense[g], 2, name));
       if (dense[g].dim_size(0) != n) {
-        return InvalidArgument(prefix, "dense_features", tag, " has ",
-                               dense[g].dim_size(0), " rows, not ", n);
+        return InvalidArgument(name, " has ", dense[g].dim_size(0),
+                               " rows, not ", n);
       }
       if (check) {
-        TF_RETURN_IF_ERROR(CheckFiniteMatrix(
-            dense[g].flat<float>().data(), dense[g].dim_size(0),
-            dense[g].dim_size(1), "dense_features" + tag));
+        TF_RETURN_IF_ERROR(CheckFiniteMatrix(dense[g].flat<float>().data(),
+                                             dense[g].dim_size(0),
+                                             dense[g].dim_size(1), name));
       }
       side->dense.push_back(&dense[g]);
     }
@@ -790,6 +805,7 @@ class HoldRowsOp : public OpKernel {
   std::unique_ptr<MulticlassLoss> multiclass_;
   std::vector<int64_t> id_limits_;
   std::vector<std::string> id_arguments_;
+  std::vector<std::string> dense_arguments_;
 };
 
 }  // namespace

@@ -95,6 +95,16 @@ class OptimizerOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("num_sparse_features_with_values",
                                              &num_with_values_));
     OP_REQUIRES_OK(context, context->GetAttr("num_dense_features", &num_dense_));
+    OP_REQUIRES_OK(context,
+                   context->GetAttr("dense_arguments", &dense_arguments_));
+    OP_REQUIRES(context,
+                dense_arguments_.empty() ||
+                    static_cast<int>(dense_arguments_.size()) == num_dense_,
+                InvalidArgument("dense_arguments has ",
+                                dense_arguments_.size(),
+                                " entries: give none, or num_dense_features "
+                                "= ",
+                                num_dense_));
     OP_REQUIRES(context, num_with_values_ <= num_sparse_,
                 InvalidArgument("num_sparse_features_with_values (",
                                 num_with_values_,
@@ -657,11 +667,14 @@ class OptimizerOp : public OpKernel {
     std::vector<const float*> groups;
     for (int g = 0; g < num_dense_; ++g) {
       const std::string tag = "[" + std::to_string(g) + "]";
+      const std::string name = dense_arguments_.empty()
+                                   ? "dense_features" + tag
+                                   : dense_arguments_[g];
       const Tensor& x = context->input(DenseFeaturesIndex() + g);
       const Tensor& w = context->input(DenseWeightsIndex() + g);
-      TF_RETURN_IF_ERROR(CheckRank(x, 2, "dense_features" + tag));
+      TF_RETURN_IF_ERROR(CheckRank(x, 2, name));
       if (x.dim_size(0) != n) {
-        return InvalidArgument("dense_features", tag, " has ", x.dim_size(0),
+        return InvalidArgument(name, " has ", x.dim_size(0),
                                " rows but example_weights has ", n);
       }
       const int64_t d = x.dim_size(1);
@@ -682,7 +695,7 @@ class OptimizerOp : public OpKernel {
                                            : std::string());
       }
       TF_RETURN_IF_ERROR(CheckFiniteMatrix(x.flat<float>().data(), n, d,
-                                           "dense_features" + tag));
+                                           name));
       TF_RETURN_IF_ERROR(CheckFinite(w.flat<float>().data(),
                                      d * num_classes_, "dense_weights" + tag));
       groups.push_back(x.flat<float>().data());
@@ -822,6 +835,7 @@ class OptimizerOp : public OpKernel {
   int num_sparse_ = 0;
   int num_with_values_ = 0;
   int num_dense_ = 0;
+  std::vector<std::string> dense_arguments_;
   int num_threads_ = 0;
   // Memory for the packed records of one call, kept for the next.
   std::mutex arena_mutex_;

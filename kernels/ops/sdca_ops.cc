@@ -303,6 +303,7 @@ REGISTER_OP("TfSdca>Optimizer")
     .Attr("num_classes: int >= 1 = 1")
     .Attr("hinge_step: {'projection', 'steepest_ascent', 'near_max_gain'} = "
           "'projection'")
+    .Attr("dense_arguments: list(string) = []")
     .SetShapeFn(OptimizerShapeFn)
     .Doc(R"doc(
 Runs SDCA (stochastic dual coordinate ascent) on one mini-batch.
@@ -365,6 +366,9 @@ hinge_step: multiclass_hinge_loss's block step: 'projection' (the exact
   maximiser of the block), or the sequential dual ascent steps
   'steepest_ascent' (block-coordinate Frank-Wolfe) and 'near_max_gain' (two
   classes at a time); only 'projection' for the other losses.
+dense_arguments: per dense group (or none), its name in messages (default
+  dense_features[g]): a front end's feature, e.g. "dense_features[0]
+  (features['age'])".
 )doc");
 
 static ::tensorflow::InitOnStartupMarker const register_pack_rows =
@@ -749,6 +753,7 @@ REGISTER_OP("TfSdca>HoldRows")
     .Attr("num_classes: int = 1")
     .Attr("id_limits: list(int) = []")
     .Attr("id_arguments: list(string) = []")
+    .Attr("dense_arguments: list(string) = []")
     .SetShapeFn([](InferenceContext* c) {
       int64_t num_sparse, num_dense;
       TF_RETURN_IF_ERROR(c->GetAttr("num_sparse", &num_sparse));
@@ -820,6 +825,8 @@ loss_type: the solve's loss; when given, the batch's labels are checked
 id_limits: per sparse group (or none), the rows of its weight variable: the
   batch's feature ids must be in [0, limit), named by id_arguments in the
   message (as TfSdca>DistinctIds, which sees only the visited rows).
+dense_arguments: per dense group (or none), its name in the batch's
+  messages, as TfSdca>Optimizer's.
 )doc");
 
 REGISTER_OP("TfSdca>ExampleStateTable")

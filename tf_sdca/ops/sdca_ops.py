@@ -205,7 +205,8 @@ def sdca_optimizer(sparse_example_indices,
                    call_index=0,
                    name=None,
                    num_classes=1,
-                   hinge_step="projection"):
+                   hinge_step="projection",
+                   dense_arguments=None):
   """Runs SDCA on one mini-batch; the inputs of `tf.raw_ops.SdcaOptimizerV2`.
 
   Minimises `sum_i s_i loss_i(w.x_i) + l2/2 |w|^2 + l1 |w|_1` over the batch,
@@ -257,6 +258,8 @@ def sdca_optimizer(sparse_example_indices,
       a row are `e_y - p`, p on the simplex); 1 for the other losses.
     hinge_step: the multiclass hinge's block step, one of `HINGE_STEPS`
       (see `packed_solve`).
+    dense_arguments: per dense group, its name in error messages (None:
+      `dense_features[g]`), e.g. the feature a front end made it from.
 
   Returns:
     `(out_example_state_data, out_delta_sparse_weights,
@@ -330,7 +333,8 @@ def sdca_optimizer(sparse_example_indices,
         gamma=float(gamma),
         num_threads=int(num_threads),
         num_classes=int(num_classes),
-        hinge_step=hinge_step)
+        hinge_step=hinge_step,
+        dense_arguments=list(dense_arguments or []))
 
 
 def sdca_shrink_l1(weights, l1, l2, name=None):
@@ -407,7 +411,7 @@ def example_id_tensor(example_ids):
 
 def hold_rows(batch, held, call_index, fraction, seed=0, name=None,
               loss_type="", num_classes=1, id_limits=None,
-              id_arguments=None):
+              id_arguments=None, dense_arguments=None):
   """`SdcaModel`'s `carry_over`: merges the rows held back by the last call
   into a batch, and deals the merged rows into those visited now and
   `floor(fraction * m)` held for the next call (drawn from `seed` and
@@ -434,6 +438,8 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None,
     id_limits, id_arguments: per sparse group, the rows of its weight
       variable, and the name its out-of-range ids are reported under (None
       checks none).
+    dense_arguments: per dense group, its name in the batch's messages
+      (None: `dense_features[g]`).
 
   Returns:
     (rows to visit now, rows held for the next call), each a dict as above:
@@ -477,7 +483,8 @@ def hold_rows(batch, held, call_index, fraction, seed=0, name=None,
         fraction=tf.cast(fraction, tf.float32), seed=int(seed),
         values=values, loss_type=loss_type, num_classes=int(num_classes),
         id_limits=[int(v) for v in id_limits or []],
-        id_arguments=list(id_arguments or []))
+        id_arguments=list(id_arguments or []),
+        dense_arguments=list(dense_arguments or []))
     parts = []
     for first in (0, 7):  # keys, weights, labels, then the four groups' lists
       keys, weights, labels, rows, ids, vals, dense = outs[first:first + 7]
