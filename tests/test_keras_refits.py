@@ -219,3 +219,74 @@ def test_first_streamed_epoch_validates_with_the_regularisation(cancer):
   history = model.fit(data, epochs=2, verbose=0, validation_data=(x, y))
   assert history.history["val_loss"][-1] == pytest.approx(
       model.evaluate(x, y, verbose=0), rel=1e-6)
+
+
+def test_save_and_load_keep_the_weights_set_after_training(cancer, tmp_path):
+  """`save` / `load_model`, `save_weights` / `load_weights` and a
+  tf.train.Checkpoint restored the SDCA state's weights over the file's:
+  weights set after the training (`set_weights`,
+  `EarlyStopping(restore_best_weights=True)`), which predict and evaluate
+  used before the save, loaded as the last epoch's. They load as saved,
+  and a fit after the load warns of them as it would have before it."""
+  x, y = cancer
+  model = LinearModel(l2=1.0)
+  model.compile()
+  model.fit(x, y, epochs=5, verbose=0)
+  set_to = [np.full_like(w, 0.01) for w in model.get_weights()]
+  model.set_weights(set_to)
+  expected = model.predict(x[:5], verbose=0)
+  model.save(str(tmp_path / "m.keras"))
+  model.save_weights(str(tmp_path / "m.weights.h5"))
+  tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+  loaded = [keras.models.load_model(str(tmp_path / "m.keras"))]
+  for load in ("weights", "checkpoint"):
+    other = LinearModel(l2=1.0)
+    other.compile()
+    other.fit(x[:50], y[:50], epochs=1, verbose=0)  # (built, trained)
+    if load == "weights":
+      other.load_weights(str(tmp_path / "m.weights.h5"))
+    else:
+      tf.train.Checkpoint(model=other).read(
+          str(tmp_path / "ckpt")).assert_consumed()
+    loaded.append(other)
+  for other in loaded:
+    for got, want in zip(other.get_weights(), set_to):
+      np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(other.predict(x[:5], verbose=0), expected)
+  with pytest.warns(UserWarning, match="not the ones its SDCA training left"):
+    loaded[0].fit(x, y, epochs=1, verbose=0)
+
+
+def test_what_keras_offers_and_sdca_has_not_is_refused_clearly(cancer,
+                                                               tmp_path):
+  """train_on_batch failed inside Keras' loop ("'NoneType' object is not
+  iterable", or "has no attribute 'step'" after a fit); the learning-rate
+  callbacks after the first epoch ("'NoneType' object has no attribute
+  'learning_rate'"); a legacy .h5 save in Keras' HDF5 writer ("The truth
+  value of an array ... is ambiguous"), a ModelCheckpoint after its first
+  epoch's training; and a dict missing a feature given to `model(x)` lost
+  its message to Keras' traceback filter (a TypeError rebuilding the
+  error)."""
+  x, y = cancer
+  model = LinearModel(l2=1.0)
+  model.compile()
+  with pytest.raises(NotImplementedError, match="train_on_batch is not "
+                     "available: SDCA trains a data set"):
+    model.train_on_batch(x[:10], y[:10])
+  for callback in (keras.callbacks.ReduceLROnPlateau(),
+                   keras.callbacks.LearningRateScheduler(lambda e, r: r)):
+    with pytest.raises(ValueError, match="SDCA has no learning rate"):
+      model.fit(x, y, epochs=2, verbose=0, callbacks=[callback])
+  with pytest.raises(ValueError, match="a legacy HDF5 file cannot hold"):
+    model.fit(x, y, epochs=2, verbose=0, callbacks=[
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "ck.h5"))])
+  assert model._spec is None  # (nothing trained before the refusals)  # pylint: disable=protected-access
+  model.fit({"a": x[:, :10], "b": x[:, 10:]}, y, epochs=1, verbose=0)
+  with pytest.raises(ValueError, match="legacy HDF5 file, which cannot "
+                     "hold the SDCA training state"):
+    model.save(str(tmp_path / "m.h5"))
+  for call in (lambda: model({"a": x[:5, :10]}),
+               lambda: model.predict_on_batch({"a": x[:5, :10]})):
+    with pytest.raises(ValueError, match=r"the input has no feature 'b'; "
+                       r"the model takes \['a', 'b'\]"):
+      call()

@@ -34,8 +34,15 @@ class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
   `ValueError` (like Keras' input errors), so either `except` catches it.
   """
 
-  def __init__(self, message):
-    super().__init__(None, None, message)
+  def __init__(self, message, *op_error_args):
+    # Keras' traceback filter rebuilds an OpError raised in `call` as
+    # type(e)(node_def, op, message, ...): with one argument that raised a
+    # TypeError in place of the message.
+    if op_error_args:
+      super().__init__(message, op_error_args[0], op_error_args[1],
+                       *op_error_args[2:])
+    else:
+      super().__init__(None, None, message)
 
 
 def vocabulary_size(name, spec):

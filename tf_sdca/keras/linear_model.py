@@ -214,6 +214,26 @@ class _EmptyValidationWarning(keras.callbacks.Callback):
                   stacklevel=2)
 
 
+def _refuse_callbacks(callbacks):
+  """Raises ValueError, before any training, for a callback that sets the
+  optimizer's learning rate (SDCA has none: `compile` takes no optimizer;
+  they failed after the first epoch with "'NoneType' object has no
+  attribute 'learning_rate'") or saves the model to a legacy HDF5 file."""
+  for callback in callbacks or []:
+    if isinstance(callback, (keras.callbacks.ReduceLROnPlateau,
+                             keras.callbacks.LearningRateScheduler)):
+      raise ValueError(
+          f"{type(callback).__name__}: SDCA has no learning rate (each "
+          "coordinate step is exact); leave the callback out")
+    if (isinstance(callback, keras.callbacks.ModelCheckpoint) and
+        not callback.save_weights_only and
+        str(callback.filepath).lower().endswith((".h5", ".hdf5"))):
+      # (Refused by `save` too, but only after the first epoch trained.)
+      raise ValueError(
+          f"ModelCheckpoint({callback.filepath!r}): a legacy HDF5 file "
+          "cannot hold the SDCA training state: save to a .keras file")
+
+
 @keras.saving.register_keras_serializable(package="tf_sdca")
 class LinearModel(keras.Model):
   """Linear model for classification, regression or counts, trained by SDCA.
@@ -726,6 +746,7 @@ class LinearModel(keras.Model):
         raise TypeError(f"{name} must be an integer, got {count!r}")
     # (tol=nan or -1 was taken, and never stopped a fit.)
     tol = options.check("tol", tol, options.KERAS)
+    _refuse_callbacks(callbacks)
     if self._spec is not None:
       self._ensure_sdca()
       self._training.check_weights(
@@ -890,6 +911,28 @@ class LinearModel(keras.Model):
     callbacks.on_train_end(logs=logs)
     return self.history
 
+  def train_on_batch(self, *args, **kwargs):
+    """Not available: raises NotImplementedError (it failed inside Keras'
+    loop, on a fresh model with "'NoneType' object is not iterable")."""
+    del args, kwargs
+    raise NotImplementedError(
+        f"{self.name}: train_on_batch is not available: SDCA trains a "
+        "data set (its duals by row, or by example id for batches streamed "
+        "from a dataset); call fit(x, y, epochs=1), or fit on a "
+        "tf.data.Dataset of batches with example ids to stream them")
+
+  def save(self, filepath, *args, **kwargs):
+    """`keras.Model.save`; a legacy HDF5 file (`.h5`, `.hdf5`) is refused:
+    it cannot hold the SDCA training state (Keras' HDF5 writer failed with
+    "The truth value of an array ... is ambiguous", a ModelCheckpoint
+    after its first epoch's training)."""
+    if str(filepath).lower().endswith((".h5", ".hdf5")):
+      raise ValueError(
+          f"{self.name}: {filepath} is a legacy HDF5 file, which cannot "
+          "hold the SDCA training state: save to a .keras file (or "
+          "save_weights to a .weights.h5 file)")
+    return super().save(filepath, *args, **kwargs)
+
   def evaluate(self, x=None, y=None, batch_size=None, verbose="auto",
                sample_weight=None, steps=None, callbacks=None,
                return_dict=False, **kwargs):
@@ -1037,11 +1080,17 @@ class LinearModel(keras.Model):
                                           self._kernels, self.bias)
       else:
         sdca.check_state(loaded["state"])
-    for v, value in zip(variables, values):
-      v.assign(value)
     if loaded is not None:
       self._sdca = sdca
       self._training.restore(loaded, self._sdca)
+    # The weights the model had when saved, after the state (whose restore
+    # writes the weights its training left): weights set since that
+    # training (set_weights, EarlyStopping(restore_best_weights=True)) were
+    # replaced by the last epoch's at load, where predict and evaluate had
+    # used them before the save. A fit after the load warns of them, as it
+    # would have before.
+    for v, value in zip(variables, values):
+      v.assign(value)
 
   # ---------------------------------------------------- tf.train.Checkpoint
   # The children a checkpoint held before `_sdca_training` did (the weights
