@@ -46,7 +46,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import check_cv
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils import check_random_state, compute_sample_weight
+from sklearn.utils import check_random_state
 from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
@@ -170,6 +170,27 @@ def _check_float32_range(name, values, where):
     raise ValueError(f"{name}[{i}, {j}] is beyond float32's range "
                      f"(|x| < 3.4e38), which the op's features are in: "
                      f"rescale {name}")
+
+
+def _class_weights(class_weight, classes, codes, sample_weight):
+  """Each class's weight (`[k]`, by code), as scikit-learn's linear models
+  read `class_weight`: a dict's (1 for a class it leaves out), or
+  'balanced''s total / (k x the class's total), the totals of
+  `sample_weight` (a row weighted 0 counts as no row, as in
+  LogisticRegression and LinearSVC; counting rows, they missed those
+  fits). None for `class_weight` None."""
+  k = len(classes)
+  if class_weight is None:
+    return None
+  if isinstance(class_weight, dict):
+    _check_class_weight(class_weight, classes)
+    return np.array([float(class_weight.get(c, 1.0)) for c in classes])
+  if not (isinstance(class_weight, str) and class_weight == "balanced"):
+    raise ValueError("class_weight must be dict, 'balanced', or None, got: "
+                     f"{class_weight!r}")
+  totals = np.bincount(codes, weights=sample_weight, minlength=k)
+  with np.errstate(divide="ignore"):
+    return np.where(totals > 0, totals.sum() / (k * totals), 0.0)
 
 
 def _check_class_weight(class_weight, classes):
@@ -378,7 +399,7 @@ class _SDCAMixin:
       warnings.warn(f"{self._door.name} stopped after max_iter={self.max_iter}"
                     f" epochs at a relative duality gap of {gap:.3g} > tol="
                     f"{self.tol:g}: raise max_iter", ConvergenceWarning,
-                    stacklevel=3)
+                    stacklevel=losses.caller_stacklevel())
 
   def _scores(self, X):
     check_is_fitted(self)
@@ -391,9 +412,10 @@ class _SDCAMixin:
 class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
   """Linear classifier trained by SDCA to a certified duality gap.
 
-  Minimises `C sum_i s_i loss(y_i, w . x_i + b) + |w|^2 / 2 + b^2 / 2`
-  (b: the weight of the constant column `intercept_scaling`, regularised
-  like the others, as LIBLINEAR does), i.e. the engine's objective with
+  Minimises `C sum_i s_i loss(y_i, w . x_i + b) + |w|^2 / 2 +
+  b^2 / (2 intercept_scaling^2)` (b / intercept_scaling: the weight of the
+  constant column `intercept_scaling`, regularised like the others, as
+  LIBLINEAR does), i.e. the engine's objective with
   `l2 = 1 / C`: LogisticRegression's `C` (its liblinear solver's problem
   exactly; with `fit_intercept=False` every solver's) and LinearSVC's `C`.
 
@@ -422,7 +444,10 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
       label changed from 0), with the weights they give under this fit's C
       and sample weights.
     n_jobs: lock-free threads per epoch (None: 1, -1: every core), at most
-      one per 4096 rows.
+      one per 4096 rows. Their steps interleave as the cores run them: two
+      fits with an int `random_state` are the same bits on one thread
+      only (with two, 3.3e-4 apart at tol=1e-6 on 10k rows: each within
+      its certified gap of the optimum).
     random_state: seed of the visiting order.
     visit_order: the engine's order of the coordinate steps
       (`InMemorySdca`'s); 'auto': the loss's in-memory default
@@ -539,14 +564,8 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
                                 visit_order=self._visit_order(loss)),
                      options.IN_MEMORY, self._door, num_classes)
     n = X.shape[0]
-    extra = None
-    if isinstance(self.class_weight, dict):
-      _check_class_weight(self.class_weight, self.classes_)
-      extra = np.array([self.class_weight.get(c, 1.0) for c in
-                        self.classes_])[codes]
-    elif self.class_weight is not None:
-      extra = compute_sample_weight(self.class_weight, codes)
-    sw = self._weights(sample_weight, n, extra)
+    sw = self._weights(sample_weight, n)
+    per_class = _class_weights(self.class_weight, self.classes_, codes, sw)
     if duals is None and self.warm_start:
       duals = self._warm_duals(codes)
     rows = self._rows(X)
@@ -557,8 +576,15 @@ class SDCAClassifier(_SDCAMixin, ClassifierMixin, BaseEstimator):
     results = []
     for p, target in enumerate(labels):
       start = None if duals is None else (duals[:, p] if ovr else duals)
-      results.append(self._solve(loss, num_classes, target, rows, sw, l2,
-                                 start, seed))
+      # Class weights as LIBLINEAR (LinearSVC) applies them: one-vs-rest's
+      # problem p weighs class p's rows by its weight and the others by 1
+      # (each row by its class's in every problem reached another
+      # optimum); one problem weighs each row by its class's.
+      weights = (sw if per_class is None else
+                 sw * np.where(codes == p, per_class[p], 1.0) if ovr else
+                 sw * per_class[codes])
+      results.append(self._solve(loss, num_classes, target, rows, weights,
+                                 l2, start, seed))
     self.duals_ = (np.stack([r[0] for r in results], axis=1) if ovr
                    else results[0][0])
     self._duals_y = np.array(codes)
@@ -624,9 +650,10 @@ def _log_softmax(scores):
 class SDCARegressor(_SDCAMixin, RegressorMixin, BaseEstimator):
   """Linear regressor trained by SDCA to a certified duality gap.
 
-  Minimises `sum_i s_i loss(y_i, w . x_i + b) + alpha/2 (|w|^2 + b^2)`
-  (b: the weight of the constant column `intercept_scaling`, regularised
-  like the others), i.e. the engine's objective with `l2 = alpha`. With the
+  Minimises `sum_i s_i loss(y_i, w . x_i + b) + alpha/2 (|w|^2 +
+  b^2 / intercept_scaling^2)` (b / intercept_scaling: the weight of the
+  constant column `intercept_scaling`, regularised like the others), i.e.
+  the engine's objective with `l2 = alpha`. With the
   squared loss `(z - y)^2 / 2` that is half Ridge's objective
   `|y - Xw|^2 + alpha |w|^2`: Ridge's `alpha` (with `fit_intercept=False`
   and a column of ones, Ridge's problem exactly). PoissonRegressor's
@@ -835,9 +862,12 @@ class _PathCV:
       labels.append(y[train])
       fold_sw = sw[train]
       if getattr(self, "class_weight", None) is not None:
-        # Per fold, as a fit on the fold's rows would weigh its classes.
-        fold_sw = fold_sw * compute_sample_weight(self.class_weight,
-                                                  y[train])
+        # Per fold, as a fit on the fold's rows would weigh its classes
+        # (one-vs-rest's folds too: each row by its class's weight in every
+        # problem, where the final fit weighs a problem's other rows by 1).
+        classes, codes = np.unique(y[train], return_inverse=True)
+        fold_sw = fold_sw * _class_weights(self.class_weight, classes,
+                                           codes, fold_sw)[codes]
       weights.append(fold_sw)
     rows = sum(len(train) for train, _ in splits)
     stacked = sp.csr_matrix(
