@@ -272,6 +272,49 @@ def test_n_classes_and_label_dimension_that_sdca_cannot_train(tmp_path,
                              2)], optimizer=_sdca())
   with pytest.raises(ValueError, match="symmetric_l2_regularization"):
     _sdca(symmetric_l2_regularization=0.0)
+  # A sequence column inside an indicator column trained as a bag of ids
+  # (the docs and TensorFlow's own transform refuse it).
+  with pytest.raises(ValueError, match="does not support "
+                     "SequenceCategoricalColumn 's' \\(in indicator_column"):
+    estimator.LinearClassifier(
+        [fc.indicator_column(
+            fc.sequence_categorical_column_with_identity("s", 3))],
+        optimizer=_sdca())
+
+
+def test_columns_reading_one_key_two_ways_train(tmp_path):
+  """A cross of a raw feature beside another column of that feature (the
+  pattern TensorFlow asks for: a cross takes the raw name, not a hash
+  bucket column) failed every train with "feature_columns contain
+  different parse_spec for key k": the raw keys came from one parse spec
+  of all the columns. The logits are TensorFlow's design times the
+  weights."""
+  rng = np.random.default_rng(1)
+  n = 60
+  features = {"a": rng.choice(["u", "v"], n),
+              "k": rng.integers(0, 50, n).astype(np.int64)}
+  labels = (rng.uniform(size=n) > 0.5).astype(np.float32)
+  columns = [fc.crossed_column(["a", "k"], 37),
+             fc.categorical_column_with_hash_bucket("k", 11,
+                                                    dtype=tf.int64)]
+  model = estimator.LinearClassifier(columns, optimizer=_sdca(),
+                                     model_dir=str(tmp_path))
+  model.train(lambda: ({"example_id": np.arange(n), **features}, labels),
+              steps=5)
+  design = tf.compat.v1.feature_column.input_layer(
+      {k: tf.constant(v) for k, v in features.items()},
+      [fc.indicator_column(c) for c in columns]).numpy()
+  logits = np.concatenate([p["logits"] for p in model.predict(
+      lambda: {"example_id": np.arange(n), **features})])
+  names = sorted(c.name for c in columns)
+  weights = np.concatenate(
+      [model.get_variable_value(f"linear/linear_model/{name}/weights")[:, 0]
+       for name in sorted(names, key=lambda m: [c.name for c in columns]
+                          .index(m))])
+  bias = model.get_variable_value("linear/linear_model/bias_weights")[0]
+  assert np.abs(weights).max() > 0
+  np.testing.assert_allclose(logits, design @ weights + bias, rtol=1e-5,
+                             atol=1e-6)
 
 
 def test_train_arguments(tmp_path, problem):

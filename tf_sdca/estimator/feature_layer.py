@@ -176,9 +176,18 @@ class FeatureLayer(tf.Module):
         raise ValueError(
             f"numeric_column {column.name!r} has shape {column.shape}: "
             "LinearSDCA takes numeric columns of a 1-D shape")
-    elif kind != "IndicatorColumn" and (
-        kind.startswith("Sequence") or not hasattr(column, "num_buckets") or
-        not hasattr(column, "get_sparse_tensors")):
+    elif kind == "IndicatorColumn":
+      # (A sequence inside trained as a bag of ids, where the docs and
+      # TensorFlow's own transform refuse it.)
+      inner = type(column.categorical_column).__name__
+      if inner.startswith("Sequence"):
+        raise ValueError(
+            f"LinearSDCA does not support {inner} "
+            f"{column.categorical_column.name!r} (in indicator_column "
+            f"{column.name!r}): sequence columns are refused, as "
+            "TensorFlow's feature-column transform refuses them there")
+    elif (kind.startswith("Sequence") or not hasattr(column, "num_buckets") or
+          not hasattr(column, "get_sparse_tensors")):
       raise ValueError(
           f"LinearSDCA does not support {kind} {column.name!r}: it trains "
           "numeric, categorical (hash bucket, vocabulary list or file, "
@@ -231,8 +240,12 @@ class FeatureLayer(tf.Module):
   def feature_keys(self):
     """The raw features the columns read."""
     if self._feature_keys is None:
-      keys = set(tf.feature_column.make_parse_example_spec(self._columns)) \
-          if self._columns else set()
+      # Each column's own keys: one spec of them all failed for columns
+      # that read a key two ways (a numeric "hour" beside a cross of the raw
+      # "hour", parsed as strings), which TensorFlow's transform takes.
+      keys = set()
+      for column in self._columns:
+        keys.update(tf.feature_column.make_parse_example_spec([column]))
       keys.update(self._layers)
       for space in self._spaces:
         keys.update(space.features)
